@@ -1,0 +1,1 @@
+"""Evaluators: ranking metrics (trec_eval semantics), answer metrics, aggregation."""

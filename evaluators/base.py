@@ -1,0 +1,86 @@
+"""The evaluator plugin API and aggregation (mean, standard deviation, bootstrap 95% CI).
+
+An evaluator declares the metric names it provides (``provides()``: name -> one-line description;
+``@k`` marks a cutoff), says whether it applies to the data (``applies_to``) and scores one run per
+query (``evaluate`` -> DataFrame indexed by query id, one column per metric). ``counted`` says which
+queries enter the mean. Built-ins are registered in the ``ragtrack.evaluators`` entry-point group
+exactly like third-party evaluators.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from pipeline.runs import Run
+
+Qrels = dict[str, dict[str, int]]
+
+
+@dataclass
+class EvalInput:
+    """Everything an evaluator may look at for one system."""
+
+    qrels: Qrels
+    run: Run
+    queries: dict[str, str] = field(default_factory=dict)
+    answers: dict[str, list[str]] = field(default_factory=dict)
+    generated: dict[str, str] = field(default_factory=dict)
+
+
+class Evaluator(ABC):
+    """Base class of every evaluator; ``metrics`` are the names requested in the config."""
+
+    def __init__(self, metrics: Sequence[str] | None = None):
+        self.metrics = list(metrics) if metrics else self.default_metrics()
+
+    @classmethod
+    @abstractmethod
+    def provides(cls) -> dict[str, str]:
+        """Metric names (``ndcg@k`` style for cutoffs) with a one-line description."""
+
+    @classmethod
+    def handles(cls, metric: str) -> bool:
+        base, _, cutoff = metric.partition("@")
+        return metric in cls.provides() or (bool(cutoff) and f"{base}@k" in cls.provides())
+
+    def default_metrics(self) -> list[str]:
+        return [name for name in self.provides() if "@k" not in name]
+
+    def applies_to(self, data: EvalInput) -> bool:
+        return True
+
+    @abstractmethod
+    def evaluate(self, data: EvalInput) -> pd.DataFrame:
+        """Per-query scores: index = query id, one column per requested metric."""
+
+    def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
+        """Which queries enter the aggregate (default: all)."""
+        return pd.Series(True, index=per_query.index)
+
+
+def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Mean, standard deviation (ddof=1) and percentile-bootstrap 95% CI of each column.
+
+    The bootstrap draws ``resamples`` query samples with replacement (seeded, same draws for every
+    column, so CIs of different metrics are comparable) and takes the 2.5/97.5 percentiles of the means.
+    Returns a frame indexed by metric with columns ``mean std ci_low ci_high n``.
+    """
+    frame = per_query if counted is None else per_query[counted.reindex(per_query.index, fill_value=False)]
+    values = frame.to_numpy(dtype=float)
+    n = values.shape[0]
+    if n == 0:
+        nan = np.full(values.shape[1], np.nan)
+        return pd.DataFrame({"mean": nan, "std": nan, "ci_low": nan, "ci_high": nan, "n": 0}, index=frame.columns)
+    means = values.mean(axis=0)
+    std = values.std(axis=0, ddof=1) if n > 1 else np.zeros(values.shape[1])
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    counts = np.zeros((resamples, n))
+    np.add.at(counts, (np.arange(resamples)[:, None], draws), 1.0)
+    boot = counts @ values / n
+    low, high = np.percentile(boot, [2.5, 97.5], axis=0)
+    return pd.DataFrame({"mean": means, "std": std, "ci_low": low, "ci_high": high, "n": n}, index=frame.columns)

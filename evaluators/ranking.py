@@ -1,0 +1,345 @@
+"""Ranking metrics with trec_eval semantics, computed on a queries × depth matrix of grades.
+
+Conventions (trec_eval's, reproduced by pytrec_eval to 1e-9; see tests/test_conformance.py):
+documents are ranked by score descending, ties by document id descending; a document is *relevant*
+when judged with grade >= ``relevance_threshold`` (trec_eval ``-l``, default 1); recall, AP and
+R-precision divide by all judged-relevant documents of the query; P@k divides by k even when fewer
+than k documents were retrieved; nDCG uses the grade as linear gain and an ideal ranking built from
+every judged document; queries without any relevant judgment score 0 and are left out of means.
+Metric names: ``name`` or ``name@k`` (cutoff k), e.g. ``ndcg@10``, ``map``, ``map@100``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
+
+import numpy as np
+import pandas as pd
+
+from evaluators.base import EvalInput, Evaluator, Qrels
+from pipeline.errors import RagtrackError
+
+
+@dataclass(frozen=True)
+class RankedGrades:
+    """Judgments laid along each query's ranking: row = query, column = rank - 1."""
+
+    qids: list[str]
+    grades: np.ndarray  # (queries, width) grade of the document at each rank; 0 if unjudged or past the end
+    judged: np.ndarray  # (queries, width) whether that document is judged
+    retrieved: np.ndarray  # (queries,) number of documents retrieved
+    ideal: np.ndarray  # (queries, judged width) positive grades of the judged documents, descending
+    num_rel: np.ndarray  # (queries,) judged documents with grade >= threshold
+    num_nonrel: np.ndarray  # (queries,) judged documents with grade < threshold
+    threshold: int
+    max_grade: int  # largest grade in the qrels (ERR's g_max)
+
+    @property
+    def depth(self) -> int:
+        """The run's depth: the most documents retrieved for any query."""
+        return int(self.retrieved.max(initial=0))
+
+    @cached_property
+    def ranks(self) -> np.ndarray:
+        return np.arange(1, self.grades.shape[1] + 1, dtype=float)
+
+    @cached_property
+    def relevant(self) -> np.ndarray:
+        return self.judged & (self.grades >= self.threshold)
+
+    @cached_property
+    def retrieved_mask(self) -> np.ndarray:
+        return np.arange(self.grades.shape[1]) < self.retrieved[:, None]
+
+
+def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """Element-wise ratio that is 0 where the denominator is 0."""
+    denominator = np.asarray(denominator, dtype=float)
+    return np.divide(numerator, denominator, out=np.zeros(np.broadcast(numerator, denominator).shape), where=denominator > 0)
+
+
+def _flatten_run(run: Mapping[str, Mapping[str, float]], row_of: dict[str, int]):
+    present = [qid for qid, docs in run.items() if qid in row_of and docs]
+    lengths = np.fromiter((len(run[qid]) for qid in present), dtype=np.int64, count=len(present))
+    total = int(lengths.sum())
+    scores = np.fromiter(chain.from_iterable(run[qid].values() for qid in present), dtype=float, count=total)
+    docs = np.fromiter(chain.from_iterable(run[qid].keys() for qid in present), dtype=object, count=total)
+    rows = np.repeat(np.fromiter((row_of[qid] for qid in present), dtype=np.int64, count=len(present)), lengths)
+    return rows, docs, scores
+
+
+def _trec_order(rows: np.ndarray, docs: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Permutation sorting by (query, -score, document id descending); ids are compared only within ties."""
+    order = np.lexsort((-scores, rows))
+    same = (rows[order][1:] == rows[order][:-1]) & (scores[order][1:] == scores[order][:-1])
+    if not same.any():
+        return order
+    in_tie = np.zeros(len(order), dtype=bool)
+    in_tie[1:] |= same
+    in_tie[:-1] |= same
+    tied = order[in_tie]
+    id_rank = np.zeros(len(order), dtype=np.int64)
+    id_rank[tied] = np.unique(docs[tied].astype(str), return_inverse=True)[1]
+    return np.lexsort((-id_rank, -scores, rows))
+
+
+def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold: int = 1, min_width: int = 1) -> RankedGrades:
+    """Build the grade matrix of ``run`` against ``qrels``; rows follow the qrels' query order."""
+    qids = list(qrels)
+    row_of = {qid: row for row, qid in enumerate(qids)}
+    n = len(qids)
+
+    judged_rows = np.repeat(np.arange(n), [len(qrels[qid]) for qid in qids])
+    judged_docs = list(chain.from_iterable(qrels[qid].keys() for qid in qids))
+    judged_grades = np.fromiter(chain.from_iterable(qrels[qid].values() for qid in qids), dtype=np.int64, count=len(judged_docs))
+    vocabulary = pd.Index(pd.unique(np.asarray(judged_docs, dtype=object)))
+    judged_keys = judged_rows * len(vocabulary) + vocabulary.get_indexer(judged_docs)
+    key_order = np.argsort(judged_keys)
+    judged_keys, sorted_grades = judged_keys[key_order], judged_grades[key_order]
+
+    rows, docs, scores = _flatten_run(run, row_of)
+    order = _trec_order(rows, docs, scores)
+    rows, docs = rows[order], docs[order]
+    retrieved = np.bincount(rows, minlength=n)
+    positions = np.arange(len(rows)) - (np.cumsum(retrieved) - retrieved)[rows]
+
+    codes = vocabulary.get_indexer(docs) if len(docs) else np.zeros(0, dtype=np.int64)
+    keys = rows * len(vocabulary) + codes
+    slot = np.clip(np.searchsorted(judged_keys, keys), 0, max(len(judged_keys) - 1, 0))
+    is_judged = (codes >= 0) & (judged_keys[slot] == keys) if len(judged_keys) else np.zeros(len(keys), dtype=bool)
+
+    width = max(int(retrieved.max(initial=0)), min_width)
+    grades = np.zeros((n, width))
+    judged = np.zeros((n, width), dtype=bool)
+    grades[rows[is_judged], positions[is_judged]] = sorted_grades[slot[is_judged]]
+    judged[rows[is_judged], positions[is_judged]] = True
+
+    per_query = np.bincount(judged_rows, minlength=n)
+    ideal_order = np.lexsort((-judged_grades, judged_rows))
+    ideal = np.zeros((n, max(int(per_query.max(initial=0)), 1)))
+    ideal_positions = np.arange(len(judged_rows)) - (np.cumsum(per_query) - per_query)[judged_rows[ideal_order]]
+    ideal[judged_rows[ideal_order], ideal_positions] = np.maximum(judged_grades[ideal_order], 0)
+
+    relevant = judged_grades >= threshold
+    return RankedGrades(
+        qids=qids, grades=grades, judged=judged, retrieved=retrieved, ideal=ideal,
+        num_rel=np.bincount(judged_rows[relevant], minlength=n),
+        num_nonrel=np.bincount(judged_rows[~relevant], minlength=n),
+        threshold=threshold, max_grade=max(int(judged_grades.max(initial=1)), 1),
+    )
+
+
+# --- metrics: one small function each, (grades, cutoff k or None) -> per-query values -------------
+
+def precision(m: RankedGrades, k: int) -> np.ndarray:
+    """P@k = |relevant in top k| / k (trec_eval ``P_k``; van Rijsbergen 1979)."""
+    return m.relevant[:, :k].sum(axis=1) / k
+
+
+def recall(m: RankedGrades, k: int | None) -> np.ndarray:
+    """R@k = |relevant in top k| / |relevant judged| (trec_eval ``recall_k``)."""
+    return _divide(m.relevant[:, :k].sum(axis=1), m.num_rel)
+
+
+def f1(m: RankedGrades, k: int) -> np.ndarray:
+    """F1@k = 2·P@k·R@k / (P@k + R@k), 0 when both are 0 (harmonic mean; ranx ``f1``)."""
+    p, r = precision(m, k), recall(m, k)
+    return _divide(2 * p * r, p + r)
+
+
+def hit(m: RankedGrades, k: int) -> np.ndarray:
+    """Hit@k (success@k) = 1 if any relevant document is in the top k, else 0 (trec_eval ``success_k``)."""
+    return m.relevant[:, :k].any(axis=1).astype(float)
+
+
+def reciprocal_rank(m: RankedGrades, k: int | None) -> np.ndarray:
+    """RR@k = 1 / rank of the first relevant document within the top k, 0 if none (Voorhees 1999;
+    trec_eval ``recip_rank`` without cutoff)."""
+    relevant = m.relevant[:, :k]
+    return np.where(relevant.any(axis=1), 1.0 / (relevant.argmax(axis=1) + 1), 0.0)
+
+
+def average_precision(m: RankedGrades, k: int | None) -> np.ndarray:
+    """AP@k = Σ_{i ≤ k, d_i relevant} P@i / |relevant judged| (trec_eval ``map`` / ``map_cut_k``;
+    Buckley & Voorhees 2000)."""
+    relevant = m.relevant[:, :k]
+    precision_at_i = np.cumsum(relevant, axis=1) / m.ranks[: relevant.shape[1]]
+    return _divide((precision_at_i * relevant).sum(axis=1), m.num_rel)
+
+
+def r_precision(m: RankedGrades, k: int | None = None) -> np.ndarray:
+    """R-precision = |relevant in top R| / R with R = |relevant judged| (trec_eval ``Rprec``)."""
+    cumulative = np.cumsum(m.relevant, axis=1)
+    last = np.minimum(m.num_rel, cumulative.shape[1]) - 1
+    found = np.where(last >= 0, cumulative[np.arange(len(last)), np.maximum(last, 0)], 0)
+    return _divide(found, m.num_rel)
+
+
+def _discounted(gains: np.ndarray) -> np.ndarray:
+    return (gains / np.log2(np.arange(2, gains.shape[1] + 2))).sum(axis=1)
+
+
+def dcg(m: RankedGrades, k: int | None) -> np.ndarray:
+    """DCG@k = Σ_{i ≤ k} g_i / log2(i + 1), linear gain g = grade (Järvelin & Kekäläinen 2002)."""
+    return _discounted(np.maximum(m.grades[:, :k], 0))
+
+
+def ndcg(m: RankedGrades, k: int | None) -> np.ndarray:
+    """nDCG@k = DCG@k / IDCG@k, linear gain; the ideal ranking sorts every judged document by grade
+    (trec_eval ``ndcg_cut_k``; Järvelin & Kekäläinen 2002)."""
+    return _divide(dcg(m, k), _discounted(m.ideal[:, :k]))
+
+
+def ndcg_exp(m: RankedGrades, k: int | None) -> np.ndarray:
+    """nDCG@k with exponential gain 2^grade − 1 (Burges et al. 2005; ranx ``ndcg_burges``)."""
+    return _divide(_discounted(np.exp2(np.maximum(m.grades[:, :k], 0)) - 1), _discounted(np.exp2(m.ideal[:, :k]) - 1))
+
+
+def err(m: RankedGrades, k: int | None) -> np.ndarray:
+    """ERR@k = Σ_{r ≤ k} (1/r)·R_r·Π_{i<r}(1 − R_i), R_i = (2^{g_i} − 1) / 2^{g_max}, g_max the largest
+    grade in the qrels (Expected Reciprocal Rank, Chapelle et al. 2009)."""
+    stop = (np.exp2(np.maximum(m.grades[:, :k], 0)) - 1) / 2.0**m.max_grade
+    reach = np.cumprod(np.hstack([np.ones((len(stop), 1)), 1 - stop[:, :-1]]), axis=1)
+    return (stop * reach / m.ranks[: stop.shape[1]]).sum(axis=1)
+
+
+def mean_rank(m: RankedGrades, k: int | None = None) -> np.ndarray:
+    """Rank of the first relevant document; depth + 1 when none is retrieved (depth = the most
+    documents the run retrieved for any query), so a miss is worse than any hit. Lower is better."""
+    relevant = m.relevant
+    return np.where(relevant.any(axis=1), relevant.argmax(axis=1) + 1.0, m.depth + 1.0)
+
+
+def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
+    """ROC AUC of the ranking: the share of (relevant, non-relevant) pairs with the relevant document
+    ranked higher. Non-relevant = every retrieved non-relevant document (judged or not) plus judged
+    non-relevant documents not retrieved; unretrieved documents rank below all retrieved ones and tie
+    with each other (a tie counts ½). 0 when a query has no such pair (Bamber 1975; Fawcett 2006)."""
+    relevant = m.relevant
+    nonrelevant = m.retrieved_mask & ~relevant
+    retrieved_nonrel = nonrelevant.sum(axis=1)
+    judged_nonrel_missing = m.num_nonrel - (nonrelevant & m.judged).sum(axis=1)
+    below = retrieved_nonrel[:, None] - np.cumsum(nonrelevant, axis=1)
+    correct = ((below + judged_nonrel_missing[:, None]) * relevant).sum(axis=1)
+    correct = correct + 0.5 * (m.num_rel - relevant.sum(axis=1)) * judged_nonrel_missing
+    return _divide(correct, m.num_rel * (retrieved_nonrel + judged_nonrel_missing))
+
+
+def bpref(m: RankedGrades, k: int | None = None) -> np.ndarray:
+    """bpref = (1/R) Σ_{relevant retrieved r} (1 − min(n_r, R) / min(R, N)), n_r = judged non-relevant
+    ranked above r, N = judged non-relevant; unjudged documents are skipped (Buckley & Voorhees 2004;
+    trec_eval ``bpref``)."""
+    relevant = m.relevant
+    judged_nonrel = m.judged & ~relevant
+    above = np.cumsum(judged_nonrel, axis=1) - judged_nonrel
+    scale = np.minimum(m.num_rel, m.num_nonrel)[:, None]
+    penalty = _divide(np.minimum(above, m.num_rel[:, None]), np.broadcast_to(scale, above.shape))
+    return _divide(((1.0 - penalty) * relevant).sum(axis=1), m.num_rel)
+
+
+def num_rel_ret(m: RankedGrades, k: int | None = None) -> np.ndarray:
+    """Number of relevant documents retrieved (in the top k) (trec_eval ``num_rel_ret``)."""
+    return m.relevant[:, :k].sum(axis=1).astype(float)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    function: Callable[[RankedGrades, int | None], np.ndarray]
+    cutoff: str  # "required", "optional" or "none"
+    description: str
+    higher_is_better: bool = True
+
+
+METRICS: dict[str, MetricSpec] = {
+    "p": MetricSpec(precision, "required", "precision at k (divides by k)"),
+    "recall": MetricSpec(recall, "required", "recall at k (divides by all judged-relevant documents)"),
+    "f1": MetricSpec(f1, "required", "harmonic mean of p@k and recall@k"),
+    "hit": MetricSpec(hit, "required", "hit rate / success: 1 if a relevant document is in the top k"),
+    "mrr": MetricSpec(reciprocal_rank, "optional", "reciprocal rank of the first relevant document"),
+    "map": MetricSpec(average_precision, "optional", "average precision (mean over queries = MAP)"),
+    "r-precision": MetricSpec(r_precision, "none", "precision at R, the number of judged-relevant documents"),
+    "dcg": MetricSpec(dcg, "optional", "discounted cumulative gain, linear gain"),
+    "ndcg": MetricSpec(ndcg, "optional", "normalized DCG, linear gain (trec_eval ndcg_cut)"),
+    "ndcg_exp": MetricSpec(ndcg_exp, "optional", "normalized DCG, exponential gain 2^rel - 1 (Burges)"),
+    "err": MetricSpec(err, "optional", "expected reciprocal rank (Chapelle et al. 2009), graded"),
+    "mean_rank": MetricSpec(mean_rank, "none", "rank of the first relevant document (depth+1 if none); lower is better", False),
+    "auc": MetricSpec(auc, "none", "ROC AUC: share of (relevant, non-relevant) pairs ordered correctly"),
+    "bpref": MetricSpec(bpref, "none", "binary preference (Buckley & Voorhees 2004), ignores unjudged documents"),
+    "num_rel_ret": MetricSpec(num_rel_ret, "optional", "number of relevant documents retrieved"),
+}
+
+DEFAULT_METRICS = [
+    "ndcg@1", "ndcg@5", "ndcg@10", "ndcg@100", "recall@1", "recall@5", "recall@10", "recall@100",
+    "p@1", "p@5", "p@10", "hit@1", "hit@5", "hit@10", "mrr", "mrr@10", "map", "map@100",
+]
+
+
+def parse_metric(name: str) -> tuple[MetricSpec, int | None]:
+    """``ndcg@10`` -> (spec, 10); unknown names and bad cutoffs raise a one-line error."""
+    base, at, cutoff = name.partition("@")
+    spec = METRICS.get(base)
+    if spec is None:
+        raise RagtrackError(f"unknown metric {name!r}; known: {', '.join(describe_metrics())}")
+    if at:
+        if spec.cutoff == "none":
+            raise RagtrackError(f"metric {base!r} takes no cutoff (got {name!r})")
+        if not cutoff.isdigit() or int(cutoff) < 1:
+            raise RagtrackError(f"metric {name!r}: the cutoff must be a positive integer")
+        return spec, int(cutoff)
+    if spec.cutoff == "required":
+        raise RagtrackError(f"metric {base!r} needs a cutoff, e.g. {base}@10")
+    return spec, None
+
+
+def describe_metrics() -> dict[str, str]:
+    """Every ranking metric name (``@k`` where a cutoff is taken) with its one-line description."""
+    names = {}
+    for base, spec in METRICS.items():
+        names[{"required": f"{base}@k", "optional": f"{base}[@k]", "none": base}[spec.cutoff]] = spec.description
+    return names
+
+
+def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per-query values of ``metrics`` (DataFrame indexed by query id, qrels order) and the number of
+    relevant judgments per query."""
+    parsed = {name: parse_metric(name) for name in metrics}
+    width = max([k for _, k in parsed.values() if k] + [1])
+    m = rank_grades(run, qrels, threshold, min_width=width)
+    table = pd.DataFrame({name: spec.function(m, k) for name, (spec, k) in parsed.items()}, index=pd.Index(m.qids, name="qid"))
+    return table, m.num_rel
+
+
+class RankingEvaluator(Evaluator):
+    """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``."""
+
+    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1):
+        super().__init__(metrics)
+        self.relevance_threshold = int(relevance_threshold)
+        for name in self.metrics:
+            parse_metric(name)
+
+    @classmethod
+    def provides(cls) -> dict[str, str]:
+        return describe_metrics()
+
+    @classmethod
+    def handles(cls, metric: str) -> bool:
+        return metric.partition("@")[0] in METRICS
+
+    def default_metrics(self) -> list[str]:
+        return list(DEFAULT_METRICS)
+
+    def applies_to(self, data: EvalInput) -> bool:
+        return bool(data.qrels)
+
+    def evaluate(self, data: EvalInput) -> pd.DataFrame:
+        table, num_rel = score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold)
+        table.attrs["num_rel"] = num_rel
+        return table
+
+    def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
+        """Queries with at least one relevant judgment (a query missing from the run scores 0)."""
+        return pd.Series(per_query.attrs["num_rel"] > 0, index=per_query.index)

@@ -1,0 +1,1 @@
+"""ragtrack orchestration: data loading, runs, cache, registry, MLflow tracking, experiments, CLI."""

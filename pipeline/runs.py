@@ -1,0 +1,100 @@
+"""The Run type (per query, documents with scores) and TREC run I/O.
+
+Ranking order is trec_eval's: score descending, ties broken by document id *descending* (trec_eval
+sorts equal scores with ``strcmp(b, a)``); the rank column of a file is ignored when read. Runs are
+written in that order with 1-based ranks and full-precision scores, so a file's ranks are the
+evaluated ones.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.errors import InputError
+
+
+def rank_documents(scores: Mapping[str, float]) -> list[tuple[str, float]]:
+    """Documents of one query in trec_eval order: (-score, document id descending)."""
+    by_id = sorted(scores.items(), key=lambda item: item[0], reverse=True)
+    return sorted(by_id, key=lambda item: item[1], reverse=True)
+
+
+@dataclass
+class Run:
+    """Retrieval results of one system: ``scores[qid][docid] = score`` (higher is better)."""
+
+    name: str
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def ranking(self, qid: str) -> list[tuple[str, float]]:
+        return rank_documents(self.scores.get(qid, {}))
+
+    def rankings(self) -> Iterator[tuple[str, list[tuple[str, float]]]]:
+        for qid in self.scores:
+            yield qid, self.ranking(qid)
+
+    def truncated(self, depth: int) -> "Run":
+        return Run(self.name, {qid: dict(ranked[:depth]) for qid, ranked in self.rankings()})
+
+
+def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
+    """Write ``qid Q0 docid rank score tag`` lines atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tag = tag or run.name
+    handle = tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False, encoding="utf-8")
+    try:
+        with handle:
+            for qid, ranked in run.rankings():
+                for rank, (doc_id, score) in enumerate(ranked, start=1):
+                    handle.write(f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n")
+        os.replace(handle.name, path)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_trec(path: str | Path, name: str | None = None) -> Run:
+    """Read a TREC run file; scores decide the order (the rank column is ignored, as in trec_eval)."""
+    path = Path(path)
+    scores: dict[str, dict[str, float]] = {}
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(path, f"not valid UTF-8 (byte {exc.start})", number) from None
+            if number == 1:
+                text = text.removeprefix("\ufeff")
+            if "\x00" in text:
+                raise InputError(path, "NUL byte in line", number)
+            columns = text.split()
+            if not columns:
+                continue
+            if len(columns) != 6:
+                raise InputError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(columns)}", number)
+            qid, _, doc_id, _, score_text, _ = columns
+            try:
+                score = float(score_text)
+            except ValueError:
+                raise InputError(path, f"score {score_text!r} is not a number", number) from None
+            if not math.isfinite(score):
+                raise InputError(path, f"score {score_text!r} is not finite", number)
+            ranked = scores.setdefault(qid, {})
+            if doc_id in ranked:
+                raise InputError(path, f"document {doc_id!r} appears twice for query {qid!r}", number)
+            ranked[doc_id] = score
+    return Run(name or path.stem, scores)

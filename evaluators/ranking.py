@@ -336,10 +336,9 @@ class RankingEvaluator(Evaluator):
         return bool(data.qrels)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
-        table, num_rel = score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold)
-        table.attrs["num_rel"] = num_rel
-        return table
+        return score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold)[0]
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         """Queries with at least one relevant judgment (a query missing from the run scores 0)."""
-        return pd.Series(per_query.attrs["num_rel"] > 0, index=per_query.index)
+        threshold = self.relevance_threshold
+        return pd.Series([any(g >= threshold for g in data.qrels[qid].values()) for qid in per_query.index], index=per_query.index)

@@ -1,1 +1,10 @@
 """ragtrack orchestration: data loading, runs, cache, registry, MLflow tracking, experiments, CLI."""
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+# ${project_dir:} in configs: the checkout holding conf/ and data/, wherever the command runs.
+OmegaConf.register_new_resolver("project_dir", lambda: str(PROJECT_DIR), replace=True)

@@ -1,0 +1,45 @@
+"""``python -m pipeline [overrides]``: the Hydra app; a thin shell over ``run_experiment``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from pipeline import PROJECT_DIR
+from pipeline.errors import RagtrackError
+from pipeline.experiment import JobInfo, run_experiment
+
+log = logging.getLogger("ragtrack")
+
+CONFIG_DIR = str(PROJECT_DIR / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    job = JobInfo(
+        choices=dict(hydra_cfg.runtime.choices),
+        overrides=list(hydra_cfg.overrides.task),
+        sweep=hydra_cfg.sweep.dir if multirun else None,
+        hydra_dir=None if hydra_cfg.output_subdir is None else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
+    )
+    try:
+        run_experiment(cfg, job)
+    except (RagtrackError, OmegaConfBaseException) as exc:  # user mistakes: one line, exit 2
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.error("%s", message)
+        print(f"ragtrack: error: {message}", file=sys.stderr)
+        sys.exit(RagtrackError.exit_code)
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The ``ragtrack`` command: ``run`` (the Hydra app), ``eval`` (trec_eval-style scoring of TREC
+files), ``metrics`` (every available metric), ``ui`` (the MLflow UI on the project's store)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from evaluators.base import EvalInput, Evaluator, aggregate
+from pipeline import registry
+from pipeline.data import load_qrels
+from pipeline.errors import RagtrackError
+from pipeline.runs import read_trec
+
+DEFAULT_TRACKING_URI = "sqlite:///{root}/mlruns/mlflow.db"
+
+
+def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
+    """Group requested metrics by the evaluator that provides them (built-ins and plugins alike)."""
+    classes = registry.load_all("evaluators")
+    chosen: dict[str, list[str]] = {}
+    for metric in metrics:
+        owner = next((name for name, cls in classes.items() if cls.handles(metric)), None)
+        if owner is None:
+            known = sorted(m for cls in classes.values() for m in cls.provides())
+            raise RagtrackError(f"unknown metric {metric!r}; known: {', '.join(known)}")
+        chosen.setdefault(owner, []).append(metric)
+    evaluators = []
+    for name, names in chosen.items():
+        kwargs = {"relevance_threshold": threshold} if name == "ranking" else {}
+        evaluators.append(classes[name](metrics=names, **kwargs))
+    return evaluators
+
+
+def command_eval(args: argparse.Namespace) -> int:
+    qrels, _ = load_qrels(Path(args.qrels))
+    run = read_trec(args.run)
+    metrics = args.metric or registry.load("evaluators", "ranking")().metrics
+    data = EvalInput(qrels=qrels, run=run)
+    tables, summaries = [], []
+    for evaluator in _evaluators_for(metrics, args.relevance_threshold):
+        table = evaluator.evaluate(data)
+        tables.append(table)
+        summaries.append(aggregate(table, evaluator.counted(data, table), seed=args.seed))
+    per_query, summary = pd.concat(tables, axis=1)[metrics], pd.concat(summaries).loc[metrics]
+    missing = [qid for qid in qrels if not run.scores.get(qid) and any(g >= args.relevance_threshold for g in qrels[qid].values())]
+    if missing:
+        print(f"ragtrack: note: {len(missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
+    if args.json:
+        payload = {"aggregate": summary["mean"].to_dict(), "std": summary["std"].to_dict(),
+                   "ci95": {m: [row["ci_low"], row["ci_high"]] for m, row in summary.iterrows()},
+                   "queries": int(summary["n"].max())}
+        if args.per_query:
+            payload["per_query"] = per_query.to_dict(orient="index")
+        print(json.dumps(payload, indent=2))
+        return 0
+    if args.per_query:
+        for qid, row in per_query.iterrows():
+            for metric in metrics:
+                print(f"{metric:<16}\t{qid}\t{row[metric]:.4f}")
+    for metric, row in summary.iterrows():
+        print(f"{metric:<16}\tall\t{row['mean']:.4f}\t(std {row['std']:.4f}, 95% CI {row['ci_low']:.4f}-{row['ci_high']:.4f}, n={int(row['n'])})")
+    return 0
+
+
+def command_metrics(args: argparse.Namespace) -> int:
+    for name, cls in registry.load_all("evaluators").items():
+        print(f"[{name}] {cls.__module__}.{cls.__qualname__}")
+        for metric, description in cls.provides().items():
+            print(f"  {metric:<16} {description}")
+    return 0
+
+
+def command_ui(args: argparse.Namespace) -> int:
+    uri = args.tracking_uri or DEFAULT_TRACKING_URI.format(root=os.getcwd())
+    url = f"http://{args.host}:{args.port}"
+    print(f"MLflow UI on {uri}: {url}  (Ctrl-C stops it)", flush=True)
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port), "--workers", "1"]
+    return subprocess.call(command)
+
+
+def run_hydra(overrides: list[str]) -> int:
+    from pipeline.__main__ import main as hydra_main
+
+    sys.argv = ["ragtrack", *overrides]
+    hydra_main()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragtrack", description="Tracked retrieval experiments for RAG.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("run", help="run an experiment (Hydra overrides follow, e.g. retriever=[bm25] fusion=[])", add_help=False)
+    evaluate = commands.add_parser("eval", help="score a TREC run against qrels, trec_eval style")
+    evaluate.add_argument("qrels", help="BEIR (query-id corpus-id score) or TREC (qid 0 docid rel) qrels")
+    evaluate.add_argument("run", help="TREC run file (qid Q0 docid rank score tag)")
+    evaluate.add_argument("-m", "--metric", action="append", help="metric such as ndcg@10 (repeatable; default: the standard set)")
+    evaluate.add_argument("--per-query", action="store_true", help="also print every query's values")
+    evaluate.add_argument("--json", action="store_true", help="print JSON: aggregate, std, ci95, per_query")
+    evaluate.add_argument("--relevance-threshold", type=int, default=1, help="grade >= N is relevant (trec_eval -l; default 1)")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the bootstrap confidence intervals")
+    commands.add_parser("metrics", help="list every available metric")
+    ui = commands.add_parser("ui", help="start the MLflow UI on the project's store (127.0.0.1)")
+    ui.add_argument("--tracking-uri", help="default: sqlite:///./mlruns/mlflow.db")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=5000)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "run":
+        return run_hydra(argv[1:])
+    args = build_parser().parse_args(argv)
+    handler = {"eval": command_eval, "metrics": command_metrics, "ui": command_ui}[args.command]
+    try:
+        return handler(args)
+    except RagtrackError as exc:
+        print(f"ragtrack: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

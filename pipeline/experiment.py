@@ -1,0 +1,220 @@
+"""One experiment: dataset -> retrievers -> fusions -> evaluators -> outputs and MLflow.
+
+``run_experiment(cfg)`` is a plain function of the composed config (the Hydra entry point only
+gathers the job's metadata), so tests and other tools call it directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from evaluators.base import EvalInput, Evaluator, aggregate
+from pipeline import registry
+from pipeline.cache import Cache
+from pipeline.data import Dataset, load_beir
+from pipeline.errors import RagtrackError
+from pipeline.runs import Run, write_trec
+from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JobInfo:
+    """What Hydra knows about the job; empty when called outside Hydra."""
+
+    choices: dict = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)
+    sweep: str | None = None
+    hydra_dir: Path | None = None
+
+
+@dataclass
+class SystemResult:
+    name: str
+    run: Run
+    per_query: pd.DataFrame
+    summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
+    efficiency: dict[str, float]
+    params: dict
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    log.info("%s ...", name)
+    yield
+    log.info("%s done in %.2f s", name, time.perf_counter() - started)
+
+
+def load_dataset(cfg: DictConfig) -> Dataset:
+    return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"))
+
+
+def make_tracker(cfg: DictConfig) -> Tracker:
+    if not cfg.get("enabled", False):
+        return Tracker()
+    return MlflowTracker(cfg.uri, cfg.experiment, cfg.get("artifact_location"))
+
+
+def config_hash(cfg: DictConfig) -> str:
+    return hashlib.sha256(OmegaConf.to_yaml(cfg, resolve=True, sort_keys=True).encode()).hexdigest()
+
+
+def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-query table (all evaluators side by side) and its summary (mean, std, bootstrap CI)."""
+    data = EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {})
+    tables, summaries = [], []
+    for evaluator in evaluators:
+        if not evaluator.applies_to(data):
+            log.info("evaluator %s does not apply to this data; skipped", type(evaluator).__name__)
+            continue
+        table = evaluator.evaluate(data)
+        tables.append(table)
+        summaries.append(aggregate(table, evaluator.counted(data, table), seed=seed))
+    if not tables:
+        raise RagtrackError("no evaluator applies to this dataset")
+    return pd.concat(tables, axis=1), pd.concat(summaries)
+
+
+def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict]:
+    with stage(f"{name}: index"):
+        retriever.index(dataset.corpus, cache)
+    started = time.perf_counter()
+    with stage(f"{name}: search {len(dataset.queries)} queries"):
+        run = retriever.search(dataset.queries, depth)
+    seconds = time.perf_counter() - started
+    stats = retriever.stats
+    return run, {"index_seconds": stats.build_seconds, "index_bytes": stats.size_bytes, "index_from_cache": float(stats.from_cache),
+                 "search_seconds": seconds, "queries_per_second": len(dataset.queries) / seconds if seconds else 0.0}
+
+
+def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
+    """Run every system of ``cfg`` on its dataset, score, write outputs and log to MLflow."""
+    job = job or JobInfo()
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with stage("load dataset"):
+        dataset = load_dataset(cfg.dataset)
+    cache = Cache(cfg.paths.cache_dir)
+    depth = int(cfg.depth)
+    evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.evaluator or {}).values()]
+    tracker = make_tracker(cfg.tracking)
+    shared = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
+              if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
+    tags = {"ragtrack.dataset": dataset.name, "ragtrack.dataset_hash": dataset.hash, "ragtrack.git_commit": git_commit(Path(cfg.paths.root_dir)) or "unknown",
+            "ragtrack.overrides": " ".join(job.overrides) or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
+    if job.sweep:
+        tags["ragtrack.sweep"] = job.sweep
+    tracker.start(cfg.get("run_name") or " ".join(job.overrides) or "default", tags, shared)
+    try:
+        results = _run_systems(cfg, dataset, cache, depth, evaluators)
+        report = _write_outputs(cfg, dataset, results, output_dir)
+        _log_to_tracker(tracker, results, output_dir, job)
+    except BaseException as exc:
+        tracker.finish(exc)
+        raise
+    tracker.finish()
+    print_report(report["table"], tracker)
+    return report["results"]
+
+
+def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator]) -> dict[str, SystemResult]:
+    runs: dict[str, Run] = {}
+    efficiency: dict[str, dict] = {}
+    params: dict[str, dict] = {}
+    for name, rcfg in (cfg.retriever or {}).items():
+        retriever = registry.build("retrievers", rcfg, name=name)
+        runs[name], efficiency[name] = _search(name, retriever, dataset, cache, depth)
+        params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True))
+    for fcfg in (cfg.fusion or {}).values():
+        fuse = registry.build("fusions", {**OmegaConf.to_container(fcfg, resolve=True), "_partial_": True})
+        system = fcfg.system
+        if system in runs:
+            raise RagtrackError(f"fusion system name {system!r} is already used by another system")
+        started = time.perf_counter()
+        with stage(f"{system}: fuse {', '.join(fcfg.members)}"):
+            runs[system] = fuse(runs)
+        seconds = time.perf_counter() - started
+        efficiency[system] = {"fusion_seconds": seconds}
+        params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True))
+    if not runs:
+        raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
+    results = {}
+    for name, run in runs.items():
+        with stage(f"{name}: evaluate"):
+            per_query, summary = evaluate_run(run, dataset, evaluators, seed=int(cfg.seed))
+        missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
+        if missing:
+            log.warning("%s: %d of %d queries have no results (they score 0)", name, missing, len(dataset.queries))
+        results[name] = SystemResult(name, run, per_query, summary, {**efficiency[name], "queries_missing": float(missing)}, params[name])
+    return results
+
+
+def _write_outputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path) -> dict:
+    for result in results.values():
+        write_trec(result.run, output_dir / "runs" / f"{result.name}.trec", tag=result.name)
+    per_query = pd.concat([r.per_query.reset_index().assign(system=name) for name, r in results.items()], ignore_index=True)
+    per_query = per_query[["system", "qid", *[c for c in per_query.columns if c not in ("system", "qid")]]]
+    per_query.to_csv(output_dir / "per_query.csv", index=False, float_format="%.17g")
+    table = pd.DataFrame({name: r.summary["mean"] for name, r in results.items()})
+    table.index.name = "metric"
+    table.to_csv(output_dir / "comparison.csv", float_format="%.17g")
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    payload = {
+        "dataset": {"name": dataset.name, "split": cfg.dataset.split, "hash": dataset.hash,
+                    "documents": len(dataset.corpus), "queries": len(dataset.queries)},
+        "config_hash": config_hash(cfg),
+        "systems": {name: r.summary["mean"].to_dict() for name, r in results.items()},
+        "aggregates": {name: r.summary.drop(columns="n").to_dict(orient="index") for name, r in results.items()},
+        "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
+        "efficiency": {name: r.efficiency for name, r in results.items()},
+    }
+    (output_dir / "results.json").write_text(json.dumps(payload, indent=2))
+    return {"results": payload, "table": table}
+
+
+def _system_metrics(result: SystemResult) -> dict[str, float]:
+    metrics = {}
+    for name, row in result.summary.iterrows():
+        key = metric_key(str(name))
+        metrics |= {key: row["mean"], f"{key}_std": row["std"], f"{key}_ci_low": row["ci_low"], f"{key}_ci_high": row["ci_high"]}
+    return {k: v for k, v in metrics.items() if pd.notna(v)} | result.efficiency
+
+
+def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo) -> None:
+    if not tracker.enabled:
+        return
+    with stage("log to MLflow"):
+        parent_metrics = {}
+        for name, result in results.items():
+            folder = output_dir / "systems" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy(output_dir / "runs" / f"{name}.trec", folder / "run.trec")
+            result.per_query.to_csv(folder / "per_query.csv", float_format="%.17g")
+            metrics = _system_metrics(result)
+            tracker.log_system(name, result.params, metrics, [folder / "run.trec", folder / "per_query.csv"])
+            parent_metrics |= {f"{name}/{metric_key(str(m))}": v for m, v in result.summary["mean"].items() if pd.notna(v)}
+        artifacts = [output_dir / name for name in ("results.json", "comparison.csv", "config.yaml", "per_query.csv")]
+        if job.hydra_dir and job.hydra_dir.is_dir():
+            artifacts.append(job.hydra_dir)
+        tracker.log_parent(parent_metrics, artifacts)
+
+
+def print_report(table: pd.DataFrame, tracker: Tracker) -> None:
+    print()
+    print(table.to_string(float_format=lambda v: f"{v:.4f}"))
+    print()
+    if tracker.url_hint:
+        print(f"Open the results in the MLflow UI:  {tracker.url_hint}")

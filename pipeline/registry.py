@@ -1,0 +1,75 @@
+"""Plugins by entry point, constructed by Hydra.
+
+Entry-point groups ``ragtrack.retrievers``, ``ragtrack.fusions``, ``ragtrack.evaluators`` and
+``ragtrack.generators`` name the plugins (built-ins are registered there like any third-party
+package); a config names one by ``type`` (or gives a ``_target_``), and :func:`instantiate` - the only
+caller of ``hydra.utils.instantiate`` - constructs it. A plugin that fails to import is a warning when
+listing, an error only when it is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate as hydra_instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.errors import RagtrackError
+
+log = logging.getLogger(__name__)
+
+GROUPS = ("retrievers", "fusions", "evaluators", "generators")
+
+
+def installed(group: str) -> dict[str, EntryPoint]:
+    """Entry points of ``ragtrack.<group>`` by name."""
+    return {ep.name: ep for ep in entry_points(group=f"ragtrack.{group}")}
+
+
+def load(group: str, name: str) -> Any:
+    """The object an entry point names; unknown names fail listing the installed ones."""
+    found = installed(group)
+    if name not in found:
+        raise RagtrackError(f"unknown {group[:-1]} {name!r}; installed: {', '.join(sorted(found)) or 'none'}")
+    return found[name].load()
+
+
+def load_all(group: str) -> dict[str, Any]:
+    """Every plugin of a group that imports; the others are logged as warnings and skipped."""
+    loaded = {}
+    for name, ep in sorted(installed(group).items()):
+        try:
+            loaded[name] = ep.load()
+        except Exception as exc:  # a broken third-party plugin must not break ragtrack
+            log.warning("plugin %s %r failed to load: %s", group, name, exc)
+    return loaded
+
+
+def instantiate(config: Mapping | DictConfig, **kwargs: Any) -> Any:
+    """Construct an object from a config with ``_target_`` (the only call of hydra's instantiate)."""
+    try:
+        return hydra_instantiate(config, **kwargs)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, RagtrackError):
+            raise cause from None
+        raise RagtrackError(f"cannot construct {OmegaConf.to_container(config) if isinstance(config, DictConfig) else dict(config)}: {cause or exc}") from None
+
+
+def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
+    """Construct the plugin a config names by ``type`` (entry point) unless it gives a ``_target_``."""
+    settings = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
+    kind = settings.pop("type", None)
+    if "_target_" not in settings:
+        if kind is None:
+            raise RagtrackError(f"a {group[:-1]} config needs 'type' (one of: {', '.join(sorted(installed(group)))}) or '_target_'")
+        found = installed(group)
+        if kind not in found:
+            raise RagtrackError(f"unknown {group[:-1]} type {kind!r}; installed: {', '.join(sorted(found)) or 'none'}")
+        settings["_target_"] = found[kind].value.replace(":", ".")
+    settings.setdefault("_convert_", "all")
+    return instantiate(settings, **kwargs)

@@ -1,0 +1,144 @@
+"""MLflow logging: one parent run per Hydra job, one child run per system.
+
+Parent: tags (Hydra choices and overrides, dataset hash, git commit, sweep), params (shared config),
+metrics ``<system>/<metric>``, artifacts (resolved config, ``.hydra/``, comparison table). Child:
+tag ``ragtrack.system``, params (its config), metrics with identical keys across systems, artifacts
+``run.trec``, per-query table. A failed job ends its runs FAILED with the error logged. Secrets
+(config keys that look like keys, tokens or passwords) are redacted before anything is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+log = logging.getLogger(__name__)
+
+SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)$", re.IGNORECASE)
+PARAM_LIMIT = 6000
+
+
+def metric_key(name: str) -> str:
+    """MLflow-legal metric key: ``ndcg@10`` -> ``ndcg_at_10``."""
+    return name.replace("@", "_at_")
+
+
+def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested mapping; secrets redacted, lists kept as their string form."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat |= flatten(value, f"{dotted}.")
+        elif SECRET_KEY.search(str(key)) and value not in (None, ""):
+            flat[dotted] = "***"
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def git_commit(folder: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def ensure_store(uri: str) -> None:
+    """Create a SQLite store once under a file lock: concurrent first opens can half-migrate it."""
+    if not uri.startswith("sqlite:///"):
+        return
+    database = Path(uri.removeprefix("sqlite:///"))
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(database) + ".lock"):
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(uri).search_experiments(max_results=1)
+
+
+class Tracker:
+    """No tracking (``tracking=none``); the MLflow tracker has the same methods."""
+
+    enabled = False
+
+    def start(self, run_name: str, tags: dict, params: dict) -> None: ...
+    def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None) -> None: ...
+    def log_parent(self, metrics: dict[str, float], artifacts: list[Path]) -> None: ...
+    def finish(self, error: BaseException | None = None) -> None: ...
+
+    @property
+    def url_hint(self) -> str | None:
+        return None
+
+
+class MlflowTracker(Tracker):
+    enabled = True
+
+    def __init__(self, uri: str, experiment: str, artifact_location: str | None = None):
+        from mlflow.tracking import MlflowClient
+
+        self.uri, self.experiment_name = uri, experiment
+        ensure_store(uri)
+        self.client = MlflowClient(uri)
+        found = self.client.get_experiment_by_name(experiment)
+        if found is None:
+            try:
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_location)
+            except Exception:  # created meanwhile by a parallel job
+                self.experiment_id = self.client.get_experiment_by_name(experiment).experiment_id
+        else:
+            self.experiment_id = found.experiment_id
+        self.parent_id: str | None = None
+        self.child_ids: list[str] = []
+
+    def start(self, run_name: str, tags: dict, params: dict) -> None:
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()})
+        self.parent_id = run.info.run_id
+        self._log(self.parent_id, params=params)
+        log.info("MLflow: experiment %r, run %s (%s)", self.experiment_name, run_name, self.parent_id)
+
+    def _log(self, run_id: str, params: dict | None = None, metrics: dict | None = None) -> None:
+        from mlflow.entities import Metric, Param
+
+        param_list = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in (params or {}).items()]
+        metric_list = [Metric(k, float(v), 0, 0) for k, v in (metrics or {}).items()]
+        for start in range(0, max(len(param_list), len(metric_list)), 100):
+            self.client.log_batch(run_id, metrics=metric_list[start:start + 100], params=param_list[start:start + 100])
+
+    def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None) -> None:
+        run_tags = {"mlflow.parentRunId": self.parent_id, "ragtrack.system": system, **(tags or {})}
+        run = self.client.create_run(self.experiment_id, run_name=system, tags={k: str(v) for k, v in run_tags.items()})
+        self.child_ids.append(run.info.run_id)
+        self._log(run.info.run_id, params=params, metrics=metrics)
+        self._log_artifacts(run.info.run_id, artifacts)
+        self.client.set_terminated(run.info.run_id, "FINISHED")
+
+    def log_parent(self, metrics: dict[str, float], artifacts: list[Path]) -> None:
+        self._log(self.parent_id, metrics=metrics)
+        self._log_artifacts(self.parent_id, artifacts)
+
+    def _log_artifacts(self, run_id: str, paths: list[Path]) -> None:
+        """Files at the artifact root; a folder keeps its name (``.hydra/``)."""
+        for path in paths:
+            if Path(path).is_dir():
+                self.client.log_artifacts(run_id, str(path), artifact_path=Path(path).name)
+            else:
+                self.client.log_artifact(run_id, str(path))
+
+    def finish(self, error: BaseException | None = None) -> None:
+        if self.parent_id is None:
+            return
+        if error is not None:
+            self.client.set_tag(self.parent_id, "ragtrack.error", f"{type(error).__name__}: {error}"[:5000])
+        self.client.set_terminated(self.parent_id, "FAILED" if error is not None else "FINISHED")
+
+    @property
+    def url_hint(self) -> str:
+        return f"ragtrack ui --tracking-uri {self.uri}   (or: mlflow ui --backend-store-uri {self.uri} --host 127.0.0.1)"

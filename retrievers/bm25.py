@@ -1,0 +1,95 @@
+"""BM25 with two backends: ``bm25s`` (default; sparse precomputed scores, Lucene variant) and
+``rank_bm25`` (BM25Okapi, the implementation many RAG projects use).
+
+Lucene BM25 (Robertson et al. 1994; Lin et al. 2016 variant):
+score(q, d) = Σ_{t ∈ q} idf(t) · tf(t,d) / (tf(t,d) + k1 · (1 − b + b·|d|/avgdl)),
+idf(t) = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5)).
+Defaults k1=0.9, b=0.4 are Anserini/Pyserini's BEIR settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import bm25s
+import numpy as np
+from rank_bm25 import BM25Okapi
+from tqdm.auto import tqdm
+
+from pipeline.cache import Cache, folder_size
+from pipeline.data import Corpus
+from pipeline.errors import RagtrackError
+from pipeline.runs import Run
+from retrievers.base import Retriever
+from retrievers.text import Tokenizer
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("bm25s", "rank_bm25")
+
+
+class BM25Retriever(Retriever):
+    def __init__(self, name: str = "bm25", backend: str = "bm25s", k1: float = 0.9, b: float = 0.4,
+                 method: str = "lucene", tokenizer: dict | None = None, threads: int = 0):
+        super().__init__(name)
+        if backend not in BACKENDS:
+            raise RagtrackError(f"unknown BM25 backend {backend!r}; known: {', '.join(BACKENDS)}")
+        self.backend, self.k1, self.b, self.method, self.threads = backend, float(k1), float(b), method, threads
+        self.tokenizer = Tokenizer(**(tokenizer or {}))
+        self._doc_ids: list[str] = []
+        self._model = None
+
+    def index_settings(self) -> dict:
+        settings = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "backend": self.backend,
+                    "k1": self.k1, "b": self.b, "tokenizer": self.tokenizer.settings()}
+        if self.backend == "bm25s":
+            settings |= {"method": self.method, "bm25s": bm25s.__version__}
+        return settings
+
+    def index(self, corpus: Corpus, cache: Cache) -> None:
+        started = time.perf_counter()
+        self._doc_ids = corpus.ids
+        if self.backend == "rank_bm25":  # its index can only be pickled, so it is rebuilt (seconds)
+            tokens = self.tokenizer(corpus.full_texts())
+            self._model = BM25Okapi(tokens, k1=self.k1, b=self.b)
+            self.stats.build_seconds = time.perf_counter() - started
+            return
+
+        def build(folder):
+            log.info("%s: indexing %d documents", self.name, len(corpus))
+            model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
+            model.index(self.tokenizer(corpus.full_texts()), show_progress=True, leave_progress=False)
+            model.save(str(folder), allow_pickle=False)
+
+        builds_before = len(cache.builds)
+        folder = cache.entry("bm25", {"corpus": corpus.hash, **self.index_settings()}, build, label=self.name)
+        self._model = bm25s.BM25.load(str(folder), allow_pickle=False)
+        self.stats.from_cache = len(cache.builds) == builds_before
+        self.stats.build_seconds = time.perf_counter() - started
+        self.stats.size_bytes = folder_size(folder)
+
+    def search(self, queries: dict[str, str], depth: int) -> Run:
+        if self._model is None:
+            raise RuntimeError("index() must be called before search()")
+        qids = list(queries)
+        tokens = self.tokenizer(queries[qid] for qid in qids)
+        k = min(depth, len(self._doc_ids))
+        if self.backend == "bm25s":
+            found, scores = self._model.retrieve(tokens, k=k, show_progress=False, n_threads=self.threads)
+        else:
+            found, scores = self._rank_bm25_top(tokens, k)
+        doc_ids = np.asarray(self._doc_ids, dtype=object)
+        return Run(self.name, {
+            qid: dict(zip(doc_ids[found[row]].tolist(), scores[row].astype(float).tolist()))
+            for row, qid in enumerate(qids)
+        })
+
+    def _rank_bm25_top(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
+        found = np.empty((len(tokens), k), dtype=np.int64)
+        scores = np.empty((len(tokens), k))
+        for row, query in enumerate(tqdm(tokens, desc=f"{self.name}: search", unit="query", leave=False)):
+            all_scores = self._model.get_scores(query)
+            top = np.argpartition(-all_scores, k - 1)[:k] if k < len(all_scores) else np.arange(len(all_scores))
+            found[row], scores[row] = top, all_scores[top]
+        return found, scores

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pipeline.data import Corpus
 from pipeline.runs import Run
 
 Qrels = dict[str, dict[str, int]]
@@ -30,6 +31,7 @@ class EvalInput:
     queries: dict[str, str] = field(default_factory=dict)
     answers: dict[str, list[str]] = field(default_factory=dict)
     generated: dict[str, str] = field(default_factory=dict)
+    corpus: Corpus | None = None  # passage texts, for metrics that read what was retrieved
 
 
 class Evaluator(ABC):

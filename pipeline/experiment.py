@@ -24,6 +24,7 @@ from pipeline import registry
 from pipeline.cache import Cache
 from pipeline.data import Dataset, load_beir
 from pipeline.errors import RagtrackError
+from pipeline.generation import answer_questions
 from pipeline.runs import Run, write_trec
 from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key
 
@@ -74,7 +75,8 @@ def config_hash(cfg: DictConfig) -> str:
 
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-query table (all evaluators side by side) and its summary (mean, std, bootstrap CI)."""
-    data = EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {})
+    data = EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {},
+                     corpus=dataset.corpus)
     tables, summaries = [], []
     for evaluator in evaluators:
         if not evaluator.applies_to(data):
@@ -151,10 +153,15 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True))
     if not runs:
         raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
+    generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
     results = {}
     for name, run in runs.items():
+        with stage(f"{name}: generate answers"):
+            answers = answer_questions(generator, run, dataset, Path(cfg.paths.output_dir) / "systems" / name)
         with stage(f"{name}: evaluate"):
-            per_query, summary = evaluate_run(run, dataset, evaluators, seed=int(cfg.seed))
+            per_query, summary = evaluate_run(run, dataset, evaluators, seed=int(cfg.seed), generated=answers and answers.texts)
+        if answers:
+            per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
         missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
         if missing:
             log.warning("%s: %d of %d queries have no results (they score 0)", name, missing, len(dataset.queries))
@@ -162,11 +169,16 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     return results
 
 
+def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
+    """Columns ``system``, ``qid``, then the system's per-query columns (texts first, then metrics)."""
+    table = per_query.reset_index().assign(system=system)
+    return table[["system", "qid", *[c for c in table.columns if c not in ("system", "qid")]]]
+
+
 def _write_outputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path) -> dict:
     for result in results.values():
         write_trec(result.run, output_dir / "runs" / f"{result.name}.trec", tag=result.name)
-    per_query = pd.concat([r.per_query.reset_index().assign(system=name) for name, r in results.items()], ignore_index=True)
-    per_query = per_query[["system", "qid", *[c for c in per_query.columns if c not in ("system", "qid")]]]
+    per_query = pd.concat([per_query_table(name, r.per_query) for name, r in results.items()], ignore_index=True)
     per_query.to_csv(output_dir / "per_query.csv", index=False, float_format="%.17g")
     table = pd.DataFrame({name: r.summary["mean"] for name, r in results.items()})
     table.index.name = "metric"
@@ -202,9 +214,9 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             folder = output_dir / "systems" / name
             folder.mkdir(parents=True, exist_ok=True)
             shutil.copy(output_dir / "runs" / f"{name}.trec", folder / "run.trec")
-            result.per_query.to_csv(folder / "per_query.csv", float_format="%.17g")
+            per_query_table(name, result.per_query).to_csv(folder / "per_query.csv", index=False, float_format="%.17g")
             metrics = _system_metrics(result)
-            tracker.log_system(name, result.params, metrics, [folder / "run.trec", folder / "per_query.csv"])
+            tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()))  # run, per-query table, answer reports
             parent_metrics |= {f"{name}/{metric_key(str(m))}": v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in ("results.json", "comparison.csv", "config.yaml", "per_query.csv")]
         if job.hydra_dir and job.hydra_dir.is_dir():

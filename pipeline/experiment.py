@@ -140,7 +140,7 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         retriever = registry.build("retrievers", rcfg, name=name)
         runs[name], efficiency[name] = _search(name, retriever, dataset, cache, depth)
         params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True))
-    for fcfg in (cfg.fusion or {}).values():
+    for fcfg in (cfg.get("fusion") or {}).values():
         fuse = registry.build("fusions", {**OmegaConf.to_container(fcfg, resolve=True), "_partial_": True})
         system = fcfg.system
         if system in runs:

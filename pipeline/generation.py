@@ -121,36 +121,18 @@ class ExtractiveGenerator(Generator):
         words = _WORD.findall(sentence)
         marked = [bool(asked & set(tokens)) for tokens in self.tokenize(words)]
         hits = [i for i, is_question in enumerate(marked) if is_question]
-        runs, current = [], []
-        for i, word in enumerate(words):
-            if marked[i]:
-                runs.append(current)
-                current = []
-                continue
-            current.append(i)
-            if word.endswith(_CLAUSE_END):
-                runs.append(current)
-                current = []
-        runs.append(current)
+        runs = _question_free_runs(words, marked)
         wanted = _expected_type(question)
-        pieces = [(False, run) for run in runs]
-        for run in runs:  # stretches of words of the asked-for kind
-            stretch: list[int] = []
-            for i in [*run, None]:
-                if i is not None and wanted and wanted(words[i].strip(_EDGE_PUNCTUATION)):
-                    stretch.append(i)
-                elif stretch:
-                    pieces.append((True, stretch))
-                    stretch = []
+        typed = _stretches(words, runs, wanted) if wanted else []
         candidates = []
-        for typed, piece in pieces:
+        for is_typed, piece in [*((False, run) for run in runs), *((True, stretch) for stretch in typed)]:
             while piece and self._is_filler(words[piece[0]]):
                 piece = piece[1:]
             while piece and self._is_filler(words[piece[-1]]):
                 piece = piece[:-1]
             if piece:
                 distance = min((abs(i - h) for i in piece for h in hits), default=0)
-                candidates.append((not typed, distance, -len(piece), piece[0], piece))
+                candidates.append((not is_typed, distance, -len(piece), piece[0], piece))
         if not candidates:
             return sentence.strip()
         chosen = min(candidates)[-1]
@@ -160,6 +142,34 @@ class ExtractiveGenerator(Generator):
     def _is_filler(word: str) -> bool:
         bare = word.strip(_EDGE_PUNCTUATION).lower()
         return not bare or bare in STOPWORDS_EN
+
+
+def _question_free_runs(words: list[str], marked: list[bool]) -> list[list[int]]:
+    """Indices of the runs of words that are not question terms; a run also ends after ``, ; :``."""
+    runs, current = [], []
+    for i, word in enumerate(words):
+        if not marked[i]:
+            current.append(i)
+        if marked[i] or word.endswith(_CLAUSE_END):
+            runs.append(current)
+            current = []
+    return [run for run in [*runs, current] if run]
+
+
+def _stretches(words: list[str], runs: list[list[int]], wanted) -> list[list[int]]:
+    """Maximal stretches of consecutive words of the asked-for kind inside each run."""
+    found = []
+    for run in runs:
+        stretch: list[int] = []
+        for i in run:
+            if wanted(words[i].strip(_EDGE_PUNCTUATION)):
+                stretch.append(i)
+            elif stretch:
+                found.append(stretch)
+                stretch = []
+        if stretch:
+            found.append(stretch)
+    return found
 
 
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "

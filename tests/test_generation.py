@@ -224,3 +224,18 @@ def test_qa_xquad_end_to_end(tmp_path: Path) -> None:
     twin = _read_csv(Path(client.download_artifacts(child.info.run_id, "per_query.csv", str(tmp_path / "twin"))))
     assert list(twin[0])[:5] == ["system", "qid", "question", "gold_answers", "generated_answer"]
     assert twin[0]["system"] == child.data.tags["ragtrack.system"]
+
+
+@pytest.mark.slow
+def test_qa_xquad_real_minilm(tmp_path: Path) -> None:
+    """The README's table: experiment=qa_xquad with the shipped MiniLM (a regression fixture)."""
+    _run_cli(tmp_path, "experiment=qa_xquad", "tracking=none")
+    systems = json.loads((next(tmp_path.glob("outputs/runs/*")) / "results.json").read_text())["systems"]
+    expected = {  # answer_f1, exact_match, rougeL, bertscore_f1, context_recall@1, context_recall@3
+        "bm25": [0.2622, 0.1454, 0.2672, 0.3864, 0.9235, 0.9714],
+        "dense": [0.2486, 0.1378, 0.2534, 0.3756, 0.8756, 0.9622],
+        "hybrid": [0.2647, 0.1479, 0.2699, 0.3913, 0.9294, 0.9756],
+    }
+    names = ["answer_f1", "exact_match", "rougeL", "bertscore_f1", "context_recall@1", "context_recall@3"]
+    for system, values in expected.items():
+        assert [systems[system][name] for name in names] == pytest.approx(values, abs=6e-5), system

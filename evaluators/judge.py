@@ -94,10 +94,8 @@ class LLMJudge(Evaluator):
     def provides(cls) -> dict[str, str]:
         return {f"judge_{name}": description for name, description in CRITERIA.items()}
 
-    def __init__(self, base_url: str, model: str, prompt: str, metrics: Sequence[str] | None = None, top_k: int = 3,
-                 api_key_env: str | None = None, timeout: float = 60.0, max_retries: int = 4, backoff: float = 1.0,
-                 concurrency: int = 4, parameters: dict | None = None, system_prompt: str | None = None,
-                 cache_dir: str | None = None, output_dir: str | None = None):
+    def __init__(self, prompt: str, metrics: Sequence[str] | None = None, top_k: int = 3, output_dir: str | None = None, **client):
+        """``client``: the :class:`ChatClient` settings (``base_url``, ``model``, ``api_key_env``, ...)."""
         super().__init__(metrics)
         unknown = [m for m in self.metrics if m not in self.provides()]
         if unknown:
@@ -105,9 +103,7 @@ class LLMJudge(Evaluator):
         self.criteria = [m.removeprefix("judge_") for m in self.metrics]
         check_template(prompt, {"question", "context", "gold_answers", "answer"}, "llm_judge")
         self.prompt, self.top_k, self.output_dir = prompt, int(top_k), output_dir
-        self.client = ChatClient(base_url=base_url, model=model, api_key_env=api_key_env, timeout=timeout,
-                                 max_retries=max_retries, backoff=backoff, concurrency=concurrency,
-                                 parameters=dict(parameters or {}), system_prompt=system_prompt, cache_dir=cache_dir)
+        self.client = ChatClient(**client)
 
     def applies_to(self, data: EvalInput) -> bool:
         return any(answer.strip() for answer in data.generated.values()) and data.corpus is not None

@@ -226,6 +226,7 @@ class ChatClient:
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
+        self.parameters = dict(self.parameters or {})
         if not self.base_url or not self.model:
             raise RagtrackError("chat client: 'base_url' and 'model' are required")
         if self.concurrency < 1 or self.max_retries < 0 or self.timeout <= 0:
@@ -344,17 +345,14 @@ def numbered_passages(passages: list[str]) -> str:
 
 
 class OpenAIGenerator(Generator):
-    """Answers with an OpenAI-compatible chat model; ``prompt`` has ``{question}`` and ``{context}``."""
+    """Answers with an OpenAI-compatible chat model; ``prompt`` has ``{question}`` and ``{context}``;
+    the other settings (``base_url``, ``model``, ``api_key_env``, ...) are :class:`ChatClient`'s."""
 
-    def __init__(self, base_url: str, model: str, prompt: str, top_k: int = 3, api_key_env: str | None = None,
-                 timeout: float = 60.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 4,
-                 parameters: dict | None = None, system_prompt: str | None = None, cache_dir: str | None = None):
+    def __init__(self, prompt: str, top_k: int = 3, **client):
         super().__init__()
         check_template(prompt, {"question", "context"}, "openai generator")
         self.prompt, self.top_k = prompt, int(top_k)
-        self.client = ChatClient(base_url=base_url, model=model, api_key_env=api_key_env, timeout=timeout,
-                                 max_retries=max_retries, backoff=backoff, concurrency=concurrency,
-                                 parameters=dict(parameters or {}), system_prompt=system_prompt, cache_dir=cache_dir)
+        self.client = ChatClient(**client)
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
         prompts = {qid: self.prompt.format(question=question, context=numbered_passages(contexts.get(qid, [])[:self.top_k]))

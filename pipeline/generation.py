@@ -268,7 +268,10 @@ class ChatClient:
         """The reply to one prompt, from the cache or the server."""
         cached = self._cache_file(prompt)
         if cached is not None and cached.exists():
-            return json.loads(cached.read_text(encoding="utf-8"))["reply"]
+            try:
+                return json.loads(cached.read_text(encoding="utf-8"))["reply"]
+            except (OSError, ValueError, KeyError, TypeError):
+                log.warning("unreadable cached reply %s is replaced", cached)
         reply = self._request(prompt, http)
         if cached is not None:
             write_atomic(cached, json.dumps({"model": self.model, "reply": reply}))

@@ -142,9 +142,10 @@ def test_openai_generator_retries_and_reports_failures(chat_server: ChatServer, 
     assert "passage three" not in request["body"]["messages"][-1]["content"]  # top_k = 2
 
     sent = len(chat_server.requests)
+    sorted(tmp_path.rglob("*.json"))[0].write_text("{half-written")  # an unreadable entry is asked again
     again = _generator(chat_server.url, api_key_env=KEY_ENV, cache_dir=str(tmp_path))
     assert again.generate(queries, {tag: ["passage one", "passage two"] for tag in tags}) == answers
-    assert len(chat_server.requests) - sent == 3 + 3 + 1  # cached replies cost nothing; failures are retried
+    assert len(chat_server.requests) - sent == 1 + 3 + 3 + 1  # cached replies cost nothing; failures are retried
     cached = list(tmp_path.rglob("*.json"))
     assert len(cached) == 4 and all(SECRET not in file.read_text() for file in cached)
 

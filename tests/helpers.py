@@ -71,12 +71,10 @@ def _stall_points() -> dict:
     $RAGTRACK_TEST_STALL_FILE and sleeps, holding whatever it has half-written."""
     from chromadb.api.models.Collection import Collection
 
-    from pipeline.tracking import MlflowTracker
     from retrievers.encoders import HashingEncoder
 
     return {"encode": (HashingEncoder, "_encode"),       # the corpus is being encoded
-            "index": (Collection, "add"),                # vectors are being added to Chroma
-            "log": (MlflowTracker, "log_system")}        # the first system is logged to MLflow
+            "index": (Collection, "add")}                # vectors are being added to Chroma
 
 
 def stalling_main() -> int:

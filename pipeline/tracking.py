@@ -36,6 +36,28 @@ def metric_key(name: str) -> str:
     return name.replace("@", "_at_")
 
 
+def _redacted(key: object, value: Any) -> Any:
+    return "***" if SECRET_KEY.search(str(key)) and value not in (None, "") and not isinstance(value, Mapping) else value
+
+
+def redact(config: Any) -> Any:
+    """A copy of a nested config with the values of secret-looking keys replaced by ``***``."""
+    if isinstance(config, Mapping):
+        return {key: redact(_redacted(key, value)) for key, value in config.items()}
+    if isinstance(config, list):
+        return [redact(value) for value in config]
+    return config
+
+
+def redact_overrides(overrides: list[str]) -> list[str]:
+    """Hydra overrides (``key=value``) with the values of secret-looking keys replaced by ``***``."""
+    redacted = []
+    for override in overrides:
+        key, sign, value = override.partition("=")
+        redacted.append(f"{key}={_redacted(key.lstrip('+~'), value)}" if sign else override)
+    return redacted
+
+
 def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:
     """Dotted keys of a nested mapping; secrets redacted, lists kept as their string form."""
     flat: dict[str, Any] = {}
@@ -43,10 +65,8 @@ def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:
         dotted = f"{prefix}{key}"
         if isinstance(value, Mapping):
             flat |= flatten(value, f"{dotted}.")
-        elif SECRET_KEY.search(str(key)) and value not in (None, ""):
-            flat[dotted] = "***"
         else:
-            flat[dotted] = value
+            flat[dotted] = _redacted(key, value)
     return flat
 
 

@@ -34,6 +34,7 @@ def reference(tmp_path_factory) -> dict:
     return _systems(root / "outputs" / "job")
 
 
+@pytest.mark.slow  # two MLflow jobs: about a minute
 def test_killed_while_encoding(tmp_path: Path, reference: dict) -> None:
     run_until_stalled(tmp_path, "encode", *TOY_JOB, "hydra.run.dir=outputs/killed")
     cache = tmp_path / ".cache" / "ragtrack"

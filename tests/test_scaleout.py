@@ -142,7 +142,7 @@ def _sweep_results(sweep: Path) -> dict[str, dict]:
     return {(job / ".hydra" / "overrides.yaml").read_text(): _systems(job) for job in sweep.glob("[0-9]*")}
 
 
-SWEEP = ("-m", "fusion.rrf.k=10,20,40,60", "tracking=none")
+SWEEP = ("run", "--multirun", "dataset=toy", "encoder=hashing", "fusion.rrf.k=10,20,40,60", "tracking=none")
 
 
 @pytest.mark.slow
@@ -150,9 +150,9 @@ def test_joblib_sweep_builds_each_index_once(tmp_path) -> None:
     """Four jobs, two joblib workers, cold cache: each index is built by one job; the same numbers as serially."""
     (tmp_path / "parallel").mkdir()
     (tmp_path / "serial").mkdir()
-    parallel = ragtrack(tmp_path / "parallel", *TOY_JOB, *SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=outputs/sweep")
+    parallel = ragtrack(tmp_path / "parallel", *SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=outputs/sweep")
     assert parallel.returncode == 0, parallel.stderr[-3000:]
-    serial = ragtrack(tmp_path / "serial", *TOY_JOB, *SWEEP, "hydra.sweep.dir=outputs/sweep")
+    serial = ragtrack(tmp_path / "serial", *SWEEP, "hydra.sweep.dir=outputs/sweep")
     assert serial.returncode == 0, serial.stderr[-3000:]
     logs = [p.read_text() for p in (tmp_path / "parallel" / "outputs" / "sweep").glob("*/ragtrack.log")]
     assert len(logs) == 4
@@ -166,7 +166,7 @@ def test_joblib_sweep_builds_each_index_once(tmp_path) -> None:
 @pytest.mark.slow
 def test_ray_sweep_on_a_local_instance(tmp_path) -> None:
     pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the `scale` extra installs the Ray launcher")
-    result = ragtrack(tmp_path, *TOY_JOB, "-m", "fusion.rrf.k=20,60", "tracking=none", "hydra/launcher=ray",
+    result = ragtrack(tmp_path, "run", "--multirun", "dataset=toy", "encoder=hashing", "fusion.rrf.k=20,60", "tracking=none", "hydra/launcher=ray", "hydra.launcher.ray.init.address=local",
                       "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
                       "hydra.sweep.dir=outputs/sweep", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

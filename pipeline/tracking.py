@@ -190,4 +190,6 @@ class MlflowTracker(Tracker):
 
     @property
     def url_hint(self) -> str:
+        if not is_local_store(self.uri):
+            return f"{self.uri}  (experiment {self.experiment_name!r})"
         return f"ragtrack ui --tracking-uri {self.uri}   (or: mlflow ui --backend-store-uri {self.uri} --host 127.0.0.1)"

@@ -4,6 +4,7 @@ SIGKILL it there deterministically."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+TOY_JOB = ("run", "dataset=toy", "encoder=hashing")  # the toy dataset with the model-free encoder
 PYTHON_CLI = [sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())"]
 STALLING_CLI = [sys.executable, "-c", "import sys; from tests.helpers import stalling_main; sys.exit(stalling_main())"]
 
@@ -22,6 +24,11 @@ def ragtrack(root: Path, *args: str, env: dict | None = None, timeout: float = 3
     """``ragtrack <args>`` in ``root`` with RAGTRACK_ROOT=root."""
     full_env = {**os.environ, "RAGTRACK_ROOT": str(root), "RAY_AUTH_MODE": "disabled", **(env or {})}
     return subprocess.run([*PYTHON_CLI, *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout, **popen)
+
+
+def systems(output_dir: Path) -> dict[str, dict[str, float]]:
+    """Mean metrics per system from a job's ``results.json``."""
+    return json.loads((output_dir / "results.json").read_text())["systems"]
 
 
 def free_port() -> int:

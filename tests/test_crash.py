@@ -4,20 +4,13 @@ is marked KILLED instead of staying RUNNING."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.cache import MANIFEST
-from tests.helpers import ragtrack, run_until_stalled
-
-TOY_JOB = ("run", "dataset=toy", "encoder=hashing")
-
-
-def _systems(folder: Path) -> dict:
-    return json.loads((folder / "results.json").read_text())["systems"]
+from tests.helpers import TOY_JOB, ragtrack, run_until_stalled, systems
 
 
 def _entries(cache: Path, kind: str) -> tuple[list[str], list[str]]:
@@ -31,7 +24,7 @@ def reference(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("reference")
     result = ragtrack(root, *TOY_JOB, "tracking=none", "hydra.run.dir=outputs/job")
     assert result.returncode == 0, result.stderr[-3000:]
-    return _systems(root / "outputs" / "job")
+    return systems(root / "outputs" / "job")
 
 
 @pytest.mark.slow  # two MLflow jobs: about a minute
@@ -47,7 +40,7 @@ def test_killed_while_encoding(tmp_path: Path, reference: dict) -> None:
 
     rerun = ragtrack(tmp_path, *TOY_JOB, "hydra.run.dir=outputs/rerun")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert _systems(tmp_path / "outputs" / "rerun") == reference
+    assert systems(tmp_path / "outputs" / "rerun") == reference
     assert _entries(cache, "embeddings")[1] == []  # the killed job's temporary folder was removed
     marked = client.get_run(killed.info.run_id)
     assert marked.info.status == "KILLED" and "ended without finishing" in marked.data.tags["ragtrack.error"]
@@ -63,7 +56,7 @@ def test_killed_while_writing_the_chroma_index(tmp_path: Path, reference: dict) 
 
     rerun = ragtrack(tmp_path, *TOY_JOB, "tracking=none", "hydra.run.dir=outputs/rerun")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert _systems(tmp_path / "outputs" / "rerun") == reference
+    assert systems(tmp_path / "outputs" / "rerun") == reference
     log = (tmp_path / "outputs" / "rerun" / "ragtrack.log").read_text()
     assert "cache hit: dense embeddings" in log and "cache build: dense chroma" in log
     assert len(_entries(cache, "chroma")[0]) == 1 and _entries(cache, "chroma")[1] == []

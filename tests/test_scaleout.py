@@ -3,9 +3,9 @@ sweeps build each index once; concurrent first use of the MLflow SQLite store an
 
 from __future__ import annotations
 
-import json
 import multiprocessing
-import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,13 +17,7 @@ from pipeline.data import load_beir
 from retrievers.dense import DenseRetriever
 from retrievers.encoders import HashingEncoder
 from tests.conftest import TOY
-from tests.helpers import free_port, ragtrack, server
-
-TOY_JOB = ("run", "dataset=toy", "encoder=hashing")
-
-
-def _systems(folder: Path) -> dict:
-    return json.loads((folder / "results.json").read_text())["systems"]
+from tests.helpers import TOY_JOB, free_port, ragtrack, server, systems
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +26,7 @@ def embedded(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("embedded")
     result = ragtrack(root, *TOY_JOB, "hydra.run.dir=outputs/job")
     assert result.returncode == 0, result.stderr[-3000:]
-    return _systems(root / "outputs" / "job")
+    return systems(root / "outputs" / "job")
 
 
 def _create_store(uri: str, queue) -> None:
@@ -105,12 +99,32 @@ def test_chroma_server_gives_the_embedded_metrics(tmp_path, embedded) -> None:
         again = ragtrack(tmp_path, *TOY_JOB, "tracking=none", *http, "paths.cache_dir=" + str(tmp_path / "other-cache"),
                          "hydra.run.dir=outputs/again", env=env)
         assert again.returncode == 0, again.stderr[-3000:]
+        _untrusted_server_collections_are_rebuilt(port, tmp_path / "cache-3")
     assert "chroma server: built collection" in (tmp_path / "outputs/first/ragtrack.log").read_text()
     assert "chroma server: reusing collection" in (tmp_path / "outputs/again/ragtrack.log").read_text()
-    assert _systems(tmp_path / "outputs" / "first") == embedded == _systems(tmp_path / "outputs" / "again")
+    assert systems(tmp_path / "outputs" / "first") == embedded == systems(tmp_path / "outputs" / "again")
     assert not (tmp_path / "cache" / "chroma").exists()
     leaked = [p for p in (tmp_path / "outputs").rglob("*") if p.is_file() and b"chroma-token-must-not-leak" in p.read_bytes()]
     assert leaked == []
+
+
+def _untrusted_server_collections_are_rebuilt(port: int, cache_dir: Path) -> None:
+    """A collection without its completion mark and a temporary build of a dead process are dropped."""
+    dataset = load_beir(TOY)
+    settings = {"mode": "http", "host": "127.0.0.1", "port": port, "hnsw": {"ef_search": 50}}
+    first, cache = DenseRetriever(HashingEncoder(), chroma=settings), Cache(cache_dir)
+    first.index(dataset.corpus, cache)
+    name = cache.builds[-1].split("/")[1]
+    client = first._client
+    client.get_collection(name).modify(metadata={"ragtrack.process": "elsewhere:1:1"})  # completion mark gone
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    client.create_collection(f"{name}-tmp-killed", metadata={"ragtrack.process": f"{socket.gethostname()}:{dead.pid}:1"})
+    second, cache = DenseRetriever(HashingEncoder(), chroma=settings), Cache(cache_dir)
+    second.index(dataset.corpus, cache)
+    assert cache.builds == [f"chroma-server/{name}"]
+    assert [c.name for c in client.list_collections() if c.name.startswith(name)] == [name]
+    assert second.search(dataset.queries, 100).scores == first.search(dataset.queries, 100).scores
 
 
 @pytest.mark.slow
@@ -134,12 +148,12 @@ def test_mlflow_server_gives_the_embedded_metrics(tmp_path, embedded) -> None:
     logged = {key: value for key, value in parent.data.metrics.items()}
     assert logged == {f"{system}/{metric.replace('@', '_at_')}": value
                       for system, metrics in embedded.items() for metric, value in metrics.items()}
-    assert _systems(tmp_path / "outputs" / "job") == embedded
+    assert systems(tmp_path / "outputs" / "job") == embedded
 
 
 def _sweep_results(sweep: Path) -> dict[str, dict]:
     """Each job's systems by its overrides."""
-    return {(job / ".hydra" / "overrides.yaml").read_text(): _systems(job) for job in sweep.glob("[0-9]*")}
+    return {(job / ".hydra" / "overrides.yaml").read_text(): systems(job) for job in sweep.glob("[0-9]*")}
 
 
 SWEEP = ("run", "--multirun", "dataset=toy", "encoder=hashing", "fusion.rrf.k=10,20,40,60", "tracking=none")
@@ -172,4 +186,4 @@ def test_ray_sweep_on_a_local_instance(tmp_path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     results = _sweep_results(tmp_path / "outputs" / "sweep")
     assert len(results) == 2
-    assert all(set(systems) == {"bm25", "dense", "hybrid"} for systems in results.values())
+    assert all(set(found) == {"bm25", "dense", "hybrid"} for found in results.values())

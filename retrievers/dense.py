@@ -131,7 +131,7 @@ class DenseRetriever(Retriever):
         address = f"{'https' if self.chroma['ssl'] else 'http'}://{self.chroma['host']}:{self.chroma['port']}"
         try:
             client = chromadb.HttpClient(host=self.chroma["host"], port=int(self.chroma["port"]), ssl=bool(self.chroma["ssl"]),
-                                                 headers=headers, settings=_chroma_settings())
+                                         headers=headers, settings=_chroma_settings())
             client.heartbeat()
         except Exception as exc:
             raise RagtrackError(f"cannot reach the Chroma server at {address}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
@@ -181,9 +181,9 @@ class DenseRetriever(Retriever):
     def _drop_untrusted(self, name: str) -> None:
         """Drop ``name`` if it is not marked complete, and temporary builds of it whose builder is gone."""
         for collection in self._client.list_collections():
-            builder = (collection.metadata or {}).get(BUILDER, "")
-            unfinished = collection.name == name
-            orphan = collection.name.startswith(f"{name}-tmp-") and not process_alive(builder)
+            metadata = collection.metadata or {}
+            unfinished = collection.name == name and not metadata.get(COMPLETE)
+            orphan = collection.name.startswith(f"{name}-tmp-") and not process_alive(metadata.get(BUILDER, ""))
             if unfinished or orphan:
                 log.warning("chroma server: dropping untrusted collection %s", collection.name)
                 self._client.delete_collection(collection.name)

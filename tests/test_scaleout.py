@@ -114,6 +114,7 @@ def _untrusted_server_collections_are_rebuilt(port: int, cache_dir: Path) -> Non
     settings = {"mode": "http", "host": "127.0.0.1", "port": port, "hnsw": {"ef_search": 50}}
     first, cache = DenseRetriever(HashingEncoder(), chroma=settings), Cache(cache_dir)
     first.index(dataset.corpus, cache)
+    expected = first.search(dataset.queries, 100).scores
     name = cache.builds[-1].split("/")[1]
     client = first._client
     client.get_collection(name).modify(metadata={"ragtrack.process": "elsewhere:1:1"})  # completion mark gone
@@ -124,7 +125,7 @@ def _untrusted_server_collections_are_rebuilt(port: int, cache_dir: Path) -> Non
     second.index(dataset.corpus, cache)
     assert cache.builds == [f"chroma-server/{name}"]
     assert [c.name for c in client.list_collections() if c.name.startswith(name)] == [name]
-    assert second.search(dataset.queries, 100).scores == first.search(dataset.queries, 100).scores
+    assert second.search(dataset.queries, 100).scores == expected
 
 
 @pytest.mark.slow

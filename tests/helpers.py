@@ -20,10 +20,10 @@ PYTHON_CLI = [sys.executable, "-c", "import sys; from pipeline.cli import main; 
 STALLING_CLI = [sys.executable, "-c", "import sys; from tests.helpers import stalling_main; sys.exit(stalling_main())"]
 
 
-def ragtrack(root: Path, *args: str, env: dict | None = None, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
+def ragtrack(root: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``ragtrack <args>`` in ``root`` with RAGTRACK_ROOT=root."""
     full_env = {**os.environ, "RAGTRACK_ROOT": str(root), "RAY_AUTH_MODE": "disabled", **(env or {})}
-    return subprocess.run([*PYTHON_CLI, *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout, **popen)
+    return subprocess.run([*PYTHON_CLI, *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
 def systems(output_dir: Path) -> dict[str, dict[str, float]]:

@@ -165,7 +165,7 @@ class BertScoreEvaluator(_GoldAnswerEvaluator):
 
             location = resolve_model(self.model_name)
             try:
-                self._loaded = AutoTokenizer.from_pretrained(location), AutoModel.from_pretrained(location).eval()
+                self._loaded = AutoTokenizer.from_pretrained(location), AutoModel.from_pretrained(location, use_safetensors=True).train(False)  # inference mode, safetensors only
             except Exception as exc:
                 raise RagtrackError(f"bertscore: cannot load model {self.model_name!r}: {str(exc).splitlines()[0]}") from None
         return self._loaded

@@ -35,7 +35,7 @@ class RankedGrades:
     num_rel: np.ndarray  # (queries,) judged documents with grade >= threshold
     num_nonrel: np.ndarray  # (queries,) judged documents with grade < threshold
     threshold: int
-    max_grade: int  # largest grade in the qrels (ERR's g_max)
+    max_grade: int  # top grade of the scale (ERR's g_max)
 
     @property
     def depth(self) -> int:
@@ -86,8 +86,9 @@ def _trec_order(rows: np.ndarray, docs: np.ndarray, scores: np.ndarray) -> np.nd
     return np.lexsort((-id_rank, -scores, rows))
 
 
-def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold: int = 1, min_width: int = 1) -> RankedGrades:
-    """Build the grade matrix of ``run`` against ``qrels``; rows follow the qrels' query order."""
+def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold: int = 1, min_width: int = 1, max_grade: int | None = None) -> RankedGrades:
+    """Build the grade matrix of ``run`` against ``qrels``; rows follow the qrels' query order.
+    ``max_grade`` (ERR's g_max) defaults to the largest grade in the qrels, at least 1."""
     qids = list(qrels)
     row_of = {qid: row for row, qid in enumerate(qids)}
     n = len(qids)
@@ -128,7 +129,7 @@ def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold:
         qids=qids, grades=grades, judged=judged, retrieved=retrieved, ideal=ideal,
         num_rel=np.bincount(judged_rows[relevant], minlength=n),
         num_nonrel=np.bincount(judged_rows[~relevant], minlength=n),
-        threshold=threshold, max_grade=max(int(judged_grades.max(initial=1)), 1),
+        threshold=threshold, max_grade=max_grade or max(int(judged_grades.max(initial=1)), 1),
     )
 
 
@@ -199,33 +200,45 @@ def ndcg_exp(m: RankedGrades, k: int | None) -> np.ndarray:
 
 
 def err(m: RankedGrades, k: int | None) -> np.ndarray:
-    """ERR@k = Σ_{r ≤ k} (1/r)·R_r·Π_{i<r}(1 − R_i), R_i = (2^{g_i} − 1) / 2^{g_max}, g_max the largest
-    grade in the qrels (Expected Reciprocal Rank, Chapelle et al. 2009)."""
+    """ERR@k = Σ_{r ≤ k} (1/r)·R_r·Π_{i<r}(1 − R_i), R_i = (2^{g_i} − 1) / 2^{g_max} (Expected Reciprocal
+    Rank, Chapelle et al. 2009, eq. 4 with the cascade model). g_max is the top grade of the scale: the
+    evaluator's ``max_grade`` when set, else the largest grade anywhere in the qrels (one value for
+    every query, so per-query scores do not depend on which documents a query happens to have)."""
     stop = (np.exp2(np.maximum(m.grades[:, :k], 0)) - 1) / 2.0**m.max_grade
     reach = np.cumprod(np.hstack([np.ones((len(stop), 1)), 1 - stop[:, :-1]]), axis=1)
     return (stop * reach / m.ranks[: stop.shape[1]]).sum(axis=1)
 
 
 def mean_rank(m: RankedGrades, k: int | None = None) -> np.ndarray:
-    """Rank of the first relevant document; depth + 1 when none is retrieved (depth = the most
-    documents the run retrieved for any query), so a miss is worse than any hit. Lower is better."""
-    relevant = m.relevant
-    return np.where(relevant.any(axis=1), relevant.argmax(axis=1) + 1.0, m.depth + 1.0)
+    """Rank of the first relevant document (its mean over queries is the mean rank); lower is better.
+    A query whose relevant documents are all missed scores one past the cutoff: k + 1 for
+    ``mean_rank@k``, else depth + 1 with depth = the most documents the run retrieved for any query,
+    so a miss is worse than any hit and the value stays finite."""
+    relevant = m.relevant[:, :k]
+    miss = (k if k is not None else m.depth) + 1.0
+    return np.where(relevant.any(axis=1), relevant.argmax(axis=1) + 1.0, miss)
 
 
 def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
-    """ROC AUC of the ranking: the share of (relevant, non-relevant) pairs with the relevant document
-    ranked higher. Non-relevant = every retrieved non-relevant document (judged or not) plus judged
-    non-relevant documents not retrieved; unretrieved documents rank below all retrieved ones and tie
-    with each other (a tie counts ½). 0 when a query has no such pair (Bamber 1975; Fawcett 2006)."""
+    """ROC AUC of the ranking = P(a relevant document is ranked above a non-relevant one), ties ½
+    (Bamber 1975; Hanley & McNeil 1982; Fawcett 2006):
+    AUC = (Σ_{relevant retrieved r} |N below r| + ½·|relevant unretrieved|·|N unretrieved|) / (R·|N|).
+    N, the non-relevant documents, are the retrieved non-relevant ones (judged or not: unjudged counts
+    as non-relevant, as everywhere in trec_eval) plus the judged non-relevant ones not retrieved;
+    unretrieved documents rank below every retrieved one and tie with each other. The unretrieved,
+    unjudged rest of the corpus is left out (its size is unknown). When N is empty the value is the
+    same for any number of unretrieved non-relevant documents: (R_retrieved + ½·R_unretrieved) / R.
+    So an empty ranking scores ½ (chance), not 0."""
     relevant = m.relevant
     nonrelevant = m.retrieved_mask & ~relevant
     retrieved_nonrel = nonrelevant.sum(axis=1)
-    judged_nonrel_missing = m.num_nonrel - (nonrelevant & m.judged).sum(axis=1)
+    unretrieved_nonrel = m.num_nonrel - (nonrelevant & m.judged).sum(axis=1)
+    unretrieved_rel = m.num_rel - relevant.sum(axis=1)
     below = retrieved_nonrel[:, None] - np.cumsum(nonrelevant, axis=1)
-    correct = ((below + judged_nonrel_missing[:, None]) * relevant).sum(axis=1)
-    correct = correct + 0.5 * (m.num_rel - relevant.sum(axis=1)) * judged_nonrel_missing
-    return _divide(correct, m.num_rel * (retrieved_nonrel + judged_nonrel_missing))
+    pairs_right = ((below + unretrieved_nonrel[:, None]) * relevant).sum(axis=1) + 0.5 * unretrieved_rel * unretrieved_nonrel
+    nonrel = retrieved_nonrel + unretrieved_nonrel
+    no_negatives = _divide(m.num_rel - 0.5 * unretrieved_rel, m.num_rel)
+    return np.where(nonrel > 0, _divide(pairs_right, m.num_rel * nonrel), no_negatives)
 
 
 def bpref(m: RankedGrades, k: int | None = None) -> np.ndarray:
@@ -250,7 +263,6 @@ class MetricSpec:
     function: Callable[[RankedGrades, int | None], np.ndarray]
     cutoff: str  # "required", "optional" or "none"
     description: str
-    higher_is_better: bool = True
 
 
 METRICS: dict[str, MetricSpec] = {
@@ -265,8 +277,8 @@ METRICS: dict[str, MetricSpec] = {
     "ndcg": MetricSpec(ndcg, "optional", "normalized DCG, linear gain (trec_eval ndcg_cut)"),
     "ndcg_exp": MetricSpec(ndcg_exp, "optional", "normalized DCG, exponential gain 2^rel - 1 (Burges)"),
     "err": MetricSpec(err, "optional", "expected reciprocal rank (Chapelle et al. 2009), graded"),
-    "mean_rank": MetricSpec(mean_rank, "none", "rank of the first relevant document (depth+1 if none); lower is better", False),
-    "auc": MetricSpec(auc, "none", "ROC AUC: share of (relevant, non-relevant) pairs ordered correctly"),
+    "mean_rank": MetricSpec(mean_rank, "optional", "rank of the first relevant document (k+1 or depth+1 if none); lower is better"),
+    "auc": MetricSpec(auc, "none", "ROC AUC: share of (relevant, non-relevant) pairs ordered correctly, ties 1/2"),
     "bpref": MetricSpec(bpref, "none", "binary preference (Buckley & Voorhees 2004), ignores unjudged documents"),
     "num_rel_ret": MetricSpec(num_rel_ret, "optional", "number of relevant documents retrieved"),
 }
@@ -302,22 +314,24 @@ def describe_metrics() -> dict[str, str]:
     return names
 
 
-def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1) -> tuple[pd.DataFrame, np.ndarray]:
+def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1, max_grade: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Per-query values of ``metrics`` (DataFrame indexed by query id, qrels order) and the number of
     relevant judgments per query."""
     parsed = {name: parse_metric(name) for name in metrics}
     width = max([k for _, k in parsed.values() if k] + [1])
-    m = rank_grades(run, qrels, threshold, min_width=width)
+    m = rank_grades(run, qrels, threshold, min_width=width, max_grade=max_grade)
     table = pd.DataFrame({name: spec.function(m, k) for name, (spec, k) in parsed.items()}, index=pd.Index(m.qids, name="qid"))
     return table, m.num_rel
 
 
 class RankingEvaluator(Evaluator):
-    """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``."""
+    """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``;
+    ``max_grade`` is ERR's g_max (default: the largest grade in the qrels)."""
 
-    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1):
+    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1, max_grade: int | None = None):
         super().__init__(metrics)
         self.relevance_threshold = int(relevance_threshold)
+        self.max_grade = int(max_grade) if max_grade is not None else None
         for name in self.metrics:
             parse_metric(name)
 
@@ -336,7 +350,7 @@ class RankingEvaluator(Evaluator):
         return bool(data.qrels)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
-        return score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold)[0]
+        return score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold, self.max_grade)[0]
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         """Queries with at least one relevant judgment (a query missing from the run scores 0)."""

@@ -4,12 +4,17 @@ queries without relevant judgments, queries absent from the run), at relevance t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 import pytrec_eval
 
 from evaluators.ranking import score_ranking
+from pipeline.cli import main as cli_main
+from pipeline.runs import Run, write_trec
 from tests.conftest import random_pairs
 
 CUTOFFS = (1, 3, 5, 10, 20, 100)
@@ -59,3 +64,21 @@ def test_empty_run_scores_zero() -> None:
     qrels = {"q1": {"d1": 1, "d2": 0}, "q2": {"d3": 2}}
     ours, num_rel = score_ranking({}, qrels, list(ours_to_trec()))
     assert (ours == 0).all().all() and list(num_rel) == [1, 1]
+
+
+def test_eval_cli_equals_pytrec_eval_on_trec_files(tmp_path: Path, capsys) -> None:
+    """``ragtrack eval --json --per-query`` on qrels and run files (graded, ties, queries missing from
+    the run, a run query without judgments) against pytrec_eval reading the same files."""
+    qrels, run = random_pairs(range(300, 400))
+    run["unjudged-query"] = {"d1": 1.0}
+    qrels_file, run_file = tmp_path / "qrels.txt", tmp_path / "run.trec"
+    qrels_file.write_text("".join(f"{qid} 0 {doc} {grade}\n" for qid, judged in qrels.items() for doc, grade in judged.items()))
+    write_trec(Run("random", run), run_file)
+    for threshold in (1, 2):
+        arguments = ["eval", str(qrels_file), str(run_file), "--json", "--per-query", "--relevance-threshold", str(threshold)]
+        assert cli_main([*arguments, *(f"--metric={name}" for name in ours_to_trec())]) == 0
+        ours = pd.DataFrame.from_dict(json.loads(capsys.readouterr().out)["per_query"], orient="index")
+        with open(qrels_file) as q, open(run_file) as r:
+            reference = pytrec_reference(pytrec_eval.parse_qrel(q), pytrec_eval.parse_run(r), threshold)
+        assert list(ours.index) == list(qrels) and len(reference) == sum(1 for qid in qrels if run.get(qid))
+        assert_equal_per_query(ours, reference)

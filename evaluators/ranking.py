@@ -61,64 +61,55 @@ def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     return np.divide(numerator, denominator, out=np.zeros(np.broadcast(numerator, denominator).shape), where=denominator > 0)
 
 
-def _flatten_run(run: Mapping[str, Mapping[str, float]], row_of: dict[str, int]):
-    present = [qid for qid, docs in run.items() if qid in row_of and docs]
-    lengths = np.fromiter((len(run[qid]) for qid in present), dtype=np.int64, count=len(present))
-    total = int(lengths.sum())
-    scores = np.fromiter(chain.from_iterable(run[qid].values() for qid in present), dtype=float, count=total)
-    docs = np.fromiter(chain.from_iterable(run[qid].keys() for qid in present), dtype=object, count=total)
-    rows = np.repeat(np.fromiter((row_of[qid] for qid in present), dtype=np.int64, count=len(present)), lengths)
-    return rows, docs, scores
-
-
-def _trec_order(rows: np.ndarray, docs: np.ndarray, scores: np.ndarray) -> np.ndarray:
-    """Permutation sorting by (query, -score, document id descending); ids are compared only within ties."""
-    order = np.lexsort((-scores, rows))
-    same = (rows[order][1:] == rows[order][:-1]) & (scores[order][1:] == scores[order][:-1])
-    if not same.any():
-        return order
-    in_tie = np.zeros(len(order), dtype=bool)
-    in_tie[1:] |= same
-    in_tie[:-1] |= same
-    tied = order[in_tie]
-    id_rank = np.zeros(len(order), dtype=np.int64)
-    id_rank[tied] = np.unique(docs[tied].astype(str), return_inverse=True)[1]
-    return np.lexsort((-id_rank, -scores, rows))
+def _judged_positions(docs: Mapping[str, float], found: list[str]) -> np.ndarray:
+    """0-based trec_eval ranks of the documents ``found`` among one query's ``docs``: the number of
+    documents scored higher, plus the tied ones with a larger id (trec_eval breaks ties by id,
+    descending). Costs one sort of the scores; ids are compared only for tied documents."""
+    scores = np.fromiter(docs.values(), dtype=float, count=len(docs))
+    ordered = np.sort(scores)
+    values = np.fromiter((docs[doc] for doc in found), dtype=float, count=len(found))
+    not_above = np.searchsorted(ordered, values, side="right")
+    positions = len(ordered) - not_above
+    tied = not_above - np.searchsorted(ordered, values, side="left") > 1
+    if tied.any():
+        ids = np.fromiter(docs, dtype=object, count=len(docs))
+        for i in np.flatnonzero(tied):
+            positions[i] += np.count_nonzero(ids[scores == values[i]] > found[i])
+    return positions
 
 
 def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold: int = 1, min_width: int = 1, max_grade: int | None = None) -> RankedGrades:
     """Build the grade matrix of ``run`` against ``qrels``; rows follow the qrels' query order.
-    ``max_grade`` (ERR's g_max) defaults to the largest grade in the qrels, at least 1."""
+    Only judged documents are located in the ranking (one sort per query, see ``_judged_positions``);
+    every other cell stays 0 / unjudged. ``max_grade`` (ERR's g_max) defaults to the largest grade in
+    the qrels, at least 1."""
     qids = list(qrels)
-    row_of = {qid: row for row, qid in enumerate(qids)}
     n = len(qids)
-
-    judged_rows = np.repeat(np.arange(n), [len(qrels[qid]) for qid in qids])
-    judged_docs = list(chain.from_iterable(qrels[qid].keys() for qid in qids))
-    judged_grades = np.fromiter(chain.from_iterable(qrels[qid].values() for qid in qids), dtype=np.int64, count=len(judged_docs))
-    vocabulary = pd.Index(pd.unique(np.asarray(judged_docs, dtype=object)))
-    judged_keys = judged_rows * len(vocabulary) + vocabulary.get_indexer(judged_docs)
-    key_order = np.argsort(judged_keys)
-    judged_keys, sorted_grades = judged_keys[key_order], judged_grades[key_order]
-
-    rows, docs, scores = _flatten_run(run, row_of)
-    order = _trec_order(rows, docs, scores)
-    rows, docs = rows[order], docs[order]
-    retrieved = np.bincount(rows, minlength=n)
-    positions = np.arange(len(rows)) - (np.cumsum(retrieved) - retrieved)[rows]
-
-    codes = vocabulary.get_indexer(docs) if len(docs) else np.zeros(0, dtype=np.int64)
-    keys = rows * len(vocabulary) + codes
-    slot = np.clip(np.searchsorted(judged_keys, keys), 0, max(len(judged_keys) - 1, 0))
-    is_judged = (codes >= 0) & (judged_keys[slot] == keys) if len(judged_keys) else np.zeros(len(keys), dtype=bool)
-
+    retrieved = np.fromiter((len(run.get(qid) or ()) for qid in qids), dtype=np.int64, count=n)
     width = max(int(retrieved.max(initial=0)), min_width)
     grades = np.zeros((n, width))
     judged = np.zeros((n, width), dtype=bool)
-    grades[rows[is_judged], positions[is_judged]] = sorted_grades[slot[is_judged]]
-    judged[rows[is_judged], positions[is_judged]] = True
 
-    per_query = np.bincount(judged_rows, minlength=n)
+    hit_rows: list[int] = []
+    hit_grades: list[int] = []
+    hit_positions = [np.zeros(0, dtype=np.int64)]
+    for row, qid in enumerate(qids):
+        docs = run.get(qid)
+        if not docs:
+            continue
+        judgments = qrels[qid]
+        found = [doc for doc in judgments if doc in docs]
+        if found:
+            hit_rows += [row] * len(found)
+            hit_grades += [judgments[doc] for doc in found]
+            hit_positions.append(_judged_positions(docs, found))
+    positions = np.concatenate(hit_positions)
+    grades[hit_rows, positions] = hit_grades
+    judged[hit_rows, positions] = True
+
+    per_query = np.fromiter((len(qrels[qid]) for qid in qids), dtype=np.int64, count=n)
+    judged_rows = np.repeat(np.arange(n), per_query)
+    judged_grades = np.fromiter(chain.from_iterable(qrels[qid].values() for qid in qids), dtype=np.int64, count=len(judged_rows))
     ideal_order = np.lexsort((-judged_grades, judged_rows))
     ideal = np.zeros((n, max(int(per_query.max(initial=0)), 1)))
     ideal_positions = np.arange(len(judged_rows)) - (np.cumsum(per_query) - per_query)[judged_rows[ideal_order]]

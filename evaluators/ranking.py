@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from evaluators.base import EvalInput, Evaluator, Qrels
-from pipeline.errors import RagtrackError
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,17 @@ class RankedGrades:
     def retrieved_mask(self) -> np.ndarray:
         return np.arange(self.grades.shape[1]) < self.retrieved[:, None]
 
+    @cached_property
+    def hits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The relevant cells, row-major: (row, column = rank - 1, how many relevant up to and including it).
+        Metrics that sum over relevant documents work on these instead of whole rows."""
+        rows, columns = np.nonzero(self.relevant)
+        return rows, columns, np.arange(1, len(rows) + 1) - np.searchsorted(rows, rows)
+
+    def per_row(self, rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """Sum of ``weights`` (default 1) per query."""
+        return np.bincount(rows, weights, minlength=len(self.qids)).astype(float)
+
 
 def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     """Element-wise ratio that is 0 where the denominator is 0."""
@@ -72,9 +82,9 @@ def _judged_positions(docs: Mapping[str, float], found: list[str]) -> np.ndarray
     positions = len(ordered) - not_above
     tied = not_above - np.searchsorted(ordered, values, side="left") > 1
     if tied.any():
-        ids = np.fromiter(docs, dtype=object, count=len(docs))
+        ids = list(docs)
         for i in np.flatnonzero(tied):
-            positions[i] += np.count_nonzero(ids[scores == values[i]] > found[i])
+            positions[i] += sum(ids[j] > found[i] for j in np.flatnonzero(scores == values[i]))
     return positions
 
 
@@ -157,17 +167,15 @@ def reciprocal_rank(m: RankedGrades, k: int | None) -> np.ndarray:
 def average_precision(m: RankedGrades, k: int | None) -> np.ndarray:
     """AP@k = Σ_{i ≤ k, d_i relevant} P@i / |relevant judged| (trec_eval ``map`` / ``map_cut_k``;
     Buckley & Voorhees 2000)."""
-    relevant = m.relevant[:, :k]
-    precision_at_i = np.cumsum(relevant, axis=1) / m.ranks[: relevant.shape[1]]
-    return _divide((precision_at_i * relevant).sum(axis=1), m.num_rel)
+    rows, columns, nth = m.hits
+    keep = columns < (k or m.grades.shape[1])
+    return _divide(m.per_row(rows[keep], nth[keep] / (columns[keep] + 1)), m.num_rel)
 
 
 def r_precision(m: RankedGrades, k: int | None = None) -> np.ndarray:
     """R-precision = |relevant in top R| / R with R = |relevant judged| (trec_eval ``Rprec``)."""
-    cumulative = np.cumsum(m.relevant, axis=1)
-    last = np.minimum(m.num_rel, cumulative.shape[1]) - 1
-    found = np.where(last >= 0, cumulative[np.arange(len(last)), np.maximum(last, 0)], 0)
-    return _divide(found, m.num_rel)
+    rows, columns, _ = m.hits
+    return _divide(m.per_row(rows, columns < m.num_rel[rows]), m.num_rel)
 
 
 def _discounted(gains: np.ndarray) -> np.ndarray:
@@ -220,13 +228,13 @@ def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
     unjudged rest of the corpus is left out (its size is unknown). When N is empty the value is the
     same for any number of unretrieved non-relevant documents: (R_retrieved + ½·R_unretrieved) / R.
     So an empty ranking scores ½ (chance), not 0."""
-    relevant = m.relevant
-    nonrelevant = m.retrieved_mask & ~relevant
-    retrieved_nonrel = nonrelevant.sum(axis=1)
-    unretrieved_nonrel = m.num_nonrel - (nonrelevant & m.judged).sum(axis=1)
-    unretrieved_rel = m.num_rel - relevant.sum(axis=1)
-    below = retrieved_nonrel[:, None] - np.cumsum(nonrelevant, axis=1)
-    pairs_right = ((below + unretrieved_nonrel[:, None]) * relevant).sum(axis=1) + 0.5 * unretrieved_rel * unretrieved_nonrel
+    rows, columns, nth = m.hits
+    relevant_retrieved = m.per_row(rows)
+    unretrieved_rel = m.num_rel - relevant_retrieved
+    retrieved_nonrel = m.retrieved - relevant_retrieved
+    unretrieved_nonrel = m.num_nonrel - (m.judged & ~m.relevant).sum(axis=1)
+    nonrel_below = (m.retrieved[rows] - 1 - columns) - (relevant_retrieved[rows] - nth)  # retrieved below r, minus relevant below r
+    pairs_right = m.per_row(rows, nonrel_below + unretrieved_nonrel[rows]) + 0.5 * unretrieved_rel * unretrieved_nonrel
     nonrel = retrieved_nonrel + unretrieved_nonrel
     no_negatives = _divide(m.num_rel - 0.5 * unretrieved_rel, m.num_rel)
     return np.where(nonrel > 0, _divide(pairs_right, m.num_rel * nonrel), no_negatives)
@@ -235,13 +243,15 @@ def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
 def bpref(m: RankedGrades, k: int | None = None) -> np.ndarray:
     """bpref = (1/R) Σ_{relevant retrieved r} (1 − min(n_r, R) / min(R, N)), n_r = judged non-relevant
     ranked above r, N = judged non-relevant; unjudged documents are skipped (Buckley & Voorhees 2004;
-    trec_eval ``bpref``)."""
-    relevant = m.relevant
-    judged_nonrel = m.judged & ~relevant
-    above = np.cumsum(judged_nonrel, axis=1) - judged_nonrel
-    scale = np.minimum(m.num_rel, m.num_nonrel)[:, None]
-    penalty = _divide(np.minimum(above, m.num_rel[:, None]), np.broadcast_to(scale, above.shape))
-    return _divide(((1.0 - penalty) * relevant).sum(axis=1), m.num_rel)
+    trec_eval ``bpref``, which gives 1 per relevant retrieved document when N = 0)."""
+    rows, columns, _ = m.hits
+    width = m.grades.shape[1]
+    nonrel_rows, nonrel_columns = np.nonzero(m.judged & ~m.relevant)
+    nonrel_keys = nonrel_rows * width + nonrel_columns  # sorted: nonzero is row-major
+    above = np.searchsorted(nonrel_keys, rows * width + columns) - np.searchsorted(nonrel_keys, rows * width)
+    scale = np.minimum(m.num_rel, m.num_nonrel)[rows]
+    penalty = _divide(np.minimum(above, m.num_rel[rows]), scale)
+    return _divide(m.per_row(rows, 1.0 - penalty), m.num_rel)
 
 
 def num_rel_ret(m: RankedGrades, k: int | None = None) -> np.ndarray:
@@ -285,16 +295,18 @@ def parse_metric(name: str) -> tuple[MetricSpec, int | None]:
     base, at, cutoff = name.partition("@")
     spec = METRICS.get(base)
     if spec is None:
-        raise RagtrackError(f"unknown metric {name!r}; known: {', '.join(describe_metrics())}")
-    if at:
-        if spec.cutoff == "none":
-            raise RagtrackError(f"metric {base!r} takes no cutoff (got {name!r})")
-        if not cutoff.isdigit() or int(cutoff) < 1:
-            raise RagtrackError(f"metric {name!r}: the cutoff must be a positive integer")
-        return spec, int(cutoff)
-    if spec.cutoff == "required":
-        raise RagtrackError(f"metric {base!r} needs a cutoff, e.g. {base}@10")
-    return spec, None
+        problem = f"unknown metric {name!r}; known: {', '.join(describe_metrics())}"
+    elif at and spec.cutoff == "none":
+        problem = f"metric {base!r} takes no cutoff (got {name!r})"
+    elif at and not (cutoff.isdigit() and int(cutoff) >= 1):
+        problem = f"metric {name!r}: the cutoff must be a positive integer"
+    elif not at and spec.cutoff == "required":
+        problem = f"metric {base!r} needs a cutoff, e.g. {base}@10"
+    else:
+        return spec, int(cutoff) if at else None
+    from pipeline.errors import RagtrackError  # only on failure: the pipeline package loads OmegaConf (cold start)
+
+    raise RagtrackError(problem)
 
 
 def describe_metrics() -> dict[str, str]:

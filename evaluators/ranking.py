@@ -5,7 +5,10 @@ documents are ranked by score descending, ties by document id descending; a docu
 when judged with grade >= ``relevance_threshold`` (trec_eval ``-l``, default 1); recall, AP and
 R-precision divide by all judged-relevant documents of the query; P@k divides by k even when fewer
 than k documents were retrieved; nDCG uses the grade as linear gain and an ideal ranking built from
-every judged document; queries without any relevant judgment score 0 and are left out of means.
+every judged document; queries without any relevant judgment score 0 (``mean_rank``: a miss) and are
+left out of means. Metrics that sum over the relevant documents use the matrix's relevant cells
+(``RankedGrades.hits``) rather than whole rows. ERR's g_max, AUC's treatment of unretrieved documents
+and mean_rank's value for a miss are decided in their docstrings.
 Metric names: ``name`` or ``name@k`` (cutoff k), e.g. ``ndcg@10``, ``map``, ``map@100``.
 """
 
@@ -48,10 +51,6 @@ class RankedGrades:
     @cached_property
     def relevant(self) -> np.ndarray:
         return self.judged & (self.grades >= self.threshold)
-
-    @cached_property
-    def retrieved_mask(self) -> np.ndarray:
-        return np.arange(self.grades.shape[1]) < self.retrieved[:, None]
 
     @cached_property
     def hits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from evaluators.answer import AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator
+from evaluators.judge import LLMJudge
 from evaluators.ranking import describe_metrics
 from pipeline.cli import main as cli_main
 from tests.conftest import TESTS, TOY
@@ -99,7 +101,9 @@ def test_metrics_lists_every_metric_with_a_description(with_plugin: Path, capsys
         if line.startswith("  "):
             name, description = line.split(maxsplit=1)
             listed[name] = description
-    assert listed == describe_metrics() | {"judged@k": "share of the top k documents that are judged (any grade)"}
+    answer_metrics = {name: text for cls in (AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator, LLMJudge)
+                      for name, text in cls.provides().items()}
+    assert listed == describe_metrics() | answer_metrics | {"judged@k": "share of the top k documents that are judged (any grade)"}
 
 
 def test_unknown_metric_fails_listing_the_known_ones(with_plugin: Path, capsys) -> None:

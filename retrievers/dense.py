@@ -65,6 +65,7 @@ class DenseRetriever(Retriever):
 
         started = time.perf_counter()
         builds_before = len(cache.builds)
+        self.encoder.prepare(cache)
         embeddings_folder, embedding_parts = self._embeddings(corpus, cache)
 
         def build(folder: Path) -> None:

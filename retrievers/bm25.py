@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
+from importlib.metadata import version
 
-import bm25s
 import numpy as np
-from scipy import sparse
 from tqdm.auto import tqdm
 
 from pipeline.cache import Cache, folder_size
@@ -29,7 +28,7 @@ from pipeline.runs import Run
 from retrievers.base import Retriever
 from retrievers.text import Tokenizer
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
 
 BACKENDS = ("bm25s", "rank_bm25")
 
@@ -44,17 +43,20 @@ class BM25Retriever(Retriever):
         self.tokenizer = Tokenizer(**(tokenizer or {}))
         self._doc_ids = np.empty(0, dtype=object)
         self._model = None
-        self._term_scores: sparse.csr_matrix | None = None  # terms × documents (bm25s backend)
+        self._term_scores = None  # scipy.sparse.csr_matrix of terms × documents (bm25s backend)
         self._vocabulary: dict[str, int] = {}
 
     def index_settings(self) -> dict:
         settings = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "backend": self.backend,
                     "k1": self.k1, "b": self.b, "tokenizer": self.tokenizer.settings()}
         if self.backend == "bm25s":
-            settings |= {"method": self.method, "bm25s": bm25s.__version__}
+            settings |= {"method": self.method, "bm25s": version("bm25s")}
         return settings
 
     def index(self, corpus: Corpus, cache: Cache) -> None:
+        import bm25s
+        from scipy import sparse
+
         started = time.perf_counter()
         self._doc_ids = np.asarray(corpus.ids, dtype=object)
         if self.backend == "rank_bm25":  # its index can only be pickled, so it is rebuilt (seconds)
@@ -104,6 +106,8 @@ class BM25Retriever(Retriever):
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:
         """Top ``k`` of Q · S per query (see module docstring), in batches of queries to bound memory."""
+        from scipy import sparse
+
         vocabulary = self._vocabulary
         results = []
         for start in range(0, len(tokens), batch):

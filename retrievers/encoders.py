@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import logging
 import os
+import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -135,7 +136,8 @@ def _export_onnx(location: str, folder: Path) -> None:
             return self.model(**dict(zip(names, inputs))).last_hidden_state
 
     example = tuple(torch.ones((2, 8), dtype=torch.int64) for _ in names)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer notes about shape arithmetic: the mask is an input, verified in tests
         torch.onnx.export(LastHiddenState(), example, str(folder / "model.onnx"), input_names=names,
                           output_names=["last_hidden_state"], opset_version=ONNX_OPSET, dynamo=False,
                           dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]})

@@ -6,6 +6,7 @@ gathers the job's metadata), so tests and other tools call it directly.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -62,7 +63,19 @@ def stage(name: str) -> Iterator[None]:
 
 
 def load_dataset(cfg: DictConfig) -> Dataset:
-    return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"))
+    return _load_beir_once(str(cfg.path), cfg.split, cfg.name, cfg.get("qrels_file"))
+
+
+@functools.lru_cache(maxsize=2)
+def _load_beir_once(path: str, split: str, name: str | None, qrels_file: str | None) -> Dataset:
+    """One load per process: the jobs of a multirun share the (frozen) dataset."""
+    return load_beir(path, split=split, name=name, qrels_file=qrels_file)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_cached_run(path: Path, name: str) -> Run:
+    """Cache entries never change once complete, so a multirun reads each run file once."""
+    return read_trec(path, name=name)
 
 
 def make_tracker(cfg: DictConfig) -> Tracker:
@@ -105,7 +118,7 @@ def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) ->
     builds_before = len(cache.builds)
     folder = cache.entry("run", parts, build, label=f"{name} run")
     efficiency = json.loads((folder / "efficiency.json").read_text())
-    return read_trec(folder / "run.trec", name=name), {**efficiency, "run_from_cache": float(len(cache.builds) == builds_before)}
+    return _read_cached_run(folder / "run.trec", name), {**efficiency, "run_from_cache": float(len(cache.builds) == builds_before)}
 
 
 def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict]:

@@ -124,7 +124,8 @@ def _export_onnx(location: str, folder: Path) -> None:
     import torch
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(location, attn_implementation="eager").eval()
+    model = AutoModel.from_pretrained(location, attn_implementation="eager")
+    model.train(False)  # inference mode (no dropout)
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in inspect.signature(model.forward).parameters]
 
     class LastHiddenState(torch.nn.Module):

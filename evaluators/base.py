@@ -12,11 +12,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from pipeline.runs import Run
+if TYPE_CHECKING:  # not at run time: the pipeline package loads OmegaConf, a cold-start cost for metric users
+    from pipeline.runs import Run
 
 Qrels = dict[str, dict[str, int]]
 

@@ -39,12 +39,13 @@ def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
 
 
 def command_eval(args: argparse.Namespace) -> int:
+    metrics = args.metric or registry.load("evaluators", "ranking")().metrics
+    evaluators = _evaluators_for(metrics, args.relevance_threshold)  # unknown names fail before reading files
     qrels, _ = load_qrels(Path(args.qrels))
     run = read_trec(args.run)
-    metrics = args.metric or registry.load("evaluators", "ranking")().metrics
     data = EvalInput(qrels=qrels, run=run)
     tables, summaries = [], []
-    for evaluator in _evaluators_for(metrics, args.relevance_threshold):
+    for evaluator in evaluators:
         table = evaluator.evaluate(data)
         tables.append(table)
         summaries.append(aggregate(table, evaluator.counted(data, table), seed=args.seed))

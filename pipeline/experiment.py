@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from evaluators.base import EvalInput, Evaluator, aggregate
 from pipeline import registry
 from pipeline.cache import Cache
+from pipeline.compare import cutoff_curves
 from pipeline.data import Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.runs import Run, write_trec
@@ -121,7 +122,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators)
         report = _write_outputs(cfg, dataset, results, output_dir)
-        _log_to_tracker(tracker, results, output_dir, job)
+        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg)
     except BaseException as exc:
         tracker.finish(exc)
         raise
@@ -193,9 +194,10 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if pd.notna(v)} | result.efficiency
 
 
-def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo) -> None:
+def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig) -> None:
     if not tracker.enabled:
         return
+    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
     with stage("log to MLflow"):
         parent_metrics = {}
         for name, result in results.items():
@@ -204,7 +206,8 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             shutil.copy(output_dir / "runs" / f"{name}.trec", folder / "run.trec")
             result.per_query.to_csv(folder / "per_query.csv", float_format="%.17g")
             metrics = _system_metrics(result)
-            tracker.log_system(name, result.params, metrics, [folder / "run.trec", folder / "per_query.csv"])
+            curves = cutoff_curves(result.run, dataset.qrels, int(cfg.depth), threshold)
+            tracker.log_system(name, result.params, metrics, [folder / "run.trec", folder / "per_query.csv"], steps=curves)
             parent_metrics |= {f"{name}/{metric_key(str(m))}": v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in ("results.json", "comparison.csv", "config.yaml", "per_query.csv")]
         if job.hydra_dir and job.hydra_dir.is_dir():

@@ -36,3 +36,31 @@ def random_qrels_and_run(seed: int, queries: int = 30, docs: int = 60) -> tuple[
 @pytest.fixture
 def toy_path() -> Path:
     return TOY
+
+
+SWEEP_KS = (1, 10, 30, 60, 100)
+
+
+@pytest.fixture(scope="session")
+def toy_sweep(tmp_path_factory):
+    """A real 5-job multirun (``experiment=rrf_k`` on the toy dataset, hashing encoder) into a temporary
+    SQLite MLflow store, run in-process like ``ragtrack run -m``; shared by the sweep, compare and UI tests."""
+    import os
+    from types import SimpleNamespace
+
+    from pipeline.cli import main as cli_main
+    from retrievers.encoders import Encoder
+
+    root = tmp_path_factory.mktemp("sweep")
+    previous = os.environ.get("RAGTRACK_ROOT")
+    os.environ["RAGTRACK_ROOT"] = str(root)
+    calls_before = Encoder.calls
+    try:
+        cli_main(["run", "-m", "experiment=rrf_k", "dataset=toy", "encoder=hashing", f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}"])
+    finally:
+        if previous is None:
+            os.environ.pop("RAGTRACK_ROOT")
+        else:
+            os.environ["RAGTRACK_ROOT"] = previous
+    return SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlruns/mlflow.db", experiment="ragtrack-toy",
+                           encoded=Encoder.calls - calls_before, ks=SWEEP_KS)

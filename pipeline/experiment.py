@@ -110,7 +110,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         dataset = load_dataset(cfg.dataset)
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
-    evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.evaluator or {}).values()]
+    evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
     tracker = make_tracker(cfg.tracking)
     shared = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
               if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
@@ -135,11 +135,11 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     runs: dict[str, Run] = {}
     efficiency: dict[str, dict] = {}
     params: dict[str, dict] = {}
-    for name, rcfg in (cfg.retriever or {}).items():
+    for name, rcfg in (cfg.get("retriever") or {}).items():
         retriever = registry.build("retrievers", rcfg, name=name)
         runs[name], efficiency[name] = _search(name, retriever, dataset, cache, depth)
         params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True))
-    for fcfg in (cfg.fusion or {}).values():
+    for fcfg in (cfg.get("fusion") or {}).values():
         fuse = registry.build("fusions", {**OmegaConf.to_container(fcfg, resolve=True), "_partial_": True})
         system = fcfg.system
         if system in runs:

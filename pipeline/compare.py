@@ -100,10 +100,14 @@ def find_experiment(client, name: str | None):
             names = [e.name for e in client.search_experiments()]
             raise RagtrackError(f"no MLflow experiment {name!r}; experiments: {', '.join(names) or 'none'}")
         return found
-    candidates = [e for e in client.search_experiments() if e.name != "Default"]
-    if not candidates:
-        raise RagtrackError("the tracking store has no ragtrack experiments; run `ragtrack run` first")
-    return max(candidates, key=lambda e: e.last_update_time or 0)
+    newest = {}
+    for candidate in client.search_experiments():
+        latest = client.search_runs([candidate.experiment_id], max_results=1, order_by=["attribute.start_time DESC"])
+        if latest:
+            newest[candidate.experiment_id] = (latest[0].info.start_time, candidate)
+    if not newest:
+        raise RagtrackError("the tracking store has no runs; run `ragtrack run` first")
+    return max(newest.values(), key=lambda pair: pair[0])[1]
 
 
 def _sweep_matches(tag: str, wanted: str) -> bool:

@@ -34,10 +34,13 @@ def test_sweep_jobs_share_one_tag_and_have_readable_names(toy_sweep) -> None:
     assert sorted(c.data.tags["ragtrack.system"] for c in children) == sorted(["bm25", "dense", "hybrid"] * len(toy_sweep.ks))
 
 
-def test_sweep_encodes_the_corpus_once(toy_sweep) -> None:
+def test_sweep_encodes_the_corpus_once_and_reuses_every_index(toy_sweep) -> None:
     dataset = load_beir(TOY)
     # the corpus once (first job); each job encodes only its queries
     assert toy_sweep.encoded == len(dataset.corpus) + len(toy_sweep.ks) * len(dataset.queries)
+    _, children = jobs_and_children(toy_sweep.uri, toy_sweep.experiment)
+    built = sorted(c.data.tags["ragtrack.system"] for c in children if c.data.metrics.get("index_from_cache") == 0.0)
+    assert built == ["bm25", "dense"], "only the first job builds the indexes"
 
 
 def test_recall_and_ndcg_by_k_are_step_metrics(toy_sweep) -> None:

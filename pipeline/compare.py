@@ -129,7 +129,7 @@ def select_jobs(runs: list, sweep: str | None) -> dict[str, object]:
     return {r.info.run_id: r for r in jobs}
 
 
-def _download(client, run_id: str, path: str, folder: Path) -> Path:
+def download_artifact(client, run_id: str, path: str, folder: Path) -> Path:
     try:
         return Path(client.download_artifacts(run_id, path, str(folder)))
     except Exception as exc:  # MLflow raises several types for a missing artifact
@@ -144,7 +144,7 @@ def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun
         if job is None or TAG_SYSTEM not in child.data.tags or child.info.status != "FINISHED":
             continue
         target = folder / child.info.run_id
-        per_query = pd.read_csv(_download(client, child.info.run_id, "per_query.csv", target), index_col="qid", dtype={"qid": str})
+        per_query = pd.read_csv(download_artifact(client, child.info.run_id, "per_query.csv", target), index_col="qid", dtype={"qid": str})
         system = child.data.tags[TAG_SYSTEM]
         fingerprint = (system, tuple(sorted(child.data.params.items())), int(pd.util.hash_pandas_object(per_query).sum()))
         if fingerprint in seen:
@@ -178,7 +178,7 @@ def load_job_dataset(client, job, folder: Path) -> tuple[Dataset | None, int]:
     relevance threshold."""
     from pipeline.experiment import load_dataset
 
-    config = OmegaConf.load(_download(client, job.info.run_id, "config.yaml", folder / job.info.run_id))
+    config = OmegaConf.load(download_artifact(client, job.info.run_id, "config.yaml", folder / job.info.run_id))
     threshold = int(OmegaConf.select(config, "evaluator.ranking.relevance_threshold", default=1))
     try:
         dataset = load_dataset(config.dataset)
@@ -411,7 +411,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
             Path(plot_file).parent.mkdir(parents=True, exist_ok=True)
             Path(plot_file).write_bytes(figure.read_bytes())
         if dataset is not None and failures > 0:
-            trec = {s.run_id: read_trec(_download(client, s.run_id, "run.trec", folder / s.run_id)) for s in systems}
+            trec = {s.run_id: read_trec(download_artifact(client, s.run_id, "run.trec", folder / s.run_id)) for s in systems}
             (outputs / "failures").mkdir()
             for s in systems:
                 if s is not comparison.baseline:

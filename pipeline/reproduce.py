@@ -38,7 +38,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None) -> R
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from pipeline.compare import _download
+    from pipeline.compare import download_artifact
     from pipeline.experiment import load_dataset, run_experiment
 
     client = MlflowClient(tracking_uri)
@@ -49,7 +49,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None) -> R
     parent_id = run.data.tags.get("mlflow.parentRunId")
     job = client.get_run(parent_id) if parent_id else run
     with tempfile.TemporaryDirectory(prefix="ragtrack-reproduce-") as scratch:
-        cfg = OmegaConf.load(_download(client, job.info.run_id, "config.yaml", Path(scratch) / "logged"))
+        cfg = OmegaConf.load(download_artifact(client, job.info.run_id, "config.yaml", Path(scratch) / "logged"))
         logged_hash = job.data.tags.get("ragtrack.dataset_hash")
         current_hash = load_dataset(cfg.dataset).hash
         if logged_hash != current_hash:

@@ -311,27 +311,29 @@ def plot(comparison: Comparison, path: Path) -> Path:
     figure, axes = plt.subplots(1, 3, figsize=(17, max(4.5, 0.35 * len(rows) + 1.5)))
     positions = np.arange(len(rows))[::-1]
     errors = [rows["mean"] - rows["ci_low"], rows["ci_high"] - rows["mean"]]
-    colors = ["tab:gray" if b else "tab:blue" for b in rows["baseline"]]
-    axes[0].barh(positions, rows["mean"], xerr=errors, color=colors, capsize=3)
+    colors = [f"C{i % 10}" for i in range(len(comparison.systems))]
+    for position, mean, low, high, color in zip(positions, rows["mean"], *errors, colors):
+        axes[0].errorbar(mean, position, xerr=[[low], [high]], fmt="o", color=color, capsize=4)
+    axes[0].axvline(rows[rows["baseline"]]["mean"].iloc[0], color="gray", linestyle=":", linewidth=1)
     axes[0].set_yticks(positions, rows["system"])
-    axes[0].set_xlabel(f"{metric} (mean, 95% CI)")
+    axes[0].set_xlabel(f"{metric}: mean and 95% CI (dotted: baseline)")
     axes[0].set_title(f"{metric} by system")
-    for s in comparison.systems:
+    for s, color in zip(comparison.systems, colors):
         for key, style in (("recall_at_k", "-"), ("ndcg_at_k", "--")):
             curve = s.curves.get(key)
             if curve:
                 ks = sorted(curve)
-                axes[1].plot(ks, [curve[k] for k in ks], style, marker=".", label=f"{s.label} {key.split('_')[0]}")
+                axes[1].plot(ks, [curve[k] for k in ks], style, marker=".", color=color, label=s.label if key == "recall_at_k" else None)
     axes[1].set_xscale("log")
     axes[1].set_xlabel("k (log)")
     axes[1].set_title("recall@k (solid) and ndcg@k (dashed)")
     if axes[1].lines:
-        axes[1].legend(fontsize=7, ncol=2)
+        axes[1].legend(fontsize=7)
     base = comparison.baseline.per_query.loc[comparison.queries, metric].to_numpy(float)
-    for s in comparison.systems:
+    for s, color in zip(comparison.systems, colors):
         if s is not comparison.baseline:
             diff = np.sort(s.per_query.loc[comparison.queries, metric].to_numpy(float) - base)[::-1]
-            axes[2].plot(np.arange(1, len(diff) + 1), diff, label=s.label)
+            axes[2].plot(np.arange(1, len(diff) + 1), diff, label=s.label, color=color)
     axes[2].axhline(0, color="black", linewidth=0.8)
     axes[2].set_xlabel("queries, sorted")
     axes[2].set_title(f"per-query {metric} − {comparison.baseline.label}")

@@ -29,6 +29,7 @@ chromium:
 
 
 test-slow: setup
+	$(BIN)/pip install --quiet -e '.[dev,scale]'
 	$(BIN)/python -m pytest -m slow $(ARGS)
 
 bench: setup

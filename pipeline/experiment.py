@@ -26,7 +26,7 @@ from pipeline.compare import cutoff_curves
 from pipeline.data import Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.runs import Run, write_trec
-from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key
+from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_overrides
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +114,12 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     tracker = make_tracker(cfg.tracking)
     shared = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
               if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
+    overrides = " ".join(redact_overrides(job.overrides))
     tags = {"ragtrack.dataset": dataset.name, "ragtrack.dataset_hash": dataset.hash, "ragtrack.git_commit": git_commit(Path(cfg.paths.root_dir)) or "unknown",
-            "ragtrack.overrides": " ".join(job.overrides) or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
+            "ragtrack.overrides": overrides or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags["ragtrack.sweep"] = job.sweep
-    tracker.start(cfg.get("run_name") or " ".join(job.overrides) or "default", tags, shared)
+    tracker.start(cfg.get("run_name") or overrides or "default", tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators)
         report = _write_outputs(cfg, dataset, results, output_dir)
@@ -172,7 +173,7 @@ def _write_outputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemR
     table = pd.DataFrame({name: r.summary["mean"] for name, r in results.items()})
     table.index.name = "metric"
     table.to_csv(output_dir / "comparison.csv", float_format="%.17g")
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(redact(OmegaConf.to_container(cfg, resolve=True))))
     payload = {
         "dataset": {"name": dataset.name, "split": cfg.dataset.split, "hash": dataset.hash,
                     "documents": len(dataset.corpus), "queries": len(dataset.queries)},

@@ -43,24 +43,18 @@ SWEEP_KS = (1, 10, 30, 60, 100)
 
 @pytest.fixture(scope="session")
 def toy_sweep(tmp_path_factory):
-    """A real 5-job multirun (``experiment=rrf_k`` on the toy dataset, hashing encoder) into a temporary
-    SQLite MLflow store, run in-process like ``ragtrack run -m``; shared by the sweep, compare and UI tests."""
+    """A real 5-job multirun (``ragtrack run -m experiment=rrf_k`` on the toy dataset, hashing encoder)
+    into a temporary SQLite MLflow store; shared by the sweep, compare and UI tests. It runs in a
+    subprocess: Chroma's native threads in this process would deadlock tests that fork."""
     import os
+    import subprocess
+    import sys
     from types import SimpleNamespace
 
-    from pipeline.cli import main as cli_main
-    from retrievers.encoders import Encoder
-
     root = tmp_path_factory.mktemp("sweep")
-    previous = os.environ.get("RAGTRACK_ROOT")
-    os.environ["RAGTRACK_ROOT"] = str(root)
-    calls_before = Encoder.calls
-    try:
-        cli_main(["run", "-m", "experiment=rrf_k", "dataset=toy", "encoder=hashing", f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}"])
-    finally:
-        if previous is None:
-            os.environ.pop("RAGTRACK_ROOT")
-        else:
-            os.environ["RAGTRACK_ROOT"] = previous
+    command = [sys.executable, "-m", "pipeline.cli", "run", "-m", "experiment=rrf_k", "dataset=toy", "encoder=hashing",
+               f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}"]
+    done = subprocess.run(command, cwd=root, env={**os.environ, "RAGTRACK_ROOT": str(root)}, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
     return SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlruns/mlflow.db", experiment="ragtrack-toy",
-                           encoded=Encoder.calls - calls_before, ks=SWEEP_KS)
+                           log=done.stdout + done.stderr, ks=SWEEP_KS)

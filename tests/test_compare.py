@@ -4,6 +4,8 @@ and ``ragtrack reproduce``."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from io import StringIO
 
 import numpy as np
@@ -108,23 +110,30 @@ def test_compare_cli(toy_sweep, capsys) -> None:
     assert "no finished runs of sweep" in capsys.readouterr().err
 
 
-def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep, capsys) -> None:
+def reproduce_cli(run_id: str, uri: str) -> subprocess.CompletedProcess:
+    """In a subprocess: Chroma's native threads in this process would deadlock tests that fork."""
+    command = [sys.executable, "-m", "pipeline.cli", "reproduce", run_id, "--tracking-uri", uri]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep) -> None:
     client = MlflowClient(toy_sweep.uri)
     job = next(r for r in client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id])
                if r.info.run_name == "hybrid k=30")
-    result = reproduce(job.info.run_id, toy_sweep.uri)
-    assert result.identical and len(result.table) == 3 * 18
+    done = reproduce_cli(job.info.run_id, toy_sweep.uri)
+    assert done.returncode == 0 and f"reproduced run {job.info.run_id}: all 54 metrics identical" in done.stdout, done.stderr[-2000:]
     original = job.data.metrics["hybrid/ndcg_at_10"]
     client.log_metric(job.info.run_id, "hybrid/ndcg_at_10", original + 0.25, step=1)
     try:
-        assert cli_main(["reproduce", job.info.run_id, "--tracking-uri", toy_sweep.uri]) == 1
-        out = capsys.readouterr().out
-        assert "did NOT reproduce: 1 of 54 metrics differ" in out and "hybrid ndcg@10" in out
+        done = reproduce_cli(job.info.run_id, toy_sweep.uri)
+        assert done.returncode == 1 and "did NOT reproduce: 1 of 54 metrics differ" in done.stdout
+        line = next(line.split() for line in done.stdout.splitlines() if line.startswith("hybrid ndcg@10"))
+        assert [float(v) for v in line[2:]] == pytest.approx([original + 0.25, original, -0.25], abs=1e-12)
     finally:
         client.log_metric(job.info.run_id, "hybrid/ndcg_at_10", original, step=2)
     client.set_tag(job.info.run_id, "ragtrack.dataset_hash", "0" * 64)
     try:
         with pytest.raises(RagtrackError, match="changed since run"):
-            reproduce(job.info.run_id, toy_sweep.uri)
+            reproduce(job.info.run_id, toy_sweep.uri)  # fails on the hash, before running anything
     finally:
         client.set_tag(job.info.run_id, "ragtrack.dataset_hash", job.data.tags["ragtrack.dataset_hash"])

@@ -36,8 +36,11 @@ def test_sweep_jobs_share_one_tag_and_have_readable_names(toy_sweep) -> None:
 
 def test_sweep_encodes_the_corpus_once_and_reuses_every_index(toy_sweep) -> None:
     dataset = load_beir(TOY)
-    # the corpus once (first job); each job encodes only its queries
-    assert toy_sweep.encoded == len(dataset.corpus) + len(toy_sweep.ks) * len(dataset.queries)
+    # the sweep's log: the corpus is encoded once, and each index is built once, by the first job
+    assert toy_sweep.log.count(f"dense: encoding {len(dataset.corpus)} documents") == 1
+    builds = sorted(line.split("cache build: ")[1].rsplit(" ", 3)[0] for line in toy_sweep.log.splitlines() if "cache build: " in line)
+    assert builds == ["bm25", "dense chroma", "dense embeddings"]
+    assert toy_sweep.log.count("cache hit: dense embeddings") == len(toy_sweep.ks) - 1
     _, children = jobs_and_children(toy_sweep.uri, toy_sweep.experiment)
     built = sorted(c.data.tags["ragtrack.system"] for c in children if c.data.metrics.get("index_from_cache") == 0.0)
     assert built == ["bm25", "dense"], "only the first job builds the indexes"

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-slow bench ui clean
+.PHONY: setup chromium run test test-slow bench ui clean
 
 setup: $(STAMP)
 
@@ -19,8 +19,14 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/ragtrack run $(ARGS)
 
-test: setup
+test: setup chromium
 	$(BIN)/python -m pytest $(ARGS)
+
+# tests/test_ui.py drives Debian's chromium headless (CI runs as root on a fresh Debian machine).
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "make: could not install chromium (needs root and apt-get): tests/test_ui.py will fail"
+
 
 test-slow: setup
 	$(BIN)/pip install --quiet -e '.[dev,scale]'

@@ -32,13 +32,25 @@ def main(cfg: DictConfig) -> float | None:
         hydra_dir=None if hydra_cfg.output_subdir is None else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
     )
     try:
-        run_experiment(cfg, job)
+        results = run_experiment(cfg, job)
+        return objective(results, cfg.get("optimize_metric"))
     except (RagtrackError, OmegaConfBaseException) as exc:  # user mistakes: one line, exit 2
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         log.error("%s", message)
         print(f"ragtrack: error: {message}", file=sys.stderr)
         sys.exit(RagtrackError.exit_code)
-    return None
+
+
+def objective(results: dict, optimize_metric: str | None) -> float | None:
+    """The value an optimizing sweeper maximizes or minimizes: ``<system>/<metric>`` of this job."""
+    if not optimize_metric:
+        return None
+    system, _, metric = str(optimize_metric).partition("/")
+    systems = results["systems"]
+    if system not in systems or metric not in systems[system]:
+        known = ", ".join(f"{s}/{m}" for s in systems for m in list(systems[s])[:3])
+        raise RagtrackError(f"optimize_metric {optimize_metric!r} is not a result of this job; e.g. {known}, ...")
+    return float(systems[system][metric])
 
 
 if __name__ == "__main__":

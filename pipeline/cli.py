@@ -1,5 +1,6 @@
 """The ``ragtrack`` command: ``run`` (the Hydra app), ``eval`` (trec_eval-style scoring of TREC
-files), ``metrics`` (every available metric), ``ui`` (the MLflow UI on the project's store)."""
+files), ``metrics`` (every available metric), ``compare`` (systems side by side with paired tests),
+``reproduce`` (re-run a logged job), ``ui`` (the MLflow UI on the project's store)."""
 
 from __future__ import annotations
 
@@ -83,12 +84,43 @@ def command_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_tracking_uri() -> str:
+    """The store of the default tracking config: ``$RAGTRACK_ROOT`` or the current folder."""
+    return DEFAULT_TRACKING_URI.format(root=os.environ.get("RAGTRACK_ROOT", os.getcwd()))
+
+
 def command_ui(args: argparse.Namespace) -> int:
-    uri = args.tracking_uri or DEFAULT_TRACKING_URI.format(root=os.getcwd())
+    uri = args.tracking_uri or default_tracking_uri()
     url = f"http://{args.host}:{args.port}"
     print(f"MLflow UI on {uri}: {url}  (Ctrl-C stops it)", flush=True)
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port), "--workers", "1"]
-    return subprocess.call(command)
+    server = subprocess.Popen(command)
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        server.terminate()
+        return server.wait()
+
+
+def command_compare(args: argparse.Namespace) -> int:
+    from pipeline.compare import run_compare
+
+    _, text = run_compare(args.tracking_uri or default_tracking_uri(), args.experiment, args.sweep, args.metric, args.baseline,
+                          args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log)
+    print(text, end="")
+    return 0
+
+
+def command_reproduce(args: argparse.Namespace) -> int:
+    from pipeline.reproduce import reproduce
+
+    result = reproduce(args.run_id, args.tracking_uri or default_tracking_uri(), args.cache_dir)
+    if result.identical:
+        print(f"reproduced run {result.run_id}: all {len(result.table)} metrics identical")
+        return 0
+    print(f"run {result.run_id} did NOT reproduce: {len(result.mismatches)} of {len(result.table)} metrics differ")
+    print(result.mismatches.to_string(index=False, float_format=lambda v: f"{v:.17g}"))
+    return 1
 
 
 def run_hydra(overrides: list[str]) -> int:
@@ -112,8 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--relevance-threshold", type=int, default=1, help="grade >= N is relevant (trec_eval -l; default 1)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the bootstrap confidence intervals")
     commands.add_parser("metrics", help="list every available metric")
+    compare = commands.add_parser("compare", help="systems/runs from MLflow side by side: CIs, paired tests, Holm, W/T/L, plots")
+    compare.add_argument("--tracking-uri", help="default: sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
+    compare.add_argument("--experiment", help="MLflow experiment name (default: the most recently updated)")
+    compare.add_argument("--sweep", help="only the jobs of this sweep (its tag, the sweep folder name, or 'latest')")
+    compare.add_argument("-m", "--metric", action="append", help="metric such as ndcg@10 (repeatable; default ndcg@10, recall@100)")
+    compare.add_argument("--baseline", help="row label, system name or run id (default: bm25, else the first row)")
+    compare.add_argument("--format", default="table", choices=["table", "markdown", "csv", "json", "latex"])
+    compare.add_argument("--plot", help="also write the comparison figure (PNG) to this file")
+    compare.add_argument("--seed", type=int, default=0, help="seed of the randomization test and the bootstrap CIs")
+    compare.add_argument("--resamples", type=int, default=10_000, help="randomization test resamples (exact when 2^n is fewer)")
+    compare.add_argument("--failures", type=int, default=10, help="queries per system in the failure analysis artifact")
+    compare.add_argument("--no-log", action="store_true", help="do not log the comparison to MLflow")
+    reproduce = commands.add_parser("reproduce", help="re-run a logged job from its config.yaml and check every metric")
+    reproduce.add_argument("run_id", help="an MLflow run id (the job or one of its system runs)")
+    reproduce.add_argument("--tracking-uri", help="default: sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
+    reproduce.add_argument("--cache-dir", help="index/embedding cache to use (default: the logged paths.cache_dir)")
     ui = commands.add_parser("ui", help="start the MLflow UI on the project's store (127.0.0.1)")
-    ui.add_argument("--tracking-uri", help="default: sqlite:///./mlruns/mlflow.db")
+    ui.add_argument("--tracking-uri", help="default: sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=5000)
     return parser
@@ -124,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "run":
         return run_hydra(argv[1:])
     args = build_parser().parse_args(argv)
-    handler = {"eval": command_eval, "metrics": command_metrics, "ui": command_ui}[args.command]
+    handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
+               "ui": command_ui}[args.command]
     try:
         return handler(args)
     except RagtrackError as exc:

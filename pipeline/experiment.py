@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from evaluators.base import EvalInput, Evaluator, aggregate
 from pipeline import registry
 from pipeline.cache import Cache
+from pipeline.compare import cutoff_curves
 from pipeline.data import Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.generation import answer_questions
@@ -167,7 +168,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators)
         report = _write_outputs(cfg, dataset, results, output_dir)
-        _log_to_tracker(tracker, results, output_dir, job)
+        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg)
     except BaseException as exc:
         tracker.finish(exc)
         raise
@@ -249,9 +250,10 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if pd.notna(v)} | result.efficiency
 
 
-def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo) -> None:
+def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig) -> None:
     if not tracker.enabled:
         return
+    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
     with stage("log to MLflow"):
         parent_metrics = {}
         for name, result in results.items():
@@ -260,7 +262,8 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             shutil.copy(output_dir / "runs" / f"{name}.trec", folder / "run.trec")
             per_query_table(name, result.per_query).to_csv(folder / "per_query.csv", index=False, float_format="%.17g")
             metrics = _system_metrics(result)
-            tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()))  # run, per-query table, answer reports
+            curves = cutoff_curves(result.run, dataset.qrels, int(cfg.depth), threshold)
+            tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=curves)
             parent_metrics |= {f"{name}/{metric_key(str(m))}": v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in ("results.json", "comparison.csv", "config.yaml", "per_query.csv")]
         if job.hydra_dir and job.hydra_dir.is_dir():

@@ -101,7 +101,8 @@ class Tracker:
     enabled = False
 
     def start(self, run_name: str, tags: dict, params: dict) -> None: ...
-    def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None) -> None: ...
+    def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
+                   steps: dict[str, dict[int, float]] | None = None) -> None: ...
     def log_parent(self, metrics: dict[str, float], artifacts: list[Path]) -> None: ...
     def finish(self, error: BaseException | None = None) -> None: ...
 
@@ -153,19 +154,22 @@ class MlflowTracker(Tracker):
         self._log(self.parent_id, params=params)
         log.info("MLflow: experiment %r, run %s (%s)", self.experiment_name, run_name, self.parent_id)
 
-    def _log(self, run_id: str, params: dict | None = None, metrics: dict | None = None) -> None:
+    def _log(self, run_id: str, params: dict | None = None, metrics: dict | None = None, steps: dict | None = None) -> None:
+        """``steps``: ``{key: {step: value}}``, metrics MLflow draws against the step (e.g. recall by k)."""
         from mlflow.entities import Metric, Param
 
         param_list = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in (params or {}).items()]
         metric_list = [Metric(k, float(v), 0, 0) for k, v in (metrics or {}).items()]
+        metric_list += [Metric(k, float(v), 0, step) for k, curve in (steps or {}).items() for step, v in curve.items()]
         for start in range(0, max(len(param_list), len(metric_list)), 100):
             self.client.log_batch(run_id, metrics=metric_list[start:start + 100], params=param_list[start:start + 100])
 
-    def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None) -> None:
+    def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
+                   steps: dict[str, dict[int, float]] | None = None) -> None:
         run_tags = {"mlflow.parentRunId": self.parent_id, "ragtrack.system": system, "ragtrack.process": self.process, **(tags or {})}
         run = self.client.create_run(self.experiment_id, run_name=system, tags={k: str(v) for k, v in run_tags.items()})
         self.child_ids.append(run.info.run_id)
-        self._log(run.info.run_id, params=params, metrics=metrics)
+        self._log(run.info.run_id, params=params, metrics=metrics, steps=steps)
         self._log_artifacts(run.info.run_id, artifacts)
         self.client.set_terminated(run.info.run_id, "FINISHED")
 

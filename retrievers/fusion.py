@@ -1,13 +1,33 @@
-"""Rank fusion: pure functions over runs.
+"""Rank and score fusion: pure functions over runs.
+
+Every function fuses the ``members`` of ``runs`` (each member cut at its top ``depth`` documents in
+trec_eval order) into the run ``system``, keeping the top ``depth``; ``weights`` give one weight per
+member (default 1).
 
 Reciprocal Rank Fusion (Cormack, Clarke & Büttcher, SIGIR 2009):
-score(d) = Σ_{runs r} w_r / (k + rank_r(d)), ranks 1-based in trec_eval order, each member cut at
-``depth``; documents missing from a member get nothing from it.
+score(d) = Σ_{runs r ∋ d} w_r / (k + rank_r(d)), ranks 1-based.
+
+Score fusion (Fox & Shaw, TREC-2 1994; normalizations after Lee, SIGIR 1997) first normalizes each
+member's scores per query over its top ``depth`` list, s' = norm(s):
+
+- ``none``:   s' = s
+- ``minmax``: s' = (s − min) / (max − min); a list whose scores are all equal gets s' = 1
+- ``zscore``: s' = (s − mean) / std (population std); a list with std 0 gets s' = 0
+- ``max``:    s' = s / max; a list whose maximum is 0 is left as is
+
+then combines them:
+
+- CombSUM: score(d) = Σ_{r ∋ d} w_r · s'_r(d)
+- CombMNZ: score(d) = |{r ∋ d}| · Σ_{r ∋ d} w_r · s'_r(d)
+- linear (convex combination, Bruch, Gai & Ingber, TOIS 2023): score(d) = Σ_r α_r · s'_r(d) with
+  α_r = w_r / Σ w; a document missing from member r takes r's lowest normalized score for that
+  query (the most it could have had without being retrieved), not 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 
 from pipeline.errors import RagtrackError
 from pipeline.runs import Run
@@ -33,4 +53,85 @@ def reciprocal_rank_fusion(runs: Mapping[str, Run], members: Sequence[str], syst
             scores = fused.setdefault(qid, {})
             for rank, (doc_id, _) in enumerate(ranked[:depth], start=1):
                 scores[doc_id] = scores.get(doc_id, 0.0) + weight / (k + rank)
+    return Run(system, fused).truncated(depth)
+
+
+def _minmax(scores: list[float]) -> list[float]:
+    low, high = min(scores), max(scores)
+    return [1.0] * len(scores) if high == low else [(s - low) / (high - low) for s in scores]
+
+
+def _zscore(scores: list[float]) -> list[float]:
+    mean = sum(scores) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    return [0.0] * len(scores) if std == 0 else [(s - mean) / std for s in scores]
+
+
+def _max(scores: list[float]) -> list[float]:
+    high = max(scores)
+    return list(scores) if high == 0 else [s / high for s in scores]
+
+
+NORMALIZATIONS: dict[str, Callable[[list[float]], list[float]]] = {
+    "none": list, "minmax": _minmax, "zscore": _zscore, "max": _max,
+}
+
+
+def normalize(ranked: Sequence[tuple[str, float]], method: str) -> dict[str, float]:
+    """Normalized scores of one ranked list (see module docstring for the formulas)."""
+    if method not in NORMALIZATIONS:
+        raise RagtrackError(f"unknown score normalization {method!r}; known: {', '.join(NORMALIZATIONS)}")
+    if not ranked:
+        return {}
+    return dict(zip([doc_id for doc_id, _ in ranked], NORMALIZATIONS[method]([float(s) for _, s in ranked])))
+
+
+def _normalized_members(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None,
+                        depth: int, normalization: str) -> list[tuple[dict[str, dict[str, float]], float]]:
+    """Per member: {qid: {doc: normalized score}} over its top ``depth``, with its weight."""
+    normalize([], normalization)  # unknown names fail before any work
+    return [({qid: normalize(ranked[:depth], normalization) for qid, ranked in run.rankings()}, weight)
+            for run, weight in _members(runs, members, weights)]
+
+
+def _comb(runs: Mapping[str, Run], members: Sequence[str], system: str, depth: int,
+          weights: Sequence[float] | None, normalization: str, multiply_by_hits: bool) -> Run:
+    fused: dict[str, dict[str, float]] = {}
+    hits: dict[str, dict[str, int]] = {}
+    for scores_by_query, weight in _normalized_members(runs, members, weights, depth, normalization):
+        for qid, scores in scores_by_query.items():
+            total, count = fused.setdefault(qid, {}), hits.setdefault(qid, {})
+            for doc_id, score in scores.items():
+                total[doc_id] = total.get(doc_id, 0.0) + weight * score
+                count[doc_id] = count.get(doc_id, 0) + 1
+    if multiply_by_hits:
+        fused = {qid: {d: s * hits[qid][d] for d, s in scores.items()} for qid, scores in fused.items()}
+    return Run(system, fused).truncated(depth)
+
+
+def combsum(runs: Mapping[str, Run], members: Sequence[str], system: str = "combsum", depth: int = 100,
+            weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
+    """CombSUM of normalized scores (see module docstring)."""
+    return _comb(runs, members, system, depth, weights, normalization, multiply_by_hits=False)
+
+
+def combmnz(runs: Mapping[str, Run], members: Sequence[str], system: str = "combmnz", depth: int = 100,
+            weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
+    """CombMNZ: CombSUM times the number of members that retrieved the document."""
+    return _comb(runs, members, system, depth, weights, normalization, multiply_by_hits=True)
+
+
+def linear_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str = "linear", depth: int = 100,
+                  weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
+    """Convex combination of normalized scores; a missing document takes the member's lowest score."""
+    normalized = _normalized_members(runs, members, weights, depth, normalization)
+    total_weight = sum(weight for _, weight in normalized)
+    if total_weight <= 0 or any(weight < 0 for _, weight in normalized):
+        raise RagtrackError(f"linear fusion weights must be >= 0 with a positive sum, got {[w for _, w in normalized]}")
+    fused: dict[str, dict[str, float]] = {}
+    for qid in dict.fromkeys(qid for scores_by_query, _ in normalized for qid in scores_by_query):
+        lists = [(scores_by_query.get(qid, {}), weight / total_weight) for scores_by_query, weight in normalized]
+        documents = dict.fromkeys(doc_id for scores, _ in lists for doc_id in scores)
+        fused[qid] = {doc_id: sum(alpha * scores.get(doc_id, min(scores.values(), default=0.0)) for scores, alpha in lists)
+                      for doc_id in documents}
     return Run(system, fused).truncated(depth)

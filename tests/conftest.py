@@ -46,3 +46,25 @@ def random_pairs(seeds: range) -> tuple[dict, dict]:
         qrels |= {f"s{seed}-{qid}": judged for qid, judged in pair_qrels.items()}
         run |= {f"s{seed}-{qid}": ranked for qid, ranked in pair_run.items()}
     return qrels, run
+
+
+SWEEP_KS = (1, 10, 30, 60, 100)
+
+
+@pytest.fixture(scope="session")
+def toy_sweep(tmp_path_factory):
+    """A real 5-job multirun (``ragtrack run -m experiment=rrf_k`` on the toy dataset, hashing encoder)
+    into a temporary SQLite MLflow store; shared by the sweep, compare and UI tests. It runs in a
+    subprocess: Chroma's native threads in this process would deadlock tests that fork."""
+    import os
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    root = tmp_path_factory.mktemp("sweep")
+    command = [sys.executable, "-m", "pipeline.cli", "run", "-m", "experiment=rrf_k", "dataset=toy", "encoder=hashing",
+               f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}"]
+    done = subprocess.run(command, cwd=root, env={**os.environ, "RAGTRACK_ROOT": str(root)}, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlruns/mlflow.db", experiment="ragtrack-toy",
+                           log=done.stdout + done.stderr, ks=SWEEP_KS)

@@ -13,7 +13,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -22,10 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 from evaluators.base import EvalInput, Evaluator, aggregate
 from pipeline import registry
 from pipeline.cache import Cache
-from pipeline.data import Dataset, load_beir
+from pipeline.data import Corpus, Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.runs import Run, write_trec
 from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key
+from retrievers.chunking import ChunkPlan, plan_for
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class SystemResult:
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
     efficiency: dict[str, float]
     params: dict
+    passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (retrievers.chunking)
+    passages: Corpus | None = None  # the indexed units: chunks, or the documents when unchunked
 
 
 @contextmanager
@@ -58,8 +61,8 @@ def stage(name: str) -> Iterator[None]:
     log.info("%s done in %.2f s", name, time.perf_counter() - started)
 
 
-def load_dataset(cfg: DictConfig) -> Dataset:
-    return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"))
+def load_dataset(cfg: DictConfig, known_ids=None) -> Dataset:
+    return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"), known_ids=known_ids)
 
 
 def make_tracker(cfg: DictConfig) -> Tracker:
@@ -105,8 +108,10 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     job = job or JobInfo()
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    known_ids, finish_plan = plan_for(cfg)
     with stage("load dataset"):
-        dataset = load_dataset(cfg.dataset)
+        dataset = load_dataset(cfg.dataset, known_ids)
+    plan = finish_plan(dataset.qrels)
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.evaluator or {}).values()]
@@ -119,7 +124,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         tags["ragtrack.sweep"] = job.sweep
     tracker.start(cfg.get("run_name") or " ".join(job.overrides) or "default", tags, shared)
     try:
-        results = _run_systems(cfg, dataset, cache, depth, evaluators)
+        results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
         report = _write_outputs(cfg, dataset, results, output_dir)
         _log_to_tracker(tracker, results, output_dir, job)
     except BaseException as exc:
@@ -130,14 +135,17 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     return report["results"]
 
 
-def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator]) -> dict[str, SystemResult]:
+def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan) -> dict[str, SystemResult]:
     runs: dict[str, Run] = {}
+    passage_runs: dict[str, Run] = {}
     efficiency: dict[str, dict] = {}
     params: dict[str, dict] = {}
+    indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
     for name, rcfg in (cfg.retriever or {}).items():
         retriever = registry.build("retrievers", rcfg, name=name)
-        runs[name], efficiency[name] = _search(name, retriever, dataset, cache, depth)
-        params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True))
+        passage_runs[name], efficiency[name] = _search(name, retriever, indexed, cache, plan.search_depth(depth))
+        runs[name] = plan.evaluated(passage_runs[name], depth)
+        params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True)) | plan.params()
     for fcfg in (cfg.fusion or {}).values():
         fuse = registry.build("fusions", {**OmegaConf.to_container(fcfg, resolve=True), "_partial_": True})
         system = fcfg.system
@@ -146,9 +154,10 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         started = time.perf_counter()
         with stage(f"{system}: fuse {', '.join(fcfg.members)}"):
             runs[system] = fuse(runs)
+        passage_runs[system] = plan.passages(runs[system], {member: passage_runs[member] for member in fcfg.members})
         seconds = time.perf_counter() - started
         efficiency[system] = {"fusion_seconds": seconds}
-        params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True))
+        params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True)) | plan.params()
     if not runs:
         raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
     results = {}
@@ -158,7 +167,8 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
         if missing:
             log.warning("%s: %d of %d queries have no results (they score 0)", name, missing, len(dataset.queries))
-        results[name] = SystemResult(name, run, per_query, summary, {**efficiency[name], "queries_missing": float(missing)}, params[name])
+        results[name] = SystemResult(name, run, per_query, summary, {**efficiency[name], "queries_missing": float(missing), **plan.stats(dataset.corpus)},
+                                     params[name], passage_runs[name], indexed.corpus)
     return results
 
 

@@ -141,12 +141,12 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     efficiency: dict[str, dict] = {}
     params: dict[str, dict] = {}
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
-    for name, rcfg in (cfg.retriever or {}).items():
+    for name, rcfg in (cfg.get("retriever") or {}).items():
         retriever = registry.build("retrievers", rcfg, name=name)
         passage_runs[name], efficiency[name] = _search(name, retriever, indexed, cache, plan.search_depth(depth))
         runs[name] = plan.evaluated(passage_runs[name], depth)
         params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True)) | plan.params()
-    for fcfg in (cfg.fusion or {}).values():
+    for fcfg in (cfg.get("fusion") or {}).values():
         fuse = registry.build("fusions", {**OmegaConf.to_container(fcfg, resolve=True), "_partial_": True})
         system = fcfg.system
         if system in runs:

@@ -114,7 +114,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     plan = finish_plan(dataset.qrels)
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
-    evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.evaluator or {}).values()]
+    evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
     tracker = make_tracker(cfg.tracking)
     shared = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
               if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}

@@ -1,0 +1,54 @@
+"""Every config in conf/ composes, and the overrides users type work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+
+from pipeline.__main__ import CONFIG_DIR
+
+MULTI_SELECT = {"retriever", "fusion", "evaluator"}
+
+
+def _options() -> list[str]:
+    overrides = []
+    for group in sorted(p for p in Path(CONFIG_DIR).iterdir() if p.is_dir() and p.name not in {"hydra", "local"}):
+        for option in sorted(group.rglob("*.yaml")):
+            name = option.relative_to(group).with_suffix("").as_posix()
+            overrides.append(f"{group.name}=[{name}]" if group.name in MULTI_SELECT else f"{group.name}={name}")
+    return overrides
+
+
+def compose_config(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def test_the_default_config() -> None:
+    cfg = compose_config([])
+    assert cfg.dataset.name == "scifact" and cfg.dataset.split == "test"
+    assert list(cfg.retriever) == ["bm25", "dense"] and list(cfg.fusion) == ["rrf"]
+    assert cfg.fusion.rrf.k == 60 and cfg.fusion.rrf.system == "hybrid"
+    assert "ndcg@10" in cfg.evaluator.ranking.metrics and "recall@10" in cfg.evaluator.ranking.metrics
+    assert cfg.tracking.uri.startswith("sqlite:///")
+
+
+@pytest.mark.parametrize("override", _options())
+def test_every_config_composes(override: str) -> None:
+    cfg = compose_config([override] + (["dataset.path=/tmp/x"] if override == "dataset=beir" else []))
+    assert cfg.dataset.name and cfg.depth > 0
+
+
+def test_overrides_users_type() -> None:
+    cfg = compose_config(["retriever=[bm25]", "fusion=[]", "retriever.bm25.k1=1.2", "paths.cache_dir=/tmp/c", "tracking.uri=http://127.0.0.1:5000"])
+    assert list(cfg.retriever) == ["bm25"] and not cfg.get("fusion")
+    assert cfg.retriever.bm25.k1 == 1.2 and cfg.paths.cache_dir == "/tmp/c" and cfg.tracking.uri == "http://127.0.0.1:5000"
+    assert compose_config(["fusion.rrf.k=30"]).fusion.rrf.k == 30
+    assert compose_config(["tracking=none"]).tracking.enabled is False

@@ -11,7 +11,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -61,7 +61,7 @@ def stage(name: str) -> Iterator[None]:
     log.info("%s done in %.2f s", name, time.perf_counter() - started)
 
 
-def load_dataset(cfg: DictConfig, known_ids=None) -> Dataset:
+def load_dataset(cfg: DictConfig, known_ids: Callable[[Corpus], Container[str]] | None = None) -> Dataset:
     return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"), known_ids=known_ids)
 
 
@@ -135,7 +135,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     return report["results"]
 
 
-def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan) -> dict[str, SystemResult]:
+def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:
+    plan = plan or ChunkPlan()
     runs: dict[str, Run] = {}
     passage_runs: dict[str, Run] = {}
     efficiency: dict[str, dict] = {}

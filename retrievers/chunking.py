@@ -190,17 +190,15 @@ class CharChunker(Chunker):
         start = _skip_space(text, 0)
         while start < length:
             end = min(start + self.size, length)
-            if end < length and not text[end].isspace():
-                cut = max(text.rfind(" ", start + 1, end), text.rfind("\n", start + 1, end), text.rfind("\t", start + 1, end))
-                end = cut if cut > start else end
+            if end < length and not text[end].isspace():  # inside a word: end at the last whitespace, if any
+                end = next((i for i in range(end - 1, start, -1) if text[i].isspace()), end)
             stripped = len(text[start:end].rstrip()) + start
             spans.append((start, stripped))
             if end >= length:
                 break
             following = max(stripped - self.overlap, start + 1)
-            if 0 < following < stripped and not text[following - 1].isspace():
-                word_start = next((i + 1 for i in range(following, stripped) if text[i].isspace()), stripped)
-                following = word_start
+            if 0 < following < stripped and not text[following - 1].isspace():  # inside a word: next word start
+                following = next((i + 1 for i in range(following, stripped) if text[i].isspace()), stripped)
             start = _skip_space(text, following)
         return spans
 

@@ -23,6 +23,7 @@ test: setup
 	$(BIN)/python -m pytest $(ARGS)
 
 test-slow: setup
+	$(BIN)/pip install --quiet -e '.[dev,scale]'
 	$(BIN)/python -m pytest -m slow $(ARGS)
 
 bench: setup

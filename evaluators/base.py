@@ -12,11 +12,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from pipeline.runs import Run
+if TYPE_CHECKING:  # not at run time: the pipeline package loads OmegaConf, a cold-start cost for metric users
+    from pipeline.data import Corpus
+    from pipeline.runs import Run
 
 Qrels = dict[str, dict[str, int]]
 
@@ -30,6 +33,7 @@ class EvalInput:
     queries: dict[str, str] = field(default_factory=dict)
     answers: dict[str, list[str]] = field(default_factory=dict)
     generated: dict[str, str] = field(default_factory=dict)
+    corpus: Corpus | None = None  # passage texts, for metrics that read what was retrieved
 
 
 class Evaluator(ABC):

@@ -5,7 +5,10 @@ documents are ranked by score descending, ties by document id descending; a docu
 when judged with grade >= ``relevance_threshold`` (trec_eval ``-l``, default 1); recall, AP and
 R-precision divide by all judged-relevant documents of the query; P@k divides by k even when fewer
 than k documents were retrieved; nDCG uses the grade as linear gain and an ideal ranking built from
-every judged document; queries without any relevant judgment score 0 and are left out of means.
+every judged document; queries without any relevant judgment score 0 (``mean_rank``: a miss) and are
+left out of means. Metrics that sum over the relevant documents use the matrix's relevant cells
+(``RankedGrades.hits``) rather than whole rows. ERR's g_max, AUC's treatment of unretrieved documents
+and mean_rank's value for a miss are decided in their docstrings.
 Metric names: ``name`` or ``name@k`` (cutoff k), e.g. ``ndcg@10``, ``map``, ``map@100``.
 """
 
@@ -20,7 +23,6 @@ import numpy as np
 import pandas as pd
 
 from evaluators.base import EvalInput, Evaluator, Qrels
-from pipeline.errors import RagtrackError
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class RankedGrades:
     num_rel: np.ndarray  # (queries,) judged documents with grade >= threshold
     num_nonrel: np.ndarray  # (queries,) judged documents with grade < threshold
     threshold: int
-    max_grade: int  # largest grade in the qrels (ERR's g_max)
+    max_grade: int  # top grade of the scale (ERR's g_max)
 
     @property
     def depth(self) -> int:
@@ -51,8 +53,15 @@ class RankedGrades:
         return self.judged & (self.grades >= self.threshold)
 
     @cached_property
-    def retrieved_mask(self) -> np.ndarray:
-        return np.arange(self.grades.shape[1]) < self.retrieved[:, None]
+    def hits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The relevant cells, row-major: (row, column = rank - 1, how many relevant up to and including it).
+        Metrics that sum over relevant documents work on these instead of whole rows."""
+        rows, columns = np.nonzero(self.relevant)
+        return rows, columns, np.arange(1, len(rows) + 1) - np.searchsorted(rows, rows)
+
+    def per_row(self, rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """Sum of ``weights`` (default 1) per query."""
+        return np.bincount(rows, weights, minlength=len(self.qids)).astype(float)
 
 
 def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
@@ -61,63 +70,55 @@ def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     return np.divide(numerator, denominator, out=np.zeros(np.broadcast(numerator, denominator).shape), where=denominator > 0)
 
 
-def _flatten_run(run: Mapping[str, Mapping[str, float]], row_of: dict[str, int]):
-    present = [qid for qid, docs in run.items() if qid in row_of and docs]
-    lengths = np.fromiter((len(run[qid]) for qid in present), dtype=np.int64, count=len(present))
-    total = int(lengths.sum())
-    scores = np.fromiter(chain.from_iterable(run[qid].values() for qid in present), dtype=float, count=total)
-    docs = np.fromiter(chain.from_iterable(run[qid].keys() for qid in present), dtype=object, count=total)
-    rows = np.repeat(np.fromiter((row_of[qid] for qid in present), dtype=np.int64, count=len(present)), lengths)
-    return rows, docs, scores
+def _judged_positions(docs: Mapping[str, float], found: list[str]) -> np.ndarray:
+    """0-based trec_eval ranks of the documents ``found`` among one query's ``docs``: the number of
+    documents scored higher, plus the tied ones with a larger id (trec_eval breaks ties by id,
+    descending). Costs one sort of the scores; ids are compared only for tied documents."""
+    scores = np.fromiter(docs.values(), dtype=float, count=len(docs))
+    ordered = np.sort(scores)
+    values = np.fromiter((docs[doc] for doc in found), dtype=float, count=len(found))
+    not_above = np.searchsorted(ordered, values, side="right")
+    positions = len(ordered) - not_above
+    tied = not_above - np.searchsorted(ordered, values, side="left") > 1
+    if tied.any():
+        ids = list(docs)
+        for i in np.flatnonzero(tied):
+            positions[i] += sum(ids[j] > found[i] for j in np.flatnonzero(scores == values[i]))
+    return positions
 
 
-def _trec_order(rows: np.ndarray, docs: np.ndarray, scores: np.ndarray) -> np.ndarray:
-    """Permutation sorting by (query, -score, document id descending); ids are compared only within ties."""
-    order = np.lexsort((-scores, rows))
-    same = (rows[order][1:] == rows[order][:-1]) & (scores[order][1:] == scores[order][:-1])
-    if not same.any():
-        return order
-    in_tie = np.zeros(len(order), dtype=bool)
-    in_tie[1:] |= same
-    in_tie[:-1] |= same
-    tied = order[in_tie]
-    id_rank = np.zeros(len(order), dtype=np.int64)
-    id_rank[tied] = np.unique(docs[tied].astype(str), return_inverse=True)[1]
-    return np.lexsort((-id_rank, -scores, rows))
-
-
-def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold: int = 1, min_width: int = 1) -> RankedGrades:
-    """Build the grade matrix of ``run`` against ``qrels``; rows follow the qrels' query order."""
+def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold: int = 1, min_width: int = 1, max_grade: int | None = None) -> RankedGrades:
+    """Build the grade matrix of ``run`` against ``qrels``; rows follow the qrels' query order.
+    Only judged documents are located in the ranking (one sort per query, see ``_judged_positions``);
+    every other cell stays 0 / unjudged. ``max_grade`` (ERR's g_max) defaults to the largest grade in
+    the qrels, at least 1."""
     qids = list(qrels)
-    row_of = {qid: row for row, qid in enumerate(qids)}
     n = len(qids)
-
-    judged_rows = np.repeat(np.arange(n), [len(qrels[qid]) for qid in qids])
-    judged_docs = list(chain.from_iterable(qrels[qid].keys() for qid in qids))
-    judged_grades = np.fromiter(chain.from_iterable(qrels[qid].values() for qid in qids), dtype=np.int64, count=len(judged_docs))
-    vocabulary = pd.Index(pd.unique(np.asarray(judged_docs, dtype=object)))
-    judged_keys = judged_rows * len(vocabulary) + vocabulary.get_indexer(judged_docs)
-    key_order = np.argsort(judged_keys)
-    judged_keys, sorted_grades = judged_keys[key_order], judged_grades[key_order]
-
-    rows, docs, scores = _flatten_run(run, row_of)
-    order = _trec_order(rows, docs, scores)
-    rows, docs = rows[order], docs[order]
-    retrieved = np.bincount(rows, minlength=n)
-    positions = np.arange(len(rows)) - (np.cumsum(retrieved) - retrieved)[rows]
-
-    codes = vocabulary.get_indexer(docs) if len(docs) else np.zeros(0, dtype=np.int64)
-    keys = rows * len(vocabulary) + codes
-    slot = np.clip(np.searchsorted(judged_keys, keys), 0, max(len(judged_keys) - 1, 0))
-    is_judged = (codes >= 0) & (judged_keys[slot] == keys) if len(judged_keys) else np.zeros(len(keys), dtype=bool)
-
+    retrieved = np.fromiter((len(run.get(qid) or ()) for qid in qids), dtype=np.int64, count=n)
     width = max(int(retrieved.max(initial=0)), min_width)
     grades = np.zeros((n, width))
     judged = np.zeros((n, width), dtype=bool)
-    grades[rows[is_judged], positions[is_judged]] = sorted_grades[slot[is_judged]]
-    judged[rows[is_judged], positions[is_judged]] = True
 
-    per_query = np.bincount(judged_rows, minlength=n)
+    hit_rows: list[int] = []
+    hit_grades: list[int] = []
+    hit_positions = [np.zeros(0, dtype=np.int64)]
+    for row, qid in enumerate(qids):
+        docs = run.get(qid)
+        if not docs:
+            continue
+        judgments = qrels[qid]
+        found = [doc for doc in judgments if doc in docs]
+        if found:
+            hit_rows += [row] * len(found)
+            hit_grades += [judgments[doc] for doc in found]
+            hit_positions.append(_judged_positions(docs, found))
+    positions = np.concatenate(hit_positions)
+    grades[hit_rows, positions] = hit_grades
+    judged[hit_rows, positions] = True
+
+    per_query = np.fromiter((len(qrels[qid]) for qid in qids), dtype=np.int64, count=n)
+    judged_rows = np.repeat(np.arange(n), per_query)
+    judged_grades = np.fromiter(chain.from_iterable(qrels[qid].values() for qid in qids), dtype=np.int64, count=len(judged_rows))
     ideal_order = np.lexsort((-judged_grades, judged_rows))
     ideal = np.zeros((n, max(int(per_query.max(initial=0)), 1)))
     ideal_positions = np.arange(len(judged_rows)) - (np.cumsum(per_query) - per_query)[judged_rows[ideal_order]]
@@ -128,7 +129,7 @@ def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold:
         qids=qids, grades=grades, judged=judged, retrieved=retrieved, ideal=ideal,
         num_rel=np.bincount(judged_rows[relevant], minlength=n),
         num_nonrel=np.bincount(judged_rows[~relevant], minlength=n),
-        threshold=threshold, max_grade=max(int(judged_grades.max(initial=1)), 1),
+        threshold=threshold, max_grade=max_grade or max(int(judged_grades.max(initial=1)), 1),
     )
 
 
@@ -165,17 +166,15 @@ def reciprocal_rank(m: RankedGrades, k: int | None) -> np.ndarray:
 def average_precision(m: RankedGrades, k: int | None) -> np.ndarray:
     """AP@k = Σ_{i ≤ k, d_i relevant} P@i / |relevant judged| (trec_eval ``map`` / ``map_cut_k``;
     Buckley & Voorhees 2000)."""
-    relevant = m.relevant[:, :k]
-    precision_at_i = np.cumsum(relevant, axis=1) / m.ranks[: relevant.shape[1]]
-    return _divide((precision_at_i * relevant).sum(axis=1), m.num_rel)
+    rows, columns, nth = m.hits
+    keep = columns < (k or m.grades.shape[1])
+    return _divide(m.per_row(rows[keep], nth[keep] / (columns[keep] + 1)), m.num_rel)
 
 
 def r_precision(m: RankedGrades, k: int | None = None) -> np.ndarray:
     """R-precision = |relevant in top R| / R with R = |relevant judged| (trec_eval ``Rprec``)."""
-    cumulative = np.cumsum(m.relevant, axis=1)
-    last = np.minimum(m.num_rel, cumulative.shape[1]) - 1
-    found = np.where(last >= 0, cumulative[np.arange(len(last)), np.maximum(last, 0)], 0)
-    return _divide(found, m.num_rel)
+    rows, columns, _ = m.hits
+    return _divide(m.per_row(rows, columns < m.num_rel[rows]), m.num_rel)
 
 
 def _discounted(gains: np.ndarray) -> np.ndarray:
@@ -199,45 +198,59 @@ def ndcg_exp(m: RankedGrades, k: int | None) -> np.ndarray:
 
 
 def err(m: RankedGrades, k: int | None) -> np.ndarray:
-    """ERR@k = Σ_{r ≤ k} (1/r)·R_r·Π_{i<r}(1 − R_i), R_i = (2^{g_i} − 1) / 2^{g_max}, g_max the largest
-    grade in the qrels (Expected Reciprocal Rank, Chapelle et al. 2009)."""
+    """ERR@k = Σ_{r ≤ k} (1/r)·R_r·Π_{i<r}(1 − R_i), R_i = (2^{g_i} − 1) / 2^{g_max} (Expected Reciprocal
+    Rank, Chapelle et al. 2009, eq. 4 with the cascade model). g_max is the top grade of the scale: the
+    evaluator's ``max_grade`` when set, else the largest grade anywhere in the qrels (one value for
+    every query, so per-query scores do not depend on which documents a query happens to have)."""
     stop = (np.exp2(np.maximum(m.grades[:, :k], 0)) - 1) / 2.0**m.max_grade
     reach = np.cumprod(np.hstack([np.ones((len(stop), 1)), 1 - stop[:, :-1]]), axis=1)
     return (stop * reach / m.ranks[: stop.shape[1]]).sum(axis=1)
 
 
 def mean_rank(m: RankedGrades, k: int | None = None) -> np.ndarray:
-    """Rank of the first relevant document; depth + 1 when none is retrieved (depth = the most
-    documents the run retrieved for any query), so a miss is worse than any hit. Lower is better."""
-    relevant = m.relevant
-    return np.where(relevant.any(axis=1), relevant.argmax(axis=1) + 1.0, m.depth + 1.0)
+    """Rank of the first relevant document (its mean over queries is the mean rank); lower is better.
+    A query whose relevant documents are all missed scores one past the cutoff: k + 1 for
+    ``mean_rank@k``, else depth + 1 with depth = the most documents the run retrieved for any query,
+    so a miss is worse than any hit and the value stays finite."""
+    relevant = m.relevant[:, :k]
+    miss = (k if k is not None else m.depth) + 1.0
+    return np.where(relevant.any(axis=1), relevant.argmax(axis=1) + 1.0, miss)
 
 
 def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
-    """ROC AUC of the ranking: the share of (relevant, non-relevant) pairs with the relevant document
-    ranked higher. Non-relevant = every retrieved non-relevant document (judged or not) plus judged
-    non-relevant documents not retrieved; unretrieved documents rank below all retrieved ones and tie
-    with each other (a tie counts ½). 0 when a query has no such pair (Bamber 1975; Fawcett 2006)."""
-    relevant = m.relevant
-    nonrelevant = m.retrieved_mask & ~relevant
-    retrieved_nonrel = nonrelevant.sum(axis=1)
-    judged_nonrel_missing = m.num_nonrel - (nonrelevant & m.judged).sum(axis=1)
-    below = retrieved_nonrel[:, None] - np.cumsum(nonrelevant, axis=1)
-    correct = ((below + judged_nonrel_missing[:, None]) * relevant).sum(axis=1)
-    correct = correct + 0.5 * (m.num_rel - relevant.sum(axis=1)) * judged_nonrel_missing
-    return _divide(correct, m.num_rel * (retrieved_nonrel + judged_nonrel_missing))
+    """ROC AUC of the ranking = P(a relevant document is ranked above a non-relevant one), ties ½
+    (Bamber 1975; Hanley & McNeil 1982; Fawcett 2006):
+    AUC = (Σ_{relevant retrieved r} |N below r| + ½·|relevant unretrieved|·|N unretrieved|) / (R·|N|).
+    N, the non-relevant documents, are the retrieved non-relevant ones (judged or not: unjudged counts
+    as non-relevant, as everywhere in trec_eval) plus the judged non-relevant ones not retrieved;
+    unretrieved documents rank below every retrieved one and tie with each other. The unretrieved,
+    unjudged rest of the corpus is left out (its size is unknown). When N is empty the value is the
+    same for any number of unretrieved non-relevant documents: (R_retrieved + ½·R_unretrieved) / R.
+    So an empty ranking scores ½ (chance), not 0."""
+    rows, columns, nth = m.hits
+    relevant_retrieved = m.per_row(rows)
+    unretrieved_rel = m.num_rel - relevant_retrieved
+    retrieved_nonrel = m.retrieved - relevant_retrieved
+    unretrieved_nonrel = m.num_nonrel - (m.judged & ~m.relevant).sum(axis=1)
+    nonrel_below = (m.retrieved[rows] - 1 - columns) - (relevant_retrieved[rows] - nth)  # retrieved below r, minus relevant below r
+    pairs_right = m.per_row(rows, nonrel_below + unretrieved_nonrel[rows]) + 0.5 * unretrieved_rel * unretrieved_nonrel
+    nonrel = retrieved_nonrel + unretrieved_nonrel
+    no_negatives = _divide(m.num_rel - 0.5 * unretrieved_rel, m.num_rel)
+    return np.where(nonrel > 0, _divide(pairs_right, m.num_rel * nonrel), no_negatives)
 
 
 def bpref(m: RankedGrades, k: int | None = None) -> np.ndarray:
     """bpref = (1/R) Σ_{relevant retrieved r} (1 − min(n_r, R) / min(R, N)), n_r = judged non-relevant
     ranked above r, N = judged non-relevant; unjudged documents are skipped (Buckley & Voorhees 2004;
-    trec_eval ``bpref``)."""
-    relevant = m.relevant
-    judged_nonrel = m.judged & ~relevant
-    above = np.cumsum(judged_nonrel, axis=1) - judged_nonrel
-    scale = np.minimum(m.num_rel, m.num_nonrel)[:, None]
-    penalty = _divide(np.minimum(above, m.num_rel[:, None]), np.broadcast_to(scale, above.shape))
-    return _divide(((1.0 - penalty) * relevant).sum(axis=1), m.num_rel)
+    trec_eval ``bpref``, which gives 1 per relevant retrieved document when N = 0)."""
+    rows, columns, _ = m.hits
+    width = m.grades.shape[1]
+    nonrel_rows, nonrel_columns = np.nonzero(m.judged & ~m.relevant)
+    nonrel_keys = nonrel_rows * width + nonrel_columns  # sorted: nonzero is row-major
+    above = np.searchsorted(nonrel_keys, rows * width + columns) - np.searchsorted(nonrel_keys, rows * width)
+    scale = np.minimum(m.num_rel, m.num_nonrel)[rows]
+    penalty = _divide(np.minimum(above, m.num_rel[rows]), scale)
+    return _divide(m.per_row(rows, 1.0 - penalty), m.num_rel)
 
 
 def num_rel_ret(m: RankedGrades, k: int | None = None) -> np.ndarray:
@@ -250,7 +263,6 @@ class MetricSpec:
     function: Callable[[RankedGrades, int | None], np.ndarray]
     cutoff: str  # "required", "optional" or "none"
     description: str
-    higher_is_better: bool = True
 
 
 METRICS: dict[str, MetricSpec] = {
@@ -265,8 +277,8 @@ METRICS: dict[str, MetricSpec] = {
     "ndcg": MetricSpec(ndcg, "optional", "normalized DCG, linear gain (trec_eval ndcg_cut)"),
     "ndcg_exp": MetricSpec(ndcg_exp, "optional", "normalized DCG, exponential gain 2^rel - 1 (Burges)"),
     "err": MetricSpec(err, "optional", "expected reciprocal rank (Chapelle et al. 2009), graded"),
-    "mean_rank": MetricSpec(mean_rank, "none", "rank of the first relevant document (depth+1 if none); lower is better", False),
-    "auc": MetricSpec(auc, "none", "ROC AUC: share of (relevant, non-relevant) pairs ordered correctly"),
+    "mean_rank": MetricSpec(mean_rank, "optional", "rank of the first relevant document (k+1 or depth+1 if none); lower is better"),
+    "auc": MetricSpec(auc, "none", "ROC AUC: share of (relevant, non-relevant) pairs ordered correctly, ties 1/2"),
     "bpref": MetricSpec(bpref, "none", "binary preference (Buckley & Voorhees 2004), ignores unjudged documents"),
     "num_rel_ret": MetricSpec(num_rel_ret, "optional", "number of relevant documents retrieved"),
 }
@@ -282,16 +294,18 @@ def parse_metric(name: str) -> tuple[MetricSpec, int | None]:
     base, at, cutoff = name.partition("@")
     spec = METRICS.get(base)
     if spec is None:
-        raise RagtrackError(f"unknown metric {name!r}; known: {', '.join(describe_metrics())}")
-    if at:
-        if spec.cutoff == "none":
-            raise RagtrackError(f"metric {base!r} takes no cutoff (got {name!r})")
-        if not cutoff.isdigit() or int(cutoff) < 1:
-            raise RagtrackError(f"metric {name!r}: the cutoff must be a positive integer")
-        return spec, int(cutoff)
-    if spec.cutoff == "required":
-        raise RagtrackError(f"metric {base!r} needs a cutoff, e.g. {base}@10")
-    return spec, None
+        problem = f"unknown metric {name!r}; known: {', '.join(describe_metrics())}"
+    elif at and spec.cutoff == "none":
+        problem = f"metric {base!r} takes no cutoff (got {name!r})"
+    elif at and not (cutoff.isdigit() and int(cutoff) >= 1):
+        problem = f"metric {name!r}: the cutoff must be a positive integer"
+    elif not at and spec.cutoff == "required":
+        problem = f"metric {base!r} needs a cutoff, e.g. {base}@10"
+    else:
+        return spec, int(cutoff) if at else None
+    from pipeline.errors import RagtrackError  # only on failure: the pipeline package loads OmegaConf (cold start)
+
+    raise RagtrackError(problem)
 
 
 def describe_metrics() -> dict[str, str]:
@@ -302,22 +316,24 @@ def describe_metrics() -> dict[str, str]:
     return names
 
 
-def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1) -> tuple[pd.DataFrame, np.ndarray]:
+def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1, max_grade: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Per-query values of ``metrics`` (DataFrame indexed by query id, qrels order) and the number of
     relevant judgments per query."""
     parsed = {name: parse_metric(name) for name in metrics}
     width = max([k for _, k in parsed.values() if k] + [1])
-    m = rank_grades(run, qrels, threshold, min_width=width)
+    m = rank_grades(run, qrels, threshold, min_width=width, max_grade=max_grade)
     table = pd.DataFrame({name: spec.function(m, k) for name, (spec, k) in parsed.items()}, index=pd.Index(m.qids, name="qid"))
     return table, m.num_rel
 
 
 class RankingEvaluator(Evaluator):
-    """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``."""
+    """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``;
+    ``max_grade`` is ERR's g_max (default: the largest grade in the qrels)."""
 
-    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1):
+    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1, max_grade: int | None = None):
         super().__init__(metrics)
         self.relevance_threshold = int(relevance_threshold)
+        self.max_grade = int(max_grade) if max_grade is not None else None
         for name in self.metrics:
             parse_metric(name)
 
@@ -336,7 +352,7 @@ class RankingEvaluator(Evaluator):
         return bool(data.qrels)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
-        return score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold)[0]
+        return score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold, self.max_grade)[0]
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         """Queries with at least one relevant judgment (a query missing from the run scores 0)."""

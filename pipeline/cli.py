@@ -34,17 +34,23 @@ def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
     evaluators = []
     for name, names in chosen.items():
         kwargs = {"relevance_threshold": threshold} if name == "ranking" else {}
-        evaluators.append(classes[name](metrics=names, **kwargs))
+        try:
+            evaluators.append(classes[name](metrics=names, **kwargs))
+        except TypeError:
+            raise RagtrackError(f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})") from None
     return evaluators
 
 
 def command_eval(args: argparse.Namespace) -> int:
+    metrics = args.metric or registry.load("evaluators", "ranking")().metrics
+    evaluators = _evaluators_for(metrics, args.relevance_threshold)  # unknown names fail before reading files
     qrels, _ = load_qrels(Path(args.qrels))
     run = read_trec(args.run)
-    metrics = args.metric or registry.load("evaluators", "ranking")().metrics
     data = EvalInput(qrels=qrels, run=run)
     tables, summaries = [], []
-    for evaluator in _evaluators_for(metrics, args.relevance_threshold):
+    for evaluator in evaluators:
+        if not evaluator.applies_to(data):
+            raise RagtrackError(f"metrics {', '.join(evaluator.metrics)} need data that a qrels and a run file do not have (answers); use them in `ragtrack run`")
         table = evaluator.evaluate(data)
         tables.append(table)
         summaries.append(aggregate(table, evaluator.counted(data, table), seed=args.seed))

@@ -16,6 +16,7 @@ import gzip
 import hashlib
 import json
 import logging
+import zlib
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,18 +68,30 @@ def _check_id(value: object, path: Path, line: int, key: str = "_id") -> str:
     return value
 
 
+MAX_LINE_BYTES = 64 * 2**20  # longer lines are rejected before they are held in memory
+
+
 def _open_bytes(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def _read_lines(path: Path, digest: "hashlib._Hash") -> Iterator[tuple[int, str]]:
-    """Yield (line number, decoded line without line ending) for non-blank lines; hash the raw bytes."""
+def read_lines(path: Path, digest: "hashlib._Hash | None" = None) -> Iterator[tuple[int, str]]:
+    """Yield (line number, decoded line without line ending) for non-blank lines of a UTF-8 file
+    (gzip if it ends in ``.gz``); a BOM and CRLF are accepted; NUL bytes, invalid UTF-8, lines over
+    :data:`MAX_LINE_BYTES` and truncated gzip streams are errors. ``digest`` is fed the raw bytes."""
+    number = 0
     try:
         with _open_bytes(path) as handle:
-            for number, raw in enumerate(handle, start=1):
-                digest.update(raw)
+            while raw := handle.readline(MAX_LINE_BYTES + 1):
+                number += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(path, f"line longer than {MAX_LINE_BYTES:,} bytes", number)
+                if digest is not None:
+                    digest.update(raw)
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
+                elif number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+                    raise InputError(path, "UTF-16 text (byte-order mark): save the file as UTF-8", number)
                 if b"\x00" in raw:
                     raise InputError(path, "NUL byte in line", number)
                 try:
@@ -88,14 +101,19 @@ def _read_lines(path: Path, digest: "hashlib._Hash") -> Iterator[tuple[int, str]
                 text = text.rstrip("\r\n")
                 if text.strip():
                     yield number, text
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise InputError(path, "file not found") from None
-        raise InputError(path, f"cannot read file: {exc}") from None
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a folder, not a file") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        where = f"after line {number}" if number else "at its start"
+        raise InputError(path, f"corrupt or truncated gzip {where}: {exc}") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read file: {exc.strerror or exc}") from None
 
 
 def _read_jsonl(path: Path, digest: "hashlib._Hash") -> Iterator[tuple[int, dict]]:
-    for number, text in _read_lines(path, digest):
+    for number, text in read_lines(path, digest):
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -183,7 +201,7 @@ def load_qrels(path: Path) -> tuple[Qrels, str]:
     (``qid iteration docid rel``, whitespace-separated); returns the judgments and the content hash."""
     digest = hashlib.sha256()
     qrels: Qrels = {}
-    for number, text in _read_lines(path, digest):
+    for number, text in read_lines(path, digest):
         columns = text.split("\t") if "\t" in text else text.split()
         if len(columns) == 3:
             qid, doc_id, grade = columns
@@ -246,9 +264,10 @@ def load_beir(path: str | Path, split: str = "test", name: str | None = None, qr
     dataset = Dataset(name=name or folder.name, corpus=corpus, queries=queries, qrels=qrels, answers=answers, hash=combined)
     unjudged = len(queries) - dataset.num_judged_relevant()
     log.info(
-        "dataset %s/%s: %d documents, %d queries, %d judgments%s",
+        "dataset %s/%s: %d documents, %d queries, %d judgments%s%s",
         dataset.name, split, len(corpus), len(queries), sum(map(len, qrels.values())),
         f" ({unjudged} queries without a relevant document are run but not averaged)" if unjudged else "",
+        f"; {len(all_queries) - len(queries)} queries without judgments in this split are not run" if len(all_queries) > len(queries) else "",
     )
     return dataset
 

@@ -24,8 +24,9 @@ from pipeline import registry
 from pipeline.cache import Cache
 from pipeline.data import Corpus, Dataset, load_beir
 from pipeline.errors import RagtrackError
+from pipeline.generation import answer_questions
 from pipeline.runs import Run, write_trec
-from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key
+from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_overrides
 from retrievers.chunking import ChunkPlan, plan_for
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ def config_hash(cfg: DictConfig) -> str:
 
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-query table (all evaluators side by side) and its summary (mean, std, bootstrap CI)."""
-    data = EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {})
+    data = EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {},
+                     corpus=dataset.corpus)
     tables, summaries = [], []
     for evaluator in evaluators:
         if not evaluator.applies_to(data):
@@ -118,11 +120,12 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     tracker = make_tracker(cfg.tracking)
     shared = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
               if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
+    overrides = " ".join(redact_overrides(job.overrides))
     tags = {"ragtrack.dataset": dataset.name, "ragtrack.dataset_hash": dataset.hash, "ragtrack.git_commit": git_commit(Path(cfg.paths.root_dir)) or "unknown",
-            "ragtrack.overrides": " ".join(job.overrides) or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
+            "ragtrack.overrides": overrides or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags["ragtrack.sweep"] = job.sweep
-    tracker.start(cfg.get("run_name") or " ".join(job.overrides) or "default", tags, shared)
+    tracker.start(cfg.get("run_name") or overrides or "default", tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
         report = _write_outputs(cfg, dataset, results, output_dir)
@@ -161,10 +164,16 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True)) | plan.params()
     if not runs:
         raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
+    generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
+    judged = replace(dataset, corpus=plan.judged_corpus(dataset.corpus))  # the texts of the evaluated runs' ids
     results = {}
     for name, run in runs.items():
+        with stage(f"{name}: generate answers"):
+            answers = answer_questions(generator, passage_runs[name], indexed, Path(cfg.paths.output_dir) / "systems" / name)
         with stage(f"{name}: evaluate"):
-            per_query, summary = evaluate_run(run, dataset, evaluators, seed=int(cfg.seed))
+            per_query, summary = evaluate_run(run, judged, evaluators, seed=int(cfg.seed), generated=answers and answers.texts)
+        if answers:
+            per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
         missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
         if missing:
             log.warning("%s: %d of %d queries have no results (they score 0)", name, missing, len(dataset.queries))
@@ -173,16 +182,21 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     return results
 
 
+def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
+    """Columns ``system``, ``qid``, then the system's per-query columns (texts first, then metrics)."""
+    table = per_query.reset_index().assign(system=system)
+    return table[["system", "qid", *[c for c in table.columns if c not in ("system", "qid")]]]
+
+
 def _write_outputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path) -> dict:
     for result in results.values():
         write_trec(result.run, output_dir / "runs" / f"{result.name}.trec", tag=result.name)
-    per_query = pd.concat([r.per_query.reset_index().assign(system=name) for name, r in results.items()], ignore_index=True)
-    per_query = per_query[["system", "qid", *[c for c in per_query.columns if c not in ("system", "qid")]]]
+    per_query = pd.concat([per_query_table(name, r.per_query) for name, r in results.items()], ignore_index=True)
     per_query.to_csv(output_dir / "per_query.csv", index=False, float_format="%.17g")
     table = pd.DataFrame({name: r.summary["mean"] for name, r in results.items()})
     table.index.name = "metric"
     table.to_csv(output_dir / "comparison.csv", float_format="%.17g")
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(redact(OmegaConf.to_container(cfg, resolve=True))))
     payload = {
         "dataset": {"name": dataset.name, "split": cfg.dataset.split, "hash": dataset.hash,
                     "documents": len(dataset.corpus), "queries": len(dataset.queries)},
@@ -213,9 +227,9 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             folder = output_dir / "systems" / name
             folder.mkdir(parents=True, exist_ok=True)
             shutil.copy(output_dir / "runs" / f"{name}.trec", folder / "run.trec")
-            result.per_query.to_csv(folder / "per_query.csv", float_format="%.17g")
+            per_query_table(name, result.per_query).to_csv(folder / "per_query.csv", index=False, float_format="%.17g")
             metrics = _system_metrics(result)
-            tracker.log_system(name, result.params, metrics, [folder / "run.trec", folder / "per_query.csv"])
+            tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()))  # run, per-query table, answer reports
             parent_metrics |= {f"{name}/{metric_key(str(m))}": v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in ("results.json", "comparison.csv", "config.yaml", "per_query.csv")]
         if job.hydra_dir and job.hydra_dir.is_dir():

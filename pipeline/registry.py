@@ -57,7 +57,8 @@ def instantiate(config: Mapping | DictConfig, **kwargs: Any) -> Any:
         cause = exc.__cause__
         if isinstance(cause, RagtrackError):
             raise cause from None
-        raise RagtrackError(f"cannot construct {OmegaConf.to_container(config) if isinstance(config, DictConfig) else dict(config)}: {cause or exc}") from None
+        target = config.get("_target_", "?")  # the target only: a config may hold secrets
+        raise RagtrackError(f"cannot construct {target}: {cause or exc}") from None
 
 
 def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.data import read_lines
 from pipeline.errors import InputError
 
 
@@ -64,37 +65,25 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
 
 
 def read_trec(path: str | Path, name: str | None = None) -> Run:
-    """Read a TREC run file; scores decide the order (the rank column is ignored, as in trec_eval)."""
+    """Read a TREC run file (gzip if it ends in ``.gz``); scores decide the order (the rank column is
+    ignored, as in trec_eval). Encoding, NUL bytes and line length are checked as for every input."""
     path = Path(path)
     scores: dict[str, dict[str, float]] = {}
-    try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(path, f"not valid UTF-8 (byte {exc.start})", number) from None
-            if number == 1:
-                text = text.removeprefix("\ufeff")
-            if "\x00" in text:
-                raise InputError(path, "NUL byte in line", number)
-            columns = text.split()
-            if not columns:
-                continue
-            if len(columns) != 6:
-                raise InputError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(columns)}", number)
-            qid, _, doc_id, _, score_text, _ = columns
-            try:
-                score = float(score_text)
-            except ValueError:
-                raise InputError(path, f"score {score_text!r} is not a number", number) from None
-            if not math.isfinite(score):
-                raise InputError(path, f"score {score_text!r} is not finite", number)
-            ranked = scores.setdefault(qid, {})
-            if doc_id in ranked:
-                raise InputError(path, f"document {doc_id!r} appears twice for query {qid!r}", number)
-            ranked[doc_id] = score
+    for number, text in read_lines(path):
+        columns = text.split()
+        if len(columns) != 6:
+            raise InputError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(columns)}", number)
+        qid, _, doc_id, _, score_text, _ = columns
+        try:
+            score = float(score_text)
+        except ValueError:
+            raise InputError(path, f"score {score_text!r} is not a number", number) from None
+        if not math.isfinite(score):
+            raise InputError(path, f"score {score_text!r} is not finite", number)
+        ranked = scores.setdefault(qid, {})
+        if doc_id in ranked:
+            raise InputError(path, f"document {doc_id!r} appears twice for query {qid!r}", number)
+        ranked[doc_id] = score
+    if not scores:
+        raise InputError(path, "no results: the run file is empty")
     return Run(name or path.stem, scores)

@@ -5,6 +5,11 @@ metrics ``<system>/<metric>``, artifacts (resolved config, ``.hydra/``, comparis
 tag ``ragtrack.system``, params (its config), metrics with identical keys across systems, artifacts
 ``run.trec``, per-query table. A failed job ends its runs FAILED with the error logged. Secrets
 (config keys that look like keys, tokens or passwords) are redacted before anything is logged.
+
+Any tracking URI works: a local SQLite store gets the configured artifact folder, a tracking server
+(``http(s)://``, ``databricks``) stores artifacts where the server says. A job killed with SIGKILL
+cannot end its runs; every run is tagged with its host and process (``ragtrack.process``), and the next
+job of the experiment on that host marks RUNNING runs whose process is gone as KILLED.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Any
 
 from filelock import FileLock
 
+from pipeline.processes import process_alive, process_tag
+
 log = logging.getLogger(__name__)
 
 SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)$", re.IGNORECASE)
@@ -29,6 +36,28 @@ def metric_key(name: str) -> str:
     return name.replace("@", "_at_")
 
 
+def _redacted(key: object, value: Any) -> Any:
+    return "***" if SECRET_KEY.search(str(key)) and value not in (None, "") and not isinstance(value, Mapping) else value
+
+
+def redact(config: Any) -> Any:
+    """A copy of a nested config with the values of secret-looking keys replaced by ``***``."""
+    if isinstance(config, Mapping):
+        return {key: redact(_redacted(key, value)) for key, value in config.items()}
+    if isinstance(config, list):
+        return [redact(value) for value in config]
+    return config
+
+
+def redact_overrides(overrides: list[str]) -> list[str]:
+    """Hydra overrides (``key=value``) with the values of secret-looking keys replaced by ``***``."""
+    redacted = []
+    for override in overrides:
+        key, sign, value = override.partition("=")
+        redacted.append(f"{key}={_redacted(key.lstrip('+~'), value)}" if sign else override)
+    return redacted
+
+
 def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:
     """Dotted keys of a nested mapping; secrets redacted, lists kept as their string form."""
     flat: dict[str, Any] = {}
@@ -36,10 +65,8 @@ def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:
         dotted = f"{prefix}{key}"
         if isinstance(value, Mapping):
             flat |= flatten(value, f"{dotted}.")
-        elif SECRET_KEY.search(str(key)) and value not in (None, ""):
-            flat[dotted] = "***"
         else:
-            flat[dotted] = value
+            flat[dotted] = _redacted(key, value)
     return flat
 
 
@@ -61,6 +88,11 @@ def ensure_store(uri: str) -> None:
         from mlflow.tracking import MlflowClient
 
         MlflowClient(uri).search_experiments(max_results=1)
+
+
+def is_local_store(uri: str) -> bool:
+    """A store this process writes itself (SQLite or a file path), as opposed to a tracking server."""
+    return uri.startswith(("sqlite:", "file:", "/")) or "://" not in uri
 
 
 class Tracker:
@@ -87,6 +119,9 @@ class MlflowTracker(Tracker):
         self.uri, self.experiment_name = uri, experiment
         ensure_store(uri)
         self.client = MlflowClient(uri)
+        if not is_local_store(uri) and artifact_location:
+            log.info("MLflow server %s: artifacts go where the server says (artifact_location ignored)", uri)
+            artifact_location = None
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             try:
@@ -97,9 +132,23 @@ class MlflowTracker(Tracker):
             self.experiment_id = found.experiment_id
         self.parent_id: str | None = None
         self.child_ids: list[str] = []
+        self.process = process_tag()
+        self.mark_killed_runs()
+
+    def mark_killed_runs(self) -> list[str]:
+        """End as KILLED the RUNNING runs of this experiment whose process (on this host) is gone."""
+        stale = [run for run in self.client.search_runs([self.experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
+                 if "ragtrack.process" in run.data.tags and not process_alive(run.data.tags["ragtrack.process"])]
+        for run in stale:
+            self.client.set_tag(run.info.run_id, "ragtrack.error", f"process {run.data.tags['ragtrack.process']} ended without finishing the run")
+            self.client.set_terminated(run.info.run_id, "KILLED")
+        if stale:
+            log.warning("MLflow: marked %d run(s) of killed jobs as KILLED", len(stale))
+        return [run.info.run_id for run in stale]
 
     def start(self, run_name: str, tags: dict, params: dict) -> None:
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()})
+        run_tags = {**tags, "ragtrack.process": self.process}
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in run_tags.items()})
         self.parent_id = run.info.run_id
         self._log(self.parent_id, params=params)
         log.info("MLflow: experiment %r, run %s (%s)", self.experiment_name, run_name, self.parent_id)
@@ -113,7 +162,7 @@ class MlflowTracker(Tracker):
             self.client.log_batch(run_id, metrics=metric_list[start:start + 100], params=param_list[start:start + 100])
 
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None) -> None:
-        run_tags = {"mlflow.parentRunId": self.parent_id, "ragtrack.system": system, **(tags or {})}
+        run_tags = {"mlflow.parentRunId": self.parent_id, "ragtrack.system": system, "ragtrack.process": self.process, **(tags or {})}
         run = self.client.create_run(self.experiment_id, run_name=system, tags={k: str(v) for k, v in run_tags.items()})
         self.child_ids.append(run.info.run_id)
         self._log(run.info.run_id, params=params, metrics=metrics)
@@ -141,4 +190,6 @@ class MlflowTracker(Tracker):
 
     @property
     def url_hint(self) -> str:
+        if not is_local_store(self.uri):
+            return f"{self.uri}  (experiment {self.experiment_name!r})"
         return f"ragtrack ui --tracking-uri {self.uri}   (or: mlflow ui --backend-store-uri {self.uri} --host 127.0.0.1)"

@@ -1,23 +1,39 @@
 """Dense retrieval: an encoder embeds title + text, Chroma stores the vectors and answers queries.
 
-Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint), the Chroma collection
-as a PersistentClient folder (key: embeddings key + HNSW settings); both are built in a temporary
-folder and renamed into place. Chroma's own embedding function is never used: vectors are always
-supplied. Space is cosine; scores are similarities 1 − cosine distance (higher is better).
+Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint). The Chroma collection
+(key: embeddings key + HNSW settings) lives, by ``chroma.mode``:
+
+- ``persistent``: a PersistentClient folder in the cache, built in a temporary folder and renamed
+  into place (one writer per folder: Chroma loses vectors when processes add to one folder at once).
+- ``http``: a Chroma server (``chroma run``), shared by every job that reaches it, so the collection
+  is named ``ragtrack-<key>``. It is built as ``<name>-tmp-<id>`` (tagged with the builder's
+  process), marked complete in its metadata and then renamed; the rename is atomic on the server, so
+  concurrent builders never mix vectors and a killed build is only a temporary collection, which the
+  next build on that host drops. An auth token is read from the environment variable named by
+  ``chroma.token_env`` and sent in ``chroma.token_header``; it never appears in the config.
+
+Chroma's own embedding function is never used: vectors are always supplied. Space is cosine; scores
+are similarities 1 − cosine distance (higher is better).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+import uuid
 from pathlib import Path
 
+import chromadb
 import numpy as np
+from chromadb.errors import ChromaError, NotFoundError
+from filelock import FileLock
 from tqdm.auto import tqdm
 
 from pipeline.cache import Cache, cache_key, folder_size
 from pipeline.data import Corpus
 from pipeline.errors import RagtrackError
+from pipeline.processes import process_alive, process_tag
 from pipeline.runs import Run
 from retrievers.base import Retriever
 from retrievers.encoders import Encoder
@@ -26,6 +42,10 @@ log = logging.getLogger(__name__)
 
 COLLECTION = "corpus"
 EMBEDDINGS = "embeddings.npy"
+COMPLETE = "ragtrack.complete"
+BUILDER = "ragtrack.process"
+CHROMA_DEFAULTS = {"mode": "persistent", "hnsw": {}, "host": "localhost", "port": 8000, "ssl": False, "headers": {},
+                   "token_env": None, "token_header": "Authorization"}
 
 
 def _chroma_settings():
@@ -40,9 +60,9 @@ class DenseRetriever(Retriever):
         if not isinstance(encoder, Encoder):
             raise RagtrackError(f"dense retriever {name!r}: 'encoder' must construct a retrievers.encoders.Encoder")
         self.encoder = encoder
-        self.chroma = {"mode": "persistent", "hnsw": {}, **(chroma or {})}
-        if self.chroma["mode"] != "persistent":
-            raise RagtrackError(f"chroma mode {self.chroma['mode']!r} is not supported; use 'persistent'")
+        self.chroma = {**CHROMA_DEFAULTS, **(chroma or {})}
+        if self.chroma["mode"] not in ("persistent", "http"):
+            raise RagtrackError(f"chroma mode {self.chroma['mode']!r} is not supported; use 'persistent' or 'http'")
         self._collection = None
         self._client = None
 
@@ -61,34 +81,112 @@ class DenseRetriever(Retriever):
         return cache.entry("embeddings", parts, build, label=f"{self.name} embeddings"), parts
 
     def index(self, corpus: Corpus, cache: Cache) -> None:
-        import chromadb
-
         started = time.perf_counter()
         builds_before = len(cache.builds)
         embeddings_folder, embedding_parts = self._embeddings(corpus, cache)
-
-        def build(folder: Path) -> None:
-            vectors = np.load(embeddings_folder / EMBEDDINGS, allow_pickle=False)
-            client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
-            try:
-                collection = client.create_collection(
-                    COLLECTION, embedding_function=None,
-                    configuration={"hnsw": {"space": "cosine", **self.chroma["hnsw"]}},
-                )
-                batch = client.get_max_batch_size()
-                for start in tqdm(range(0, len(corpus), batch), desc=f"{self.name}: chroma add", unit="batch", leave=False):
-                    collection.add(ids=corpus.ids[start:start + batch], embeddings=vectors[start:start + batch])
-            finally:
-                client.close()
-
         parts = {"embeddings": cache_key("embeddings", embedding_parts), **self.index_settings()}
-        folder = cache.entry("chroma", parts, build, label=f"{self.name} chroma")
-        self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
-        self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
+
+        def fill(collection, client) -> None:
+            vectors = np.load(embeddings_folder / EMBEDDINGS, allow_pickle=False)
+            batch = client.get_max_batch_size()
+            for start in tqdm(range(0, len(corpus), batch), desc=f"{self.name}: chroma add", unit="batch", leave=False):
+                collection.add(ids=corpus.ids[start:start + batch], embeddings=vectors[start:start + batch])
+
+        if self.chroma["mode"] == "http":
+            self._client = self._http_client()
+            name = f"ragtrack-{cache_key('chroma', parts)}"
+            self._collection, built = self._server_collection(name, len(corpus), fill, cache.root / "chroma-server")
+            if built:
+                cache.builds.append(f"chroma-server/{name}")
+            self.stats.size_bytes = folder_size(embeddings_folder)
+        else:
+            folder = cache.entry("chroma", parts, lambda folder: self._build_folder(folder, fill), label=f"{self.name} chroma")
+            self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
+            self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
+            self.stats.size_bytes = folder_size(folder) + folder_size(embeddings_folder)
         self.stats.from_cache = len(cache.builds) == builds_before
         self.stats.build_seconds = time.perf_counter() - started
-        self.stats.size_bytes = folder_size(folder) + folder_size(embeddings_folder)
         self._count = len(corpus)
+
+    def _configuration(self) -> dict:
+        return {"hnsw": {"space": "cosine", **self.chroma["hnsw"]}}
+
+    def _build_folder(self, folder: Path, fill) -> None:
+        client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
+        try:
+            fill(client.create_collection(COLLECTION, embedding_function=None, configuration=self._configuration()), client)
+        finally:
+            client.close()
+
+    def _http_client(self):
+        """A client of the Chroma server named by ``chroma.host/port/ssl``, with the token from ``chroma.token_env``."""
+        headers = dict(self.chroma["headers"] or {})
+        variable = self.chroma["token_env"]
+        if variable:
+            token = os.environ.get(variable)
+            if not token:
+                raise RagtrackError(f"chroma.token_env names the environment variable {variable!r}, which is not set")
+            header = self.chroma["token_header"]
+            headers[header] = f"Bearer {token}" if header.lower() == "authorization" else token
+        address = f"{'https' if self.chroma['ssl'] else 'http'}://{self.chroma['host']}:{self.chroma['port']}"
+        try:
+            client = chromadb.HttpClient(host=self.chroma["host"], port=int(self.chroma["port"]), ssl=bool(self.chroma["ssl"]),
+                                         headers=headers, settings=_chroma_settings())
+            client.heartbeat()
+        except Exception as exc:
+            raise RagtrackError(f"cannot reach the Chroma server at {address}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        return client
+
+    def _complete_collection(self, name: str, count: int):
+        """The server's collection ``name`` if it is marked complete and holds ``count`` vectors."""
+        try:
+            collection = self._client.get_collection(name, embedding_function=None)
+        except NotFoundError:
+            return None
+        if (collection.metadata or {}).get(COMPLETE) and collection.count() == count:
+            return collection
+        return None
+
+    def _server_collection(self, name: str, count: int, fill, lock_folder: Path):
+        """Reuse or build the server collection ``name``; returns it and whether this job built it."""
+        found = self._complete_collection(name, count)
+        if found is not None:
+            log.info("chroma server: reusing collection %s", name)
+            return found, False
+        lock_folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(lock_folder / f"{name}.lock")):  # spares jobs sharing this cache a duplicate build
+            found = self._complete_collection(name, count)
+            if found is not None:
+                return found, False
+            self._drop_untrusted(name)
+            tag = process_tag()
+            scratch = self._client.create_collection(f"{name}-tmp-{uuid.uuid4().hex[:8]}", embedding_function=None,
+                                                     configuration=self._configuration(), metadata={BUILDER: tag})
+            try:
+                fill(scratch, self._client)
+                scratch.modify(metadata={BUILDER: tag, COMPLETE: True})
+            except BaseException:
+                self._client.delete_collection(scratch.name)
+                raise
+            try:
+                scratch.modify(name=name)
+            except ChromaError:  # a job on another host renamed its build into place first
+                self._client.delete_collection(scratch.name)
+        found = self._complete_collection(name, count)
+        if found is None:
+            raise RagtrackError(f"Chroma server collection {name!r} is incomplete after building it")
+        log.info("chroma server: built collection %s", name)
+        return found, True
+
+    def _drop_untrusted(self, name: str) -> None:
+        """Drop ``name`` if it is not marked complete, and temporary builds of it whose builder is gone."""
+        for collection in self._client.list_collections():
+            metadata = collection.metadata or {}
+            unfinished = collection.name == name and not metadata.get(COMPLETE)
+            orphan = collection.name.startswith(f"{name}-tmp-") and not process_alive(metadata.get(BUILDER, ""))
+            if unfinished or orphan:
+                log.warning("chroma server: dropping untrusted collection %s", collection.name)
+                self._client.delete_collection(collection.name)
 
     def search(self, queries: dict[str, str], depth: int) -> Run:
         if self._collection is None:
@@ -101,7 +199,8 @@ class DenseRetriever(Retriever):
         for start in range(0, len(qids), batch):
             result = self._collection.query(query_embeddings=vectors[start:start + batch], n_results=n_results, include=["distances"])
             for qid, ids, distances in zip(qids[start:start + batch], result["ids"], result["distances"]):
-                scores[qid] = {doc_id: 1.0 - float(d) for doc_id, d in zip(ids, distances)}
+                # distances are float32; a server sends them as JSON decimals, which np.float32 restores exactly
+                scores[qid] = {doc_id: 1.0 - float(np.float32(d)) for doc_id, d in zip(ids, distances)}
         return Run(self.name, scores)
 
     def close(self) -> None:

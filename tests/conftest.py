@@ -36,3 +36,13 @@ def random_qrels_and_run(seed: int, queries: int = 30, docs: int = 60) -> tuple[
 @pytest.fixture
 def toy_path() -> Path:
     return TOY
+
+
+def random_pairs(seeds: range) -> tuple[dict, dict]:
+    """Many random qrels/run pairs as one (query ids ``s<seed>-q<n>``), evaluated in a single call."""
+    qrels, run = {}, {}
+    for seed in seeds:
+        pair_qrels, pair_run = random_qrels_and_run(seed)
+        qrels |= {f"s{seed}-{qid}": judged for qid, judged in pair_qrels.items()}
+        run |= {f"s{seed}-{qid}": ranked for qid, ranked in pair_run.items()}
+    return qrels, run

@@ -97,3 +97,14 @@ def test_mixed_judgments_fail_naming_the_qrels_file(tmp_path: Path) -> None:
     cfg = toy_config(tmp_path, "chunking=chars", f"dataset.qrels_file={qrels}")
     with pytest.raises(Exception, match="mixed.tsv.*mix document ids"):
         systems(cfg)
+
+
+def test_the_generator_reads_chunk_texts(tmp_path: Path) -> None:
+    cfg = toy_config(tmp_path, "chunking=tokens", "chunking.size=3", "chunking.overlap=0", "generator=extractive",
+                     "generator.unit=sentence", "fusion=[]", "retriever=[bm25]")
+    _, plan, results = systems(cfg)
+    texts = dict(zip(plan.chunked.corpus.ids, plan.chunked.corpus.texts))
+    result = results["bm25"]
+    for qid, answer in result.per_query["generated_answer"].items():
+        top_chunk = result.passage_run.ranking(qid)[0][0]
+        assert answer and answer in texts[top_chunk] and len(answer.split()) <= 3

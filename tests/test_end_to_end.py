@@ -99,3 +99,13 @@ def test_eval_cli_errors(tmp_path: Path, capsys) -> None:
     run.write_text("q1 Q0 d1 1 1.0 t\n")
     assert cli_main(["eval", str(PROJECT_DIR / "tests/data/toy/qrels/test.tsv"), str(run), "-m", "ndcg@x"]) == 2
     assert "cutoff must be a positive integer" in capsys.readouterr().err
+
+
+def test_eval_rejects_metrics_it_cannot_compute(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 d1 1 1.0 t\n")
+    qrels = str(PROJECT_DIR / "tests/data/toy/qrels/test.tsv")
+    assert cli_main(["eval", qrels, str(run), "-m", "judge_correctness"]) == 2
+    assert "need the 'llm_judge' evaluator's settings" in capsys.readouterr().err
+    assert cli_main(["eval", qrels, str(run), "-m", "answer_f1"]) == 2
+    assert "need data that a qrels and a run file do not have (answers)" in capsys.readouterr().err

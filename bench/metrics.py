@@ -1,0 +1,178 @@
+"""Time and peak memory of the ranking metrics: ragtrack vs pytrec_eval vs ranx, measured in one process.
+
+Cases: 10,000 queries x 1,000 documents (synthetic, graded qrels 0-3, score ties) and a SciFact-size
+run (the real SciFact test qrels, 300 queries, a synthetic 100-document run). Every tool gets the same
+Python dicts and computes the same measures (the trec_eval set); ragtrack's full set (adding f1,
+ndcg_exp, dcg, err, mean_rank, auc) is timed too. ranx's first call includes numba's JIT compilation
+(its cache is pointed at an empty folder, as on a fresh install); warm is the best of the later calls.
+Peak memory = the process's peak resident set during the call above its resident set before (Linux
+/proc, peak reset before each call). Cold start = a fresh interpreter importing ragtrack's metrics and
+scoring the SciFact-size case once (wall and CPU time, from a subprocess).
+
+    python bench/metrics.py            # both cases (needs ~4 GB of memory and a few minutes)
+    python bench/metrics.py --small    # 1,000 x 1,000 instead of 10,000 x 1,000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="ragtrack-bench-numba-"))  # before ranx imports numba
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evaluators.ranking import score_ranking  # noqa: E402
+from pipeline.data import load_qrels  # noqa: E402
+
+CUTOFFS = (1, 5, 10, 100)
+TREC_SET = [f"{m}@{k}" for m in ("p", "recall", "ndcg", "hit") for k in CUTOFFS] + ["map", "map@100", "mrr", "r-precision", "bpref", "num_rel_ret"]
+FULL_SET = TREC_SET + [f"{m}@{k}" for m in ("f1", "ndcg_exp", "dcg", "err") for k in CUTOFFS] + ["mrr@10", "mean_rank", "auc"]
+PYTREC = {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("P", "recall", "ndcg_cut", "success")} | {"map", "map_cut.100", "recip_rank", "Rprec", "bpref", "num_rel_ret"}
+PYTREC_NAMES = {f"p@{k}": f"P_{k}" for k in CUTOFFS} | {f"recall@{k}": f"recall_{k}" for k in CUTOFFS} | {f"ndcg@{k}": f"ndcg_cut_{k}" for k in CUTOFFS} \
+    | {f"hit@{k}": f"success_{k}" for k in CUTOFFS} | {"map": "map", "map@100": "map_cut_100", "mrr": "recip_rank", "r-precision": "Rprec", "bpref": "bpref", "num_rel_ret": "num_rel_ret"}
+RANX_SET = [f"{m}@{k}" for m in ("precision", "recall", "ndcg", "hit_rate") for k in CUTOFFS] + ["map", "map@100", "mrr", "r-precision", "bpref", "hits"]
+
+
+def synthetic(queries: int, depth: int, seed: int = 0) -> tuple[dict, dict]:
+    """Graded qrels (1-20 judged documents per query, half of them retrieved) and a run whose scores,
+    rounded to 1e-4, tie now and then."""
+    rng = np.random.default_rng(seed)
+    pool = 1 << 17
+    names = [f"doc{n}" for n in range(pool)]
+    qrels, run = {}, {}
+    for q in range(queries):
+        qid = f"q{q}"
+        ids = (rng.integers(pool) + (2 * rng.integers(pool // 2) + 1) * np.arange(depth)) % pool  # distinct (odd stride)
+        run[qid] = dict(zip([names[i] for i in ids], np.round(rng.random(depth), 4).tolist()))
+        judged = rng.integers(1, 21)
+        picks = np.concatenate([ids[rng.integers(0, depth, judged // 2 + 1)], rng.integers(0, pool, judged // 2)])
+        qrels[qid] = {names[i]: int(g) for i, g in zip(picks, rng.choice(4, len(picks), p=[0.4, 0.3, 0.2, 0.1]))}
+    return qrels, run
+
+
+def scifact_like(seed: int = 0) -> tuple[dict, dict]:
+    """The real SciFact test qrels and a 100-document run per query (each relevant document retrieved
+    with probability 0.7, at a random rank)."""
+    qrels, _ = load_qrels(ROOT / "data" / "scifact" / "qrels" / "test.tsv")
+    rng = np.random.default_rng(seed)
+    run = {}
+    for qid, judged in qrels.items():
+        docs = [f"doc{n}" for n in rng.choice(5183, 100, replace=False)]
+        for doc in judged:
+            if rng.random() < 0.7:
+                docs[rng.integers(100)] = doc
+        run[qid] = dict(zip(docs, rng.random(len(docs)).round(4).tolist()))
+    return qrels, run
+
+
+def peak_rss() -> tuple[int, int]:
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(status["VmRSS"].split()[0]) * 1024, int(status["VmHWM"].split()[0]) * 1024
+
+
+def measure(call: Callable[[], object]) -> tuple[float, float, float, object]:
+    """Wall seconds, CPU seconds (all threads), peak extra resident memory (MB) and the result of one call."""
+    gc.collect()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident set (Linux)
+    except OSError:
+        pass
+    before, _ = peak_rss()
+    started, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return seconds, cpu, (peak_rss()[1] - before) / 2**20, result
+
+
+def ragtrack_call(qrels: dict, run: dict, metrics: list[str]) -> Callable[[], object]:
+    return lambda: score_ranking(run, qrels, metrics)[0]
+
+
+def pytrec_call(qrels: dict, run: dict) -> Callable[[], object]:
+    import pytrec_eval
+
+    return lambda: pytrec_eval.RelevanceEvaluator(qrels, PYTREC).evaluate(run)
+
+
+def ranx_call(qrels: dict, run: dict) -> Callable[[], object]:
+    import ranx
+
+    return lambda: ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), RANX_SET, return_mean=False, make_comparable=True)
+
+
+def max_difference(ours, reference: dict) -> float:
+    ours = ours.loc[list(reference)]
+    return max(float(np.abs(ours[name].to_numpy() - np.array([reference[q][trec] for q in reference])).max()) for name, trec in PYTREC_NAMES.items())
+
+
+def bench_case(label: str, qrels: dict, run: dict, repeats: int) -> list[tuple]:
+    entries = sum(map(len, run.values()))
+    print(f"\n{label}: {len(run):,} queries, {entries:,} run entries, {sum(map(len, qrels.values())):,} judgments", flush=True)
+    rows = []
+    tools = [("ragtrack (trec_eval set)", ragtrack_call(qrels, run, TREC_SET)), ("ragtrack (full set)", ragtrack_call(qrels, run, FULL_SET)),
+             ("pytrec_eval (trec_eval set)", pytrec_call(qrels, run)), ("ranx (trec_eval set)", ranx_call(qrels, run))]
+    results = {}
+    for name, call in tools:
+        timings = [measure(call) for _ in range(repeats + 1)]
+        first, warm, warm_cpu = timings[0][0], min(t[0] for t in timings[1:]), min(t[1] for t in timings[1:])
+        memory = max(t[2] for t in timings)
+        results[name] = timings[-1][3]
+        rows.append((label, name, first, warm, warm_cpu, memory))
+        print(f"  {name:<28} first {first:8.3f} s   warm {warm:8.3f} s (CPU {warm_cpu:8.3f} s)   peak +{memory:7.0f} MB", flush=True)
+    print(f"  max |ragtrack - pytrec_eval| over {len(PYTREC_NAMES)} measures: {max_difference(results['ragtrack (trec_eval set)'], results['pytrec_eval (trec_eval set)']):.1e}")
+    return rows
+
+
+def cold_start() -> tuple[float, float]:
+    """A fresh interpreter: import ragtrack's metrics and score a SciFact-size case once."""
+    script = textwrap.dedent(f"""
+        import resource, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        import random
+        rng = random.Random(0)
+        qrels = {{f"q{{q}}": {{f"doc{{rng.randrange(5183)}}": rng.randint(0, 2) for _ in range(3)}} for q in range(300)}}
+        run = {{f"q{{q}}": {{f"doc{{rng.randrange(5183)}}": rng.random() for _ in range(100)}} for q in range(300)}}
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.perf_counter()
+        from evaluators.ranking import score_ranking
+        score_ranking(run, qrels, {FULL_SET!r})
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        print(time.perf_counter() - started, after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="1,000 x 1,000 instead of 10,000 x 1,000")
+    args = parser.parse_args()
+    queries = 1_000 if args.small else 10_000
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall times grow with the load; CPU times less so)")
+    rows = bench_case("SciFact-size (300 test queries x 100 documents)", *scifact_like(), repeats=5)
+    rows += bench_case(f"{queries:,} queries x 1,000 documents", *synthetic(queries, 1000), repeats=2)
+    walls, cpus = zip(*(cold_start() for _ in range(3)))
+    print(f"\ncold start (fresh interpreter: import + first evaluation, SciFact-size, full set): best of 3 wall {min(walls):.3f} s, CPU {min(cpus):.3f} s")
+    print(f"load average now {os.getloadavg()[0]:.1f}")
+
+    print("\n| case | tool | first call s | warm s | warm / ragtrack | warm CPU s | CPU / ragtrack | peak MB |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for label, name, first, warm, cpu, memory in rows:
+        base = next(r for r in rows if r[0] == label and r[1].startswith("ragtrack (trec"))
+        print(f"| {label} | {name} | {first:.3f} | {warm:.3f} | {warm / base[3]:.2f}x | {cpu:.3f} | {cpu / base[4]:.2f}x | {memory:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,9 +6,11 @@ gathers the job's metadata), so tests and other tools call it directly.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import resource
 import shutil
 import time
 from collections.abc import Callable, Container, Iterator
@@ -16,8 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
 
 from evaluators.base import EvalInput, Evaluator, aggregate
 from pipeline import registry
@@ -25,7 +29,7 @@ from pipeline.cache import Cache
 from pipeline.data import Corpus, Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.generation import answer_questions
-from pipeline.runs import Run, write_trec
+from pipeline.runs import Run, read_trec, write_trec
 from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_overrides
 from retrievers.chunking import ChunkPlan, plan_for
 
@@ -63,7 +67,22 @@ def stage(name: str) -> Iterator[None]:
 
 
 def load_dataset(cfg: DictConfig, known_ids: Callable[[Corpus], Container[str]] | None = None) -> Dataset:
-    return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"), known_ids=known_ids)
+    """``known_ids`` (chunked corpora, retrievers.chunking) is per job, so such loads are not shared."""
+    if known_ids is not None:
+        return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"), known_ids=known_ids)
+    return _load_beir_once(str(cfg.path), cfg.split, cfg.name, cfg.get("qrels_file"))
+
+
+@functools.lru_cache(maxsize=2)
+def _load_beir_once(path: str, split: str, name: str | None, qrels_file: str | None) -> Dataset:
+    """One load per process: the jobs of a multirun share the (frozen) dataset."""
+    return load_beir(path, split=split, name=name, qrels_file=qrels_file)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_cached_run(path: Path, name: str) -> Run:
+    """Cache entries never change once complete, so a multirun reads each run file once."""
+    return read_trec(path, name=name)
 
 
 def make_tracker(cfg: DictConfig) -> Tracker:
@@ -94,15 +113,42 @@ def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: 
 
 
 def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict]:
+    """The run of ``retriever`` from the run cache (key: corpus, index settings, queries, depth), or
+    indexed, searched and stored there with its efficiency; a hit touches no index at all."""
+    queries_hash = hashlib.sha256(json.dumps(dataset.queries, sort_keys=True).encode()).hexdigest()
+    parts = {"corpus": dataset.corpus.hash, "index": retriever.index_settings(), "queries": queries_hash, "depth": depth}
+
+    def build(folder: Path) -> None:
+        run, efficiency = _measured_search(name, retriever, dataset, cache, depth)
+        write_trec(run, folder / "run.trec", tag=name)
+        (folder / "efficiency.json").write_text(json.dumps(efficiency))
+
+    builds_before = len(cache.builds)
+    folder = cache.entry("run", parts, build, label=f"{name} run")
+    efficiency = json.loads((folder / "efficiency.json").read_text())
+    return _read_cached_run(folder / "run.trec", name), {**efficiency, "run_from_cache": float(len(cache.builds) == builds_before)}
+
+
+def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict]:
+    """Index, then search one query per call so latencies are per query (mean, p50, p95);
+    peak memory is the process's peak resident set size so far (getrusage)."""
     with stage(f"{name}: index"):
         retriever.index(dataset.corpus, cache)
-    started = time.perf_counter()
+    scores, latencies = {}, []
     with stage(f"{name}: search {len(dataset.queries)} queries"):
-        run = retriever.search(dataset.queries, depth)
-    seconds = time.perf_counter() - started
+        for qid, text in tqdm(dataset.queries.items(), desc=f"{name}: search", unit="query", leave=False):
+            started = time.perf_counter()
+            scores |= retriever.search({qid: text}, depth).scores
+            latencies.append(time.perf_counter() - started)
+    seconds = sum(latencies)
+    p50, p95 = np.percentile(latencies, [50, 95]) if latencies else (0.0, 0.0)
     stats = retriever.stats
-    return run, {"index_seconds": stats.build_seconds, "index_bytes": stats.size_bytes, "index_from_cache": float(stats.from_cache),
-                 "search_seconds": seconds, "queries_per_second": len(dataset.queries) / seconds if seconds else 0.0}
+    return Run(name, scores), {
+        "index_seconds": stats.build_seconds, "index_bytes": stats.size_bytes, "index_from_cache": float(stats.from_cache),
+        "search_seconds": seconds, "queries_per_second": len(latencies) / seconds if seconds else 0.0,
+        "latency_mean_seconds": seconds / len(latencies) if latencies else 0.0, "latency_p50_seconds": float(p50),
+        "latency_p95_seconds": float(p95), "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
 
 
 def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:

@@ -5,7 +5,7 @@ below 1 is a fraction of ``size``):
 
 - ``none``: whole documents (the default; nothing here is used).
 - ``tokens``: windows of ``size`` tokens of the configured encoder's own tokenizer (the Hugging Face
-  tokenizer of the sentence-transformers model, loaded from the local model folder). The ``hashing``
+  tokenizer of the encoder's ``model``, loaded from the local model folder). The ``hashing``
   encoder has no subword tokenizer, so its tokens are the lexical tokenizer's words (logged).
   A chunk of ``size`` tokens plus the model's special tokens (and a repeated title) may exceed the
   model's ``max_seq_length`` by a few tokens, which the encoder truncates.
@@ -320,29 +320,29 @@ def build_chunker(chunking: DictConfig | Mapping | None, encoder: DictConfig | M
 
 
 def _encoder_tokenizer(encoder: DictConfig | Mapping | None) -> dict:
-    from retrievers.encoders import SentenceTransformerEncoder, _model_fingerprint, resolve_model
+    """The tokenizer of the encoder's model (sentence-transformers and ONNX encoders name one in
+    ``model``); none for model-free encoders such as ``hashing``."""
+    from retrievers.encoders import _model_fingerprint, resolve_model
 
-    target = (encoder or {}).get("_target_", "")
-    if target.rsplit(".", 1)[-1] != SentenceTransformerEncoder.__name__:
+    model = (encoder or {}).get("model")
+    if not model:
         return {}
-    location = resolve_model(encoder.get("model", "all-MiniLM-L6-v2"))
+    location = resolve_model(model)
     return {"model_path": location, "model_fingerprint": _model_fingerprint(location)}
 
 
 CHUNKERS: dict[str, type[Chunker]] = {"tokens": TokenChunker, "sentences": SentenceChunker, "chars": CharChunker}
 
 
-def plan_for(cfg: DictConfig) -> tuple[Callable[[Corpus], Container[str]], Callable[[Qrels], ChunkPlan]]:
+def plan_for(cfg: DictConfig) -> tuple[Callable[[Corpus], Container[str]] | None, Callable[[Qrels], ChunkPlan]]:
     """For a job config (``chunking``, ``encoder``, ``dataset``): ``(known_ids, finish)``.
     ``known_ids(corpus)`` chunks the corpus while the dataset loads and returns the ids judgments may
-    name (documents and chunks); ``finish(qrels)`` returns the job's :class:`ChunkPlan`."""
+    name (documents and chunks), ``None`` without chunking; ``finish(qrels)`` returns the job's :class:`ChunkPlan`."""
     chunking = cfg.get("chunking")
     chunker = build_chunker(chunking, cfg.get("encoder"))
     made: list[ChunkedCorpus] = []
 
     def known_ids(corpus: Corpus) -> Container[str]:
-        if chunker is None:
-            return set(corpus.ids)
         made.append(chunker.chunk(corpus))
         return set(corpus.ids) | set(made[-1].corpus.ids)
 
@@ -355,4 +355,4 @@ def plan_for(cfg: DictConfig) -> tuple[Callable[[Corpus], Container[str]], Calla
         log.info("judgments are %s-level%s", level, "; chunk runs become document runs by max-passage" if level == "document" else "")
         return ChunkPlan(made[-1], level, chunking.get("oversample", 1))
 
-    return known_ids, finish
+    return (known_ids if chunker else None), finish

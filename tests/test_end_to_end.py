@@ -78,7 +78,7 @@ def test_second_job_reuses_the_cache(toy_job) -> None:
     result = ragtrack(root, "run", "dataset=toy", "encoder=hashing", "tracking=none", "fusion.rrf.k=30", "hydra.run.dir=outputs/again")
     assert result.returncode == 0, result.stderr[-3000:]
     log = (root / "outputs" / "again" / "ragtrack.log").read_text()
-    assert "cache build" not in log and log.count("cache hit") >= 3
+    assert "cache build" not in log and log.count("cache hit") >= 2  # the bm25 and dense runs: no index is opened
 
 
 def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:

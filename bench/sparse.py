@@ -1,0 +1,149 @@
+"""BM25: ragtrack vs rank-bm25 and bm25s on SciFact, and ragtrack vs bm25s on a synthetic corpus of
+short documents (default 1M). Index build seconds, queries/s (all queries in one call, top 100,
+tokenization included), nDCG@10, and peak traced memory (tracemalloc, a separate pass).
+
+    python bench/sparse.py [--docs 1000000] [--rank-bm25-queries 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import bm25s
+import numpy as np
+import pandas as pd
+import Stemmer
+from rank_bm25 import BM25Okapi
+
+from evaluators.base import EvalInput
+from evaluators.ranking import RankingEvaluator
+from pipeline.cache import Cache
+from pipeline.data import load_beir
+from pipeline.runs import Run
+from retrievers.bm25 import BM25Retriever
+
+SCIFACT = Path(__file__).resolve().parent.parent / "data" / "scifact"
+DEPTH = 100
+
+
+def measure(step: Callable[[], object]) -> tuple[float, int, object]:
+    """Seconds of one call, then peak traced bytes of a second call (tracemalloc slows the call)."""
+    started = time.perf_counter()
+    result = step()
+    seconds = time.perf_counter() - started
+    tracemalloc.start()
+    step()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return seconds, peak, result
+
+
+def ragtrack_system(ids: list[str], texts: list[str]):
+    class Texts:  # the corpus interface BM25Retriever.index uses
+        def __init__(self):
+            self.ids, self.hash = ids, str(hash(tuple(ids[:1000])))
+
+        def full_texts(self):
+            return texts
+
+        def __len__(self):
+            return len(ids)
+
+    def build():
+        retriever = BM25Retriever()
+        with tempfile.TemporaryDirectory() as folder:
+            retriever.index(Texts(), Cache(folder))
+        return retriever
+
+    return build, lambda retriever, queries: retriever.search(queries, DEPTH)
+
+
+def bm25s_system(ids: list[str], texts: list[str]):
+    stemmer = Stemmer.Stemmer("english")
+
+    def build():
+        model = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
+        model.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+        return model
+
+    def search(model, queries):
+        tokens = bm25s.tokenize(list(queries.values()), stopwords="en", stemmer=stemmer, show_progress=False)
+        found, scores = model.retrieve(tokens, k=min(DEPTH, len(ids)), show_progress=False)
+        return Run("bm25s", {qid: {ids[d]: float(s) for d, s in zip(found[row], scores[row])} for row, qid in enumerate(queries)})
+
+    return build, search
+
+
+def rank_bm25_system(ids: list[str], texts: list[str]):
+    tokenizer = BM25Retriever().tokenizer
+
+    def build():
+        return BM25Okapi(tokenizer(texts), k1=0.9, b=0.4)
+
+    def search(model, queries):
+        scores = {}
+        for qid, tokens in zip(queries, tokenizer(queries.values())):
+            all_scores = model.get_scores(tokens)
+            top = np.argpartition(-all_scores, DEPTH - 1)[:DEPTH]
+            scores[qid] = {ids[d]: float(all_scores[d]) for d in top}
+        return Run("rank_bm25", scores)
+
+    return build, search
+
+
+def compare(systems: dict, ids: list[str], texts: list[str], queries: dict[str, str], qrels=None, query_limits=None) -> pd.DataFrame:
+    rows = {}
+    for name, make in systems.items():
+        build, search = make(ids, texts)
+        build_seconds, build_peak, model = measure(build)
+        asked = dict(list(queries.items())[:(query_limits or {}).get(name, len(queries))])
+        search_seconds, search_peak, run = measure(lambda: search(model, asked))
+        row = {"build s": build_seconds, "queries": len(asked), "queries/s": len(asked) / search_seconds,
+               "peak build MB": build_peak / 2**20, "peak search MB": search_peak / 2**20}
+        if qrels is not None and len(asked) == len(queries):
+            row["nDCG@10"] = RankingEvaluator(metrics=["ndcg@10"]).evaluate(EvalInput(qrels=qrels, run=run))["ndcg@10"].mean()
+        rows[name] = row
+        print(f"  {name}: {row}", flush=True)
+    table = pd.DataFrame(rows).T
+    table["ragtrack q/s ratio"] = table.loc["ragtrack", "queries/s"] / table["queries/s"]
+    table["ragtrack build ratio"] = table["build s"] / table.loc["ragtrack", "build s"]
+    return table
+
+
+def synthetic(docs: int, queries: int, seed: int = 0) -> tuple[list[str], list[str], dict[str, str]]:
+    """Short documents (5-15 words) and 3-word queries over a Zipf-distributed 50k-word vocabulary."""
+    rng = np.random.default_rng(seed)
+    vocabulary = np.array([f"w{i}x" for i in range(50_000)])
+    words = vocabulary[np.minimum(rng.zipf(1.2, size=docs * 15), len(vocabulary)) - 1]
+    lengths = rng.integers(5, 16, size=docs)
+    texts = [" ".join(words[i * 15:i * 15 + n]) for i, n in enumerate(lengths)]
+    asked = {f"q{i}": " ".join(rng.choice(vocabulary[:5000], size=3)) for i in range(queries)}
+    return [f"d{i}" for i in range(docs)], texts, asked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=1_000_000, help="synthetic corpus size (0 skips it)")
+    parser.add_argument("--rank-bm25-queries", type=int, default=60, help="rank-bm25 answers this many SciFact queries (it is slow)")
+    args = parser.parse_args()
+    pd.set_option("display.width", 200)
+    dataset = load_beir(SCIFACT, name="scifact")
+    print(f"SciFact: {len(dataset.corpus)} documents, {len(dataset.queries)} queries, top {DEPTH}")
+    systems = {"ragtrack": ragtrack_system, "bm25s": bm25s_system, "rank_bm25": rank_bm25_system}
+    table = compare(systems, dataset.corpus.ids, dataset.corpus.full_texts(), dataset.queries, dataset.qrels,
+                    {"rank_bm25": args.rank_bm25_queries})
+    print(table.to_string(float_format=lambda v: f"{v:,.3f}"))
+    if args.docs:
+        ids, texts, queries = synthetic(args.docs, 1000)
+        print(f"\nSynthetic: {len(ids):,} short documents, {len(queries)} queries, top {DEPTH}")
+        table = compare({"ragtrack": ragtrack_system, "bm25s": bm25s_system}, ids, texts, queries)
+        print(table.to_string(float_format=lambda v: f"{v:,.3f}"))
+
+
+if __name__ == "__main__":
+    main()

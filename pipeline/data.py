@@ -17,7 +17,7 @@ import hashlib
 import json
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,8 +239,10 @@ def _corpus_path(folder: Path) -> Path:
     raise InputError(folder / "corpus.jsonl", "file not found (nor corpus.jsonl.gz)")
 
 
-def load_beir(path: str | Path, split: str = "test", name: str | None = None, qrels_file: str | None = None) -> Dataset:
-    """Load a BEIR folder: corpus, the queries judged in ``split`` and their qrels."""
+def load_beir(path: str | Path, split: str = "test", name: str | None = None, qrels_file: str | None = None,
+              known_ids: Callable[[Corpus], Container[str]] | None = None) -> Dataset:
+    """Load a BEIR folder: corpus, the queries judged in ``split`` and their qrels. ``known_ids(corpus)``
+    gives the ids judgments may name (default: the corpus ids; a chunked corpus adds its chunk ids)."""
     folder = Path(path)
     if not folder.is_dir():
         raise InputError(folder, "dataset folder not found")
@@ -249,7 +251,7 @@ def load_beir(path: str | Path, split: str = "test", name: str | None = None, qr
     all_queries, all_answers, queries_hash = load_queries(folder / "queries.jsonl")
     qrels, qrels_hash = load_qrels(qrels_path)
 
-    known_docs = set(corpus.ids)
+    known_docs = known_ids(corpus) if known_ids else set(corpus.ids)
     for qid, judged in qrels.items():
         if qid not in all_queries:
             raise InputError(qrels_path, f"unknown query id {qid!r} (not in queries.jsonl)", _find_qrels_line(qrels_path, qid))

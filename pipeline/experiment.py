@@ -13,9 +13,9 @@ import logging
 import resource
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,11 +27,12 @@ from evaluators.base import EvalInput, Evaluator, aggregate
 from pipeline import registry
 from pipeline.cache import Cache
 from pipeline.compare import cutoff_curves
-from pipeline.data import Dataset, load_beir
+from pipeline.data import Corpus, Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.generation import answer_questions
 from pipeline.runs import Run, read_trec, write_trec
 from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_overrides
+from retrievers.chunking import ChunkPlan, plan_for
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class SystemResult:
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
     efficiency: dict[str, float]
     params: dict
+    passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (retrievers.chunking)
+    passages: Corpus | None = None  # the indexed units: chunks, or the documents when unchunked
 
 
 @contextmanager
@@ -64,7 +67,10 @@ def stage(name: str) -> Iterator[None]:
     log.info("%s done in %.2f s", name, time.perf_counter() - started)
 
 
-def load_dataset(cfg: DictConfig) -> Dataset:
+def load_dataset(cfg: DictConfig, known_ids: Callable[[Corpus], Container[str]] | None = None) -> Dataset:
+    """``known_ids`` (chunked corpora, retrievers.chunking) is per job, so such loads are not shared."""
+    if known_ids is not None:
+        return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"), known_ids=known_ids)
     return _load_beir_once(str(cfg.path), cfg.split, cfg.name, cfg.get("qrels_file"))
 
 
@@ -151,8 +157,10 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     job = job or JobInfo()
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    known_ids, finish_plan = plan_for(cfg)
     with stage("load dataset"):
-        dataset = load_dataset(cfg.dataset)
+        dataset = load_dataset(cfg.dataset, known_ids)
+    plan = finish_plan(dataset.qrels)
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
@@ -166,7 +174,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         tags["ragtrack.sweep"] = job.sweep
     tracker.start(cfg.get("run_name") or overrides or "default", tags, shared)
     try:
-        results = _run_systems(cfg, dataset, cache, depth, evaluators)
+        results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
         report = _write_outputs(cfg, dataset, results, output_dir)
         _log_to_tracker(tracker, results, output_dir, job, dataset, cfg)
     except BaseException as exc:
@@ -177,14 +185,18 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     return report["results"]
 
 
-def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator]) -> dict[str, SystemResult]:
+def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:
+    plan = plan or ChunkPlan()
     runs: dict[str, Run] = {}
+    passage_runs: dict[str, Run] = {}
     efficiency: dict[str, dict] = {}
     params: dict[str, dict] = {}
+    indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
     for name, rcfg in (cfg.get("retriever") or {}).items():
         retriever = registry.build("retrievers", rcfg, name=name)
-        runs[name], efficiency[name] = _search(name, retriever, dataset, cache, depth)
-        params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True))
+        passage_runs[name], efficiency[name] = _search(name, retriever, indexed, cache, plan.search_depth(depth))
+        runs[name] = plan.evaluated(passage_runs[name], depth)
+        params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True)) | plan.params()
     for fcfg in (cfg.get("fusion") or {}).values():
         fuse = registry.build("fusions", {**OmegaConf.to_container(fcfg, resolve=True), "_partial_": True})
         system = fcfg.system
@@ -193,24 +205,27 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         started = time.perf_counter()
         with stage(f"{system}: fuse {', '.join(fcfg.members)}"):
             runs[system] = fuse(runs)
+        passage_runs[system] = plan.passages(runs[system], {member: passage_runs[member] for member in fcfg.members})
         seconds = time.perf_counter() - started
         efficiency[system] = {"fusion_seconds": seconds}
-        params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True))
+        params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True)) | plan.params()
     if not runs:
         raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
     generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
+    judged = replace(dataset, corpus=plan.judged_corpus(dataset.corpus))  # the texts of the evaluated runs' ids
     results = {}
     for name, run in runs.items():
         with stage(f"{name}: generate answers"):
-            answers = answer_questions(generator, run, dataset, Path(cfg.paths.output_dir) / "systems" / name)
+            answers = answer_questions(generator, passage_runs[name], indexed, Path(cfg.paths.output_dir) / "systems" / name)
         with stage(f"{name}: evaluate"):
-            per_query, summary = evaluate_run(run, dataset, evaluators, seed=int(cfg.seed), generated=answers and answers.texts)
+            per_query, summary = evaluate_run(run, judged, evaluators, seed=int(cfg.seed), generated=answers and answers.texts)
         if answers:
             per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
         missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
         if missing:
             log.warning("%s: %d of %d queries have no results (they score 0)", name, missing, len(dataset.queries))
-        results[name] = SystemResult(name, run, per_query, summary, {**efficiency[name], "queries_missing": float(missing)}, params[name])
+        results[name] = SystemResult(name, run, per_query, summary, {**efficiency[name], "queries_missing": float(missing), **plan.stats(dataset.corpus)},
+                                     params[name], passage_runs[name], indexed.corpus)
     return results
 
 

@@ -44,7 +44,7 @@ def _create_store(uri: str, queue) -> None:
 @pytest.mark.slow
 def test_four_processes_create_one_new_mlflow_store(tmp_path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")  # fork would copy Chroma's native threads and can hang
     queue = context.Queue()
     workers = [context.Process(target=_create_store, args=(uri, queue)) for _ in range(4)]
     for worker in workers:
@@ -68,7 +68,7 @@ def _build_dense(cache_dir: str, queue) -> None:
 
 def test_concurrent_builders_of_one_chroma_folder_build_it_once(tmp_path) -> None:
     """Four processes on a cold cache: one builds (into a private folder, renamed), three wait and reuse."""
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")  # fork would copy Chroma's native threads and can hang
     queue = context.Queue()
     workers = [context.Process(target=_build_dense, args=(str(tmp_path), queue)) for _ in range(4)]
     for worker in workers:

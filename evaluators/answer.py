@@ -107,9 +107,7 @@ class AnswerEvaluator(_GoldAnswerEvaluator):
 
     def __init__(self, metrics: Sequence[str] | None = None):
         super().__init__(metrics)
-        unknown = [m for m in self.metrics if m not in self.provides()]
-        if unknown:
-            raise RagtrackError(f"answer evaluator: unknown metrics {unknown}; known: {', '.join(self.provides())}")
+        self._require_known_metrics("answer evaluator")
 
     def score(self, data: EvalInput, qids: list[str]) -> np.ndarray:
         rouge_types = [m for m in self.metrics if m.startswith("rouge")]

@@ -42,6 +42,14 @@ class Evaluator(ABC):
     def __init__(self, metrics: Sequence[str] | None = None):
         self.metrics = list(metrics) if metrics else self.default_metrics()
 
+    def _require_known_metrics(self, label: str) -> None:
+        """Fail in one line when a requested metric is not one this evaluator provides."""
+        unknown = [m for m in self.metrics if m not in self.provides()]
+        if unknown:
+            from pipeline.errors import RagtrackError
+
+            raise RagtrackError(f"{label}: unknown metrics {unknown}; known: {', '.join(self.provides())}")
+
     @classmethod
     @abstractmethod
     def provides(cls) -> dict[str, str]:

@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from evaluators.base import EvalInput, Evaluator
-from pipeline.errors import RagtrackError
 from pipeline.generation import ChatClient, check_template, numbered_passages, retrieved_passages, write_atomic
 
 log = logging.getLogger(__name__)
@@ -97,9 +96,7 @@ class LLMJudge(Evaluator):
     def __init__(self, prompt: str, metrics: Sequence[str] | None = None, top_k: int = 3, output_dir: str | None = None, **client):
         """``client``: the :class:`ChatClient` settings (``base_url``, ``model``, ``api_key_env``, ...)."""
         super().__init__(metrics)
-        unknown = [m for m in self.metrics if m not in self.provides()]
-        if unknown:
-            raise RagtrackError(f"llm_judge: unknown metrics {unknown}; known: {', '.join(self.provides())}")
+        self._require_known_metrics("llm_judge")
         self.criteria = [m.removeprefix("judge_") for m in self.metrics]
         check_template(prompt, {"question", "context", "gold_answers", "answer"}, "llm_judge")
         self.prompt, self.top_k, self.output_dir = prompt, int(top_k), output_dir

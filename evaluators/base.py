@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -75,6 +76,17 @@ class Evaluator(ABC):
         return pd.Series(True, index=per_query.index)
 
 
+@lru_cache(maxsize=8)
+def _bootstrap_counts(n: int, resamples: int, seed: int) -> np.ndarray:
+    """(resamples, n): how often each of n queries is drawn in each resample (seeded; shared by every
+    system and metric scored with the same n, so their CIs use the same draws)."""
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    rows = np.arange(resamples)[:, None] * n
+    counts = np.bincount((rows + draws).ravel(), minlength=resamples * n).reshape(resamples, n).astype(float)
+    counts.flags.writeable = False
+    return counts
+
+
 def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Mean, standard deviation (ddof=1) and percentile-bootstrap 95% CI of each column.
 
@@ -90,9 +102,6 @@ def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resampl
         return pd.DataFrame({"mean": nan, "std": nan, "ci_low": nan, "ci_high": nan, "n": 0}, index=frame.columns)
     means = values.mean(axis=0)
     std = values.std(axis=0, ddof=1) if n > 1 else np.zeros(values.shape[1])
-    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    counts = np.zeros((resamples, n))
-    np.add.at(counts, (np.arange(resamples)[:, None], draws), 1.0)
-    boot = counts @ values / n
+    boot = _bootstrap_counts(n, resamples, seed) @ values / n
     low, high = np.percentile(boot, [2.5, 97.5], axis=0)
     return pd.DataFrame({"mean": means, "std": std, "ci_low": low, "ci_high": high, "n": n}, index=frame.columns)

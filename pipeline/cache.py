@@ -17,8 +17,10 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -76,3 +78,25 @@ class Cache:
 def folder_size(path: Path) -> int:
     """Bytes on disk of every file under ``path``."""
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+class IdentityMemo:
+    """Values derived from objects a process never changes (runs read from the cache, the loaded
+    dataset), keyed by those objects' identity plus plain settings, so the jobs of a multirun compute
+    them once. Each entry holds its objects, so no id is reused while the entry lives; the least
+    recently used entries beyond ``size`` are dropped."""
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
+
+    def get(self, objects: tuple, settings: Hashable, compute: Callable[[], Any]) -> Any:
+        key = (tuple(map(id, objects)), settings)
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key][1]
+        value = compute()
+        self._entries[key] = (objects, value)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return value

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import resource
 import shutil
 import time
@@ -25,12 +26,12 @@ from tqdm.auto import tqdm
 
 from evaluators.base import EvalInput, Evaluator, aggregate
 from pipeline import registry
-from pipeline.cache import Cache
+from pipeline.cache import Cache, IdentityMemo
 from pipeline.compare import cutoff_curves
 from pipeline.data import Corpus, Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.generation import answer_questions
-from pipeline.runs import Run, read_trec, write_trec
+from pipeline.runs import Run, read_trec, trec_text, write_atomically, write_trec
 from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_overrides
 from retrievers.chunking import ChunkPlan, plan_for
 
@@ -86,14 +87,13 @@ def _read_cached_run(path: Path, name: str) -> Run:
     return read_trec(path, name=name)
 
 
+_scored = IdentityMemo()  # evaluations and cutoff curves of runs the jobs of a multirun share
+
+
 def make_tracker(cfg: DictConfig) -> Tracker:
     if not cfg.get("enabled", False):
         return Tracker()
     return MlflowTracker(cfg.uri, cfg.experiment, cfg.get("artifact_location"))
-
-
-def config_hash(cfg: DictConfig) -> str:
-    return hashlib.sha256(OmegaConf.to_yaml(cfg, resolve=True, sort_keys=True).encode()).hexdigest()
 
 
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -213,12 +213,17 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
     generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
     judged = replace(dataset, corpus=plan.judged_corpus(dataset.corpus))  # the texts of the evaluated runs' ids
+    evaluation = ("evaluate", OmegaConf.to_yaml(cfg.get("evaluator") or {}, resolve=True), int(cfg.seed))
     results = {}
     for name, run in runs.items():
         with stage(f"{name}: generate answers"):
             answers = answer_questions(generator, passage_runs[name], indexed, Path(cfg.paths.output_dir) / "systems" / name)
         with stage(f"{name}: evaluate"):
-            per_query, summary = evaluate_run(run, judged, evaluators, seed=int(cfg.seed), generated=answers and answers.texts)
+            if answers:
+                per_query, summary = evaluate_run(run, judged, evaluators, seed=int(cfg.seed), generated=answers.texts)
+            else:  # a run the jobs of a multirun share (a cached retriever run) is scored once
+                per_query, summary = _scored.get((run, judged.qrels, judged.queries, judged.answers, judged.corpus), evaluation,
+                                                 lambda: evaluate_run(run, judged, evaluators, seed=int(cfg.seed)))
         if answers:
             per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
         missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
@@ -236,18 +241,20 @@ def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write_outputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path) -> dict:
-    for result in results.values():
-        write_trec(result.run, output_dir / "runs" / f"{result.name}.trec", tag=result.name)
+    for result in results.values():  # a run shared by the jobs of a multirun is formatted once
+        text = _scored.get((result.run,), ("trec", result.name), lambda: trec_text(result.run, result.name))
+        write_atomically(output_dir / "runs" / f"{result.name}.trec", text)
     per_query = pd.concat([per_query_table(name, r.per_query) for name, r in results.items()], ignore_index=True)
-    per_query.to_csv(output_dir / "per_query.csv", index=False, float_format="%.17g")
+    per_query.to_csv(output_dir / "per_query.csv", index=False)  # floats as repr: shortest text that reads back exactly
     table = pd.DataFrame({name: r.summary["mean"] for name, r in results.items()})
     table.index.name = "metric"
-    table.to_csv(output_dir / "comparison.csv", float_format="%.17g")
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(redact(OmegaConf.to_container(cfg, resolve=True))))
+    table.to_csv(output_dir / "comparison.csv")
+    config_yaml = OmegaConf.to_yaml(redact(OmegaConf.to_container(cfg, resolve=True)))
+    (output_dir / "config.yaml").write_text(config_yaml)
     payload = {
         "dataset": {"name": dataset.name, "split": cfg.dataset.split, "hash": dataset.hash,
                     "documents": len(dataset.corpus), "queries": len(dataset.queries)},
-        "config_hash": config_hash(cfg),
+        "config_hash": hashlib.sha256(config_yaml.encode()).hexdigest(),
         "systems": {name: r.summary["mean"].to_dict() for name, r in results.items()},
         "aggregates": {name: r.summary.drop(columns="n").to_dict(orient="index") for name, r in results.items()},
         "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
@@ -274,16 +281,27 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
         for name, result in results.items():
             folder = output_dir / "systems" / name
             folder.mkdir(parents=True, exist_ok=True)
-            shutil.copy(output_dir / "runs" / f"{name}.trec", folder / "run.trec")
-            per_query_table(name, result.per_query).to_csv(folder / "per_query.csv", index=False, float_format="%.17g")
+            link_or_copy(output_dir / "runs" / f"{name}.trec", folder / "run.trec")
+            text = _scored.get((result.per_query,), ("csv", name), lambda: per_query_table(name, result.per_query).to_csv(index=False))
+            write_atomically(folder / "per_query.csv", text)
             metrics = _system_metrics(result)
-            curves = cutoff_curves(result.run, dataset.qrels, int(cfg.depth), threshold)
+            curves = _scored.get((result.run, dataset.qrels), ("curves", int(cfg.depth), threshold),
+                                 lambda: cutoff_curves(result.run, dataset.qrels, int(cfg.depth), threshold))
             tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=curves)
             parent_metrics |= {f"{name}/{metric_key(str(m))}": v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in ("results.json", "comparison.csv", "config.yaml", "per_query.csv")]
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
         tracker.log_parent(parent_metrics, artifacts)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A second name for an output file (a hard link; a copy where the file system has none)."""
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy(source, target)
 
 
 def print_report(table: pd.DataFrame, tracker: Tracker) -> None:

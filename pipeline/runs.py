@@ -27,41 +27,64 @@ def rank_documents(scores: Mapping[str, float]) -> list[tuple[str, float]]:
 
 @dataclass
 class Run:
-    """Retrieval results of one system: ``scores[qid][docid] = score`` (higher is better)."""
+    """Retrieval results of one system: ``scores[qid][docid] = score`` (higher is better).
+
+    A run is not changed once built: each query's ranking is sorted once and kept, since fusion,
+    evaluation, output files and the jobs of a multirun all read the same rankings."""
 
     name: str
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    _ranked: dict[str, list[tuple[str, float]]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.scores)
 
     def ranking(self, qid: str) -> list[tuple[str, float]]:
-        return rank_documents(self.scores.get(qid, {}))
+        ranked = self._ranked.get(qid)
+        if ranked is None:
+            ranked = self._ranked[qid] = rank_documents(self.scores.get(qid, {}))
+        return ranked
 
     def rankings(self) -> Iterator[tuple[str, list[tuple[str, float]]]]:
         for qid in self.scores:
             yield qid, self.ranking(qid)
 
     def truncated(self, depth: int) -> "Run":
-        return Run(self.name, {qid: dict(ranked[:depth]) for qid, ranked in self.rankings()})
+        return Run.from_rankings(self.name, {qid: ranked[:depth] for qid, ranked in self.rankings()})
+
+    @classmethod
+    def from_rankings(cls, name: str, rankings: Mapping[str, list[tuple[str, float]]]) -> "Run":
+        """A run from lists already in trec_eval order (as ``ranking`` returns them), kept as its rankings."""
+        run = cls(name, {qid: dict(ranked) for qid, ranked in rankings.items()})
+        run._ranked.update(rankings)
+        return run
 
 
-def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
-    """Write ``qid Q0 docid rank score tag`` lines atomically (temp file, then rename)."""
+def trec_text(run: Run, tag: str | None = None) -> str:
+    """``qid Q0 docid rank score tag`` lines of ``run`` in trec_eval order, full-precision scores."""
+    tag = tag or run.name
+    return "".join(f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n"
+                   for qid, ranked in run.rankings() for rank, (doc_id, score) in enumerate(ranked, start=1))
+
+
+def write_atomically(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tag = tag or run.name
     handle = tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False, encoding="utf-8")
     try:
         with handle:
-            for qid, ranked in run.rankings():
-                for rank, (doc_id, score) in enumerate(ranked, start=1):
-                    handle.write(f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n")
+            handle.write(text)
         os.replace(handle.name, path)
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
+    """Write the run as a TREC file atomically."""
+    return write_atomically(path, trec_text(run, tag))
 
 
 def read_trec(path: str | Path, name: str | None = None) -> Run:

@@ -14,6 +14,7 @@ job of the experiment on that host marks RUNNING runs whose process is gone as K
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import subprocess
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)$", re.IGNORECASE)
 PARAM_LIMIT = 6000
+BATCH_PARAMS, BATCH_ENTRIES = 100, 1000
 
 
 def metric_key(name: str) -> str:
@@ -95,6 +97,41 @@ def is_local_store(uri: str) -> bool:
     return uri.startswith(("sqlite:", "file:", "/")) or "://" not in uri
 
 
+@functools.lru_cache(maxsize=8)
+def _open_experiment(uri: str, experiment: str, artifact_location: str | None) -> tuple[Any, str]:
+    """Client and experiment id, once per process (the jobs of a multirun share them); the first open
+    also ends the runs of killed jobs (``mark_killed_runs``)."""
+    from mlflow.tracking import MlflowClient
+
+    ensure_store(uri)
+    client = MlflowClient(uri)
+    if not is_local_store(uri) and artifact_location:
+        log.info("MLflow server %s: artifacts go where the server says (artifact_location ignored)", uri)
+        artifact_location = None
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        try:
+            experiment_id = client.create_experiment(experiment, artifact_location=artifact_location)
+        except Exception:  # created meanwhile by a parallel job
+            experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    else:
+        experiment_id = found.experiment_id
+    mark_killed_runs(client, experiment_id)
+    return client, experiment_id
+
+
+def mark_killed_runs(client: Any, experiment_id: str) -> list[str]:
+    """End as KILLED the RUNNING runs of the experiment whose process (on this host) is gone."""
+    stale = [run for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
+             if "ragtrack.process" in run.data.tags and not process_alive(run.data.tags["ragtrack.process"])]
+    for run in stale:
+        client.set_tag(run.info.run_id, "ragtrack.error", f"process {run.data.tags['ragtrack.process']} ended without finishing the run")
+        client.set_terminated(run.info.run_id, "KILLED")
+    if stale:
+        log.warning("MLflow: marked %d run(s) of killed jobs as KILLED", len(stale))
+    return [run.info.run_id for run in stale]
+
+
 class Tracker:
     """No tracking (``tracking=none``); the MLflow tracker has the same methods."""
 
@@ -115,37 +152,11 @@ class MlflowTracker(Tracker):
     enabled = True
 
     def __init__(self, uri: str, experiment: str, artifact_location: str | None = None):
-        from mlflow.tracking import MlflowClient
-
         self.uri, self.experiment_name = uri, experiment
-        ensure_store(uri)
-        self.client = MlflowClient(uri)
-        if not is_local_store(uri) and artifact_location:
-            log.info("MLflow server %s: artifacts go where the server says (artifact_location ignored)", uri)
-            artifact_location = None
-        found = self.client.get_experiment_by_name(experiment)
-        if found is None:
-            try:
-                self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_location)
-            except Exception:  # created meanwhile by a parallel job
-                self.experiment_id = self.client.get_experiment_by_name(experiment).experiment_id
-        else:
-            self.experiment_id = found.experiment_id
+        self.client, self.experiment_id = _open_experiment(uri, experiment, artifact_location)
         self.parent_id: str | None = None
         self.child_ids: list[str] = []
         self.process = process_tag()
-        self.mark_killed_runs()
-
-    def mark_killed_runs(self) -> list[str]:
-        """End as KILLED the RUNNING runs of this experiment whose process (on this host) is gone."""
-        stale = [run for run in self.client.search_runs([self.experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
-                 if "ragtrack.process" in run.data.tags and not process_alive(run.data.tags["ragtrack.process"])]
-        for run in stale:
-            self.client.set_tag(run.info.run_id, "ragtrack.error", f"process {run.data.tags['ragtrack.process']} ended without finishing the run")
-            self.client.set_terminated(run.info.run_id, "KILLED")
-        if stale:
-            log.warning("MLflow: marked %d run(s) of killed jobs as KILLED", len(stale))
-        return [run.info.run_id for run in stale]
 
     def start(self, run_name: str, tags: dict, params: dict) -> None:
         run_tags = {**tags, "ragtrack.process": self.process}
@@ -161,21 +172,24 @@ class MlflowTracker(Tracker):
         param_list = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in (params or {}).items()]
         metric_list = [Metric(k, float(v), 0, 0) for k, v in (metrics or {}).items()]
         metric_list += [Metric(k, float(v), 0, step) for k, curve in (steps or {}).items() for step, v in curve.items()]
-        for start in range(0, max(len(param_list), len(metric_list)), 100):
-            self.client.log_batch(run_id, metrics=metric_list[start:start + 100], params=param_list[start:start + 100])
+        while param_list or metric_list:  # MLflow's batch limits: 100 params, 1000 entries in all
+            batch_params, param_list = param_list[:BATCH_PARAMS], param_list[BATCH_PARAMS:]
+            room = BATCH_ENTRIES - len(batch_params)
+            batch_metrics, metric_list = metric_list[:room], metric_list[room:]
+            self.client.log_batch(run_id, metrics=batch_metrics, params=batch_params)
 
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
                    steps: dict[str, dict[int, float]] | None = None) -> None:
         run_tags = {"mlflow.parentRunId": self.parent_id, "ragtrack.system": system, "ragtrack.process": self.process, **(tags or {})}
         run = self.client.create_run(self.experiment_id, run_name=system, tags={k: str(v) for k, v in run_tags.items()})
         self.child_ids.append(run.info.run_id)
+        self._log_artifacts(run.info.run_id, artifacts)  # first: finding a run's artifact store reads the whole run
         self._log(run.info.run_id, params=params, metrics=metrics, steps=steps)
-        self._log_artifacts(run.info.run_id, artifacts)
         self.client.set_terminated(run.info.run_id, "FINISHED")
 
     def log_parent(self, metrics: dict[str, float], artifacts: list[Path]) -> None:
-        self._log(self.parent_id, metrics=metrics)
         self._log_artifacts(self.parent_id, artifacts)
+        self._log(self.parent_id, metrics=metrics)
 
     def _log_artifacts(self, run_id: str, paths: list[Path]) -> None:
         """Files at the artifact root; a folder keeps its name (``.hydra/``)."""

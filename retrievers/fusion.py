@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from pipeline.errors import RagtrackError
-from pipeline.runs import Run
+from pipeline.runs import Run, rank_documents
 
 
 def _members(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None) -> list[tuple[Run, float]]:
@@ -49,11 +49,17 @@ def reciprocal_rank_fusion(runs: Mapping[str, Run], members: Sequence[str], syst
         raise RagtrackError(f"RRF k must be >= 0, got {k}")
     fused: dict[str, dict[str, float]] = {}
     for run, weight in _members(runs, members, weights):
+        contributions = [weight / (k + rank) for rank in range(1, depth + 1)]
         for qid, ranked in run.rankings():
             scores = fused.setdefault(qid, {})
-            for rank, (doc_id, _) in enumerate(ranked[:depth], start=1):
-                scores[doc_id] = scores.get(doc_id, 0.0) + weight / (k + rank)
-    return Run(system, fused).truncated(depth)
+            for (doc_id, _), contribution in zip(ranked, contributions):
+                scores[doc_id] = scores.get(doc_id, 0.0) + contribution
+    return _top(system, fused, depth)
+
+
+def _top(system: str, fused: dict[str, dict[str, float]], depth: int) -> Run:
+    """The fused run, each query cut at its top ``depth`` documents in trec_eval order."""
+    return Run.from_rankings(system, {qid: rank_documents(scores)[:depth] for qid, scores in fused.items()})
 
 
 def _minmax(scores: list[float]) -> list[float]:
@@ -106,7 +112,7 @@ def _comb(runs: Mapping[str, Run], members: Sequence[str], system: str, depth: i
                 count[doc_id] = count.get(doc_id, 0) + 1
     if multiply_by_hits:
         fused = {qid: {d: s * hits[qid][d] for d, s in scores.items()} for qid, scores in fused.items()}
-    return Run(system, fused).truncated(depth)
+    return _top(system, fused, depth)
 
 
 def combsum(runs: Mapping[str, Run], members: Sequence[str], system: str = "combsum", depth: int = 100,
@@ -134,4 +140,4 @@ def linear_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str =
         documents = dict.fromkeys(doc_id for scores, _ in lists for doc_id in scores)
         fused[qid] = {doc_id: sum(alpha * scores.get(doc_id, min(scores.values(), default=0.0)) for scores, alpha in lists)
                       for doc_id in documents}
-    return Run(system, fused).truncated(depth)
+    return _top(system, fused, depth)

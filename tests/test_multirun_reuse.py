@@ -1,0 +1,98 @@
+"""What the jobs of one multirun process share, and that sharing never changes a result: each job's
+config is composed once, runs from the cache are scored and formatted once, plugins are discovered once,
+the bootstrap draws are made once; fused runs and TREC files are identical to a fresh computation."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+from hydra import initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+
+from evaluators.base import aggregate
+from pipeline import registry
+from pipeline.__main__ import CONFIG_DIR
+from pipeline.cache import IdentityMemo
+from pipeline.runs import Run, rank_documents, read_trec, write_trec
+from retrievers.fusion import reciprocal_rank_fusion
+from tests.conftest import random_qrels_and_run
+
+
+def test_a_validated_job_config_is_handed_to_the_job_and_not_composed_again(monkeypatch) -> None:
+    compositions = []
+    original = ConfigLoaderImpl.load_configuration
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", lambda self, *a, **k: compositions.append(1) or original(self, *a, **k))
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", overrides=[], run_mode=RunMode.MULTIRUN)
+        compositions.clear()
+        validated = [loader.load_sweep_config(master, [f"fusion.rrf.k={k}"]) for k in (5, 10)]  # the sweeper's validation
+        launched = [loader.load_sweep_config(master, [f"fusion.rrf.k={k}"]) for k in (5, 10)]  # the launcher, job by job
+        assert [c.fusion.rrf.k for c in launched] == [5, 10]
+        assert all(a is b for a, b in zip(validated, launched)) and len(compositions) == 2
+        again = loader.load_sweep_config(master, ["fusion.rrf.k=5"])  # a later batch composes afresh
+        assert again is not launched[0] and len(compositions) == 3
+
+
+def test_identity_memo_computes_once_per_object_and_settings() -> None:
+    memo, calls = IdentityMemo(size=2), []
+    a, b, c = Run("a"), Run("b"), Run("c")
+
+    def compute(label: str) -> str:
+        calls.append(label)
+        return label
+
+    assert memo.get((a,), "s", lambda: compute("a")) == "a"
+    assert memo.get((a,), "s", lambda: compute("again")) == "a"  # same object and settings: a hit
+    assert memo.get((Run("a"),), "s", lambda: compute("equal")) == "equal"  # equal but not the same object: a miss
+    assert memo.get((a,), "other", lambda: compute("a-other")) == "a-other"  # other settings: a miss
+    memo.get((b,), "s", lambda: compute("b"))
+    memo.get((c,), "s", lambda: compute("c"))
+    assert memo.get((a,), "s", lambda: compute("evicted")) == "evicted"  # only the 2 most recent entries stay
+    assert calls == ["a", "equal", "a-other", "b", "c", "evicted"]
+
+
+def test_plugin_discovery_is_cached_per_search_path(monkeypatch, tmp_path) -> None:
+    first = registry.installed("retrievers")
+    assert registry.installed("retrievers") == first and registry._scan.cache_info().hits >= 1
+    misses = registry._scan.cache_info().misses
+    monkeypatch.syspath_prepend(str(tmp_path))  # a new search path (e.g. a plugin folder) is scanned again
+    assert registry.installed("retrievers") == first and registry._scan.cache_info().misses == misses + 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bootstrap_counts_equal_the_draws_they_summarize(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, resamples = int(rng.integers(1, 60)), 200
+    values = pd.DataFrame(rng.random((n, 3)), columns=["x", "y", "z"])
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    means = values.to_numpy()[draws].mean(axis=1)  # each resample's mean, computed directly
+    low, high = np.percentile(means, [2.5, 97.5], axis=0)
+    summary = aggregate(values, resamples=resamples, seed=seed)
+    np.testing.assert_allclose(summary["ci_low"], low, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(summary["ci_high"], high, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_kept_rankings_equal_a_fresh_sort_and_fusion_is_unchanged(seed: int, tmp_path) -> None:
+    _, scores_a = random_qrels_and_run(seed)
+    _, scores_b = random_qrels_and_run(seed + 100)
+    runs = {"a": Run("a", scores_a), "b": Run("b", scores_b)}
+    for run in runs.values():
+        assert all(run.ranking(qid) == rank_documents(scores) for qid, scores in run.scores.items())
+        assert run.ranking(next(iter(run.scores), "q")) is run.ranking(next(iter(run.scores), "q"))  # sorted once
+    k, depth = random.Random(seed).choice([0, 1, 60]), random.Random(seed).choice([3, 10, 100])
+    fused = reciprocal_rank_fusion(runs, ["a", "b"], k=k, depth=depth)
+    expected: dict[str, dict[str, float]] = {}  # the formula, summed in the same order
+    for run in runs.values():
+        for qid, scores in run.scores.items():
+            expected.setdefault(qid, {})
+            for rank, (doc, _) in enumerate(rank_documents(scores)[:depth], start=1):
+                expected[qid][doc] = expected[qid].get(doc, 0.0) + 1 / (k + rank)
+    assert fused.scores == {qid: dict(rank_documents(s)[:depth]) for qid, s in expected.items()}
+    assert read_trec(write_trec(fused, tmp_path / "f.trec")).scores == {q: s for q, s in fused.scores.items() if s}

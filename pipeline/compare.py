@@ -311,7 +311,8 @@ def plot(comparison: Comparison, path: Path) -> Path:
     figure, axes = plt.subplots(1, 3, figsize=(17, max(4.5, 0.35 * len(rows) + 1.5)))
     positions = np.arange(len(rows))[::-1]
     errors = [rows["mean"] - rows["ci_low"], rows["ci_high"] - rows["mean"]]
-    colors = [f"C{i % 10}" for i in range(len(comparison.systems))]
+    palette = plt.get_cmap("tab10" if len(comparison.systems) <= 10 else "tab20")  # one distinct color per row
+    colors = [palette(i % palette.N) for i in range(len(comparison.systems))]
     for position, mean, low, high, color in zip(positions, rows["mean"], *errors, colors):
         axes[0].errorbar(mean, position, xerr=[[low], [high]], fmt="o", color=color, capsize=4)
     axes[0].axvline(rows[rows["baseline"]]["mean"].iloc[0], color="gray", linestyle=":", linewidth=1)

@@ -32,7 +32,7 @@ from pipeline.data import Corpus, Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.generation import answer_questions
 from pipeline.runs import Run, read_trec, trec_text, write_atomically, write_trec
-from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_overrides
+from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_hydra_files, redact_overrides
 from retrievers.chunking import ChunkPlan, plan_for
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,10 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
             "ragtrack.overrides": overrides or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags["ragtrack.sweep"] = job.sweep
+    hydra_records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
+    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
+        hydra_records.append(Path(job.sweep) / "multirun.yaml")
+    redact_hydra_files(hydra_records)
     tracker.start(cfg.get("run_name") or overrides or "default", tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)

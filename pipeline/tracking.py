@@ -25,6 +25,7 @@ from typing import Any
 from filelock import FileLock
 
 from pipeline.processes import process_alive, process_tag
+from pipeline.runs import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,50 @@ def redact_overrides(overrides: list[str]) -> list[str]:
         key, sign, value = override.partition("=")
         redacted.append(f"{key}={_redacted(key.lstrip('+~'), value)}" if sign else override)
     return redacted
+
+
+SECRET_ASSIGNMENT = re.compile(r"""([\w.\-]*(?:api_?key|token|secret|password|authorization))=(?!\*\*\*)(?:'[^']*'|"[^"]*"|[^\s,'"\]]+)""",
+                               re.IGNORECASE)
+
+
+def redact_text(text: str) -> str:
+    """``key=value`` assignments of secret-looking keys inside free text (override lists, log lines)
+    with the value replaced by ``***``."""
+    return SECRET_ASSIGNMENT.sub(r"\1=***", text)
+
+
+def redact_everywhere(config: Any) -> Any:
+    """``redact``, plus ``redact_text`` on every string (Hydra's own files hold overrides as strings)."""
+    config = redact(config)
+    if isinstance(config, Mapping):
+        return {key: redact_everywhere(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [redact_everywhere(value) for value in config]
+    return redact_text(config) if isinstance(config, str) else config
+
+
+def redact_hydra_files(paths: list[Path]) -> None:
+    """Rewrite Hydra's records of a job (``.hydra/*.yaml``, a sweep's ``multirun.yaml``) with secrets
+    redacted, before anything is logged: a secret typed on the command line is stored in them as typed."""
+    import yaml
+
+    for path in paths:
+        original = path.read_text(encoding="utf-8")
+        redacted = yaml.safe_dump(redact_everywhere(yaml.safe_load(original)), sort_keys=False, allow_unicode=True)
+        if redacted != yaml.safe_dump(yaml.safe_load(original), sort_keys=False, allow_unicode=True):
+            write_atomically(path, redacted)
+
+
+class SecretFilter(logging.Filter):
+    """A logging filter (wired into Hydra's log handlers in ``conf/hydra/default.yaml``) that redacts
+    secret-looking ``key=value`` assignments in every record, e.g. Hydra's list of a sweep's jobs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
 
 
 def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:

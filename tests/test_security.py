@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pipeline import PROJECT_DIR
 from pipeline.cli import build_parser
-from pipeline.tracking import flatten, redact, redact_overrides
+from pipeline.tracking import flatten, redact, redact_everywhere, redact_overrides, redact_text
 from tests.helpers import ragtrack
 
 SECRET = "sk-test-4f9c2e7d-never-written"
@@ -25,6 +25,26 @@ def test_a_secret_in_the_environment_never_reaches_store_outputs_or_cache(tmp_pa
     assert [p for p in written if SECRET.encode() in p.read_bytes()] == []
     assert SECRET not in result.stdout + result.stderr
     assert "llm_api_key: '***'" in (tmp_path / "outputs" / "job" / "config.yaml").read_text()
+
+
+def test_a_secret_typed_on_the_command_line_never_reaches_store_outputs_or_logs(tmp_path: Path) -> None:
+    """Hydra records overrides as typed (``.hydra/``, a sweep's ``multirun.yaml``, its job list in the log);
+    ragtrack rewrites those records redacted before logging them and filters every log line."""
+    result = ragtrack(tmp_path, "run", "-m", "dataset=toy", "encoder=hashing", f"+llm.api_key={SECRET}", f"+db.password='{SECRET}'",
+                      "fusion.rrf.k=10,20", "hydra.sweep.dir=outputs/sweep")
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "overrides.yaml" for p in written) and any(p.name == "multirun.yaml" for p in written)
+    assert [p for p in written if SECRET.encode() in p.read_bytes()] == []
+    assert SECRET not in result.stdout + result.stderr
+    assert "+llm.api_key=***" in (tmp_path / "outputs" / "sweep" / "0" / ".hydra" / "overrides.yaml").read_text()
+
+
+def test_secret_assignments_in_text_are_redacted() -> None:
+    line = "#0 : +llm.api_key=sk-1 fusion.rrf.k=10 x.token='a b',y=2 Authorization=\"Bearer z\" chroma.token_env=NAME"
+    assert redact_text(line) == "#0 : +llm.api_key=*** fusion.rrf.k=10 x.token=***,y=2 Authorization=*** chroma.token_env=NAME"
+    assert redact_everywhere({"task": ["+a.api_key=s", "k=1"], "dirname": "+a.api_key=s,k=1", "password": "p"}) == {
+        "task": ["+a.api_key=***", "k=1"], "dirname": "+a.api_key=***,k=1", "password": "***"}
 
 
 def test_secret_looking_keys_are_redacted() -> None:

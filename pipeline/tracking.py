@@ -61,6 +61,7 @@ def redact_overrides(overrides: list[str]) -> list[str]:
     return redacted
 
 
+SECRET_WORD = re.compile(r"api_?key|token|secret|password|authorization", re.IGNORECASE)
 SECRET_ASSIGNMENT = re.compile(r"""([\w.\-]*(?:api_?key|token|secret|password|authorization))=(?!\*\*\*)(?:'[^']*'|"[^"]*"|[^\s,'"\]]+)""",
                                re.IGNORECASE)
 
@@ -88,6 +89,8 @@ def redact_hydra_files(paths: list[Path]) -> None:
 
     for path in paths:
         original = path.read_text(encoding="utf-8")
+        if not SECRET_WORD.search(original):
+            continue
         redacted = yaml.safe_dump(redact_everywhere(yaml.safe_load(original)), sort_keys=False, allow_unicode=True)
         if redacted != yaml.safe_dump(yaml.safe_load(original), sort_keys=False, allow_unicode=True):
             write_atomically(path, redacted)

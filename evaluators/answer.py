@@ -207,7 +207,8 @@ class BertScoreEvaluator(_GoldAnswerEvaluator):
 
 
 class ContextRecallEvaluator(_GoldAnswerEvaluator):
-    """Share of queries whose top-k retrieved passages contain a gold answer (needs no generator)."""
+    """Share of queries whose top-k retrieved passages contain a gold answer (needs no generator); the
+    passages are those a generator reads (``EvalInput.context``: chunks of a chunked corpus)."""
 
     needs_generated = False
 
@@ -235,7 +236,7 @@ class ContextRecallEvaluator(_GoldAnswerEvaluator):
         normalized: dict[str, str] = {}
         rows = []
         for qid in qids:
-            ranked = [doc_id for doc_id, _ in data.run.ranking(qid)[:max(self.cutoffs)]]
+            ranked = [doc_id for doc_id, _ in data.context.ranking(qid)[:max(self.cutoffs)]]
             for doc_id in ranked:
                 if doc_id not in normalized:
                     normalized[doc_id] = normalize_answer(texts[doc_id])

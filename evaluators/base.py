@@ -35,6 +35,12 @@ class EvalInput:
     answers: dict[str, list[str]] = field(default_factory=dict)
     generated: dict[str, str] = field(default_factory=dict)
     corpus: Corpus | None = None  # passage texts, for metrics that read what was retrieved
+    context_run: Run | None = None  # the passages (ids in ``corpus``) a generator reads; chunks of a chunked corpus
+
+    @property
+    def context(self) -> Run:
+        """The ranking of the passages a generator reads: ``context_run``, else ``run`` (unchunked)."""
+        return self.context_run or self.run
 
 
 class Evaluator(ABC):

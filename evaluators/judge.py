@@ -111,7 +111,7 @@ class LLMJudge(Evaluator):
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
         qids = list(data.queries)
         answered = [qid for qid in qids if data.generated.get(qid, "").strip()]
-        passages = retrieved_passages(data.run, data.corpus, answered, self.top_k)
+        passages = retrieved_passages(data.context, data.corpus, answered, self.top_k)
         prompts = {qid: self.prompt.format(question=data.queries[qid], context=numbered_passages(passages[qid]),
                                            gold_answers=json.dumps(data.answers.get(qid, []), ensure_ascii=False),
                                            answer=data.generated[qid]) for qid in answered}

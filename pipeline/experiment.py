@@ -96,10 +96,12 @@ def make_tracker(cfg: DictConfig) -> Tracker:
     return MlflowTracker(cfg.uri, cfg.experiment, cfg.get("artifact_location"))
 
 
-def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-query table (all evaluators side by side) and its summary (mean, std, bootstrap CI)."""
+def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None,
+                 context_run: Run | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-query table (all evaluators side by side) and its summary (mean, std, bootstrap CI).
+    ``dataset.corpus`` holds the passages (chunks when chunked) that ``context_run`` ranks."""
     data = EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {},
-                     corpus=dataset.corpus)
+                     corpus=dataset.corpus, context_run=context_run)
     tables, summaries = [], []
     for evaluator in evaluators:
         if not evaluator.applies_to(data):
@@ -216,7 +218,6 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     if not runs:
         raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
     generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
-    judged = replace(dataset, corpus=plan.judged_corpus(dataset.corpus))  # the texts of the evaluated runs' ids
     evaluation = ("evaluate", OmegaConf.to_yaml(cfg.get("evaluator") or {}, resolve=True), int(cfg.seed))
     results = {}
     for name, run in runs.items():
@@ -224,10 +225,11 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
             answers = answer_questions(generator, passage_runs[name], indexed, Path(cfg.paths.output_dir) / "systems" / name)
         with stage(f"{name}: evaluate"):
             if answers:
-                per_query, summary = evaluate_run(run, judged, evaluators, seed=int(cfg.seed), generated=answers.texts)
+                per_query, summary = evaluate_run(run, indexed, evaluators, int(cfg.seed), answers.texts, passage_runs[name])
             else:  # a run the jobs of a multirun share (a cached retriever run) is scored once
-                per_query, summary = _scored.get((run, judged.qrels, judged.queries, judged.answers, judged.corpus), evaluation,
-                                                 lambda: evaluate_run(run, judged, evaluators, seed=int(cfg.seed)))
+                key = (run, passage_runs[name], indexed.qrels, indexed.queries, indexed.answers, indexed.corpus)
+                per_query, summary = _scored.get(key, evaluation,
+                                                 lambda: evaluate_run(run, indexed, evaluators, int(cfg.seed), None, passage_runs[name]))
         if answers:
             per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
         missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))

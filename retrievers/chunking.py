@@ -260,10 +260,6 @@ class ChunkPlan:
         """What retrievers index."""
         return self.chunked.corpus if self.chunked else documents
 
-    def judged_corpus(self, documents: Corpus) -> Corpus:
-        """The corpus whose ids the evaluated runs name: chunks for chunk-level judgments, else documents."""
-        return self.chunked.corpus if self.chunked and self.level == "chunk" else documents
-
     def search_depth(self, depth: int) -> int:
         return depth * self.oversample if self.chunked and self.level == "document" else depth
 

@@ -186,7 +186,6 @@ def test_plan_maps_deeper_chunk_runs_and_gives_generators_the_best_chunks() -> N
     chunked = build_chunker({"method": "tokens", "size": 3}).chunk(make_corpus())
     plan = ChunkPlan(chunked, "document", oversample=4)
     assert plan.search_depth(10) == 40 and plan.corpus(make_corpus()) is chunked.corpus
-    assert plan.judged_corpus(make_corpus()) == make_corpus() and ChunkPlan(chunked, "chunk").judged_corpus(make_corpus()) is chunked.corpus
     bm25 = Run("bm25", {"q": {"a#2": 3.0, "a#0": 2.0, "c#0": 1.0}})
     dense = Run("dense", {"q": {"c#0": 0.9, "a#1": 0.8}})
     assert plan.evaluated(bm25, 1).scores == {"q": {"a": 3.0}}

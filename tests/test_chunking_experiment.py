@@ -8,6 +8,7 @@ import mlflow
 import pytest
 from hydra import compose, initialize_config_dir
 
+from evaluators.answer import contains_answer, normalize_answer
 from evaluators.ranking import score_ranking
 from pipeline import PROJECT_DIR
 from pipeline.experiment import _run_systems, load_dataset, run_experiment
@@ -108,3 +109,25 @@ def test_the_generator_reads_chunk_texts(tmp_path: Path) -> None:
     for qid, answer in result.per_query["generated_answer"].items():
         top_chunk = result.passage_run.ranking(qid)[0][0]
         assert answer and answer in texts[top_chunk] and len(answer.split()) <= 3
+
+
+def test_context_recall_reads_the_chunks_a_generator_reads(tmp_path: Path) -> None:
+    """Judgments are per document, but the context a RAG system hands its reader is its top chunks:
+    context_recall@k checks the top-k passages of ``passage_run`` (one best chunk per document)."""
+    cfg = toy_config(tmp_path, "chunking=tokens", "chunking.size=4", "chunking.overlap=0", "fusion=[]",
+                     "+evaluator.context_recall={type:context_recall,metrics:[context_recall@1,context_recall@3]}")
+    dataset, plan, results = systems(cfg)
+    chunk_texts = dict(zip(plan.chunked.corpus.ids, plan.chunked.corpus.full_texts()))
+    document_texts = dict(zip(dataset.corpus.ids, dataset.corpus.full_texts()))
+
+    def found(texts: dict, run, qid: str, k: int) -> float:
+        """1 if one of the top-k passages of ``run`` contains a gold answer."""
+        return float(any(contains_answer(normalize_answer(texts[pid]), gold) for pid, _ in run.ranking(qid)[:k] for gold in dataset.answers[qid]))
+
+    differs = 0
+    for result in results.values():
+        for qid in dataset.answers:
+            for k in (1, 3):
+                assert result.per_query.loc[qid, f"context_recall@{k}"] == found(chunk_texts, result.passage_run, qid, k)
+                differs += found(chunk_texts, result.passage_run, qid, k) != found(document_texts, result.run, qid, k)
+    assert differs > 0, "4-token chunks cut some answers that whole documents contain"

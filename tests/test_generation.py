@@ -235,7 +235,7 @@ def test_qa_xquad_real_minilm(tmp_path: Path) -> None:
     expected = {  # answer_f1, exact_match, rougeL, bertscore_f1, context_recall@1, context_recall@3
         "bm25": [0.2622, 0.1454, 0.2672, 0.3864, 0.9235, 0.9714],
         "dense": [0.2486, 0.1378, 0.2534, 0.3756, 0.8756, 0.9622],
-        "hybrid": [0.2647, 0.1479, 0.2699, 0.3913, 0.9294, 0.9756],
+        "hybrid": [0.2646, 0.1479, 0.2698, 0.3913, 0.9294, 0.9756],  # default ONNX encoder (PyTorch: F1 0.2647, ROUGE-L 0.2699)
     }
     names = ["answer_f1", "exact_match", "rougeL", "bertscore_f1", "context_recall@1", "context_recall@3"]
     for system, values in expected.items():

@@ -172,8 +172,8 @@ def test_joblib_sweep_builds_each_index_once(tmp_path) -> None:
     logs = [p.read_text() for p in (tmp_path / "parallel" / "outputs" / "sweep").glob("*/ragtrack.log")]
     assert len(logs) == 4
     builds = [line.split("cache build: ")[1].rsplit(" (", 1)[0].rsplit(" ", 1)[0] for log in logs for line in log.splitlines() if "cache build: " in line]
-    assert sorted(builds) == ["bm25", "dense chroma", "dense embeddings"]
-    assert sum(log.count("cache hit") for log in logs) == 3 * 3  # the three other jobs reused all three
+    assert sorted(builds) == ["bm25", "bm25 run", "dense chroma", "dense embeddings", "dense run"]  # each once
+    assert sum(log.count("cache hit") for log in logs) >= 3 * 2  # the three other jobs reused at least both runs
     parallel_results = _sweep_results(tmp_path / "parallel" / "outputs" / "sweep")
     assert len(parallel_results) == 4 and parallel_results == _sweep_results(tmp_path / "serial" / "outputs" / "sweep")
 

@@ -170,7 +170,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     shared = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
               if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
     overrides = " ".join(redact_overrides(job.overrides))
-    tags = {"ragtrack.dataset": dataset.name, "ragtrack.dataset_hash": dataset.hash, "ragtrack.git_commit": git_commit(Path(cfg.paths.root_dir)) or "unknown",
+    tags = {"ragtrack.dataset": dataset.name, "ragtrack.dataset_hash": dataset.hash, "ragtrack.git_commit": git_commit() or "unknown",
             "ragtrack.overrides": overrides or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags["ragtrack.sweep"] = job.sweep

@@ -26,6 +26,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from pipeline import PROJECT_DIR
 from pipeline.processes import process_alive, process_tag
 from pipeline.runs import write_atomically
 
@@ -124,7 +125,10 @@ def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def git_commit(folder: Path) -> str | None:
+@functools.lru_cache(maxsize=4)
+def git_commit(folder: Path = PROJECT_DIR) -> str | None:
+    """The commit of the checkout ragtrack runs from (once per process: the code a process runs does not
+    change while it runs); ``None`` outside a git checkout."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):

@@ -59,6 +59,8 @@ def test_mlflow_layout(toy_job) -> None:
     parent = parents[0]
     assert parent.info.status == "FINISHED"
     assert parent.data.tags["ragtrack.dataset_hash"] and parent.data.tags["hydra.choice.dataset"] == "toy"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_DIR, capture_output=True, text=True).stdout.strip()
+    assert parent.data.tags["ragtrack.git_commit"] == (head or "unknown")  # the code's checkout, wherever RAGTRACK_ROOT is
     assert "bm25/ndcg_at_10" in parent.data.metrics and "hybrid/recall_at_10" in parent.data.metrics
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"results.json", "comparison.csv", "config.yaml", "per_query.csv", ".hydra"}
     keys = None

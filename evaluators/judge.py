@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from evaluators.base import EvalInput, Evaluator
-from pipeline.generation import ChatClient, check_template, numbered_passages, retrieved_passages, write_atomic
+from pipeline.generation import ChatClient, check_template, numbered_passages, retrieved_passages
+from pipeline.runs import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -135,5 +136,5 @@ class LLMJudge(Evaluator):
             log.warning("llm_judge %s: %d of %d queries not judged (left out of the means)", data.run.name, failed, len(qids))
         if self.output_dir:
             lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-            write_atomic(Path(self.output_dir) / "systems" / data.run.name / "judge.jsonl", lines)
+            write_atomically(Path(self.output_dir) / "systems" / data.run.name / "judge.jsonl", lines)
         return table

@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import re
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -37,7 +36,7 @@ from tqdm.auto import tqdm
 from pipeline.cache import cache_key
 from pipeline.data import Corpus, Dataset
 from pipeline.errors import RagtrackError
-from pipeline.runs import Run
+from pipeline.runs import Run, write_atomically
 from retrievers.text import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -274,7 +273,7 @@ class ChatClient:
                 log.warning("unreadable cached reply %s is replaced", cached)
         reply = self._request(prompt, http)
         if cached is not None:
-            write_atomic(cached, json.dumps({"model": self.model, "reply": reply}))
+            write_atomically(cached, json.dumps({"model": self.model, "reply": reply}))
         return reply
 
     def _request(self, prompt: str, http) -> str:
@@ -328,18 +327,6 @@ def _reply_text(payload: dict) -> str:
     if not isinstance(content, str):
         raise TypeError(f"message content is {type(content).__name__}, not a string")
     return content
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False, encoding="utf-8")
-    try:
-        with handle:
-            handle.write(text)
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
 
 
 def numbered_passages(passages: list[str]) -> str:
@@ -421,7 +408,7 @@ def answer_questions(generator: Generator | None, run: Run, dataset: Dataset, fo
     folder.mkdir(parents=True, exist_ok=True)
     report = {"system": run.name, "generator": type(generator).__name__, "queries": len(dataset.queries),
               "failed": len(answers.failures), "seconds": time.perf_counter() - started, "errors": answers.failures}
-    write_atomic(folder / "generation.json", json.dumps(report, indent=2, ensure_ascii=False))
+    write_atomically(folder / "generation.json", json.dumps(report, indent=2, ensure_ascii=False))
     if answers.failures:
         log.warning("%s: answer generation failed for %d of %d queries (they score 0); see %s",
                     run.name, len(answers.failures), len(dataset.queries), folder / "generation.json")

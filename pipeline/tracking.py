@@ -32,7 +32,8 @@ from pipeline.runs import write_atomically
 
 log = logging.getLogger(__name__)
 
-SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)$", re.IGNORECASE)
+SECRET_WORDS = r"api_?key|token|secret|password|authorization"  # a key ending in one of these holds a secret
+SECRET_KEY = re.compile(rf"({SECRET_WORDS})$", re.IGNORECASE)
 PARAM_LIMIT = 6000
 BATCH_PARAMS, BATCH_ENTRIES = 100, 1000
 
@@ -64,10 +65,9 @@ def redact_overrides(overrides: list[str]) -> list[str]:
     return redacted
 
 
-SECRET_YAML_ENTRY = re.compile(r"""^[\s-]*['"]?[\w.\-]*(?:api_?key|token|secret|password|authorization)['"]?:[ \t]*(?!null$|''$|""$|'\*\*\*'$)\S""",
+SECRET_YAML_ENTRY = re.compile(rf"""^[\s-]*['"]?[\w.\-]*(?:{SECRET_WORDS})['"]?:[ \t]*(?!null$|''$|""$|'\*\*\*'$)\S""",
                                re.IGNORECASE | re.MULTILINE)
-SECRET_ASSIGNMENT = re.compile(r"""([\w.\-]*(?:api_?key|token|secret|password|authorization))=(?!\*\*\*)(?:'[^']*'|"[^"]*"|[^\s,'"\]]+)""",
-                               re.IGNORECASE)
+SECRET_ASSIGNMENT = re.compile(rf"""([\w.\-]*(?:{SECRET_WORDS}))=(?!\*\*\*)(?:'[^']*'|"[^"]*"|[^\s,'"\]]+)""", re.IGNORECASE)
 
 
 def redact_text(text: str) -> str:
@@ -78,9 +78,8 @@ def redact_text(text: str) -> str:
 
 def redact_everywhere(config: Any) -> Any:
     """``redact``, plus ``redact_text`` on every string (Hydra's own files hold overrides as strings)."""
-    config = redact(config)
     if isinstance(config, Mapping):
-        return {key: redact_everywhere(value) for key, value in config.items()}
+        return {key: redact_everywhere(_redacted(key, value)) for key, value in config.items()}
     if isinstance(config, list):
         return [redact_everywhere(value) for value in config]
     return redact_text(config) if isinstance(config, str) else config
@@ -96,9 +95,9 @@ def redact_hydra_files(paths: list[Path]) -> None:
         if not (SECRET_ASSIGNMENT.search(original) or SECRET_YAML_ENTRY.search(original)):
             continue  # nothing to redact (parsing Hydra's YAML costs ~0.1 s per job)
         loaded = yaml.safe_load(original)
-        redacted = yaml.safe_dump(redact_everywhere(loaded), sort_keys=False, allow_unicode=True)
-        if redacted != yaml.safe_dump(loaded, sort_keys=False, allow_unicode=True):
-            write_atomically(path, redacted)
+        redacted = redact_everywhere(loaded)
+        if redacted != loaded:
+            write_atomically(path, yaml.safe_dump(redacted, sort_keys=False, allow_unicode=True))
 
 
 class SecretFilter(logging.Filter):

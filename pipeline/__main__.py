@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from pipeline import PROJECT_DIR
+from pipeline.composition import share_composition
 from pipeline.errors import RagtrackError
 from pipeline.experiment import JobInfo, run_experiment
 
@@ -21,39 +21,7 @@ log = logging.getLogger("ragtrack")
 
 CONFIG_DIR = str(PROJECT_DIR / "conf")
 
-
-def compose_each_job_once() -> None:
-    """Make a sweep compose each job's config once instead of twice.
-
-    Hydra's sweepers compose every job of a batch to validate it (``Sweeper.validate_batch_is_legal``),
-    then an in-process launcher composes each job again (``BasicLauncher.launch``); with this config
-    tree one composition costs 0.14-0.3 s, a large share of a sweep job that reads its runs from the cache.
-    The validation's result is kept (by master config and overrides) and handed to the job's own
-    composition, once; a launcher that runs jobs in other processes simply composes there as before.
-    """
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-    compose = ConfigLoaderImpl.load_sweep_config
-    if getattr(compose, "composed", None) is not None:
-        return
-    composed: dict[tuple[int, tuple[str, ...]], tuple[DictConfig, DictConfig]] = {}  # entries hold their master config: no id reuse
-
-    @functools.wraps(compose)
-    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        key = (id(master_config), tuple(sweep_overrides))
-        if key in composed:
-            return composed.pop(key)[1]
-        for other in [k for k in composed if k[0] != key[0]]:  # left by an earlier sweep whose jobs ran elsewhere
-            del composed[other]
-        config = compose(self, master_config, sweep_overrides)
-        composed[key] = (master_config, config)
-        return config
-
-    load_sweep_config.composed = composed
-    ConfigLoaderImpl.load_sweep_config = load_sweep_config
-
-
-compose_each_job_once()
+share_composition()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")

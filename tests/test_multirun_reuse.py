@@ -10,9 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from hydra import initialize_config_dir
+from hydra._internal import config_loader_impl
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
+from omegaconf import OmegaConf, open_dict
 
 from evaluators.base import aggregate
 from pipeline import registry
@@ -37,6 +39,44 @@ def test_a_validated_job_config_is_handed_to_the_job_and_not_composed_again(monk
         assert all(a is b for a, b in zip(validated, launched)) and len(compositions) == 2
         again = loader.load_sweep_config(master, ["fusion.rrf.k=5"])  # a later batch composes afresh
         assert again is not launched[0] and len(compositions) == 3
+
+
+SWEEP_JOB_OVERRIDES = [  # value overrides, group choices, a dict value for a group, deletions, Hydra's own settings
+    [], ["fusion.rrf.k=30"], ["seed=3", "fusion.rrf.k=50"], ["retriever=[bm25]"], ["retriever=[bm25]", "depth=20"],
+    ["encoder=hashing", "fusion.rrf.k=7"], ["fusion.rrf.k=7", "encoder=hashing"], ["experiment=rrf_k"], ["~chunking", "depth=5"],
+    ["tracking={enabled: false, uri: x, experiment: y}"], ["fusion=[rrf,combsum]", "fusion.combsum.system=sum"],
+    ["hydra.job.chdir=true", "fusion.rrf.k=9"], ["+extra=1"], ["dataset=toy", "chunking=tokens", "chunking.size=8"], [],
+]
+
+
+def test_jobs_that_share_group_choices_share_the_merged_defaults_and_compose_as_hydra_does(monkeypatch) -> None:
+    """Every job config composed through the memo equals Hydra's own composition, whichever earlier job
+    filled the memo, and a job that edits its config leaves later jobs untouched."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        composed = []
+        for overrides in SWEEP_JOB_OVERRIDES:
+            config = loader.load_configuration("config", overrides=overrides, run_mode=RunMode.RUN)
+            composed.append(OmegaConf.to_container(config))
+            with open_dict(config):
+                config.fusion = {"edited": True}
+                config.hydra.job.name = "edited"
+        merged = config_loader_impl.create_defaults_list.merged
+        assert 0 < len(merged) < len(SWEEP_JOB_OVERRIDES) and all(entry["config"] is not None for entry in merged.values())
+        monkeypatch.setattr(config_loader_impl, "create_defaults_list", config_loader_impl.create_defaults_list.__wrapped__)
+        monkeypatch.setattr(ConfigLoaderImpl, "_compose_config_from_defaults_list", ConfigLoaderImpl._compose_config_from_defaults_list.__wrapped__)
+        for overrides, shared in zip(SWEEP_JOB_OVERRIDES, composed):
+            assert shared == OmegaConf.to_container(loader.load_configuration("config", overrides=overrides, run_mode=RunMode.RUN)), overrides
+
+
+def test_a_bad_override_fails_as_in_hydra_after_the_memo_is_filled() -> None:
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        loader.load_configuration("config", overrides=["fusion.rrf.k=1"], run_mode=RunMode.RUN)
+        with pytest.raises(Exception, match="Could not override 'fusion.rrf.nope'"):
+            loader.load_configuration("config", overrides=["fusion.rrf.nope=1"], run_mode=RunMode.RUN)
+        with pytest.raises(Exception, match="Could not find 'encoder/nope'"):
+            loader.load_configuration("config", overrides=["encoder=nope"], run_mode=RunMode.RUN)
 
 
 def test_identity_memo_computes_once_per_object_and_settings() -> None:

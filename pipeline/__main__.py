@@ -16,10 +16,12 @@ from pipeline import PROJECT_DIR
 from pipeline.composition import share_composition
 from pipeline.errors import RagtrackError
 from pipeline.experiment import JobInfo, run_experiment
+from pipeline.tracking import close_background_writers
 
 log = logging.getLogger("ragtrack")
 
 CONFIG_DIR = str(PROJECT_DIR / "conf")
+IN_PROCESS_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  # a sweep's jobs one after another here
 
 share_composition()
 
@@ -33,15 +35,32 @@ def main(cfg: DictConfig) -> float | None:
         overrides=list(hydra_cfg.overrides.task),
         sweep=hydra_cfg.sweep.dir if multirun else None,
         hydra_dir=None if hydra_cfg.output_subdir is None else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
+        shares_process=multirun and hydra_cfg.launcher.get("_target_") == IN_PROCESS_LAUNCHER,
     )
     try:
         results = run_experiment(cfg, job)
         return objective(results, cfg.get("optimize_metric"))
     except (RagtrackError, OmegaConfBaseException) as exc:  # user mistakes: one line, exit 2
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        log.error("%s", message)
-        print(f"ragtrack: error: {message}", file=sys.stderr)
-        sys.exit(RagtrackError.exit_code)
+        fail(message)
+
+
+def fail(message: str) -> None:
+    log.error("%s", message)
+    print(f"ragtrack: error: {message}", file=sys.stderr)
+    sys.exit(RagtrackError.exit_code)
+
+
+def run_app() -> None:
+    """The Hydra app, then the wait until a sweep's jobs are written to MLflow (their writer runs in
+    the background, ``pipeline.tracking.BackgroundWriter``); a failed write fails the command."""
+    try:
+        main()
+    finally:
+        try:
+            close_background_writers()
+        except RagtrackError as exc:
+            fail(str(exc))
 
 
 def objective(results: dict, optimize_metric: str | None) -> float | None:
@@ -57,4 +76,4 @@ def objective(results: dict, optimize_metric: str | None) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_app()

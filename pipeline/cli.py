@@ -124,10 +124,10 @@ def command_reproduce(args: argparse.Namespace) -> int:
 
 
 def run_hydra(overrides: list[str]) -> int:
-    from pipeline.__main__ import main as hydra_main
+    from pipeline.__main__ import run_app
 
     sys.argv = ["ragtrack", *overrides]
-    hydra_main()
+    run_app()
     return 0
 
 

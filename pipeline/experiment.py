@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf._utils import get_omega_conf_dumper
 from tqdm.auto import tqdm
 
 from evaluators.base import EvalInput, Evaluator, aggregate
@@ -46,6 +48,7 @@ class JobInfo:
     overrides: list[str] = field(default_factory=list)
     sweep: str | None = None
     hydra_dir: Path | None = None
+    shares_process: bool = False  # a sweep job run in the process of the sweep's other jobs
 
 
 @dataclass
@@ -90,10 +93,11 @@ def _read_cached_run(path: Path, name: str) -> Run:
 _scored = IdentityMemo()  # evaluations and cutoff curves of runs the jobs of a multirun share
 
 
-def make_tracker(cfg: DictConfig) -> Tracker:
+def make_tracker(cfg: DictConfig, shares_process: bool = False) -> Tracker:
+    """MLflow, written from a background process when jobs share this process (``tracking.background``)."""
     if not cfg.get("enabled", False):
         return Tracker()
-    return MlflowTracker(cfg.uri, cfg.experiment, cfg.get("artifact_location"))
+    return MlflowTracker(cfg.uri, cfg.experiment, cfg.get("artifact_location"), background=shares_process and cfg.get("background", True))
 
 
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None,
@@ -166,9 +170,9 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
-    tracker = make_tracker(cfg.tracking)
-    shared = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
-              if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
+    tracker = make_tracker(cfg.tracking, job.shares_process)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    shared = {k: v for k, v in flatten(resolved).items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
     overrides = " ".join(redact_overrides(job.overrides))
     tags = {"ragtrack.dataset": dataset.name, "ragtrack.dataset_hash": dataset.hash, "ragtrack.git_commit": git_commit() or "unknown",
             "ragtrack.overrides": overrides or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
@@ -181,7 +185,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     tracker.start(cfg.get("run_name") or overrides or "default", tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
-        report = _write_outputs(cfg, dataset, results, output_dir)
+        report = _write_outputs(cfg, resolved, dataset, results, output_dir)
         _log_to_tracker(tracker, results, output_dir, job, dataset, cfg)
     except BaseException as exc:
         tracker.finish(exc)
@@ -246,7 +250,8 @@ def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
     return table[["system", "qid", *[c for c in table.columns if c not in ("system", "qid")]]]
 
 
-def _write_outputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path) -> dict:
+def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path) -> dict:
+    """``resolved``: ``cfg`` as a plain, resolved container (written redacted as config.yaml)."""
     for result in results.values():  # a run shared by the jobs of a multirun is formatted once
         text = _scored.get((result.run,), ("trec", result.name), lambda: trec_text(result.run, result.name))
         write_atomically(output_dir / "runs" / f"{result.name}.trec", text)
@@ -255,7 +260,7 @@ def _write_outputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemR
     table = pd.DataFrame({name: r.summary["mean"] for name, r in results.items()})
     table.index.name = "metric"
     table.to_csv(output_dir / "comparison.csv")
-    config_yaml = OmegaConf.to_yaml(redact(OmegaConf.to_container(cfg, resolve=True)))
+    config_yaml = yaml_text(redact(resolved))
     (output_dir / "config.yaml").write_text(config_yaml)
     payload = {
         "dataset": {"name": dataset.name, "split": cfg.dataset.split, "hash": dataset.hash,
@@ -268,6 +273,11 @@ def _write_outputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemR
     }
     (output_dir / "results.json").write_text(json.dumps(payload, indent=2))
     return {"results": payload, "table": table}
+
+
+def yaml_text(container: dict) -> str:
+    """``OmegaConf.to_yaml`` of a plain container, without building a DictConfig from it first."""
+    return yaml.dump(container, default_flow_style=False, allow_unicode=True, sort_keys=False, Dumper=get_omega_conf_dumper())
 
 
 def _system_metrics(result: SystemResult) -> dict[str, float]:

@@ -9,6 +9,7 @@ evaluated ones.
 from __future__ import annotations
 
 import math
+import operator
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -18,11 +19,13 @@ from pathlib import Path
 from pipeline.data import read_lines
 from pipeline.errors import InputError
 
+SCORE_THEN_ID = operator.itemgetter(1, 0)
+
 
 def rank_documents(scores: Mapping[str, float]) -> list[tuple[str, float]]:
-    """Documents of one query in trec_eval order: (-score, document id descending)."""
-    by_id = sorted(scores.items(), key=lambda item: item[0], reverse=True)
-    return sorted(by_id, key=lambda item: item[1], reverse=True)
+    """Documents of one query in trec_eval order: (-score, document id descending), i.e. descending
+    (score, document id) pairs (ids are unique, so no two keys tie)."""
+    return sorted(scores.items(), key=SCORE_THEN_ID, reverse=True)
 
 
 @dataclass

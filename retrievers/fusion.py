@@ -52,8 +52,9 @@ def reciprocal_rank_fusion(runs: Mapping[str, Run], members: Sequence[str], syst
         contributions = [weight / (k + rank) for rank in range(1, depth + 1)]
         for qid, ranked in run.rankings():
             scores = fused.setdefault(qid, {})
+            seen = scores.get
             for (doc_id, _), contribution in zip(ranked, contributions):
-                scores[doc_id] = scores.get(doc_id, 0.0) + contribution
+                scores[doc_id] = seen(doc_id, 0.0) + contribution
     return _top(system, fused, depth)
 
 

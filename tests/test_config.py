@@ -9,7 +9,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
+from omegaconf import OmegaConf, open_dict
+
 from pipeline.__main__ import CONFIG_DIR
+from pipeline.experiment import yaml_text
 
 MULTI_SELECT = {"retriever", "fusion", "evaluator"}
 
@@ -44,6 +47,9 @@ def test_the_default_config() -> None:
 def test_every_config_composes(override: str) -> None:
     cfg = compose_config([override] + (["dataset.path=/tmp/x"] if override == "dataset=beir" else []))
     assert cfg.dataset.name and cfg.depth > 0
+    with open_dict(cfg):
+        del cfg["hydra"]
+    assert yaml_text(OmegaConf.to_container(cfg, resolve=True)) == OmegaConf.to_yaml(cfg, resolve=True)  # the written config.yaml
 
 
 def test_overrides_users_type() -> None:

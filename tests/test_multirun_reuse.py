@@ -52,6 +52,8 @@ SWEEP_JOB_OVERRIDES = [  # value overrides, group choices, a dict value for a gr
 def test_jobs_that_share_group_choices_share_the_merged_defaults_and_compose_as_hydra_does(monkeypatch) -> None:
     """Every job config composed through the memo equals Hydra's own composition, whichever earlier job
     filled the memo, and a job that edits its config leaves later jobs untouched."""
+    merged = config_loader_impl.create_defaults_list.merged
+    merged.clear()  # other tests of this process composed too
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         composed = []
@@ -61,7 +63,6 @@ def test_jobs_that_share_group_choices_share_the_merged_defaults_and_compose_as_
             with open_dict(config):
                 config.fusion = {"edited": True}
                 config.hydra.job.name = "edited"
-        merged = config_loader_impl.create_defaults_list.merged
         assert 0 < len(merged) < len(SWEEP_JOB_OVERRIDES) and all(entry["config"] is not None for entry in merged.values())
         monkeypatch.setattr(config_loader_impl, "create_defaults_list", config_loader_impl.create_defaults_list.__wrapped__)
         monkeypatch.setattr(ConfigLoaderImpl, "_compose_config_from_defaults_list", ConfigLoaderImpl._compose_config_from_defaults_list.__wrapped__)

@@ -1,0 +1,60 @@
+"""A sweep whose jobs share one process writes MLflow from a background process (pipeline.tracking.
+BackgroundWriter). What lands in MLflow equals what the jobs write themselves (tracking.background=false),
+a failed job still ends FAILED with its error, and a writer that cannot write fails the command with
+one line and a non-zero exit."""
+
+from __future__ import annotations
+
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import SWEEP_KS
+from tests.helpers import TOY_JOB, ragtrack
+
+TIMING = ("seconds", "bytes", "per_second", "from_cache")  # efficiency metrics: measured, so they differ run to run
+PER_PROCESS_TAGS = {"ragtrack.process", "ragtrack.overrides", "ragtrack.sweep", "mlflow.runName", "mlflow.parentRunId"}
+
+
+def _logged(uri: str, experiment: str) -> list[dict]:
+    """Every job of the experiment in start order: its parent and child runs without run ids, times and
+    per-process tags; timing metrics by key only."""
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], order_by=["attributes.start_time ASC"])
+    jobs = []
+    for parent in [r for r in runs if "mlflow.parentRunId" not in r.data.tags]:
+        children = sorted((r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id), key=lambda r: r.info.run_name)
+        jobs.append({run.info.run_name if run is not parent else "job": {
+            "status": run.info.status,
+            "metrics": {k: (None if any(t in k for t in TIMING) else v) for k, v in run.data.metrics.items()},
+            "params": {k: v for k, v in run.data.params.items() if k != "tracking.background"},
+            "tags": {k: v for k, v in run.data.tags.items() if k not in PER_PROCESS_TAGS and not k.startswith("mlflow.source")},
+            "artifacts": sorted(a.path for a in client.list_artifacts(run.info.run_id)),
+            "steps": {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for k in ("recall", "ndcg")
+                      if k in run.data.metrics},
+        } for run in [parent, *children]})
+    return jobs
+
+
+def test_background_writes_equal_the_jobs_own_writes(toy_sweep, tmp_path) -> None:
+    inline = ragtrack(tmp_path, "run", "-m", "experiment=rrf_k", "dataset=toy", "encoder=hashing",
+                      f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}", "tracking.background=false", timeout=600)
+    assert inline.returncode == 0, inline.stderr[-3000:]
+    background = _logged(toy_sweep.uri, toy_sweep.experiment)
+    assert len(background) == len(SWEEP_KS) and all(set(job) == {"job", "bm25", "dense", "hybrid"} for job in background)
+    assert all(run["status"] == "FINISHED" and run["metrics"] and run["artifacts"] for job in background for run in job.values())
+    assert background == _logged(f"sqlite:///{tmp_path}/mlruns/mlflow.db", toy_sweep.experiment)
+
+
+def test_a_failed_sweep_job_ends_failed_with_its_error(tmp_path) -> None:
+    done = ragtrack(tmp_path, "run", "-m", *TOY_JOB[1:], "fusion.rrf.k=-1,60")
+    assert done.returncode == 2 and "RRF k must be >= 0" in done.stderr and "Traceback" not in done.stderr
+    (job,) = _logged(f"sqlite:///{tmp_path}/mlruns/mlflow.db", "ragtrack-toy")  # the sweep stops at its first failed job
+    assert job["job"]["status"] == "FAILED" and "RRF k must be >= 0" in job["job"]["tags"]["ragtrack.error"]
+
+
+def test_a_writer_that_cannot_write_fails_the_sweep_in_one_line(tmp_path) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the store's folder should be")
+    done = ragtrack(tmp_path, "run", "-m", *TOY_JOB[1:], "fusion.rrf.k=10,60", f"tracking.uri=sqlite:///{blocked}/mlflow.db")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ragtrack: error:")]
+    assert len(errors) == 1 and "MLflow logging failed" in errors[0] and "not-a-folder" in errors[0]

@@ -313,16 +313,22 @@ class MlflowWriter:
                 self.client.log_artifact(run_id, str(path))
 
 
+PARENT_CHECK_SECONDS = 1.0
+
+
 def _write_in_background(target: tuple, operations: Any, failures: Any) -> None:
-    """The background writer's process: applies operations until ``None`` (or until its parent is
-    gone), and stops at the first failure, which it reports as one line."""
+    """The background writer's process: applies operations until ``None`` or until the sweep's process
+    is gone and nothing is left to read, and stops at the first failure, which it reports as one line."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the sweep; the jobs it finished are still logged
+    sweep_process = multiprocessing.parent_process()
     writer = None
     while True:
         try:
-            operation = operations.get()
-        except (EOFError, OSError):  # the sweep's process is gone; its unfinished runs are marked KILLED later
-            return
+            operation = operations.get(timeout=PARENT_CHECK_SECONDS)
+        except queue.Empty:
+            if sweep_process is not None and not sweep_process.is_alive():
+                return  # killed: what it had submitted is written; its unfinished runs are marked KILLED later
+            continue
         if operation is None:
             return
         try:

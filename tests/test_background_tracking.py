@@ -5,6 +5,13 @@ one line and a non-zero exit."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import SWEEP_KS
@@ -58,3 +65,36 @@ def test_a_writer_that_cannot_write_fails_the_sweep_in_one_line(tmp_path) -> Non
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("ragtrack: error:")]
     assert len(errors) == 1 and "MLflow logging failed" in errors[0] and "not-a-folder" in errors[0]
+
+
+KILLED_SWEEP = """
+import os, signal, sys, time
+from pipeline.tracking import background_writer
+writer = background_writer((sys.argv[1], "killed", None))
+writer.submit(("start", "job-1", "a job", {"ragtrack.process": "this"}, {"p": 1}))
+print(writer.process.pid, flush=True)
+time.sleep(0.5)  # the queue's feeder thread has handed the operation to the pipe
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_writer_of_a_killed_sweep_writes_what_it_got_and_exits(tmp_path) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    done = subprocess.run([sys.executable, "-c", KILLED_SWEEP, uri], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    writer_pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 60
+    while process_exists(writer_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not process_exists(writer_pid)
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("killed").experiment_id])
+    assert run.info.run_name == "a job" and run.info.status == "RUNNING" and run.data.params == {"p": "1"}
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"

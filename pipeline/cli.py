@@ -1,6 +1,9 @@
 """The ``ragtrack`` command: ``run`` (the Hydra app), ``eval`` (trec_eval-style scoring of TREC
 files), ``metrics`` (every available metric), ``compare`` (systems side by side with paired tests),
-``reproduce`` (re-run a logged job), ``ui`` (the MLflow UI on the project's store)."""
+``reproduce`` (re-run a logged job), ``ui`` (the MLflow UI on the project's store).
+
+Each command imports what it needs when it runs: importing this module stays cheap, which the MLflow
+writer process of a sweep (spawned, so it imports the main module again) relies on."""
 
 from __future__ import annotations
 
@@ -11,19 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from evaluators.base import EvalInput, Evaluator, aggregate
-from pipeline import registry
-from pipeline.data import load_qrels
 from pipeline.errors import RagtrackError
-from pipeline.runs import read_trec
 
 DEFAULT_TRACKING_URI = "sqlite:///{root}/mlruns/mlflow.db"
 
 
-def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
+def _evaluators_for(metrics: list[str], threshold: int) -> list:
     """Group requested metrics by the evaluator that provides them (built-ins and plugins alike)."""
+    from pipeline import registry
+
     classes = registry.load_all("evaluators")
     chosen: dict[str, list[str]] = {}
     for metric in metrics:
@@ -43,6 +42,13 @@ def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
 
 
 def command_eval(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from evaluators.base import EvalInput, aggregate
+    from pipeline import registry
+    from pipeline.data import load_qrels
+    from pipeline.runs import read_trec
+
     metrics = args.metric or registry.load("evaluators", "ranking")().metrics
     evaluators = _evaluators_for(metrics, args.relevance_threshold)  # unknown names fail before reading files
     qrels, _ = load_qrels(Path(args.qrels))
@@ -77,6 +83,8 @@ def command_eval(args: argparse.Namespace) -> int:
 
 
 def command_metrics(args: argparse.Namespace) -> int:
+    from pipeline import registry
+
     for name, cls in registry.load_all("evaluators").items():
         print(f"[{name}] {cls.__module__}.{cls.__qualname__}")
         for metric, description in cls.provides().items():

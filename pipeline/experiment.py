@@ -34,7 +34,7 @@ from pipeline.data import Corpus, Dataset, load_beir
 from pipeline.errors import RagtrackError
 from pipeline.generation import answer_questions
 from pipeline.runs import Run, read_trec, trec_text, write_atomically, write_trec
-from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_hydra_files, redact_overrides
+from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_hydra_files, redact_overrides, tracking_target
 from retrievers.chunking import ChunkPlan, plan_for
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def make_tracker(cfg: DictConfig, shares_process: bool = False) -> Tracker:
     """MLflow, written from a background process when jobs share this process (``tracking.background``)."""
     if not cfg.get("enabled", False):
         return Tracker()
-    return MlflowTracker(cfg.uri, cfg.experiment, cfg.get("artifact_location"), background=shares_process and cfg.get("background", True))
+    return MlflowTracker(*tracking_target(cfg), background=shares_process and cfg.get("background", True))
 
 
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None,

@@ -371,6 +371,12 @@ class BackgroundWriter:
 _background_writers: dict[tuple, BackgroundWriter] = {}
 
 
+def tracking_target(cfg: Mapping) -> tuple[str, str, str | None]:
+    """(uri, experiment, artifact location) of a ``tracking`` config: what a writer writes to."""
+    location = cfg.get("artifact_location")
+    return str(cfg["uri"]), str(cfg["experiment"]), None if location is None else str(location)
+
+
 def background_writer(target: tuple) -> BackgroundWriter:
     """This process's background writer for ``target`` (uri, experiment, artifact location)."""
     if target not in _background_writers:

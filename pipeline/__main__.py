@@ -17,7 +17,7 @@ from pipeline import PROJECT_DIR
 from pipeline.composition import share_composition
 from pipeline.errors import RagtrackError
 from pipeline.experiment import JobInfo, run_experiment
-from pipeline.tracking import background_writer, close_background_writers, tracking_target
+from pipeline.tracking import background_writer, close_background_writers, discard_spare_writers, start_spare_writer, tracking_target
 
 log = logging.getLogger("ragtrack")
 
@@ -53,13 +53,16 @@ def runs_jobs_here(hydra_cfg: DictConfig) -> bool:
 
 class StartMlflowWriter(Callback):
     """Hydra callback (``conf/hydra/default.yaml``): a sweep whose jobs will log in the background
-    starts its MLflow writer when the sweep starts, so that the writer's own start (importing MLflow,
-    opening the store: about 4 s) overlaps the sweep's first job instead of holding back its writes."""
+    opens its MLflow writer when the sweep starts (the one ``run_app`` started ahead, or a new one), so
+    that the writer's own start (importing MLflow, opening the store: about 4 s) overlaps the sweep's
+    first job instead of holding back its writes; a sweep that will not, ends the spare writer."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         tracking = config.get("tracking") or {}
         if runs_jobs_here(config.hydra) and tracking.get("enabled", False) and tracking.get("background", True):
             background_writer(tracking_target(tracking))
+        else:
+            discard_spare_writers()
 
 
 def fail(message: str) -> None:
@@ -71,6 +74,7 @@ def fail(message: str) -> None:
 def run_app() -> None:
     """The Hydra app, then the wait until a sweep's jobs are written to MLflow (their writer runs in
     the background, ``pipeline.tracking.BackgroundWriter``); a failed write fails the command."""
+    start_spare_writer(sys.argv[1:])
     try:
         main()
     finally:

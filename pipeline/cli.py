@@ -132,6 +132,9 @@ def command_reproduce(args: argparse.Namespace) -> int:
 
 
 def run_hydra(overrides: list[str]) -> int:
+    from pipeline.tracking import start_spare_writer
+
+    start_spare_writer(overrides)  # before the app's imports (~3 s), which the writer's own start then overlaps
     from pipeline.__main__ import run_app
 
     sys.argv = ["ragtrack", *overrides]

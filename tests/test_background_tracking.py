@@ -98,3 +98,10 @@ def process_exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+def test_a_sweep_that_does_not_log_in_the_background_ends_the_writer_started_ahead(tmp_path) -> None:
+    """``ragtrack run -m`` starts a writer before the config is known; without MLflow it is ended unused."""
+    done = ragtrack(tmp_path, "run", "-m", *TOY_JOB[1:], "fusion.rrf.k=10,60", "tracking=none")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / "mlruns").exists() and "Traceback" not in done.stderr

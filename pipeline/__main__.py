@@ -59,10 +59,14 @@ class StartMlflowWriter(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         tracking = config.get("tracking") or {}
-        if runs_jobs_here(config.hydra) and tracking.get("enabled", False) and tracking.get("background", True):
-            background_writer(tracking_target(tracking))
-        else:
+        if not (runs_jobs_here(config.hydra) and tracking.get("enabled", False) and tracking.get("background", True)):
             discard_spare_writers()
+            return
+        try:
+            target = tracking_target(tracking)
+        except OmegaConfBaseException:  # resolvable only inside a job: the first job opens the writer
+            return
+        background_writer(target)
 
 
 def fail(message: str) -> None:

@@ -13,13 +13,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.errors import RagtrackError
+
+if TYPE_CHECKING:
+    from evaluators.base import Evaluator
 
 DEFAULT_TRACKING_URI = "sqlite:///{root}/mlruns/mlflow.db"
 
 
-def _evaluators_for(metrics: list[str], threshold: int) -> list:
+def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
     """Group requested metrics by the evaluator that provides them (built-ins and plugins alike)."""
     from pipeline import registry
 

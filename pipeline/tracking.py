@@ -442,6 +442,9 @@ def close_background_writers() -> None:
 
 @functools.lru_cache(maxsize=1)
 def _register_exit_handler() -> None:
+    """Once, when the first writer starts: registered after multiprocessing's own exit handler, ours
+    runs before it (atexit is last in, first out), so the writer gets its end marker before
+    multiprocessing joins it; registered at import it would run after that join and wait forever."""
     atexit.register(_close_at_exit)
 
 

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup chromium run test test-slow bench ui clean
+.PHONY: setup chromium run test test-slow lint regress bench ui clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,16 @@ chromium:
 test-slow: setup
 	$(BIN)/pip install --quiet -e '.[dev,scale]'
 	$(BIN)/python -m pytest -m slow $(ARGS)
+
+# The layers contract (pyproject [tool.importlinter]) on an installed copy of the package: import-linter
+# reads a package's folder tree, which only an install assembles from the repo's folders.
+lint: setup
+	rm -rf .cache/lint && $(BIN)/pip install --quiet --no-deps --no-build-isolation --target .cache/lint .
+	cd .cache && PYTHONPATH=lint ../$(BIN)/lint-imports --config ../pyproject.toml --no-cache
+
+# Expected scores of the shipped datasets (pipeline/regressions.yaml); ARGS=--slow adds the dense conditions.
+regress: setup
+	$(BIN)/ragtrack regress $(ARGS)
 
 bench: setup
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done

@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 from hydra import compose, initialize_config_dir
 
-from evaluators.base import EvalInput
-from evaluators.ranking import RankingEvaluator
-from pipeline import registry
-from pipeline.cache import Cache
-from pipeline.data import load_beir
-from pipeline.runs import Run
-from retrievers.dense import EMBEDDINGS, DenseRetriever
+from ragtrack.evaluators.base import EvalInput
+from ragtrack.evaluators.ranking import RankingEvaluator
+from ragtrack.pipeline import registry
+from ragtrack.core.cache import Cache
+from ragtrack.core.data import load_beir
+from ragtrack.core.runs import Run
+from ragtrack.retrievers.dense import EMBEDDINGS, DenseRetriever
 
 PROJECT = Path(__file__).resolve().parent.parent
 BACKENDS = {"torch fp32 (sentence-transformers)": "minilm", "onnx fp32": "minilm_onnx", "onnx int8": "minilm_onnx_int8"}

@@ -33,8 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evaluators.ranking import score_ranking  # noqa: E402
-from pipeline.data import load_qrels  # noqa: E402
+from ragtrack.evaluators.ranking import score_ranking  # noqa: E402
+from ragtrack.core.data import load_qrels  # noqa: E402
 
 CUTOFFS = (1, 5, 10, 100)
 TREC_SET = [f"{m}@{k}" for m in ("p", "recall", "ndcg", "hit") for k in CUTOFFS] + ["map", "map@100", "mrr", "r-precision", "bpref", "num_rel_ret"]
@@ -146,7 +146,7 @@ def cold_start() -> tuple[float, float]:
         run = {{f"q{{q}}": {{f"doc{{rng.randrange(5183)}}": rng.random() for _ in range(100)}} for q in range(300)}}
         cpu = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
-        from evaluators.ranking import score_ranking
+        from ragtrack.evaluators.ranking import score_ranking
         score_ranking(run, qrels, {FULL_SET!r})
         after = resource.getrusage(resource.RUSAGE_SELF)
         print(time.perf_counter() - started, after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime)

@@ -20,12 +20,12 @@ import pandas as pd
 import Stemmer
 from rank_bm25 import BM25Okapi
 
-from evaluators.base import EvalInput
-from evaluators.ranking import RankingEvaluator
-from pipeline.cache import Cache
-from pipeline.data import load_beir
-from pipeline.runs import Run
-from retrievers.bm25 import BM25Retriever
+from ragtrack.evaluators.base import EvalInput
+from ragtrack.evaluators.ranking import RankingEvaluator
+from ragtrack.core.cache import Cache
+from ragtrack.core.data import load_beir
+from ragtrack.core.runs import Run
+from ragtrack.retrievers.bm25 import BM25Retriever
 
 SCIFACT = Path(__file__).resolve().parent.parent / "data" / "scifact"
 DEPTH = 100

@@ -16,7 +16,7 @@
   on word boundaries) - the ceiling of any reader that sees those passages.
 
 Queries without gold answers are left out of every mean. A query whose answer could not be generated
-(see ``pipeline.generation``) is scored on the empty answer, i.e. 0.
+(see ``ragtrack.generation``) is scored on the empty answer, i.e. 0.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from evaluators.base import EvalInput, Evaluator
-from pipeline.errors import RagtrackError
+from ragtrack.evaluators.base import EvalInput, Evaluator
+from ragtrack.core.errors import RagtrackError
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -159,7 +159,7 @@ class BertScoreEvaluator(_GoldAnswerEvaluator):
         if self._loaded is None:
             from transformers import AutoModel, AutoTokenizer
 
-            from retrievers.encoders import resolve_model
+            from ragtrack.core.models import resolve_model
 
             location = resolve_model(self.model_name)
             try:

@@ -13,14 +13,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:  # not at run time: the pipeline package loads OmegaConf, a cold-start cost for metric users
-    from pipeline.data import Corpus
-    from pipeline.runs import Run
+from ragtrack.core.data import Corpus
+from ragtrack.core.runs import Run
 
 Qrels = dict[str, dict[str, int]]
 
@@ -53,7 +51,7 @@ class Evaluator(ABC):
         """Fail in one line when a requested metric is not one this evaluator provides."""
         unknown = [m for m in self.metrics if m not in self.provides()]
         if unknown:
-            from pipeline.errors import RagtrackError
+            from ragtrack.core.errors import RagtrackError
 
             raise RagtrackError(f"{label}: unknown metrics {unknown}; known: {', '.join(self.provides())}")
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evaluators.base import EvalInput, Evaluator
-from pipeline.generation import ChatClient, check_template, numbered_passages, retrieved_passages
-from pipeline.runs import write_atomically
+from ragtrack.evaluators.base import EvalInput, Evaluator
+from ragtrack.core.llm import ChatClient, check_template, numbered_passages, retrieved_passages
+from ragtrack.core.files import write_atomically
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from evaluators.base import EvalInput, Evaluator, Qrels
+from ragtrack.core.errors import RagtrackError
+from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels
 
 
 @dataclass(frozen=True)
@@ -303,8 +304,6 @@ def parse_metric(name: str) -> tuple[MetricSpec, int | None]:
         problem = f"metric {base!r} needs a cutoff, e.g. {base}@10"
     else:
         return spec, int(cutoff) if at else None
-    from pipeline.errors import RagtrackError  # only on failure: the pipeline package loads OmegaConf (cold start)
-
     raise RagtrackError(problem)
 
 
@@ -358,3 +357,17 @@ class RankingEvaluator(Evaluator):
         """Queries with at least one relevant judgment (a query missing from the run scores 0)."""
         threshold = self.relevance_threshold
         return pd.Series([any(g >= threshold for g in data.qrels[qid].values()) for qid in per_query.index], index=per_query.index)
+
+
+CURVE_CUTOFFS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
+
+
+def cutoff_curves(scores: Mapping[str, Mapping[str, float]], qrels: Qrels, depth: int, threshold: int = 1,
+                  bases: Sequence[str] = ("recall", "ndcg")) -> dict[str, dict[int, float]]:
+    """``{base: {k: mean base@k}}`` for the cutoffs in :data:`CURVE_CUTOFFS` up to ``depth``, means over
+    the queries with a relevant judgment (what a plot of recall or nDCG against k draws)."""
+    cutoffs = [k for k in CURVE_CUTOFFS if k <= depth] or [depth]
+    names = [f"{base}@{k}" for base in bases for k in cutoffs]
+    table, num_rel = score_ranking(scores, qrels, names, threshold)
+    means = table[num_rel > 0].mean()
+    return {base: {k: float(means[f"{base}@{k}"]) for k in cutoffs} for base in bases}

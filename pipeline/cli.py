@@ -1,9 +1,10 @@
 """The ``ragtrack`` command: ``run`` (the Hydra app), ``eval`` (trec_eval-style scoring of TREC
 files), ``metrics`` (every available metric), ``compare`` (systems side by side with paired tests),
-``reproduce`` (re-run a logged job), ``ui`` (the MLflow UI on the project's store).
+``reproduce`` (re-run a logged job), ``regress`` (check the regression fixtures), ``ui`` (the MLflow UI
+on the project's store).
 
-Each command imports what it needs when it runs: importing this module stays cheap, which the MLflow
-writer process of a sweep (spawned, so it imports the main module again) relies on."""
+Each command imports what it needs when it runs, so ``ragtrack eval`` and ``ragtrack metrics`` start
+without loading Hydra or MLflow."""
 
 from __future__ import annotations
 
@@ -15,17 +16,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError
+from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
 if TYPE_CHECKING:
-    from evaluators.base import Evaluator
-
-DEFAULT_TRACKING_URI = "sqlite:///{root}/mlruns/mlflow.db"
-
+    from ragtrack.evaluators.base import Evaluator
 
 def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
     """Group requested metrics by the evaluator that provides them (built-ins and plugins alike)."""
-    from pipeline import registry
+    from ragtrack.pipeline import registry
 
     classes = registry.load_all("evaluators")
     chosen: dict[str, list[str]] = {}
@@ -48,10 +47,10 @@ def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
 def command_eval(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from evaluators.base import EvalInput, aggregate
-    from pipeline import registry
-    from pipeline.data import load_qrels
-    from pipeline.runs import read_trec
+    from ragtrack.evaluators.base import EvalInput, aggregate
+    from ragtrack.pipeline import registry
+    from ragtrack.core.data import load_qrels
+    from ragtrack.core.runs import read_trec
 
     metrics = args.metric or registry.load("evaluators", "ranking")().metrics
     evaluators = _evaluators_for(metrics, args.relevance_threshold)  # unknown names fail before reading files
@@ -87,7 +86,7 @@ def command_eval(args: argparse.Namespace) -> int:
 
 
 def command_metrics(args: argparse.Namespace) -> int:
-    from pipeline import registry
+    from ragtrack.pipeline import registry
 
     for name, cls in registry.load_all("evaluators").items():
         print(f"[{name}] {cls.__module__}.{cls.__qualname__}")
@@ -98,7 +97,7 @@ def command_metrics(args: argparse.Namespace) -> int:
 
 def default_tracking_uri() -> str:
     """The store of the default tracking config: ``$RAGTRACK_ROOT`` or the current folder."""
-    return DEFAULT_TRACKING_URI.format(root=os.environ.get("RAGTRACK_ROOT", os.getcwd()))
+    return store_under(os.environ.get("RAGTRACK_ROOT", os.getcwd()))
 
 
 def command_ui(args: argparse.Namespace) -> int:
@@ -115,7 +114,7 @@ def command_ui(args: argparse.Namespace) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
-    from pipeline.compare import run_compare
+    from ragtrack.pipeline.compare import run_compare
 
     _, text = run_compare(args.tracking_uri or default_tracking_uri(), args.experiment, args.sweep, args.metric, args.baseline,
                           args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log)
@@ -124,7 +123,7 @@ def command_compare(args: argparse.Namespace) -> int:
 
 
 def command_reproduce(args: argparse.Namespace) -> int:
-    from pipeline.reproduce import reproduce
+    from ragtrack.pipeline.reproduce import reproduce
 
     result = reproduce(args.run_id, args.tracking_uri or default_tracking_uri(), args.cache_dir)
     if result.identical:
@@ -135,14 +134,22 @@ def command_reproduce(args: argparse.Namespace) -> int:
     return 1
 
 
+def command_regress(args: argparse.Namespace) -> int:
+    from ragtrack.pipeline.regress import list_conditions, load_conditions, run_regressions, select
+
+    conditions = load_conditions(args.file)
+    if args.list:
+        list_conditions(conditions)
+        return 0
+    chosen, skipped = select(conditions, args.only or (), args.slow)
+    checks = run_regressions(chosen, skipped, args.overrides)
+    return 1 if any(not check.ok for check in checks) else 0
+
+
 def run_hydra(overrides: list[str]) -> int:
-    from pipeline.tracking import start_spare_writer
+    from ragtrack.pipeline.app import run_app
 
-    start_spare_writer(overrides)  # before the app's imports (~3 s), which the writer's own start then overlaps
-    from pipeline.__main__ import run_app
-
-    sys.argv = ["ragtrack", *overrides]
-    run_app()
+    run_app(overrides)
     return 0
 
 
@@ -175,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("run_id", help="an MLflow run id (the job or one of its system runs)")
     reproduce.add_argument("--tracking-uri", help="default: sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     reproduce.add_argument("--cache-dir", help="index/embedding cache to use (default: the logged paths.cache_dir)")
+    regress = commands.add_parser("regress", help="re-run the regression conditions (regressions.yaml) and check their figures")
+    regress.add_argument("--only", action="append", metavar="PATTERN", help="conditions whose name matches (fnmatch; repeatable or comma list)")
+    regress.add_argument("--slow", action="store_true", help="also run the slow conditions (the real dense encoder)")
+    regress.add_argument("--file", metavar="PATH", help="a regressions YAML file (default: the shipped one)")
+    regress.add_argument("--list", action="store_true", help="list the conditions and exit")
+    regress.add_argument("overrides", nargs="*", help="extra overrides for every condition, e.g. paths.cache_dir=/data/cache")
     ui = commands.add_parser("ui", help="start the MLflow UI on the project's store (127.0.0.1)")
     ui.add_argument("--tracking-uri", help="default: sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     ui.add_argument("--host", default="127.0.0.1")
@@ -188,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_hydra(argv[1:])
     args = build_parser().parse_args(argv)
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
-               "ui": command_ui}[args.command]
+               "regress": command_regress, "ui": command_ui}[args.command]
     try:
         return handler(args)
     except RagtrackError as exc:

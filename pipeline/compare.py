@@ -28,31 +28,19 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
-from evaluators.base import aggregate
-from evaluators.ranking import score_ranking
-from evaluators.significance import holm, paired_t_test, randomization_test, win_tie_loss
-from pipeline.data import Dataset
-from pipeline.errors import RagtrackError
-from pipeline.runs import Run, read_trec
-from pipeline.tracking import metric_key
+from ragtrack.evaluators.base import aggregate
+from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test, win_tie_loss
+from ragtrack.core.data import Dataset
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import Run, read_trec
+from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
+                                      TAG_DATASET_HASH, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, metric_key)
 
 log = logging.getLogger(__name__)
 
-CURVE_CUTOFFS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
-CURVE_METRICS = ("recall", "ndcg")
 DEFAULT_METRICS = ("ndcg@10", "recall@100")
 FORMATS = ("table", "markdown", "csv", "json", "latex")
-TAG_SYSTEM, TAG_SWEEP, TAG_COMPARISON = "ragtrack.system", "ragtrack.sweep", "ragtrack.comparison"
-
-
-def cutoff_curves(run: Run, qrels: dict, depth: int, threshold: int = 1) -> dict[str, dict[int, float]]:
-    """``recall_at_k`` and ``ndcg_at_k`` by k (up to ``depth``), means over queries with a relevant judgment;
-    logged as MLflow step metrics (step = k) so the UI draws them against k."""
-    cutoffs = [k for k in CURVE_CUTOFFS if k <= depth] or [depth]
-    names = [f"{base}@{k}" for base in CURVE_METRICS for k in cutoffs]
-    table, num_rel = score_ranking(run.scores, qrels, names, threshold)
-    means = table[num_rel > 0].mean()
-    return {f"{base}_at_k": {k: float(means[f"{base}@{k}"]) for k in cutoffs} for base in CURVE_METRICS}
 
 
 @dataclass
@@ -116,7 +104,7 @@ def _sweep_matches(tag: str, wanted: str) -> bool:
 
 def select_jobs(runs: list, sweep: str | None) -> dict[str, object]:
     """Finished parent runs (jobs) by id, of one sweep if given (``latest``: the newest sweep)."""
-    jobs = [r for r in runs if r.info.status == "FINISHED" and "mlflow.parentRunId" not in r.data.tags
+    jobs = [r for r in runs if r.info.status == "FINISHED" and TAG_PARENT not in r.data.tags
             and TAG_COMPARISON not in r.data.tags]
     if sweep:
         tags = [r.data.tags[TAG_SWEEP] for r in jobs if TAG_SWEEP in r.data.tags]
@@ -140,17 +128,17 @@ def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun
     """Every system child run of ``jobs`` with its per-query table and cutoff curves, duplicates removed."""
     systems, seen = [], {}
     for child in runs:
-        job = jobs.get(child.data.tags.get("mlflow.parentRunId", ""))
+        job = jobs.get(child.data.tags.get(TAG_PARENT, ""))
         if job is None or TAG_SYSTEM not in child.data.tags or child.info.status != "FINISHED":
             continue
         target = folder / child.info.run_id
-        per_query = pd.read_csv(download_artifact(client, child.info.run_id, "per_query.csv", target), index_col="qid", dtype={"qid": str})
+        per_query = pd.read_csv(download_artifact(client, child.info.run_id, PER_QUERY_FILE, target), index_col="qid", dtype={"qid": str})
         system = child.data.tags[TAG_SYSTEM]
         fingerprint = (system, tuple(sorted(child.data.params.items())), int(pd.util.hash_pandas_object(per_query).sum()))
         if fingerprint in seen:
             continue
         seen[fingerprint] = child.info.run_id
-        curves = {key: {m.step: m.value for m in client.get_metric_history(child.info.run_id, key)} for key in (f"{b}_at_k" for b in CURVE_METRICS)}
+        curves = {key: {m.step: m.value for m in client.get_metric_history(child.info.run_id, key)} for key in map(curve_key, CURVE_METRICS)}
         systems.append(SystemRun(system, child.info.run_id, job.info.run_name or job.info.run_id, job.info.run_id,
                                  child.info.start_time, per_query, curves={k: v for k, v in curves.items() if v}))
     if not systems:
@@ -176,16 +164,14 @@ def _label(systems: list[SystemRun]) -> None:
 def load_job_dataset(client, job, folder: Path) -> tuple[Dataset | None, int]:
     """The dataset of a job from its logged config.yaml, if present with the logged hash; and its
     relevance threshold."""
-    from pipeline.experiment import load_dataset
-
-    config = OmegaConf.load(download_artifact(client, job.info.run_id, "config.yaml", folder / job.info.run_id))
+    config = OmegaConf.load(download_artifact(client, job.info.run_id, CONFIG_FILE, folder / job.info.run_id))
     threshold = int(OmegaConf.select(config, "evaluator.ranking.relevance_threshold", default=1))
     try:
-        dataset = load_dataset(config.dataset)
+        dataset = load_dataset(config.dataset, check_documents=False)
     except RagtrackError as exc:
         log.warning("dataset of run %s not available (%s): every query counts, no failure analysis", job.info.run_id, exc)
         return None, threshold
-    if dataset.hash != job.data.tags.get("ragtrack.dataset_hash"):
+    if dataset.hash != job.data.tags.get(TAG_DATASET_HASH):
         log.warning("dataset at %s changed since run %s (hash differs): every query counts, no failure analysis",
                     config.dataset.path, job.info.run_id)
         return None, threshold
@@ -320,11 +306,11 @@ def plot(comparison: Comparison, path: Path) -> Path:
     axes[0].set_xlabel(f"{metric}: mean and 95% CI (dotted: baseline)")
     axes[0].set_title(f"{metric} by system")
     for s, color in zip(comparison.systems, colors):
-        for key, style in (("recall_at_k", "-"), ("ndcg_at_k", "--")):
+        for key, style in ((curve_key("recall"), "-"), (curve_key("ndcg"), "--")):
             curve = s.curves.get(key)
             if curve:
                 ks = sorted(curve)
-                axes[1].plot(ks, [curve[k] for k in ks], style, marker=".", color=color, label=s.label if key == "recall_at_k" else None)
+                axes[1].plot(ks, [curve[k] for k in ks], style, marker=".", color=color, label=s.label if style == "-" else None)
     axes[1].set_xscale("log")
     axes[1].set_xlabel("k (log)")
     axes[1].set_title("recall@k (solid) and ndcg@k (dashed)")
@@ -395,7 +381,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
     jobs = select_jobs(runs, sweep)
     if not jobs:
         raise RagtrackError(f"experiment {found.name!r} has no finished runs")
-    hashes = {job.data.tags.get("ragtrack.dataset_hash") for job in jobs.values()}
+    hashes = {job.data.tags.get(TAG_DATASET_HASH) for job in jobs.values()}
     if len(hashes) > 1:
         raise RagtrackError(f"the selected runs used {len(hashes)} different datasets; compare one dataset at a time (--sweep or --experiment)")
     with tempfile.TemporaryDirectory(prefix="ragtrack-compare-") as scratch:
@@ -414,7 +400,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
             Path(plot_file).parent.mkdir(parents=True, exist_ok=True)
             Path(plot_file).write_bytes(figure.read_bytes())
         if dataset is not None and failures > 0:
-            trec = {s.run_id: read_trec(download_artifact(client, s.run_id, "run.trec", folder / s.run_id)) for s in systems}
+            trec = {s.run_id: read_trec(download_artifact(client, s.run_id, RUN_FILE, folder / s.run_id)) for s in systems}
             (outputs / "failures").mkdir()
             for s in systems:
                 if s is not comparison.baseline:
@@ -427,7 +413,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
 def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> None:
     """A run named ``comparison ...`` holding the tables, the plot and the failure analyses."""
     sweeps = {job.data.tags.get(TAG_SWEEP) for job in jobs.values()} - {None}
-    tags = {TAG_COMPARISON: "true", "ragtrack.compared_runs": ",".join(s.run_id for s in comparison.systems)[:5000]}
+    tags = {TAG_COMPARISON: "true", TAG_COMPARED_RUNS: ",".join(s.run_id for s in comparison.systems)[:5000]}
     if sweep and len(sweeps) == 1:
         tags[TAG_SWEEP] = sweeps.pop()
     name = f"comparison vs {comparison.baseline.label}" + (f" ({Path(tags[TAG_SWEEP]).name})" if TAG_SWEEP in tags else "")

@@ -6,7 +6,6 @@ gathers the job's metadata), so tests and other tools call it directly.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -14,28 +13,30 @@ import os
 import resource
 import shutil
 import time
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf._utils import get_omega_conf_dumper
 from tqdm.auto import tqdm
 
-from evaluators.base import EvalInput, Evaluator, aggregate
-from pipeline import registry
-from pipeline.cache import Cache, IdentityMemo
-from pipeline.compare import cutoff_curves
-from pipeline.data import Corpus, Dataset, load_beir
-from pipeline.errors import RagtrackError
-from pipeline.generation import answer_questions
-from pipeline.runs import Run, read_trec, trec_text, write_atomically, write_trec
-from pipeline.tracking import MlflowTracker, Tracker, flatten, git_commit, metric_key, redact, redact_hydra_files, redact_overrides, tracking_target
-from retrievers.chunking import ChunkPlan, plan_for
+from ragtrack.chunking import Chunker, ChunkPlan, plan_chunks
+from ragtrack.core.cache import Cache, IdentityMemo
+from ragtrack.core.data import Corpus, Dataset
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.files import write_atomically
+from ragtrack.core.runs import Run, trec_text, write_trec
+from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.ranking import cutoff_curves
+from ragtrack.generation import answer_questions
+from ragtrack.pipeline import layout, registry
+from ragtrack.pipeline.inputs import load_dataset, read_cached_run
+from ragtrack.pipeline.provenance import provenance_tags
+from ragtrack.pipeline.redaction import flatten, redact, redact_hydra_files, redact_overrides
+from ragtrack.pipeline.tracking import MlflowTracker, Tracker, tracking_target
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,6 @@ class JobInfo:
     overrides: list[str] = field(default_factory=list)
     sweep: str | None = None
     hydra_dir: Path | None = None
-    shares_process: bool = False  # a sweep job run in the process of the sweep's other jobs
 
 
 @dataclass
@@ -59,7 +59,7 @@ class SystemResult:
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
     efficiency: dict[str, float]
     params: dict
-    passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (retrievers.chunking)
+    passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (ragtrack.chunking)
     passages: Corpus | None = None  # the indexed units: chunks, or the documents when unchunked
 
 
@@ -71,33 +71,24 @@ def stage(name: str) -> Iterator[None]:
     log.info("%s done in %.2f s", name, time.perf_counter() - started)
 
 
-def load_dataset(cfg: DictConfig, known_ids: Callable[[Corpus], Container[str]] | None = None) -> Dataset:
-    """``known_ids`` (chunked corpora, retrievers.chunking) is per job, so such loads are not shared."""
-    if known_ids is not None:
-        return load_beir(cfg.path, split=cfg.split, name=cfg.name, qrels_file=cfg.get("qrels_file"), known_ids=known_ids)
-    return _load_beir_once(str(cfg.path), cfg.split, cfg.name, cfg.get("qrels_file"))
-
-
-@functools.lru_cache(maxsize=2)
-def _load_beir_once(path: str, split: str, name: str | None, qrels_file: str | None) -> Dataset:
-    """One load per process: the jobs of a multirun share the (frozen) dataset."""
-    return load_beir(path, split=split, name=name, qrels_file=qrels_file)
-
-
-@functools.lru_cache(maxsize=16)
-def _read_cached_run(path: Path, name: str) -> Run:
-    """Cache entries never change once complete, so a multirun reads each run file once."""
-    return read_trec(path, name=name)
-
-
 _scored = IdentityMemo()  # evaluations and cutoff curves of runs the jobs of a multirun share
 
 
-def make_tracker(cfg: DictConfig, shares_process: bool = False) -> Tracker:
-    """MLflow, written from a background process when jobs share this process (``tracking.background``)."""
+def make_tracker(cfg: Mapping) -> Tracker:
+    """MLflow when ``tracking.enabled``, else a tracker that records nothing."""
     if not cfg.get("enabled", False):
         return Tracker()
-    return MlflowTracker(*tracking_target(cfg), background=shares_process and cfg.get("background", True))
+    return MlflowTracker(*tracking_target(cfg))
+
+
+def build_chunker(cfg: Mapping | None) -> tuple[Chunker | None, int]:
+    """The chunker a ``chunking`` config names by ``type`` (a ``ragtrack.chunkers`` plugin; ``none``:
+    no chunking) and its ``oversample``."""
+    settings = dict(OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else (cfg or {}))
+    oversample = settings.pop("oversample", 1)
+    if settings.get("type", "none") == "none":
+        return None, 1
+    return registry.build("chunkers", settings), oversample
 
 
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None,
@@ -127,13 +118,13 @@ def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) ->
 
     def build(folder: Path) -> None:
         run, efficiency = _measured_search(name, retriever, dataset, cache, depth)
-        write_trec(run, folder / "run.trec", tag=name)
+        write_trec(run, folder / layout.RUN_FILE, tag=name)
         (folder / "efficiency.json").write_text(json.dumps(efficiency))
 
     builds_before = len(cache.builds)
     folder = cache.entry("run", parts, build, label=f"{name} run")
     efficiency = json.loads((folder / "efficiency.json").read_text())
-    return _read_cached_run(folder / "run.trec", name), {**efficiency, "run_from_cache": float(len(cache.builds) == builds_before)}
+    return read_cached_run(folder / layout.RUN_FILE, name), {**efficiency, "run_from_cache": float(len(cache.builds) == builds_before)}
 
 
 def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict]:
@@ -163,21 +154,23 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     job = job or JobInfo()
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    known_ids, finish_plan = plan_for(cfg)
+    chunker, oversample = build_chunker(cfg.get("chunking"))
     with stage("load dataset"):
-        dataset = load_dataset(cfg.dataset, known_ids)
-    plan = finish_plan(dataset.qrels)
+        dataset = load_dataset(cfg.dataset, check_documents=False)
+    with stage("chunk" if chunker else "check judgments"):
+        plan = plan_chunks(dataset, chunker, oversample)
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
-    tracker = make_tracker(cfg.tracking, job.shares_process)
+    tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     shared = {k: v for k, v in flatten(resolved).items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
     overrides = " ".join(redact_overrides(job.overrides))
-    tags = {"ragtrack.dataset": dataset.name, "ragtrack.dataset_hash": dataset.hash, "ragtrack.git_commit": git_commit() or "unknown",
-            "ragtrack.overrides": overrides or "(none)", **{f"hydra.choice.{k}": v for k, v in job.choices.items() if v is not None}}
+    tags = {layout.TAG_DATASET: dataset.name, layout.TAG_DATASET_HASH: dataset.hash, **provenance_tags(),
+            layout.TAG_OVERRIDES: overrides or "(none)",
+            **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
-        tags["ragtrack.sweep"] = job.sweep
+        tags[layout.TAG_SWEEP] = job.sweep
     hydra_records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
     if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
         hydra_records.append(Path(job.sweep) / "multirun.yaml")
@@ -256,12 +249,12 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         text = _scored.get((result.run,), ("trec", result.name), lambda: trec_text(result.run, result.name))
         write_atomically(output_dir / "runs" / f"{result.name}.trec", text)
     per_query = pd.concat([per_query_table(name, r.per_query) for name, r in results.items()], ignore_index=True)
-    per_query.to_csv(output_dir / "per_query.csv", index=False)  # floats as repr: shortest text that reads back exactly
+    per_query.to_csv(output_dir / layout.PER_QUERY_FILE, index=False)  # floats as repr: shortest text that reads back exactly
     table = pd.DataFrame({name: r.summary["mean"] for name, r in results.items()})
     table.index.name = "metric"
-    table.to_csv(output_dir / "comparison.csv")
+    table.to_csv(output_dir / layout.COMPARISON_FILE)
     config_yaml = yaml_text(redact(resolved))
-    (output_dir / "config.yaml").write_text(config_yaml)
+    (output_dir / layout.CONFIG_FILE).write_text(config_yaml)
     payload = {
         "dataset": {"name": dataset.name, "split": cfg.dataset.split, "hash": dataset.hash,
                     "documents": len(dataset.corpus), "queries": len(dataset.queries)},
@@ -271,19 +264,19 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
     }
-    (output_dir / "results.json").write_text(json.dumps(payload, indent=2))
+    (output_dir / layout.RESULTS_FILE).write_text(json.dumps(payload, indent=2))
     return {"results": payload, "table": table}
 
 
 def yaml_text(container: dict) -> str:
-    """``OmegaConf.to_yaml`` of a plain container, without building a DictConfig from it first."""
-    return yaml.dump(container, default_flow_style=False, allow_unicode=True, sort_keys=False, Dumper=get_omega_conf_dumper())
+    """A plain container as YAML that ``OmegaConf.load`` reads back (``ragtrack reproduce`` does)."""
+    return OmegaConf.to_yaml(container)
 
 
 def _system_metrics(result: SystemResult) -> dict[str, float]:
     metrics = {}
     for name, row in result.summary.iterrows():
-        key = metric_key(str(name))
+        key = layout.metric_key(str(name))
         metrics |= {key: row["mean"], f"{key}_std": row["std"], f"{key}_ci_low": row["ci_low"], f"{key}_ci_high": row["ci_high"]}
     return {k: v for k, v in metrics.items() if pd.notna(v)} | result.efficiency
 
@@ -297,15 +290,16 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
         for name, result in results.items():
             folder = output_dir / "systems" / name
             folder.mkdir(parents=True, exist_ok=True)
-            link_or_copy(output_dir / "runs" / f"{name}.trec", folder / "run.trec")
+            link_or_copy(output_dir / "runs" / f"{name}.trec", folder / layout.RUN_FILE)
             text = _scored.get((result.per_query,), ("csv", name), lambda: per_query_table(name, result.per_query).to_csv(index=False))
-            write_atomically(folder / "per_query.csv", text)
+            write_atomically(folder / layout.PER_QUERY_FILE, text)
             metrics = _system_metrics(result)
             curves = _scored.get((result.run, dataset.qrels), ("curves", int(cfg.depth), threshold),
-                                 lambda: cutoff_curves(result.run, dataset.qrels, int(cfg.depth), threshold))
+                                 lambda: {layout.curve_key(base): curve for base, curve in
+                                          cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold).items()})
             tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=curves)
-            parent_metrics |= {f"{name}/{metric_key(str(m))}": v for m, v in result.summary["mean"].items() if pd.notna(v)}
-        artifacts = [output_dir / name for name in ("results.json", "comparison.csv", "config.yaml", "per_query.csv")]
+            parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
+        artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS]
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
         tracker.log_parent(parent_metrics, artifacts)

@@ -20,11 +20,11 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate as hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("retrievers", "fusions", "evaluators", "generators")
+GROUPS = ("retrievers", "fusions", "evaluators", "generators", "chunkers")
 
 
 def installed(group: str) -> dict[str, EntryPoint]:

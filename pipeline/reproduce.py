@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from pipeline.errors import RagtrackError
-from pipeline.tracking import metric_key
+from ragtrack.core.errors import RagtrackError
+from ragtrack.pipeline.layout import CONFIG_FILE, TAG_DATASET_HASH, TAG_PARENT, system_metric_key
 
 
 @dataclass
@@ -38,20 +38,21 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None) -> R
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from pipeline.compare import download_artifact
-    from pipeline.experiment import load_dataset, run_experiment
+    from ragtrack.pipeline.compare import download_artifact
+    from ragtrack.pipeline.experiment import run_experiment
+    from ragtrack.pipeline.inputs import load_dataset
 
     client = MlflowClient(tracking_uri)
     try:
         run = client.get_run(run_id)
     except MlflowException:
         raise RagtrackError(f"no run {run_id!r} in {tracking_uri}") from None
-    parent_id = run.data.tags.get("mlflow.parentRunId")
+    parent_id = run.data.tags.get(TAG_PARENT)
     job = client.get_run(parent_id) if parent_id else run
     with tempfile.TemporaryDirectory(prefix="ragtrack-reproduce-") as scratch:
-        cfg = OmegaConf.load(download_artifact(client, job.info.run_id, "config.yaml", Path(scratch) / "logged"))
-        logged_hash = job.data.tags.get("ragtrack.dataset_hash")
-        current_hash = load_dataset(cfg.dataset).hash
+        cfg = OmegaConf.load(download_artifact(client, job.info.run_id, CONFIG_FILE, Path(scratch) / "logged"))
+        logged_hash = job.data.tags.get(TAG_DATASET_HASH)
+        current_hash = load_dataset(cfg.dataset, check_documents=False).hash
         if logged_hash != current_hash:
             raise RagtrackError(f"dataset {cfg.dataset.path} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
         cfg.paths.output_dir = str(Path(scratch) / "output")
@@ -62,7 +63,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None) -> R
     rows = []
     for system, values in results["systems"].items():
         for metric, value in values.items():
-            logged = job.data.metrics.get(f"{system}/{metric_key(metric)}")
+            logged = job.data.metrics.get(system_metric_key(system, metric))
             if logged is None and (value is None or math.isnan(value)):
                 continue
             logged = math.nan if logged is None else logged

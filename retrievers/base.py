@@ -5,9 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pipeline.cache import Cache
-from pipeline.data import Corpus
-from pipeline.runs import Run
+from ragtrack.core.cache import Cache
+from ragtrack.core.data import Corpus
+from ragtrack.core.runs import Run
 
 
 @dataclass

@@ -21,12 +21,12 @@ from importlib.metadata import version
 import numpy as np
 from tqdm.auto import tqdm
 
-from pipeline.cache import Cache, folder_size
-from pipeline.data import Corpus
-from pipeline.errors import RagtrackError
-from pipeline.runs import Run
-from retrievers.base import Retriever
-from retrievers.text import Tokenizer
+from ragtrack.core.cache import Cache, folder_size
+from ragtrack.core.data import Corpus
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import Run
+from ragtrack.retrievers.base import Retriever
+from ragtrack.core.text import Tokenizer
 
 log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
 

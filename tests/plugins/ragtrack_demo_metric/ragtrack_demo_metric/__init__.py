@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from evaluators.base import EvalInput, Evaluator
+from ragtrack.evaluators.base import EvalInput, Evaluator
 
 
 class JudgedEvaluator(Evaluator):

@@ -1,0 +1,1 @@
+"""Hydra configs of ragtrack (found by Hydra as ``pkg://ragtrack.conf``)."""

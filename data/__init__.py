@@ -1,0 +1,1 @@
+"""Datasets shipped with ragtrack, in BEIR layout, each with its SOURCE.md."""

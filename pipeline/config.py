@@ -1,0 +1,45 @@
+"""The Hydra config tree of ragtrack, found through the package (``pkg://ragtrack.conf``), never
+through a checkout, and the OmegaConf resolvers its files use. Nothing is registered at import time:
+the app (``app.py``) and :func:`compose` call :func:`register_resolvers`.
+
+Resolvers: ``${ragtrack_data:}`` is the folder of the shipped datasets (the installed
+``ragtrack.datasets`` package); ``${cwd:}`` is the launch folder (unlike ``${hydra:runtime.cwd}`` it
+resolves before Hydra's own config is set, which a multirun's sweep folder needs).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from importlib.resources import files
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+CONFIG_MODULE = "ragtrack.conf"
+CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
+CONFIG_NAME = "config"
+
+
+def datasets_dir() -> Path:
+    """The folder holding the shipped datasets (``scifact``, ``xquad_en``, ``toy``)."""
+    return Path(str(files("ragtrack.datasets")))
+
+
+def register_resolvers() -> None:
+    """Register ragtrack's resolvers (idempotent)."""
+    OmegaConf.register_new_resolver("ragtrack_data", lambda: str(datasets_dir()), replace=True)
+    OmegaConf.register_new_resolver("cwd", os.getcwd, replace=True)
+
+
+def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:
+    """The job config Hydra would compose for ``ragtrack run OVERRIDES`` (without Hydra's own
+    ``hydra:`` node, so ``paths.output_dir`` must be given), for tests and Python callers;
+    ``config_dir`` adds a folder of the user's configs, like ``--config-dir``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    register_resolvers()
+    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        return hydra_compose(CONFIG_NAME, overrides=[*extra, *overrides])

@@ -1,0 +1,65 @@
+"""The MLflow layout of ragtrack: every tag name, metric-key rule, artifact path and the default store.
+
+The writer (``tracking``, ``experiment``) and the readers (``compare``, ``reproduce``, the CLI) take
+names from here only, so they cannot drift apart. docs/mlflow.md describes the same layout for users.
+
+One parent run per Hydra job, one child run per system (tag ``mlflow.parentRunId``):
+
+- parent: tags :data:`TAG_DATASET`, :data:`TAG_DATASET_HASH`, :data:`TAG_VERSION`, :data:`TAG_GIT_COMMIT`
+  (inside a git checkout only), :data:`TAG_OVERRIDES`, ``hydra.choice.<group>``, :data:`TAG_SWEEP` in a
+  sweep; params: the shared config; metrics ``<system>/<metric_key>``; artifacts :data:`JOB_ARTIFACTS`
+  and Hydra's ``.hydra/`` folder;
+- child: tag :data:`TAG_SYSTEM`; params: its config; metrics ``<metric_key>`` plus ``_std``,
+  ``_ci_low``, ``_ci_high`` and efficiency figures, identical keys across systems; step metrics
+  :func:`curve_key` (step = cutoff k); artifacts :data:`RUN_FILE` and :data:`PER_QUERY_FILE`;
+- a ``ragtrack compare`` run: tag :data:`TAG_COMPARISON`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TAG_PARENT = "mlflow.parentRunId"  # MLflow's own: the UI nests child runs under it
+TAG_SYSTEM = "ragtrack.system"
+TAG_SWEEP = "ragtrack.sweep"
+TAG_COMPARISON = "ragtrack.comparison"
+TAG_COMPARED_RUNS = "ragtrack.compared_runs"
+TAG_DATASET = "ragtrack.dataset"
+TAG_DATASET_HASH = "ragtrack.dataset_hash"
+TAG_VERSION = "ragtrack.version"
+TAG_GIT_COMMIT = "ragtrack.git_commit"
+TAG_OVERRIDES = "ragtrack.overrides"
+TAG_PROCESS = "ragtrack.process"  # host:pid:start of the job, to mark runs of killed jobs KILLED
+TAG_ERROR = "ragtrack.error"
+HYDRA_CHOICE_PREFIX = "hydra.choice."
+
+RUN_FILE = "run.trec"
+PER_QUERY_FILE = "per_query.csv"
+CONFIG_FILE = "config.yaml"
+RESULTS_FILE = "results.json"
+COMPARISON_FILE = "comparison.csv"
+JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE)
+
+STORE_FOLDER = "mlruns"  # under the root folder (the working folder or $RAGTRACK_ROOT)
+STORE_FILE = "mlflow.db"
+CURVE_METRICS = ("recall", "ndcg")
+
+
+def metric_key(name: str) -> str:
+    """MLflow-legal metric key: ``ndcg@10`` -> ``ndcg_at_10`` (``@`` is not allowed in keys)."""
+    return name.replace("@", "_at_")
+
+
+def system_metric_key(system: str, metric: str) -> str:
+    """A parent run's key for one system's metric: ``hybrid/ndcg_at_10``."""
+    return f"{system}/{metric_key(metric)}"
+
+
+def curve_key(base: str) -> str:
+    """Step metric of ``base@k`` against k: ``recall_at_k``."""
+    return f"{base}_at_k"
+
+
+def default_tracking_uri(root: str | Path) -> str:
+    """The SQLite store of the default tracking config under ``root``."""
+    return f"sqlite:///{Path(root) / STORE_FOLDER / STORE_FILE}"

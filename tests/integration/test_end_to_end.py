@@ -1,0 +1,117 @@
+"""`ragtrack run` on the toy dataset with the offline hashing encoder into a temporary MLflow store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ragtrack import __version__
+
+from ragtrack.pipeline.provenance import SOURCE_ROOT
+from tests.support import TOY
+from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.core.runs import read_trec
+
+
+def ragtrack(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAGTRACK_ROOT": str(root)}
+    command = [sys.executable, "-m", "ragtrack", *args]
+    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def toy_job(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    root = tmp_path_factory.mktemp("job")
+    result = ragtrack(root, "run", "dataset=toy", "encoder=hashing", "hydra.run.dir=outputs/job")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root, result
+
+
+def test_outputs(toy_job) -> None:
+    root, result = toy_job
+    out = root / "outputs" / "job"
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["systems"]) == {"bm25", "dense", "hybrid"}
+    assert results["dataset"]["name"] == "toy" and results["dataset"]["queries"] == 6
+    assert 0 < results["systems"]["bm25"]["ndcg@10"] <= 1
+    assert results["aggregates"]["bm25"]["ndcg@10"]["ci_low"] <= results["systems"]["bm25"]["ndcg@10"]
+    per_query = pd.read_csv(out / "per_query.csv")
+    assert list(per_query.columns[:2]) == ["system", "qid"] and len(per_query) == 3 * 6
+    for system in ("bm25", "dense", "hybrid"):
+        run = read_trec(out / "runs" / f"{system}.trec")
+        assert set(run.scores) == {f"q{i}" for i in range(1, 7)}
+    assert (out / "config.yaml").exists() and (out / ".hydra" / "overrides.yaml").exists()
+    assert "ndcg@10" in result.stdout and "hybrid" in result.stdout and "ragtrack ui" in result.stdout
+
+
+def test_mlflow_layout(toy_job) -> None:
+    root, _ = toy_job
+    client = MlflowClient(f"sqlite:///{root}/mlruns/mlflow.db")
+    experiment = client.get_experiment_by_name("ragtrack-toy")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["ragtrack.dataset_hash"] and parent.data.tags["hydra.choice.dataset"] == "toy"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=SOURCE_ROOT, capture_output=True, text=True).stdout.strip()
+    assert parent.data.tags.get("ragtrack.git_commit") == (head or None)  # the code's checkout, wherever RAGTRACK_ROOT is
+    assert parent.data.tags["ragtrack.version"] == __version__
+    assert "bm25/ndcg_at_10" in parent.data.metrics and "hybrid/recall_at_10" in parent.data.metrics
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"results.json", "comparison.csv", "config.yaml", "per_query.csv", ".hydra"}
+    keys = None
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.info.run_name == child.data.tags["ragtrack.system"]
+        quality = {k for k in child.data.metrics if not k.endswith(("_seconds", "_bytes", "_second", "_cache", "_missing"))}
+        keys = keys or quality
+        assert quality == keys  # identical metric keys across systems
+        assert {"ndcg_at_10", "ndcg_at_10_std", "ndcg_at_10_ci_low", "recall_at_100", "mrr", "map"} <= quality
+        assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"run.trec", "per_query.csv"}
+    assert children[0].data.params  # each system's config
+
+
+def test_second_job_reuses_the_cache(toy_job) -> None:
+    root, _ = toy_job
+    result = ragtrack(root, "run", "dataset=toy", "encoder=hashing", "tracking=none", "fusion.rrf.k=30", "hydra.run.dir=outputs/again")
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = (root / "outputs" / "again" / "ragtrack.log").read_text()
+    assert "cache build" not in log and log.count("cache hit") >= 2  # the bm25 and dense runs: no index is opened
+
+
+def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
+    result = ragtrack(tmp_path, "run", "dataset=beir", f"dataset.path={tmp_path}/missing", "encoder=hashing")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"ragtrack: error: {tmp_path}/missing: dataset folder not found"
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "mlruns").exists()  # nothing logged for a job that could not start
+    missing = ragtrack(tmp_path, "run", "dataset=beir", "encoder=hashing")
+    assert missing.returncode == 2 and "Missing mandatory value: dataset.path" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_eval_cli_errors(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 d1 1 x t\n")
+    assert cli_main(["eval", str(TOY / "qrels" / "test.tsv"), str(run)]) == 2
+    assert capsys.readouterr().err.strip() == f"ragtrack: error: {run}:1: score 'x' is not a number"
+    run.write_text("q1 Q0 d1 1 1.0 t\n")
+    assert cli_main(["eval", str(TOY / "qrels" / "test.tsv"), str(run), "-m", "ndcg@x"]) == 2
+    assert "cutoff must be a positive integer" in capsys.readouterr().err
+
+
+def test_eval_rejects_metrics_it_cannot_compute(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 d1 1 1.0 t\n")
+    qrels = str(TOY / "qrels" / "test.tsv")
+    assert cli_main(["eval", qrels, str(run), "-m", "judge_correctness"]) == 2
+    assert "need the 'llm_judge' evaluator's settings" in capsys.readouterr().err
+    assert cli_main(["eval", qrels, str(run), "-m", "answer_f1"]) == 2
+    assert "need data that a qrels and a run file do not have (answers)" in capsys.readouterr().err

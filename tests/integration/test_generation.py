@@ -1,0 +1,163 @@
+"""Generators: the extractive reader on hand cases; the OpenAI-compatible client against a real
+chat-completions server on 127.0.0.1 that misbehaves on purpose; the API key never lands anywhere;
+``experiment=qa_xquad`` end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragtrack.core.errors import RagtrackError
+from ragtrack.generation import ChatClient, ExtractiveGenerator, OpenAIGenerator
+from tests.support import ChatServer
+
+SECRET = "sk-test-3f9c2a7e51d04b8c9e6a"
+KEY_ENV = "RAGTRACK_TEST_CHAT_KEY"
+
+
+def test_extractive_answers_from_the_best_sentence() -> None:
+    passages = ["The Panthers defense gave up just 308 points, ranking sixth in the league. "
+                "Pro Bowl defensive tackle Kawann Short led the team in sacks with 11. The weather was mild."]
+    queries = {"n": "How many points did the Panthers defense give up?", "who": "Who led the team in sacks?", "none": "What?"}
+    span = ExtractiveGenerator(top_k=1, unit="span").generate(queries, {"n": passages, "who": passages, "none": []})
+    assert span["n"] == "308"
+    assert span["who"] == "Kawann Short"
+    sentence = ExtractiveGenerator(top_k=1, unit="sentence")
+    answers = sentence.generate({"who": queries["who"], "none": "What?"}, {"who": passages, "none": []})
+    assert answers == {"who": "Pro Bowl defensive tackle Kawann Short led the team in sacks with 11."}
+    assert sentence.failures == {"none": "no retrieved passage"}
+    with pytest.raises(RagtrackError, match="unit"):
+        ExtractiveGenerator(unit="word")
+
+
+def _generator(url: str, **overrides) -> OpenAIGenerator:
+    settings = {"base_url": url, "model": "test-model", "prompt": "{question}\n{context}", "top_k": 2, "timeout": 1.5,
+                "max_retries": 2, "backoff": 0.01, "concurrency": 3, "parameters": {"temperature": 0}} | overrides
+    return OpenAIGenerator(**settings)
+
+
+def test_openai_generator_retries_and_reports_failures(chat_server: ChatServer, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    tags = ["ok", "[429]", "[500]", "[slow]", "[garbage]", "[down]", "[401]"]
+    queries = {tag: f"question {tag}" for tag in tags}
+    generator = _generator(chat_server.url, api_key_env=KEY_ENV, cache_dir=str(tmp_path))
+    answers = generator.generate(queries, {tag: ["passage one", "passage two", "passage three"] for tag in tags})
+    assert answers == {tag: f"answer to question {tag}" for tag in ["ok", "[429]", "[500]", "[slow]"]}
+    failures = generator.failures
+    assert set(failures) == {"[garbage]", "[down]", "[401]"}
+    assert "malformed reply" in failures["[garbage]"] and "gave up after 3 attempts" in failures["[garbage]"]
+    assert "HTTP 500" in failures["[down]"] and "gave up after 3 attempts" in failures["[down]"]
+    assert "HTTP 401" in failures["[401]"] and "invalid api key" in failures["[401]"]
+    attempts = {prompt.splitlines()[0].removeprefix("question "): n for prompt, n in chat_server.attempts.items()}
+    assert attempts == {"ok": 1, "[429]": 2, "[500]": 2, "[slow]": 2, "[garbage]": 3, "[down]": 3, "[401]": 1}
+    request = chat_server.requests[0]
+    assert request["path"] == "/v1/chat/completions" and request["auth"] == f"Bearer {SECRET}"
+    assert request["body"]["model"] == "test-model" and request["body"]["temperature"] == 0
+    assert "[1] passage one\n\n[2] passage two" in request["body"]["messages"][-1]["content"]
+    assert "passage three" not in request["body"]["messages"][-1]["content"]  # top_k = 2
+
+    sent = len(chat_server.requests)
+    sorted(tmp_path.rglob("*.json"))[0].write_text("{half-written")  # an unreadable entry is asked again
+    again = _generator(chat_server.url, api_key_env=KEY_ENV, cache_dir=str(tmp_path))
+    assert again.generate(queries, {tag: ["passage one", "passage two"] for tag in tags}) == answers
+    assert len(chat_server.requests) - sent == 1 + 3 + 3 + 1  # cached replies cost nothing; failures are retried
+    cached = list(tmp_path.rglob("*.json"))
+    assert len(cached) == 4 and all(SECRET not in file.read_text() for file in cached)
+
+
+def test_chat_client_settings_are_checked(monkeypatch) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with pytest.raises(RagtrackError, match=f"environment variable {KEY_ENV}"):
+        ChatClient(base_url="http://127.0.0.1:9/v1", model="m", api_key_env=KEY_ENV)
+    with pytest.raises(RagtrackError, match="unknown fields"):
+        _generator("http://127.0.0.1:9/v1", prompt="{question} {passages}")
+    client = ChatClient(base_url="http://127.0.0.1:9/v1", model="m", max_retries=1, backoff=0.01, timeout=0.5)
+    replies, failures = client.complete_all({"a": "hello"})
+    assert replies == {} and "connection failed" in failures["a"] and "gave up after 2 attempts" in failures["a"]
+
+
+def _run_cli(root: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "RAGTRACK_ROOT": str(root), **(env or {})}
+    result = subprocess.run([sys.executable, "-m", "ragtrack", "run", *overrides], cwd=root, env=environment,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_api_key_reaches_no_output_log_cache_or_mlflow(chat_server: ChatServer, tmp_path: Path) -> None:
+    server = chat_server.url
+    result = _run_cli(
+        tmp_path, "dataset=toy", "retriever=[bm25]", "fusion=[]", "generator=openai", f"generator.base_url={server}",
+        "generator.model=test-model", f"generator.api_key_env={KEY_ENV}", "generator.backoff=0.01", "generator.max_retries=1",
+        "evaluator=[ranking,answer,llm_judge]", f"evaluator.llm_judge.base_url={server}", "evaluator.llm_judge.model=judge-model",
+        f"evaluator.llm_judge.api_key_env={KEY_ENV}", "evaluator.llm_judge.backoff=0.01", "hydra.verbose=true",
+        env={KEY_ENV: SECRET},
+    )
+    assert chat_server.requests and all(r["auth"] == f"Bearer {SECRET}" for r in chat_server.requests)
+    leaks = [str(path) for path in tmp_path.rglob("*") if path.is_file() and SECRET.encode() in path.read_bytes()]
+    assert leaks == [], f"API key written to {leaks}"
+    assert SECRET not in result.stdout + result.stderr
+    assert list(tmp_path.glob("mlruns/mlflow.db")) and list(tmp_path.rglob("*.log"))  # what was scanned exists
+
+    output = next(tmp_path.glob("outputs/runs/*"))
+    report = json.loads((output / "systems" / "bm25" / "generation.json").read_text())
+    assert report["failed"] == 1 and "HTTP 500" in report["errors"]["q2"]  # the ATP question, reported, sweep went on
+    rows = {row["qid"]: row for row in _read_csv(output / "per_query.csv")}
+    assert rows["q2"]["generation_error"] and rows["q2"]["generated_answer"] == "" and float(rows["q2"]["answer_f1"]) == 0
+    assert rows["q1"]["generated_answer"].startswith("answer to") and float(rows["q1"]["judge_correctness"]) == 4
+    judged = [json.loads(line) for line in (output / "systems" / "bm25" / "judge.jsonl").read_text().splitlines()]
+    assert {r["qid"]: r["error"] for r in judged}["q2"] == "no generated answer"
+    assert json.loads((output / "results.json").read_text())["efficiency"]["bm25"]["generation_failures"] == 1
+
+
+def test_qa_xquad_end_to_end(tmp_path: Path) -> None:
+    _run_cli(tmp_path, "experiment=qa_xquad", "encoder=hashing", "evaluator=[ranking,answer,context_recall]")
+    output = next(tmp_path.glob("outputs/runs/*"))
+    results = json.loads((output / "results.json").read_text())
+    assert set(results["systems"]) == {"bm25", "dense", "hybrid"}
+    for system, means in results["systems"].items():
+        assert 0.1 < means["answer_f1"] < 0.5 and 0 < means["exact_match"] < means["answer_f1"], system
+        assert means["context_recall@1"] <= means["context_recall@3"] <= means["context_recall@5"]
+    rows = _read_csv(output / "per_query.csv")
+    assert len(rows) == 3 * 1190
+    assert list(rows[0])[:6] == ["system", "qid", "question", "gold_answers", "generated_answer", "generation_error"]
+    assert json.loads(rows[0]["gold_answers"]) == ["308"] and {"answer_f1", "rougeL", "ndcg@10"} <= set(rows[0])
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    children = [r for r in client.search_runs([client.get_experiment_by_name("ragtrack-xquad_en").experiment_id])
+                if "ragtrack.system" in r.data.tags]
+    assert {r.data.tags["ragtrack.system"] for r in children} == {"bm25", "dense", "hybrid"}
+    child = children[0]
+    assert {"answer_f1", "exact_match", "rougeL", "context_recall_at_3", "generation_failures"} <= set(child.data.metrics)
+    assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"generation.json", "per_query.csv", "run.trec"}
+    twin = _read_csv(Path(client.download_artifacts(child.info.run_id, "per_query.csv", str(tmp_path / "twin"))))
+    assert list(twin[0])[:5] == ["system", "qid", "question", "gold_answers", "generated_answer"]
+    assert twin[0]["system"] == child.data.tags["ragtrack.system"]
+
+
+@pytest.mark.slow
+def test_qa_xquad_real_minilm(tmp_path: Path) -> None:
+    """The README's table: experiment=qa_xquad with the shipped MiniLM (a regression fixture)."""
+    _run_cli(tmp_path, "experiment=qa_xquad", "tracking=none")
+    systems = json.loads((next(tmp_path.glob("outputs/runs/*")) / "results.json").read_text())["systems"]
+    expected = {  # answer_f1, exact_match, rougeL, bertscore_f1, context_recall@1, context_recall@3
+        "bm25": [0.2622, 0.1454, 0.2672, 0.3864, 0.9235, 0.9714],
+        "dense": [0.2486, 0.1378, 0.2534, 0.3756, 0.8756, 0.9622],
+        "hybrid": [0.2646, 0.1479, 0.2698, 0.3913, 0.9294, 0.9756],  # default ONNX encoder (PyTorch: F1 0.2647, ROUGE-L 0.2699)
+    }
+    names = ["answer_f1", "exact_match", "rougeL", "bertscore_f1", "context_recall@1", "context_recall@3"]
+    for system, values in expected.items():
+        assert [systems[system][name] for name in names] == pytest.approx(values, abs=6e-5), system

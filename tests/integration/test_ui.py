@@ -1,0 +1,110 @@
+"""The MLflow UI in a real browser: ``ragtrack ui`` on a store filled by a real sweep and a comparison.
+
+Needs Debian's chromium (``make test`` installs it with apt-get when missing) and playwright. MLflow
+pages never reach network idle, so the test waits for elements (a run name, a column header).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ragtrack.pipeline.compare import run_compare
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+SCREENSHOTS = Path(os.environ.get("RAGTRACK_SCREENSHOTS", Path(__file__).parent.parent.parent / "outputs" / "screenshots"))
+TIMEOUT_MS = 240_000  # a cold MLflow server and page on a loaded 2-core machine take over a minute
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until_healthy(url: str, server: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"ragtrack ui exited with code {server.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"MLflow server at {url} not healthy after {timeout:.0f} s")
+
+
+@pytest.fixture
+def ui_server(toy_sweep, tmp_path):
+    """``ragtrack ui`` on the sweep's store, in its own process group, stopped by PID after the test."""
+    port = free_port()
+    log = open(tmp_path / "ui.log", "w+")
+    server = subprocess.Popen([sys.executable, "-m", "ragtrack.pipeline.cli", "ui", "--tracking-uri", toy_sweep.uri, "--port", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_healthy(url, server, TIMEOUT_MS / 1000)
+        log.seek(0)
+        assert f"MLflow UI on {toy_sweep.uri}: {url}" in log.read(), "ragtrack ui must print its URL"
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_server) -> None:
+    assert Path(CHROMIUM).exists() or shutil.which("chromium"), \
+        "Debian chromium is missing: run `apt-get install -y chromium` (`make test` does it when missing)"
+    from playwright.sync_api import sync_playwright
+
+    run_compare(toy_sweep.uri, sweep="latest", baseline="bm25")
+    client = MlflowClient(toy_sweep.uri)
+    experiment = client.get_experiment_by_name(toy_sweep.experiment).experiment_id
+    comparison = client.search_runs([experiment], filter_string="tags.`ragtrack.comparison` = 'true'")[0]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 2400, "height": 1100})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{ui_server}/#/experiments/{experiment}/runs", wait_until="domcontentloaded")
+            for k in toy_sweep.ks:  # every job of the sweep, by its readable name
+                page.get_by_text(f"hybrid k={k}", exact=True).first.wait_for()
+            page.get_by_role("button", name="Columns", exact=True).click()
+            search = page.get_by_placeholder("Search columns")
+            for metric in ("hybrid/ndcg_at_10", "bm25/ndcg_at_10"):
+                search.fill(metric)
+                page.get_by_text(metric, exact=True).last.click()
+            page.keyboard.press("Escape")
+            for metric in ("hybrid/ndcg_at_10", "bm25/ndcg_at_10"):
+                page.get_by_role("columnheader").filter(has_text=metric).first.wait_for()
+            page.screenshot(path=str(SCREENSHOTS / "mlflow_runs.png"))
+
+            page.goto(f"{ui_server}/#/experiments/{experiment}/runs/{comparison.info.run_id}/artifacts", wait_until="domcontentloaded")
+            page.get_by_text("comparison.md", exact=True).first.click()
+            page.get_by_text("hybrid k=30", exact=True).first.wait_for()  # the rendered comparison table
+            page.get_by_text("W/T/L ndcg@10").first.wait_for()
+            page.screenshot(path=str(SCREENSHOTS / "mlflow_comparison.png"))
+        finally:
+            browser.close()
+    assert (SCREENSHOTS / "mlflow_runs.png").stat().st_size > 10_000
+    assert (SCREENSHOTS / "mlflow_comparison.png").stat().st_size > 10_000

@@ -1,0 +1,251 @@
+"""Helpers shared by the tests (fixtures are in conftest.py): the shipped toy dataset, random qrels and
+runs, the CLI in a subprocess, servers in their own process group (stopped by the test, whole group),
+a CLI that stalls in a chosen phase so a test can SIGKILL it there deterministically, and a local
+OpenAI-style chat server."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from ragtrack.pipeline.config import datasets_dir
+
+TESTS = Path(__file__).parent
+TOY = datasets_dir() / "toy"
+SWEEP_KS = (1, 10, 30, 60, 100)
+
+TOY_JOB = ("run", "dataset=toy", "encoder=hashing")  # the toy dataset with the model-free encoder
+PYTHON_CLI = [sys.executable, "-m", "ragtrack"]
+STALLING_CLI = [sys.executable, "-c", "import sys; from tests.support import stalling_main; sys.exit(stalling_main())"]
+
+
+def ragtrack(root: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``ragtrack <args>`` in ``root`` with RAGTRACK_ROOT=root."""
+    full_env = {**os.environ, "RAGTRACK_ROOT": str(root), "RAY_AUTH_MODE": "disabled", **(env or {})}
+    return subprocess.run([*PYTHON_CLI, *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def systems(output_dir: Path) -> dict[str, dict[str, float]]:
+    """Mean metrics per system from a job's ``results.json``."""
+    return json.loads((output_dir / "results.json").read_text())["systems"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the process group of ``process``, SIGKILL it if it lingers."""
+    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextmanager
+def server(command: list[str], health_url: str, log: Path, env: dict | None = None, timeout: float = 120):
+    """Start ``command`` in its own process group, wait until ``health_url`` answers, stop the group on exit."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(health_url, timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"server did not answer {health_url} within {timeout} s: {log.read_text()[-2000:]}")
+                time.sleep(0.3)
+        yield process
+    finally:
+        stop_group(process)
+
+
+def _stall_points() -> dict:
+    """Phase -> (owner, method): after the method's first call the job writes the phase into
+    $RAGTRACK_TEST_STALL_FILE and sleeps, holding whatever it has half-written."""
+    from chromadb.api.models.Collection import Collection
+    from ragtrack.retrievers.encoders import HashingEncoder
+
+    return {"encode": (HashingEncoder, "_encode"),       # the corpus is being encoded
+            "index": (Collection, "add")}                # vectors are being added to Chroma
+
+
+def stalling_main() -> int:
+    """``ragtrack`` that stalls in phase $RAGTRACK_TEST_STALL (see :func:`_stall_points`)."""
+    from ragtrack.pipeline.cli import main
+
+    phase, marker = os.environ["RAGTRACK_TEST_STALL"], Path(os.environ["RAGTRACK_TEST_STALL_FILE"])
+    owner, name = _stall_points()[phase]
+    original = getattr(owner, name)
+
+    def stalled(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        marker.write_text(phase)
+        time.sleep(600)
+        return result
+
+    setattr(owner, name, stalled)
+    return main()
+
+
+def run_until_stalled(root: Path, phase: str, *args: str, timeout: float = 120) -> None:
+    """Start ``ragtrack <args>`` stalling in ``phase``, wait until it gets there, SIGKILL its process group."""
+    marker = root / f"stalled-{phase}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "RAGTRACK_ROOT": str(root), "RAGTRACK_TEST_STALL": phase, "RAGTRACK_TEST_STALL_FILE": str(marker)}
+    with open(root / f"stalled-{phase}.log", "wb") as log:
+        process = subprocess.Popen([*STALLING_CLI, *args], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while not marker.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"job did not reach {phase!r}: {(root / f'stalled-{phase}.log').read_text()[-3000:]}")
+            time.sleep(0.1)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def random_qrels_and_run(seed: int, queries: int = 30, docs: int = 60) -> tuple[dict, dict]:
+    """Random graded qrels (0-3) and a run with ties, short and empty rankings, unjudged documents,
+    queries without relevant judgments and queries absent from the run."""
+    rng = random.Random(seed)
+    doc_ids = [f"d{rng.randrange(10**6)}" for _ in range(docs)]
+    qrels, run = {}, {}
+    for q in range(queries):
+        qid = f"q{q}"
+        judged = rng.sample(doc_ids, rng.randint(1, 15))
+        qrels[qid] = {d: rng.choice([0, 0, 1, 1, 2, 3]) for d in judged}
+        shape = rng.random()
+        if shape < 0.1:
+            continue  # absent from the run
+        depth = 0 if shape < 0.15 else rng.randint(1, 40)
+        retrieved = rng.sample(doc_ids, min(depth, len(doc_ids)))
+        coarse = rng.random() < 0.5  # coarse scores give many ties
+        run[qid] = {d: (rng.randint(0, 5) / 2 if coarse else rng.uniform(-5, 5)) for d in retrieved}
+        if not run[qid]:
+            run[qid] = {}
+    return qrels, run
+
+
+def random_pairs(seeds: range) -> tuple[dict, dict]:
+    """Many random qrels/run pairs as one (query ids ``s<seed>-q<n>``), evaluated in a single call."""
+    qrels, run = {}, {}
+    for seed in seeds:
+        pair_qrels, pair_run = random_qrels_and_run(seed)
+        qrels |= {f"s{seed}-{qid}": judged for qid, judged in pair_qrels.items()}
+        run |= {f"s{seed}-{qid}": ranked for qid, ranked in pair_run.items()}
+    return qrels, run
+
+
+class ChatServer:
+    """An OpenAI-style ``POST /v1/chat/completions`` server whose behaviour is chosen by a tag in the
+    prompt: [429] and [500] fail once, [slow] sleeps past the client's time-out once, [garbage] always
+    answers malformed JSON, [down] always answers 500, [401] refuses, [nonnumeric] gives a judge reply
+    without numbers; prompts mentioning "ATP" (a toy question) always get 500. Judge prompts (they
+    contain "GOLD ANSWERS") get JSON scores, other prompts "answer to <first prompt line>"."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.attempts: dict[str, int] = {}
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep the test output clean
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                server.handle(self, body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        request = json.loads(body)
+        prompt = request["messages"][-1]["content"]
+        with self.lock:
+            self.requests.append({"path": handler.path, "auth": handler.headers.get("authorization"), "body": request})
+            attempt = self.attempts[prompt] = self.attempts.get(prompt, 0) + 1
+        if "[401]" in prompt:
+            return self.send(handler, 401, b'{"error": {"message": "invalid api key"}}')
+        if "[down]" in prompt or ("ATP" in prompt and "GOLD ANSWERS" not in prompt):
+            return self.send(handler, 500, b'{"error": "internal"}')
+        if "[429]" in prompt and attempt == 1:
+            return self.send(handler, 429, b'{"error": "rate limited"}', {"Retry-After": "0"})
+        if "[500]" in prompt and attempt == 1:
+            return self.send(handler, 503, b"upstream unavailable")
+        if "[slow]" in prompt and attempt == 1:
+            time.sleep(2.5)
+        if "[garbage]" in prompt:
+            return self.send(handler, 200, b'{"choices": [{"message": {"content": "trunc')
+        if "GOLD ANSWERS" in prompt:
+            content = "Correctness: excellent, Faithfulness: good" if "[nonnumeric]" in prompt else \
+                '```json\n{"correctness": 4, "faithfulness": 5, "relevance": "3", "rationale": "close"}\n```'
+        else:
+            content = f"answer to {prompt.splitlines()[0]}"
+        reply = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+        self.send(handler, 200, json.dumps(reply).encode())
+
+    @staticmethod
+    def send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict | None = None) -> None:
+        try:
+            handler.send_response(status)
+            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(payload)), **(headers or {})}.items():
+                handler.send_header(name, value)
+            handler.end_headers()
+            handler.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (time-out)
+            pass
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+def assert_equal_per_query(ours: pd.DataFrame, reference: pd.DataFrame) -> None:
+    """Same values (1e-9) on the reference's queries and columns; names the first mismatch."""
+    mine = ours.loc[reference.index, reference.columns].to_numpy(dtype=float)
+    wrong = np.argwhere(~np.isclose(mine, reference.to_numpy(dtype=float), rtol=0, atol=1e-9))
+    if len(wrong):
+        row, column = wrong[0]
+        qid, metric = reference.index[row], reference.columns[column]
+        pytest.fail(f"{len(wrong)} mismatches; first: {qid} {metric}: ours {mine[row, column]!r}, reference {reference.iloc[row, column]!r}")
+
+
+def package_sources() -> list[Path]:
+    """Every Python file of the installed ragtrack package (root, core, components, pipeline)."""
+    import importlib
+
+    folders = {Path(importlib.import_module(name).__file__).parent
+               for name in ("ragtrack", "ragtrack.pipeline", "ragtrack.retrievers", "ragtrack.evaluators")}
+    return sorted(p for folder in folders for p in folder.rglob("*.py"))

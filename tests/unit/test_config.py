@@ -1,0 +1,69 @@
+"""Every config in conf/ composes, and the overrides users type work."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+
+from omegaconf import OmegaConf, open_dict
+
+from ragtrack.pipeline.config import CONFIG_MODULE
+from ragtrack.pipeline.experiment import yaml_text
+
+MULTI_SELECT = {"retriever", "fusion", "evaluator"}
+
+
+def _options() -> list[str]:
+    overrides = []
+    for group in sorted(p for p in Path(str(files(CONFIG_MODULE))).iterdir() if p.is_dir() and p.name not in {"hydra", "local"}):
+        for option in sorted(group.rglob("*.yaml")):
+            name = option.relative_to(group).with_suffix("").as_posix()
+            overrides.append(f"{group.name}=[{name}]" if group.name in MULTI_SELECT else f"{group.name}={name}")
+    return overrides
+
+
+def compose_config(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def test_the_default_config() -> None:
+    cfg = compose_config([])
+    assert cfg.dataset.name == "scifact" and cfg.dataset.split == "test"
+    assert list(cfg.retriever) == ["bm25", "dense"] and list(cfg.fusion) == ["rrf"]
+    assert cfg.fusion.rrf.k == 60 and cfg.fusion.rrf.system == "hybrid"
+    assert "ndcg@10" in cfg.evaluator.ranking.metrics and "recall@10" in cfg.evaluator.ranking.metrics
+    assert cfg.tracking.uri.startswith("sqlite:///")
+
+
+@pytest.mark.parametrize("override", _options())
+def test_every_config_composes(override: str) -> None:
+    cfg = compose_config([override] + (["dataset.path=/tmp/x"] if override == "dataset=beir" else []))
+    assert cfg.dataset.name and cfg.depth > 0
+    with open_dict(cfg):
+        del cfg["hydra"]
+    assert yaml_text(OmegaConf.to_container(cfg, resolve=True)) == OmegaConf.to_yaml(cfg, resolve=True)  # the written config.yaml
+
+
+def test_overrides_users_type() -> None:
+    cfg = compose_config(["retriever=[bm25]", "fusion=[]", "retriever.bm25.k1=1.2", "paths.cache_dir=/tmp/c", "tracking.uri=http://127.0.0.1:5000"])
+    assert list(cfg.retriever) == ["bm25"] and not cfg.get("fusion")
+    assert cfg.retriever.bm25.k1 == 1.2 and cfg.paths.cache_dir == "/tmp/c" and cfg.tracking.uri == "http://127.0.0.1:5000"
+    assert compose_config(["fusion.rrf.k=30"]).fusion.rrf.k == 30
+    assert compose_config(["tracking=none"]).tracking.enabled is False
+
+
+def test_the_default_store_is_the_one_the_layout_names(tmp_path: Path) -> None:
+    """The tracking config and ``ragtrack compare/reproduce/ui`` (which read ``layout``) agree on the store."""
+    from ragtrack.pipeline.layout import default_tracking_uri
+
+    cfg = compose_config([f"paths.root_dir={tmp_path}"])
+    assert cfg.tracking.uri == default_tracking_uri(tmp_path)

@@ -1,0 +1,75 @@
+"""Security: secrets from the environment never reach the MLflow store, the output folder or the cache;
+secret-looking config keys are redacted; no pickle is loaded; `ragtrack ui` listens on 127.0.0.1."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ragtrack.pipeline.cli import build_parser
+from ragtrack.pipeline.redaction import flatten, redact, redact_everywhere, redact_overrides, redact_text
+from tests.support import package_sources, ragtrack
+
+SECRET = "sk-test-4f9c2e7d-never-written"
+
+
+def test_a_secret_in_the_environment_never_reaches_store_outputs_or_cache(tmp_path: Path) -> None:
+    """The secret is referenced by name only: an ``${oc.env:...}`` interpolation and a Chroma ``token_env``."""
+    env = {"RAGTRACK_TEST_SECRET": SECRET}
+    result = ragtrack(tmp_path, "run", "dataset=toy", "encoder=hashing", "+llm_api_key=${oc.env:RAGTRACK_TEST_SECRET}",
+                      "retriever.dense.chroma.token_env=RAGTRACK_TEST_SECRET", "hydra.run.dir=outputs/job", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "mlflow.db" for p in written) and any(p.name == "config.yaml" for p in written)
+    assert [p for p in written if SECRET.encode() in p.read_bytes()] == []
+    assert SECRET not in result.stdout + result.stderr
+    assert "llm_api_key: '***'" in (tmp_path / "outputs" / "job" / "config.yaml").read_text()
+
+
+def test_a_secret_typed_on_the_command_line_never_reaches_store_outputs_or_logs(tmp_path: Path) -> None:
+    """Hydra records overrides as typed (``.hydra/``, a sweep's ``multirun.yaml``, its job list in the log);
+    ragtrack rewrites those records redacted before logging them and filters every log line."""
+    result = ragtrack(tmp_path, "run", "-m", "dataset=toy", "encoder=hashing", f"+llm.api_key={SECRET}", f"+db.password='{SECRET}'",
+                      "fusion.rrf.k=10,20", "hydra.sweep.dir=outputs/sweep")
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "overrides.yaml" for p in written) and any(p.name == "multirun.yaml" for p in written)
+    assert [p for p in written if SECRET.encode() in p.read_bytes()] == []
+    assert SECRET not in result.stdout + result.stderr
+    assert "+llm.api_key=***" in (tmp_path / "outputs" / "sweep" / "0" / ".hydra" / "overrides.yaml").read_text()
+
+
+def test_secret_assignments_in_text_are_redacted() -> None:
+    line = "#0 : +llm.api_key=sk-1 fusion.rrf.k=10 x.token='a b',y=2 Authorization=\"Bearer z\" chroma.token_env=NAME"
+    assert redact_text(line) == "#0 : +llm.api_key=*** fusion.rrf.k=10 x.token=***,y=2 Authorization=*** chroma.token_env=NAME"
+    assert redact_everywhere({"task": ["+a.api_key=s", "k=1"], "dirname": "+a.api_key=s,k=1", "password": "p"}) == {
+        "task": ["+a.api_key=***", "k=1"], "dirname": "+a.api_key=***,k=1", "password": "***"}
+
+
+def test_secret_looking_keys_are_redacted() -> None:
+    config = {"llm": {"api_key": "a", "apikey": "b", "model": "m"}, "chroma": {"headers": {"X-Chroma-Token": "c"}, "token_env": "NAME"},
+              "db": {"password": "d", "client_secret": "e", "Authorization": "f"}, "unset": {"token": None}}
+    flat = flatten(config)
+    assert {k for k, v in flat.items() if v == "***"} == {"llm.api_key", "llm.apikey", "chroma.headers.X-Chroma-Token",
+                                                         "db.password", "db.client_secret", "db.Authorization"}
+    assert flat["chroma.token_env"] == "NAME" and flat["llm.model"] == "m" and flat["unset.token"] is None
+    assert redact(config)["db"] == {"password": "***", "client_secret": "***", "Authorization": "***"}
+    assert redact_overrides(["+llm.api_key=sk-1", "fusion.rrf.k=10", "~old.token"]) == ["+llm.api_key=***", "fusion.rrf.k=10", "~old.token"]
+
+
+UNSAFE_LOADS = re.compile(r"\bpickle\b|allow_pickle\s*=\s*True|read_pickle|joblib\.load|torch\.load|yaml\.load\(|yaml\.unsafe_load|\beval\(")
+LOADS = re.compile(r"(np\.load|BM25\.load)\((.*)")
+
+
+def test_nothing_loads_pickle_or_executes_stored_code() -> None:
+    sources = package_sources()
+    assert sources
+    for source in sources:
+        text = source.read_text()
+        assert not UNSAFE_LOADS.search(text), f"{source}: {UNSAFE_LOADS.search(text).group()}"
+        for call in LOADS.finditer(text):  # numpy and bm25s load with pickle disabled (on the call's line)
+            assert "allow_pickle=False" in call.group(2), f"{source}: {call.group()}"
+
+
+def test_ui_listens_on_localhost_by_default() -> None:
+    assert build_parser().parse_args(["ui"]).host == "127.0.0.1"

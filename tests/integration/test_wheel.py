@@ -5,7 +5,8 @@ the layers contract (import-linter, pyproject.toml) holds on the installed packa
 
 The fresh venv reaches the project's dependencies through a ``.pth`` line to the test venv's
 site-packages (installing torch and the rest again would take minutes); the ragtrack package itself
-comes from the wheel only. ``make test-slow`` also installs the wheel with its dependencies resolved.
+comes from the wheel only. The slow test installs the wheel with its dependencies resolved by pip, as
+a user does (CPU torch first).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from tests.support import TOY
 
@@ -83,6 +85,10 @@ def test_the_default_bm25_job_runs_from_an_empty_folder(installed, tmp_path: Pat
     results = job_results(tmp_path)
     assert results["dataset"]["name"] == "scifact" and round(results["systems"]["bm25"]["ndcg@10"], 4) == 0.6762
     assert (tmp_path / "mlruns" / "mlflow.db").is_file() and (tmp_path / ".cache" / "ragtrack").is_dir()
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("ragtrack-scifact").experiment_id])
+    (job,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert job.data.tags["ragtrack.version"] == "0.1.0" and "ragtrack.git_commit" not in job.data.tags  # no checkout, no commit
 
 
 def test_a_users_folder_and_configs_work(installed, tmp_path: Path) -> None:
@@ -117,3 +123,19 @@ def test_the_layers_contract_holds_on_the_installed_package(installed, tmp_path:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     kept = re.search(r"Contracts: (\d+) kept, 0 broken", done.stdout)
     assert kept and int(kept.group(1)) >= 2, done.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_with_its_dependencies_into_an_empty_venv(installed, tmp_path: Path) -> None:
+    _, wheel = installed
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=300)
+    bin_dir = tmp_path / "venv" / "bin"
+    for step in (["torch==2.13.0"], [str(wheel)]):
+        done = subprocess.run([str(bin_dir / "pip"), "install", "--quiet", *step], capture_output=True, text=True, timeout=3600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run(bin_dir, work, "ragtrack", "run", "retriever=[bm25]", "fusion=[]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert round(job_results(work)["systems"]["bm25"]["ndcg@10"], 4) == 0.6762
+    assert run(bin_dir, work, str(bin_dir / "python"), "-c", "import pipeline").returncode != 0

@@ -14,73 +14,24 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
-if TYPE_CHECKING:
-    from ragtrack.evaluators.base import Evaluator
-
-def _evaluators_for(metrics: list[str], threshold: int) -> list[Evaluator]:
-    """Group requested metrics by the evaluator that provides them (built-ins and plugins alike)."""
-    from ragtrack.pipeline import registry
-
-    classes = registry.load_all("evaluators")
-    chosen: dict[str, list[str]] = {}
-    for metric in metrics:
-        owner = next((name for name, cls in classes.items() if cls.handles(metric)), None)
-        if owner is None:
-            known = sorted(m for cls in classes.values() for m in cls.provides())
-            raise RagtrackError(f"unknown metric {metric!r}; known: {', '.join(known)}")
-        chosen.setdefault(owner, []).append(metric)
-    evaluators = []
-    for name, names in chosen.items():
-        kwargs = {"relevance_threshold": threshold} if name == "ranking" else {}
-        try:
-            evaluators.append(classes[name](metrics=names, **kwargs))
-        except TypeError:
-            raise RagtrackError(f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})") from None
-    return evaluators
-
-
 def command_eval(args: argparse.Namespace) -> int:
-    import pandas as pd
+    from ragtrack.pipeline.api import evaluate
 
-    from ragtrack.evaluators.base import EvalInput, aggregate
-    from ragtrack.pipeline import registry
-    from ragtrack.core.data import load_qrels
-    from ragtrack.core.runs import read_trec
-
-    metrics = args.metric or registry.load("evaluators", "ranking")().metrics
-    evaluators = _evaluators_for(metrics, args.relevance_threshold)  # unknown names fail before reading files
-    qrels, _ = load_qrels(Path(args.qrels))
-    run = read_trec(args.run)
-    data = EvalInput(qrels=qrels, run=run)
-    tables, summaries = [], []
-    for evaluator in evaluators:
-        if not evaluator.applies_to(data):
-            raise RagtrackError(f"metrics {', '.join(evaluator.metrics)} need data that a qrels and a run file do not have (answers); use them in `ragtrack run`")
-        table = evaluator.evaluate(data)
-        tables.append(table)
-        summaries.append(aggregate(table, evaluator.counted(data, table), seed=args.seed))
-    per_query, summary = pd.concat(tables, axis=1)[metrics], pd.concat(summaries).loc[metrics]
-    missing = [qid for qid in qrels if not run.scores.get(qid) and any(g >= args.relevance_threshold for g in qrels[qid].values())]
-    if missing:
-        print(f"ragtrack: note: {len(missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
+    result = evaluate(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
+    if result.missing:
+        print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
     if args.json:
-        payload = {"aggregate": summary["mean"].to_dict(), "std": summary["std"].to_dict(),
-                   "ci95": {m: [row["ci_low"], row["ci_high"]] for m, row in summary.iterrows()},
-                   "queries": int(summary["n"].max())}
-        if args.per_query:
-            payload["per_query"] = per_query.to_dict(orient="index")
-        print(json.dumps(payload, indent=2))
+        print(json.dumps(result.to_dict(per_query=args.per_query), indent=2))
         return 0
+    metrics = list(result.summary.index)
     if args.per_query:
-        for qid, row in per_query.iterrows():
+        for qid, row in result.per_query.iterrows():
             for metric in metrics:
                 print(f"{metric:<16}\t{qid}\t{row[metric]:.4f}")
-    for metric, row in summary.iterrows():
+    for metric, row in result.summary.iterrows():
         print(f"{metric:<16}\tall\t{row['mean']:.4f}\t(std {row['std']:.4f}, 95% CI {row['ci_low']:.4f}-{row['ci_high']:.4f}, n={int(row['n'])})")
     return 0
 

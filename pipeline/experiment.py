@@ -150,7 +150,8 @@ def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth
 
 
 def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
-    """Run every system of ``cfg`` on its dataset, score, write outputs and log to MLflow."""
+    """Run every system of ``cfg`` on its dataset, score, write outputs and log to MLflow; returns the
+    content of results.json plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking)."""
     job = job or JobInfo()
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -185,7 +186,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         raise
     tracker.finish()
     print_report(report["table"], tracker)
-    return report["results"]
+    return {**report["results"], "mlflow_run_id": tracker.run_id}
 
 
 def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:

@@ -8,6 +8,10 @@ Layers (imports point down only; checked by import-linter, see docs/development.
 - ``ragtrack.pipeline``: orchestration (experiment, MLflow tracking, compare, CLI, Hydra app).
 
 ``ragtrack.conf`` holds the Hydra configs, ``ragtrack.datasets`` the shipped datasets.
+
+The Python API (docs/api.md) is exported here: :func:`evaluate`, :func:`evaluate_answers`,
+:func:`compare`, :func:`run_experiment`; ``ragtrack.mlflow.scorers`` gives MLflow GenAI scorers. The
+names load on first use, so ``import ragtrack`` stays cheap and imports none of the layers.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -16,3 +20,14 @@ try:
     __version__ = version("ragtrack")
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
+
+API = ("evaluate", "evaluate_answers", "compare", "run_experiment", "Evaluation", "ExperimentResult")
+__all__ = ["__version__", *API]
+
+
+def __getattr__(name: str):
+    if name in API:
+        from ragtrack.pipeline import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ragtrack' has no attribute {name!r}")

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import pytrec_eval
 from ragtrack.pipeline.config import datasets_dir
 
 TESTS = Path(__file__).parent
@@ -249,3 +250,24 @@ def package_sources() -> list[Path]:
     folders = {Path(importlib.import_module(name).__file__).parent
                for name in ("ragtrack", "ragtrack.pipeline", "ragtrack.retrievers", "ragtrack.evaluators")}
     return sorted(p for folder in folders for p in folder.rglob("*.py"))
+
+
+# pytrec_eval, the reference for every ranking metric trec_eval has
+CUTOFFS = (1, 3, 5, 10, 20, 100)
+CUT_MEASURES = {"P", "recall", "map_cut", "ndcg_cut", "success"}
+TREC_MEASURES = {f"{m}.{','.join(map(str, CUTOFFS))}" for m in CUT_MEASURES} | {"map", "ndcg", "recip_rank", "Rprec", "bpref", "num_rel_ret"}
+
+
+def ours_to_trec() -> dict[str, str]:
+    names = {"map": "map", "mrr": "recip_rank", "r-precision": "Rprec", "bpref": "bpref", "num_rel_ret": "num_rel_ret", "ndcg": "ndcg"}
+    for k in CUTOFFS:
+        names |= {f"p@{k}": f"P_{k}", f"recall@{k}": f"recall_{k}", f"map@{k}": f"map_cut_{k}",
+                  f"ndcg@{k}": f"ndcg_cut_{k}", f"hit@{k}": f"success_{k}"}
+    return names
+
+
+def pytrec_reference(qrels: dict, run: dict, threshold: int) -> pd.DataFrame:
+    """pytrec_eval's per-query values, columns renamed to ours (it skips queries without results)."""
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, TREC_MEASURES, relevance_level=threshold)
+    values = pd.DataFrame.from_dict(evaluator.evaluate({qid: docs for qid, docs in run.items() if docs}), orient="index")
+    return values[list(ours_to_trec().values())].set_axis(list(ours_to_trec()), axis=1)

@@ -137,3 +137,19 @@ def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep) -> None
             reproduce(job.info.run_id, toy_sweep.uri)  # fails on the hash, before running anything
     finally:
         client.set_tag(job.info.run_id, "ragtrack.dataset_hash", job.data.tags["ragtrack.dataset_hash"])
+
+
+def test_the_python_compare_equals_the_command_on_the_same_runs(toy_sweep, tmp_path) -> None:
+    """``ragtrack.compare`` on the run files a sweep logged gives every statistic ``ragtrack compare`` gives."""
+    import ragtrack
+    from ragtrack.core.runs import read_trec
+
+    metrics = ["ndcg@10", "recall@100", "map"]
+    comparison, _ = run_compare(toy_sweep.uri, toy_sweep.experiment, metrics=metrics, seed=5, resamples=500, failures=0, log_to_mlflow=False)
+    client = MlflowClient(toy_sweep.uri)
+    runs = {s.label: read_trec(client.download_artifacts(s.run_id, "run.trec", str(tmp_path / s.run_id))) for s in comparison.systems}
+    table = ragtrack.compare(runs, TOY / "qrels" / "test.tsv", metrics, baseline=comparison.baseline.label, seed=5, resamples=500)
+    assert table.attrs == {"baseline": comparison.baseline.label, "queries": len(comparison.queries)}
+    expected = comparison.table.set_index(["system", "metric"])
+    assert len(expected) == len(runs) * len(metrics) >= 9
+    pd.testing.assert_frame_equal(table, expected, check_exact=True, check_like=False)

@@ -115,3 +115,19 @@ def test_eval_rejects_metrics_it_cannot_compute(tmp_path: Path, capsys) -> None:
     assert "need the 'llm_judge' evaluator's settings" in capsys.readouterr().err
     assert cli_main(["eval", qrels, str(run), "-m", "answer_f1"]) == 2
     assert "need data that a qrels and a run file do not have (answers)" in capsys.readouterr().err
+
+
+def test_run_experiment_from_python_equals_the_command(tmp_path: Path, monkeypatch) -> None:
+    import ragtrack as package
+
+    monkeypatch.setenv("RAGTRACK_ROOT", str(tmp_path))
+    result = package.run_experiment(["dataset=toy", "encoder=hashing"])
+    assert set(result.systems) == {"bm25", "dense", "hybrid"} and result.output_dir.parent == tmp_path / "outputs" / "runs"
+    assert json.loads((result.output_dir / "results.json").read_text())["systems"] == result.systems
+    job = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db").get_run(result.run_id)
+    assert job.info.status == "FINISHED" and job.data.metrics["hybrid/ndcg_at_10"] == result.systems["hybrid"]["ndcg@10"]
+    done = ragtrack(tmp_path, "run", "dataset=toy", "encoder=hashing", f"hydra.run.dir={tmp_path}/cli")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "cli" / "results.json").read_text())["systems"] == result.systems
+    untracked = package.run_experiment(["dataset=toy", "encoder=hashing", "tracking=none", f"paths.output_dir={tmp_path}/mine"])
+    assert untracked.run_id is None and untracked.output_dir == tmp_path / "mine" and untracked.systems == result.systems

@@ -1,0 +1,259 @@
+"""The Python API: ragtrack's exact metrics, comparisons and experiments inside notebooks and other
+people's code. Exported from ``ragtrack`` (``ragtrack.evaluate`` ...); docs/api.md has runnable
+examples.
+
+- :func:`evaluate` scores a run against judgments (what ``ragtrack eval`` prints, to the last bit);
+- :func:`evaluate_answers` scores answers against gold answers (SQuAD F1/EM, ROUGE, BLEU);
+- :func:`compare` sets runs side by side with the statistics of ``ragtrack compare``;
+- :func:`run_experiment` runs a whole configured experiment, as ``ragtrack run OVERRIDES`` does.
+
+Runs and judgments may be given as dicts (``{qid: {docid: score}}``, ``{qid: {docid: grade}}``), as
+pandas DataFrames (columns ``qid, docid, score`` and ``qid, docid, grade``) or as paths to TREC run
+files and BEIR/TREC qrels files.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import pandas as pd
+
+from ragtrack.core.data import Qrels, load_qrels
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import Run, read_trec
+from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+
+RunLike = Union[Run, Mapping[str, Mapping[str, float]], pd.DataFrame, str, Path]
+QrelsLike = Union[Mapping[str, Mapping[str, int]], pd.DataFrame, str, Path]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Per-query values and their summary (mean, std, bootstrap 95% CI over the counted queries)."""
+
+    per_query: pd.DataFrame  # index qid, one column per metric
+    summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
+    missing: tuple[str, ...] = ()  # judged queries (with a relevant document) that the run does not answer: they score 0
+
+    @property
+    def aggregate(self) -> dict[str, float]:
+        """Mean of every metric over the counted queries (those with a relevant judgment)."""
+        return self.summary["mean"].to_dict()
+
+    @property
+    def std(self) -> dict[str, float]:
+        return self.summary["std"].to_dict()
+
+    @property
+    def ci95(self) -> dict[str, tuple[float, float]]:
+        return {metric: (float(row["ci_low"]), float(row["ci_high"])) for metric, row in self.summary.iterrows()}
+
+    def to_dict(self, per_query: bool = False) -> dict:
+        """The payload of ``ragtrack eval --json``."""
+        payload = {"aggregate": self.aggregate, "std": self.std, "ci95": {m: list(ci) for m, ci in self.ci95.items()},
+                   "queries": int(self.summary["n"].max())}
+        if per_query:
+            payload["per_query"] = self.per_query.to_dict(orient="index")
+        return payload
+
+    def _repr_html_(self) -> str:
+        return self.summary.to_html(float_format=lambda v: f"{v:.4f}")
+
+    def __repr__(self) -> str:
+        return f"Evaluation({len(self.per_query)} queries)\n{self.summary.to_string(float_format=lambda v: f'{v:.4f}')}"
+
+
+def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1) -> list[Evaluator]:
+    """The evaluators (built-ins and plugins alike) that provide ``metrics``, each given its metrics."""
+    from ragtrack.pipeline import registry
+
+    classes = registry.load_all("evaluators")
+    chosen: dict[str, list[str]] = {}
+    for metric in metrics:
+        owner = next((name for name, cls in classes.items() if cls.handles(metric)), None)
+        if owner is None:
+            known = sorted(m for cls in classes.values() for m in cls.provides())
+            raise RagtrackError(f"unknown metric {metric!r}; known: {', '.join(known)}")
+        chosen.setdefault(owner, []).append(metric)
+    evaluators = []
+    for name, names in chosen.items():
+        kwargs = {"relevance_threshold": relevance_threshold} if name == "ranking" else {}
+        try:
+            evaluators.append(classes[name](metrics=names, **kwargs))
+        except TypeError:
+            raise RagtrackError(f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})") from None
+    return evaluators
+
+
+def _score(evaluators: list[Evaluator], data: EvalInput, metrics: list[str], seed: int, needs: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    tables, summaries = [], []
+    for evaluator in evaluators:
+        if not evaluator.applies_to(data):
+            raise RagtrackError(f"metrics {', '.join(evaluator.metrics)} need {needs}")
+        table = evaluator.evaluate(data)
+        tables.append(table)
+        summaries.append(aggregate(table, evaluator.counted(data, table), seed=seed))
+    return pd.concat(tables, axis=1)[metrics], pd.concat(summaries).loc[metrics]
+
+
+def default_ranking_metrics() -> list[str]:
+    from ragtrack.pipeline import registry
+
+    return list(registry.load("evaluators", "ranking")().metrics)
+
+
+def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = None, relevance_threshold: int = 1,
+             seed: int = 0) -> Evaluation:
+    """Score ``run`` against ``qrels`` with trec_eval's semantics (``ragtrack metrics`` lists the names).
+
+    >>> result = evaluate({"q1": {"d1": 1, "d2": 0}}, {"q1": {"d2": 0.9, "d1": 0.5}}, ["ndcg@10", "mrr"])
+    >>> result.aggregate["mrr"]
+    0.5
+    """
+    metrics = list(metrics or default_ranking_metrics())
+    evaluators = evaluators_for(metrics, relevance_threshold)  # unknown names fail before any file is read
+    judged, ranked = as_qrels(qrels), as_run(run)
+    per_query, summary = _score(evaluators, EvalInput(qrels=judged, run=ranked), metrics, seed,
+                                "data that a qrels and a run file do not have (answers); score answers with evaluate_answers or in `ragtrack run`")
+    missing = tuple(q for q in judged if not ranked.scores.get(q) and any(g >= relevance_threshold for g in judged[q].values()))
+    return Evaluation(per_query, summary, missing)
+
+
+def evaluate_answers(gold: Mapping[str, Sequence[str] | str], predictions: Mapping[str, str], metrics: Sequence[str] | None = None,
+                     seed: int = 0) -> Evaluation:
+    """Score predicted answers against gold answers (one or several per question; the best counts).
+    Questions without a gold answer are not counted; a question without a prediction scores 0.
+
+    >>> evaluate_answers({"q1": ["Denver Broncos"]}, {"q1": "the Broncos"}, ["answer_f1", "exact_match"]).aggregate
+    {'answer_f1': 0.6666666666666666, 'exact_match': 0.0}
+    """
+    from ragtrack.evaluators.answer import AnswerEvaluator
+
+    metrics = list(metrics or AnswerEvaluator().metrics)
+    evaluators = evaluators_for(metrics)
+    golds = {str(qid): [answers] if isinstance(answers, str) else list(answers) for qid, answers in gold.items()}
+    unknown = sorted(set(map(str, predictions)) - set(golds))
+    if unknown:
+        raise RagtrackError(f"predictions for questions without gold answers: {', '.join(unknown[:5])}")
+    data = EvalInput(qrels={}, run=Run("answers"), queries={qid: "" for qid in golds}, answers=golds,
+                     generated={str(qid): str(text) for qid, text in predictions.items()})
+    per_query, summary = _score(evaluators, data, metrics, seed, "retrieved documents or judgments; use evaluate or `ragtrack run`")
+    return Evaluation(per_query, summary)
+
+
+def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str] | None = None, baseline: str | None = None,
+            relevance_threshold: int = 1, seed: int = 0, resamples: int = 10_000) -> pd.DataFrame:
+    """Runs side by side with the statistics of ``ragtrack compare``: per system and metric the mean
+    and bootstrap 95% CI; against the baseline (default: ``bm25``, else the first run) the difference,
+    paired t-test and randomization-test p-values (raw and Holm-corrected per metric) and per-query
+    wins/ties/losses. Over the queries with a relevant judgment; one row per (system, metric)."""
+    from ragtrack.pipeline.compare import DEFAULT_METRICS, SystemRun, compare_systems, find_baseline
+
+    if not runs:
+        raise RagtrackError("compare needs at least one run")
+    metrics = list(metrics or DEFAULT_METRICS)
+    judged = as_qrels(qrels)
+    systems = [SystemRun(name, name, name, name, 0, evaluate(judged, run, metrics, relevance_threshold, seed).per_query, label=name)
+               for name, run in runs.items()]
+    queries = [qid for qid, grades in judged.items() if any(g >= relevance_threshold for g in grades.values())]
+    comparison = compare_systems(systems, metrics, find_baseline(systems, baseline), queries, seed, resamples)
+    table = comparison.table.set_index(["system", "metric"])
+    table.attrs |= {"baseline": comparison.baseline.label, "queries": len(comparison.queries)}
+    return table
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """What :func:`run_experiment` returns: the job's ``results.json`` content, its output folder and
+    its MLflow parent run id (``None`` with ``tracking=none``)."""
+
+    results: dict
+    output_dir: Path
+    run_id: str | None
+
+    @property
+    def systems(self) -> dict[str, dict[str, float]]:
+        return self.results["systems"]
+
+
+def run_experiment(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> ExperimentResult:
+    """One experiment from Python, composed by Hydra's compose API from ``overrides`` exactly as
+    ``ragtrack run OVERRIDES`` composes it (``config_dir``: a folder of your own configs, like
+    ``--config-dir``). Outputs go to a new folder under ``paths.log_dir/runs`` unless an override sets
+    ``paths.output_dir``. Sweeps (``-m``) are the CLI's."""
+    from omegaconf import open_dict
+
+    from ragtrack.pipeline.config import compose
+    from ragtrack.pipeline.experiment import JobInfo
+    from ragtrack.pipeline.experiment import run_experiment as run_job
+
+    cfg = compose(list(overrides), config_dir)
+    if not any(o.split("=", 1)[0].lstrip("+~") == "paths.output_dir" for o in overrides):
+        folder = Path(cfg.paths.log_dir) / "runs"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open_dict(cfg):
+            cfg.paths.output_dir = tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S_"), dir=folder)
+    results = run_job(cfg, JobInfo(overrides=list(overrides)))
+    return ExperimentResult(results, Path(cfg.paths.output_dir), results.pop("mlflow_run_id", None))
+
+
+# --------------------------------------------------------------------------- inputs
+
+def as_run(run: RunLike, name: str | None = None) -> Run:
+    """A :class:`Run` from a Run, a ``{qid: {docid: score}}`` dict, a DataFrame (qid, docid, score) or a TREC file."""
+    if isinstance(run, Run):
+        return run
+    if isinstance(run, (str, Path)):
+        return read_trec(run, name=name)
+    if isinstance(run, pd.DataFrame):
+        run = _nested(run, "score", "run")
+    scores: dict[str, dict[str, float]] = {}
+    for qid, ranked in run.items():
+        if not isinstance(ranked, Mapping):
+            raise RagtrackError(f"run: query {qid!r} must map document ids to scores, got {type(ranked).__name__}")
+        for doc_id, score in ranked.items():
+            if not isinstance(score, numbers.Real) or isinstance(score, bool) or not math.isfinite(score):
+                raise RagtrackError(f"run: query {qid!r}, document {doc_id!r}: score {score!r} is not a finite number")
+        scores[str(qid)] = {str(doc_id): float(score) for doc_id, score in ranked.items()}
+    return Run(name or "run", scores)
+
+
+def as_qrels(qrels: QrelsLike) -> Qrels:
+    """Judgments from a ``{qid: {docid: grade}}`` dict, a DataFrame (qid, docid, grade) or a BEIR/TREC qrels file."""
+    if isinstance(qrels, (str, Path)):
+        return load_qrels(Path(qrels))[0]
+    if isinstance(qrels, pd.DataFrame):
+        qrels = _nested(qrels, "grade", "qrels")
+    judged: Qrels = {}
+    for qid, grades in qrels.items():
+        if not isinstance(grades, Mapping):
+            raise RagtrackError(f"qrels: query {qid!r} must map document ids to grades, got {type(grades).__name__}")
+        for doc_id, grade in grades.items():
+            if not isinstance(grade, numbers.Integral) or isinstance(grade, bool):
+                raise RagtrackError(f"qrels: query {qid!r}, document {doc_id!r}: grade {grade!r} is not an integer")
+        judged[str(qid)] = {str(doc_id): int(grade) for doc_id, grade in grades.items()}
+    if not judged:
+        raise RagtrackError("qrels: no judgments")
+    return judged
+
+
+def _nested(frame: pd.DataFrame, value: str, label: str) -> dict[str, dict[str, Any]]:
+    """``{qid: {docid: value}}`` from a DataFrame's ``qid``, ``docid`` and ``value`` columns."""
+    absent = [c for c in ("qid", "docid", value) if c not in frame.columns]
+    if absent:
+        raise RagtrackError(f"{label}: the DataFrame needs columns qid, docid, {value}; missing: {', '.join(absent)}")
+    duplicated = frame.duplicated(["qid", "docid"])
+    if duplicated.any():
+        row = frame[duplicated].iloc[0]
+        raise RagtrackError(f"{label}: document {row['docid']!r} appears twice for query {row['qid']!r}")
+    nested: dict[str, dict[str, Any]] = {}
+    for qid, doc_id, item in zip(frame["qid"], frame["docid"], frame[value]):
+        nested.setdefault(str(qid), {})[str(doc_id)] = item.item() if hasattr(item, "item") else item
+    return nested

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,29 +41,57 @@ def command_eval(args: argparse.Namespace) -> int:
 def command_metrics(args: argparse.Namespace) -> int:
     from ragtrack.pipeline import registry
 
-    for name, cls in registry.load_all("evaluators").items():
+    evaluators = registry.load_all("evaluators")
+    width = max((len(metric) for cls in evaluators.values() for metric in cls.provides()), default=0)
+    for name, cls in evaluators.items():
         print(f"[{name}] {cls.__module__}.{cls.__qualname__}")
         for metric, description in cls.provides().items():
-            print(f"  {metric:<16} {description}")
+            print(f"  {metric:<{width}}  {description}")
     return 0
 
 
 def default_tracking_uri() -> str:
-    """The store of the default tracking config: ``$RAGTRACK_ROOT`` or the current folder."""
-    return store_under(os.environ.get("RAGTRACK_ROOT", os.getcwd()))
+    """The store of the default tracking config: ``$MLFLOW_TRACKING_URI`` (MLflow's own convention), else
+    the SQLite store under ``$RAGTRACK_ROOT`` or the current folder."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or store_under(os.environ.get("RAGTRACK_ROOT", os.getcwd()))
 
 
 def command_ui(args: argparse.Namespace) -> int:
+    """The MLflow server in its own process group, ended whole (server, uvicorn, workers) on Ctrl-C
+    and on SIGTERM."""
     uri = args.tracking_uri or default_tracking_uri()
     url = f"http://{args.host}:{args.port}"
     print(f"MLflow UI on {uri}: {url}  (Ctrl-C stops it)", flush=True)
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port), "--workers", "1"]
-    server = subprocess.Popen(command)
+    server = subprocess.Popen(command, start_new_session=True)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         return server.wait()
     except KeyboardInterrupt:
-        server.terminate()
-        return server.wait()
+        return stop_process_group(server)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> int:
+    """SIGTERM the process group of ``process``, SIGKILL what is left after ``grace`` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            continue
+        with contextlib.suppress(ProcessLookupError):  # workers that outlive the server's own exit
+            os.killpg(process.pid, signal.SIGKILL)
+        break
+    return 0
 
 
 def command_compare(args: argparse.Namespace) -> int:
@@ -118,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the bootstrap confidence intervals")
     commands.add_parser("metrics", help="list every available metric")
     compare = commands.add_parser("compare", help="systems/runs from MLflow side by side: CIs, paired tests, Holm, W/T/L, plots")
-    compare.add_argument("--tracking-uri", help="default: sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
+    compare.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     compare.add_argument("--experiment", help="MLflow experiment name (default: the most recently updated)")
     compare.add_argument("--sweep", help="only the jobs of this sweep (its tag, the sweep folder name, or 'latest')")
     compare.add_argument("-m", "--metric", action="append", help="metric such as ndcg@10 (repeatable; default ndcg@10, recall@100)")
@@ -131,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--no-log", action="store_true", help="do not log the comparison to MLflow")
     reproduce = commands.add_parser("reproduce", help="re-run a logged job from its config.yaml and check every metric")
     reproduce.add_argument("run_id", help="an MLflow run id (the job or one of its system runs)")
-    reproduce.add_argument("--tracking-uri", help="default: sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
+    reproduce.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     reproduce.add_argument("--cache-dir", help="index/embedding cache to use (default: the logged paths.cache_dir)")
     regress = commands.add_parser("regress", help="re-run the regression conditions (regressions.yaml) and check their figures")
     regress.add_argument("--only", action="append", metavar="PATTERN", help="conditions whose name matches (fnmatch; repeatable or comma list)")
@@ -140,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     regress.add_argument("--list", action="store_true", help="list the conditions and exit")
     regress.add_argument("overrides", nargs="*", help="extra overrides for every condition, e.g. paths.cache_dir=/data/cache")
     ui = commands.add_parser("ui", help="start the MLflow UI on the project's store (127.0.0.1)")
-    ui.add_argument("--tracking-uri", help="default: sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
+    ui.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=5000)
     return parser

@@ -185,7 +185,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         tracker.finish(exc)
         raise
     tracker.finish()
-    print_report(report["table"], tracker)
+    print_report(report["table"], tracker, output_dir)
     return {**report["results"], "mlflow_run_id": tracker.run_id}
 
 
@@ -315,9 +315,11 @@ def link_or_copy(source: Path, target: Path) -> None:
         shutil.copy(source, target)
 
 
-def print_report(table: pd.DataFrame, tracker: Tracker) -> None:
+def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path) -> None:
+    """The systems x metrics table, then where the outputs and the MLflow runs are."""
     print()
     print(table.to_string(float_format=lambda v: f"{v:.4f}"))
     print()
-    if tracker.url_hint:
-        print(f"Open the results in the MLflow UI:  {tracker.url_hint}")
+    print(f"Output folder: {output_dir}")
+    for line in tracker.where():
+        print(line)

@@ -26,6 +26,7 @@ from ragtrack.pipeline.layout import TAG_ERROR, TAG_PARENT, TAG_PROCESS, TAG_SYS
 
 log = logging.getLogger(__name__)
 
+UI_URL = "http://127.0.0.1:5000"  # where `ragtrack ui` serves by default
 PARAM_LIMIT = 6000  # characters of one logged param value
 BATCH_PARAMS, BATCH_ENTRIES = 100, 1000  # MLflow's log_batch limits
 
@@ -110,9 +111,9 @@ class Tracker:
     def log_parent(self, metrics: dict[str, float], artifacts: list[Path]) -> None: ...
     def finish(self, error: BaseException | None = None) -> None: ...
 
-    @property
-    def url_hint(self) -> str | None:
-        return None
+    def where(self) -> list[str]:
+        """Lines that tell a person where the job's runs are (none without tracking)."""
+        return []
 
 
 class MlflowTracker(Tracker):
@@ -159,11 +160,13 @@ class MlflowTracker(Tracker):
                 self.client.set_tag(self.run_id, TAG_ERROR, f"{type(error).__name__}: {error}"[:5000])
             self.client.set_terminated(self.run_id, "FAILED" if error is not None else "FINISHED")
 
-    @property
-    def url_hint(self) -> str:
+    def where(self) -> list[str]:
+        """The run id and the run's page: on the tracking server, or in ``ragtrack ui`` for a local store."""
+        page = f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
         if not is_local_store(self.uri):
-            return f"{self.uri}  (experiment {self.experiment_name!r})"
-        return f"ragtrack ui --tracking-uri {self.uri}   (or: mlflow ui --backend-store-uri {self.uri} --host 127.0.0.1)"
+            return [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})", f"Run page:      {self.uri.rstrip('/')}/{page}"]
+        return [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})",
+                f"Run page:      {UI_URL}/{page}", f"               after: ragtrack ui --tracking-uri {self.uri}"]
 
     def _log(self, run_id: str, params: dict | None = None, metrics: dict | None = None, steps: dict | None = None) -> None:
         """``steps``: ``{key: {step: value}}``, metrics MLflow draws against the step (e.g. recall by k)."""

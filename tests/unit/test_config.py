@@ -61,9 +61,15 @@ def test_overrides_users_type() -> None:
     assert compose_config(["tracking=none"]).tracking.enabled is False
 
 
-def test_the_default_store_is_the_one_the_layout_names(tmp_path: Path) -> None:
-    """The tracking config and ``ragtrack compare/reproduce/ui`` (which read ``layout``) agree on the store."""
+def test_the_default_store_is_the_one_the_layout_names(tmp_path: Path, monkeypatch) -> None:
+    """The tracking config and ``ragtrack compare/reproduce/ui`` (which read ``layout``) agree on the
+    store; MLflow's own MLFLOW_TRACKING_URI wins for both."""
+    from ragtrack.pipeline.cli import default_tracking_uri as command_default
     from ragtrack.pipeline.layout import default_tracking_uri
 
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("RAGTRACK_ROOT", str(tmp_path))
     cfg = compose_config([f"paths.root_dir={tmp_path}"])
-    assert cfg.tracking.uri == default_tracking_uri(tmp_path)
+    assert cfg.tracking.uri == default_tracking_uri(tmp_path) == command_default()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert compose_config([]).tracking.uri == "http://127.0.0.1:5999" == command_default()

@@ -1,0 +1,92 @@
+"""What a user meets in the terminal: the end of a run says where its outputs and MLflow runs are,
+MLflow's own MLFLOW_TRACKING_URI is honoured, `ragtrack metrics` aligns its columns, and `ragtrack ui`
+leaves no process behind when it is stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from ragtrack.pipeline.cli import main as cli_main
+from tests.support import TOY_JOB, free_port, ragtrack
+
+
+def test_a_run_ends_with_its_output_folder_run_id_and_run_page(tmp_path: Path) -> None:
+    done = ragtrack(tmp_path, *TOY_JOB, f"hydra.run.dir={tmp_path}/job")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert f"Output folder: {tmp_path}/job" in lines
+    run_id = re.search(r"^MLflow run:\s+(\w+) \(experiment 'ragtrack-toy'\)$", done.stdout, re.MULTILINE).group(1)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    job = client.get_run(run_id)
+    assert job.info.status == "FINISHED" and "mlflow.parentRunId" not in job.data.tags
+    page = f"http://127.0.0.1:5000/#/experiments/{job.info.experiment_id}/runs/{run_id}"
+    assert f"Run page:      {page}" in lines and any(f"ragtrack ui --tracking-uri sqlite:///{tmp_path}/mlruns/mlflow.db" in line for line in lines)
+
+
+def test_mlflow_tracking_uri_is_honoured_by_run_and_compare(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/elsewhere/store.db"
+    done = ragtrack(tmp_path, *TOY_JOB, env={"MLFLOW_TRACKING_URI": store})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists() and (tmp_path / "elsewhere" / "store.db").is_file()
+    compared = ragtrack(tmp_path, "compare", "--no-log", "--failures", "0", env={"MLFLOW_TRACKING_URI": store})
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    assert "hybrid" in compared.stdout and "bm25" in compared.stdout
+    explicit = ragtrack(tmp_path, *TOY_JOB, f"tracking.uri=sqlite:///{tmp_path}/explicit.db", env={"MLFLOW_TRACKING_URI": store})
+    assert explicit.returncode == 0 and (tmp_path / "explicit.db").is_file()  # tracking.uri wins over the variable
+
+
+def test_metrics_listing_aligns_every_description(capsys) -> None:
+    assert cli_main(["metrics"]) == 0
+    rows = [line[2:] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    names = [row.split(" ", 1)[0] for row in rows]
+    description_starts = {len(row) - len(row.split(" ", 1)[1].lstrip()) for row in rows}
+    assert len(rows) > 20 and max(map(len, names)) > 16 and len(description_starts) == 1
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_ui_stopped_by_sigterm_leaves_no_process_and_frees_its_port(tmp_path: Path) -> None:
+    port, store = free_port(), f"sqlite:///{tmp_path}/ui.db"
+    ui = subprocess.Popen([sys.executable, "-m", "ragtrack", "ui", "--tracking-uri", store, "--port", str(port)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                assert ui.poll() is None and time.monotonic() < deadline, "the MLflow UI did not start"
+                time.sleep(0.5)
+        assert len(_processes_naming(store)) >= 2  # ragtrack ui and the MLflow server (and its workers)
+        ui.send_signal(signal.SIGTERM)
+        assert ui.wait(60) == 0
+        time.sleep(1)
+        assert _processes_naming(store) == []
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            raise AssertionError("the port still answers")
+        except OSError:
+            pass
+    finally:
+        for pid in _processes_naming(store):
+            os.kill(pid, signal.SIGKILL)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ragtrack.core.data import Corpus
+from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run
 
 Qrels = dict[str, dict[str, int]]
@@ -51,9 +52,7 @@ class Evaluator(ABC):
         """Fail in one line when a requested metric is not one this evaluator provides."""
         unknown = [m for m in self.metrics if m not in self.provides()]
         if unknown:
-            from ragtrack.core.errors import RagtrackError
-
-            raise RagtrackError(f"{label}: unknown metrics {unknown}; known: {', '.join(self.provides())}")
+            raise RagtrackError(f"{label}: unknown metrics {unknown}; known: {', '.join(self.provides())}{did_you_mean(unknown[0], self.provides())}")
 
     @classmethod
     @abstractmethod

@@ -22,7 +22,7 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels
 
 
@@ -295,7 +295,7 @@ def parse_metric(name: str) -> tuple[MetricSpec, int | None]:
     base, at, cutoff = name.partition("@")
     spec = METRICS.get(base)
     if spec is None:
-        problem = f"unknown metric {name!r}; known: {', '.join(describe_metrics())}"
+        problem = f"unknown metric {name!r}; known: {', '.join(describe_metrics())}{did_you_mean(name, describe_metrics())}"
     elif at and spec.cutoff == "none":
         problem = f"metric {base!r} takes no cutoff (got {name!r})"
     elif at and not (cutoff.isdigit() and int(cutoff) >= 1):

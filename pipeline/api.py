@@ -26,7 +26,7 @@ from typing import Any, Union
 import pandas as pd
 
 from ragtrack.core.data import Qrels, load_qrels
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 
@@ -80,7 +80,7 @@ def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1) -> list
         owner = next((name for name, cls in classes.items() if cls.handles(metric)), None)
         if owner is None:
             known = sorted(m for cls in classes.values() for m in cls.provides())
-            raise RagtrackError(f"unknown metric {metric!r}; known: {', '.join(known)}")
+            raise RagtrackError(f"unknown metric {metric!r}; known: {', '.join(known)}{did_you_mean(metric, known)}")
         chosen.setdefault(owner, []).append(metric)
     evaluators = []
     for name, names in chosen.items():

@@ -19,9 +19,23 @@ from pathlib import Path
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
+def _columns_of_first_line(path: Path) -> int:
+    """How many columns the first non-blank line of a file has (0 when it cannot be read)."""
+    from ragtrack.core.errors import InputError
+    from ragtrack.core.files import read_lines
+
+    try:
+        return len(next(read_lines(path), (0, ""))[1].split())
+    except InputError:
+        return 0
+
+
 def command_eval(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.api import evaluate
 
+    if _columns_of_first_line(Path(args.qrels)) == 6 and _columns_of_first_line(Path(args.run)) in (3, 4):
+        raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
+                            "use: ragtrack eval QRELS RUN")
     result = evaluate(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
     if result.missing:
         print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)

@@ -20,7 +20,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate as hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def load(group: str, name: str) -> Any:
     """The object an entry point names; unknown names fail listing the installed ones."""
     found = installed(group)
     if name not in found:
-        raise RagtrackError(f"unknown {group[:-1]} {name!r}; installed: {', '.join(sorted(found)) or 'none'}")
+        raise RagtrackError(f"unknown {group[:-1]} {name!r}; installed: {', '.join(sorted(found)) or 'none'}{did_you_mean(name, found)}")
     return found[name].load()
 
 
@@ -79,7 +79,7 @@ def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
             raise RagtrackError(f"a {group[:-1]} config needs 'type' (one of: {', '.join(sorted(installed(group)))}) or '_target_'")
         found = installed(group)
         if kind not in found:
-            raise RagtrackError(f"unknown {group[:-1]} type {kind!r}; installed: {', '.join(sorted(found)) or 'none'}")
+            raise RagtrackError(f"unknown {group[:-1]} type {kind!r}; installed: {', '.join(sorted(found)) or 'none'}{did_you_mean(str(kind), found)}")
         settings["_target_"] = found[kind].value.replace(":", ".")
     settings.setdefault("_convert_", "all")
     return instantiate(settings, **kwargs)

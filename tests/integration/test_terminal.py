@@ -16,7 +16,9 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from ragtrack.pipeline.cli import main as cli_main
-from tests.support import TOY_JOB, free_port, ragtrack
+from tests.support import TOY, TOY_JOB, free_port, ragtrack
+
+TOY_QRELS = TOY / "qrels" / "test.tsv"
 
 
 def test_a_run_ends_with_its_output_folder_run_id_and_run_page(tmp_path: Path) -> None:
@@ -90,3 +92,12 @@ def test_ui_stopped_by_sigterm_leaves_no_process_and_frees_its_port(tmp_path: Pa
     finally:
         for pid in _processes_naming(store):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_eval_says_when_qrels_and_run_look_swapped(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 2.5 x\nq2 Q0 d2 1 1.5 x\n")
+    qrels = TOY_QRELS
+    assert cli_main(["eval", str(run), str(qrels)]) == 2
+    assert f"the arguments look swapped: {run} is a run file and {qrels} a qrels file" in capsys.readouterr().err
+    assert cli_main(["eval", str(qrels), str(run), "-m", "mrr"]) == 0

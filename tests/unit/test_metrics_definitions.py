@@ -96,3 +96,13 @@ def test_bad_metric_names(name: str, problem: str) -> None:
         parse_metric(name)
     with pytest.raises(RagtrackError):
         RankingEvaluator(metrics=[name])
+
+
+@pytest.mark.parametrize("typed, suggestion", [("ndgc@10", "ndcg@10"), ("recal@100", "recall@100"), ("mrrr", "mrr"),
+                                                ("qqq", None), ("zzz@3", None)])
+def test_a_misspelled_metric_gets_a_did_you_mean(typed: str, suggestion: str | None) -> None:
+    with pytest.raises(RagtrackError) as failure:
+        parse_metric(typed)
+    message = str(failure.value)
+    assert message.startswith(f"unknown metric {typed!r}; ") and "known: " in message
+    assert message.endswith(f"; did you mean {suggestion!r}?") if suggestion else "did you mean" not in message

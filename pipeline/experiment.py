@@ -176,7 +176,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
         hydra_records.append(Path(job.sweep) / "multirun.yaml")
     redact_hydra_files(hydra_records)
-    tracker.start(cfg.get("run_name") or overrides or "default", tags, shared)
+    tracker.start(cfg.get("run_name") or job_name(job), tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
         report = _write_outputs(cfg, resolved, dataset, results, output_dir)
@@ -303,7 +303,38 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
         artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS]
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
-        tracker.log_parent(parent_metrics, artifacts)
+        key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
+        tracker.log_parent(parent_metrics, artifacts, summary_note(results, key_metrics, dataset, tracker.run_name))
+
+
+def job_name(job: JobInfo) -> str:
+    """A job's default MLflow run name: its experiment preset and the other overrides typed
+    (``compare_retrievers``, ``rrf_k fusion.rrf.k=30``); secrets redacted."""
+    preset = job.choices.get("experiment") or "ragtrack"
+    typed = [o for o in redact_overrides(job.overrides) if not o.lstrip("+~").startswith("experiment=")]
+    return " ".join([preset, *typed])
+
+
+def summary_note(results: dict[str, SystemResult], key_metrics: list[str], dataset: Dataset, name: str) -> str:
+    """Markdown for the job's run page: systems x key metrics, mean [95% CI], the best in bold."""
+    metrics = [m for m in key_metrics if any(m in r.summary.index for r in results.values())]
+    best = {m: max(r.summary.loc[m, "mean"] for r in results.values() if m in r.summary.index) for m in metrics}
+    lines = [f"**{name}** on `{dataset.name}`: {len(dataset.queries)} queries, {len(dataset.corpus):,} documents", "",
+             "| system | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
+    for system, result in results.items():
+        cells = []
+        for metric in metrics:
+            if metric not in result.summary.index or pd.isna(result.summary.loc[metric, "mean"]):
+                cells.append("")
+                continue
+            row = result.summary.loc[metric]
+            cell = f"{row['mean']:.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
+            cells.append(f"**{cell}**" if row["mean"] == best[metric] else cell)
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    counted = max(int(r.summary["n"].max()) for r in results.values())
+    lines += ["", f"Mean over the {counted} queries with a relevant judgment [95% bootstrap CI]; best in bold. "
+              "All metrics are in the child runs; `ragtrack compare` adds paired tests."]
+    return "\n".join(lines)
 
 
 def link_or_copy(source: Path, target: Path) -> None:

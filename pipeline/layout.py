@@ -9,7 +9,8 @@ One parent run per Hydra job, one child run per system (tag ``mlflow.parentRunId
   (inside a git checkout only), :data:`TAG_OVERRIDES`, ``hydra.choice.<group>``, :data:`TAG_SWEEP` in a
   sweep; params: the shared config; metrics ``<system>/<metric_key>``; artifacts :data:`JOB_ARTIFACTS`
   and Hydra's ``.hydra/`` folder;
-- child: tag :data:`TAG_SYSTEM`; params: its config; metrics ``<metric_key>`` plus ``_std``,
+- parent description (:data:`TAG_NOTE`): systems x key metrics (mean and 95% CI, best in bold);
+- child: run name :func:`child_run_name`, tag :data:`TAG_SYSTEM`; params: its config; metrics ``<metric_key>`` plus ``_std``,
   ``_ci_low``, ``_ci_high`` and efficiency figures, identical keys across systems; step metrics
   :func:`curve_key` (step = cutoff k); artifacts :data:`RUN_FILE` and :data:`PER_QUERY_FILE`;
 - a ``ragtrack compare`` run: tag :data:`TAG_COMPARISON`.
@@ -32,6 +33,8 @@ TAG_OVERRIDES = "ragtrack.overrides"
 TAG_PROCESS = "ragtrack.process"  # host:pid:start of the job, to mark runs of killed jobs KILLED
 TAG_ERROR = "ragtrack.error"
 HYDRA_CHOICE_PREFIX = "hydra.choice."
+TAG_NOTE = "mlflow.note.content"  # MLflow's own: the markdown description on a run's or experiment's page
+KEY_METRICS = ("ndcg@10", "recall@100", "mrr")  # the default of tracking.key_metrics
 
 RUN_FILE = "run.trec"
 PER_QUERY_FILE = "per_query.csv"
@@ -58,6 +61,11 @@ def system_metric_key(system: str, metric: str) -> str:
 def curve_key(base: str) -> str:
     """Step metric of ``base@k`` against k: ``recall_at_k``."""
     return f"{base}_at_k"
+
+
+def child_run_name(system: str, job_name: str) -> str:
+    """A system's run name, telling apart the same system in different jobs: ``hybrid · rrf_k k=30``."""
+    return f"{system} · {job_name}"
 
 
 def default_tracking_uri(root: str | Path) -> str:

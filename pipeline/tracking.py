@@ -22,10 +22,13 @@ from filelock import FileLock
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.processes import process_alive, process_tag
-from ragtrack.pipeline.layout import TAG_ERROR, TAG_PARENT, TAG_PROCESS, TAG_SYSTEM
+from ragtrack.pipeline.layout import TAG_ERROR, TAG_NOTE, TAG_PARENT, TAG_PROCESS, TAG_SYSTEM, child_run_name
 
 log = logging.getLogger(__name__)
 
+EXPERIMENT_NOTE = ("Retrieval experiments tracked by ragtrack: one parent run per job, its systems (bm25, dense, hybrid, ...) "
+                   "as child runs named `<system> · <job>`. Each job's description holds its systems x key metrics table; "
+                   "`ragtrack compare` adds paired tests.")
 UI_URL = "http://127.0.0.1:5000"  # where `ragtrack ui` serves by default
 PARAM_LIMIT = 6000  # characters of one logged param value
 BATCH_PARAMS, BATCH_ENTRIES = 100, 1000  # MLflow's log_batch limits
@@ -66,7 +69,7 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None) -
     found = client.get_experiment_by_name(experiment)
     if found is None:
         try:
-            experiment_id = client.create_experiment(experiment, artifact_location=artifact_location)
+            experiment_id = client.create_experiment(experiment, artifact_location=artifact_location, tags={TAG_NOTE: EXPERIMENT_NOTE})
         except Exception:  # created meanwhile by a parallel job
             experiment_id = client.get_experiment_by_name(experiment).experiment_id
     else:
@@ -108,7 +111,7 @@ class Tracker:
     def start(self, run_name: str, tags: dict, params: dict) -> None: ...
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
                    steps: dict[str, dict[int, float]] | None = None) -> None: ...
-    def log_parent(self, metrics: dict[str, float], artifacts: list[Path]) -> None: ...
+    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None: ...
     def finish(self, error: BaseException | None = None) -> None: ...
 
     def where(self) -> list[str]:
@@ -129,12 +132,13 @@ class MlflowTracker(Tracker):
             self.client, self.experiment_id = _open_experiment(uri, experiment, artifact_location)
         self.process = process_tag()
         self.run_id = None
+        self.run_name = ""
 
     def start(self, run_name: str, tags: dict, params: dict) -> None:
         tags = {**tags, TAG_PROCESS: self.process}
         with reported_as_one_line():
             run = self.client.create_run(self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()})
-            self.run_id = run.info.run_id
+            self.run_id, self.run_name = run.info.run_id, run_name
             self._log(self.run_id, params=params)
         log.info("MLflow: experiment %s, run %s (%s)", self.experiment_id, run_name, self.run_id)
 
@@ -142,15 +146,18 @@ class MlflowTracker(Tracker):
                    steps: dict[str, dict[int, float]] | None = None) -> None:
         tags = {TAG_PARENT: self.run_id, TAG_SYSTEM: system, TAG_PROCESS: self.process, **(tags or {})}
         with reported_as_one_line():
-            run = self.client.create_run(self.experiment_id, run_name=system, tags={k: str(v) for k, v in tags.items()})
+            run = self.client.create_run(self.experiment_id, run_name=child_run_name(system, self.run_name), tags={k: str(v) for k, v in tags.items()})
             self._log_artifacts(run.info.run_id, artifacts)  # first: finding a run's artifact store reads the whole run
             self._log(run.info.run_id, params=params, metrics=metrics, steps=steps)
             self.client.set_terminated(run.info.run_id, "FINISHED")
 
-    def log_parent(self, metrics: dict[str, float], artifacts: list[Path]) -> None:
+    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None:
+        """The job's metrics and artifacts; ``note``: markdown shown as the run's description."""
         with reported_as_one_line():
             self._log_artifacts(self.run_id, artifacts)
             self._log(self.run_id, metrics=metrics)
+            if note:
+                self.client.set_tag(self.run_id, TAG_NOTE, note)
 
     def finish(self, error: BaseException | None = None) -> None:
         if self.run_id is None:

@@ -70,7 +70,7 @@ def test_mlflow_layout(toy_job) -> None:
     keys = None
     for child in children:
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
-        assert child.info.run_name == child.data.tags["ragtrack.system"]
+        assert child.info.run_name == f"{child.data.tags['ragtrack.system']} · {parent.info.run_name}"
         quality = {k for k in child.data.metrics if not k.endswith(("_seconds", "_bytes", "_second", "_cache", "_missing"))}
         keys = keys or quality
         assert quality == keys  # identical metric keys across systems
@@ -131,3 +131,24 @@ def test_run_experiment_from_python_equals_the_command(tmp_path: Path, monkeypat
     assert json.loads((tmp_path / "cli" / "results.json").read_text())["systems"] == result.systems
     untracked = package.run_experiment(["dataset=toy", "encoder=hashing", "tracking=none", f"paths.output_dir={tmp_path}/mine"])
     assert untracked.run_id is None and untracked.output_dir == tmp_path / "mine" and untracked.systems == result.systems
+
+
+def test_the_job_page_shows_the_comparison_and_runs_name_themselves(tmp_path: Path) -> None:
+    done = ragtrack(tmp_path, "run", "dataset=toy", "encoder=hashing", "retriever.bm25.k1=1.2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    experiment = client.get_experiment_by_name("ragtrack-toy")
+    assert "one parent run per job" in experiment.tags["mlflow.note.content"]
+    runs = client.search_runs([experiment.experiment_id])
+    (job,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert job.info.run_name == "compare_retrievers dataset=toy encoder=hashing retriever.bm25.k1=1.2"
+    assert sorted(r.info.run_name for r in runs if r is not job) == [f"{s} · {job.info.run_name}" for s in ("bm25", "dense", "hybrid")]
+    note = job.data.tags["mlflow.note.content"].splitlines()
+    assert note[2] == "| system | ndcg@10 | recall@100 | mrr |"
+    rows = {line.split(" | ")[0].strip("| "): line for line in note[4:7]}
+    results = json.loads(next((tmp_path / "outputs" / "runs").glob("*/results.json")).read_text())["aggregates"]
+    for system, line in rows.items():
+        ndcg = results[system]["ndcg@10"]
+        cell = f"{ndcg['mean']:.4f} [{ndcg['ci_low']:.4f}, {ndcg['ci_high']:.4f}]"
+        best = max(r["ndcg@10"]["mean"] for r in results.values())
+        assert (f"**{cell}**" if ndcg["mean"] == best else f" {cell} ") in line

@@ -20,8 +20,8 @@ def _logged(uri: str, experiment: str) -> list[dict]:
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], order_by=["attributes.start_time ASC"])
     jobs = []
     for parent in [r for r in runs if "mlflow.parentRunId" not in r.data.tags and "ragtrack.comparison" not in r.data.tags]:
-        children = sorted((r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id), key=lambda r: r.info.run_name)
-        jobs.append({run.info.run_name if run is not parent else "job": {
+        children = sorted((r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id), key=lambda r: r.data.tags["ragtrack.system"])
+        jobs.append({run.data.tags["ragtrack.system"] if run is not parent else "job": {
             "status": run.info.status,
             "metrics": {k: (None if any(t in k for t in TIMING) else v) for k, v in run.data.metrics.items()},
             "params": dict(run.data.params),

@@ -34,6 +34,8 @@ TAG_PROCESS = "ragtrack.process"  # host:pid:start of the job, to mark runs of k
 TAG_ERROR = "ragtrack.error"
 HYDRA_CHOICE_PREFIX = "hydra.choice."
 TAG_NOTE = "mlflow.note.content"  # MLflow's own: the markdown description on a run's or experiment's page
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"  # MLflow 3's UI opens an experiment by its kind: this one's runs table
+EXPERIMENT_KIND = "custom_model_development"
 KEY_METRICS = ("ndcg@10", "recall@100", "mrr")  # the default of tracking.key_metrics
 
 RUN_FILE = "run.trec"

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import functools
 import subprocess
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import ragtrack
 from ragtrack.pipeline.layout import TAG_GIT_COMMIT, TAG_VERSION
 
-SOURCE_ROOT = Path(ragtrack.__file__).resolve().parent.parent  # the checkout in an editable install; site-packages otherwise
+SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the checkout in an editable install; inside site-packages otherwise
+
+
+def package_version() -> str:
+    """The installed distribution's version (``0+unknown`` for a source tree never installed)."""
+    try:
+        return version("ragtrack")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 @functools.lru_cache(maxsize=4)
@@ -29,4 +37,4 @@ def git_commit(folder: Path = SOURCE_ROOT) -> str | None:
 def provenance_tags() -> dict[str, str]:
     """``ragtrack.version`` and, inside a git checkout, ``ragtrack.git_commit``."""
     commit = git_commit()
-    return {TAG_VERSION: ragtrack.__version__, **({TAG_GIT_COMMIT: commit} if commit else {})}
+    return {TAG_VERSION: package_version(), **({TAG_GIT_COMMIT: commit} if commit else {})}

@@ -22,7 +22,8 @@ from filelock import FileLock
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.processes import process_alive, process_tag
-from ragtrack.pipeline.layout import TAG_ERROR, TAG_NOTE, TAG_PARENT, TAG_PROCESS, TAG_SYSTEM, child_run_name
+from ragtrack.pipeline.layout import (EXPERIMENT_KIND, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS, TAG_SYSTEM,
+                                      child_run_name)
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None) -
     found = client.get_experiment_by_name(experiment)
     if found is None:
         try:
-            experiment_id = client.create_experiment(experiment, artifact_location=artifact_location, tags={TAG_NOTE: EXPERIMENT_NOTE})
+            experiment_id = client.create_experiment(experiment, artifact_location=artifact_location, tags={TAG_NOTE: EXPERIMENT_NOTE, TAG_EXPERIMENT_KIND: EXPERIMENT_KIND})
         except Exception:  # created meanwhile by a parallel job
             experiment_id = client.get_experiment_by_name(experiment).experiment_id
     else:

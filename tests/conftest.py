@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,12 @@ def config_resolvers():
     from ragtrack.pipeline.config import register_resolvers
 
     register_resolvers()
+
+
+@pytest.fixture(autouse=True)
+def no_tracking_uri_from_the_environment():
+    """ragtrack honours MLFLOW_TRACKING_URI, and ``mlflow.set_tracking_uri`` sets it in os.environ for
+    the rest of the process: no test may hand its store to the next one's jobs."""
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    yield
+    os.environ.pop("MLFLOW_TRACKING_URI", None)

@@ -139,6 +139,7 @@ def test_the_job_page_shows_the_comparison_and_runs_name_themselves(tmp_path: Pa
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     experiment = client.get_experiment_by_name("ragtrack-toy")
     assert "one parent run per job" in experiment.tags["mlflow.note.content"]
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the UI opens on the runs table
     runs = client.search_runs([experiment.experiment_id])
     (job,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert job.info.run_name == "compare_retrievers dataset=toy encoder=hashing retriever.bm25.k1=1.2"

@@ -4,6 +4,7 @@ leaves no process behind when it is stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -54,16 +55,27 @@ def test_metrics_listing_aligns_every_description(capsys) -> None:
     assert len(rows) > 20 and max(map(len, names)) > 16 and len(description_starts) == 1
 
 
-def _processes_naming(text: str) -> list[int]:
-    found = []
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, their children, ...), from /proc."""
+    parents = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
     return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_ui_stopped_by_sigterm_leaves_no_process_and_frees_its_port(tmp_path: Path) -> None:
@@ -79,19 +91,23 @@ def test_ui_stopped_by_sigterm_leaves_no_process_and_frees_its_port(tmp_path: Pa
             except OSError:
                 assert ui.poll() is None and time.monotonic() < deadline, "the MLflow UI did not start"
                 time.sleep(0.5)
-        assert len(_processes_naming(store)) >= 2  # ragtrack ui and the MLflow server (and its workers)
+        started = _descendants(ui.pid)
+        assert len(started) >= 3  # the MLflow server, uvicorn and its job workers
         ui.send_signal(signal.SIGTERM)
         assert ui.wait(60) == 0
-        time.sleep(1)
-        assert _processes_naming(store) == []
+        deadline = time.monotonic() + 15
+        while any(map(_alive, started)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in started if _alive(pid)]
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
             raise AssertionError("the port still answers")
         except OSError:
             pass
     finally:
-        for pid in _processes_naming(store):
-            os.kill(pid, signal.SIGKILL)
+        for pid in _descendants(ui.pid) | {ui.pid}:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_eval_says_when_qrels_and_run_look_swapped(tmp_path: Path, capsys) -> None:

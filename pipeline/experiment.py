@@ -319,8 +319,7 @@ def summary_note(results: dict[str, SystemResult], key_metrics: list[str], datas
     """Markdown for the job's run page: systems x key metrics, mean [95% CI], the best in bold."""
     metrics = [m for m in key_metrics if any(m in r.summary.index for r in results.values())]
     best = {m: max(r.summary.loc[m, "mean"] for r in results.values() if m in r.summary.index) for m in metrics}
-    lines = [f"**{name}** on `{dataset.name}`: {len(dataset.queries)} queries, {len(dataset.corpus):,} documents", "",
-             "| system | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
+    lines = ["| system | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]  # first: the UI folds long notes
     for system, result in results.items():
         cells = []
         for metric in metrics:
@@ -332,8 +331,8 @@ def summary_note(results: dict[str, SystemResult], key_metrics: list[str], datas
             cells.append(f"**{cell}**" if row["mean"] == best[metric] else cell)
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
     counted = max(int(r.summary["n"].max()) for r in results.values())
-    lines += ["", f"Mean over the {counted} queries with a relevant judgment [95% bootstrap CI]; best in bold. "
-              "All metrics are in the child runs; `ragtrack compare` adds paired tests."]
+    lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over the {counted} queries with a "
+              "relevant judgment [95% bootstrap CI], best in bold. All metrics are in the child runs; `ragtrack compare` adds paired tests."]
     return "\n".join(lines)
 
 

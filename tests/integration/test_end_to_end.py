@@ -145,8 +145,8 @@ def test_the_job_page_shows_the_comparison_and_runs_name_themselves(tmp_path: Pa
     assert job.info.run_name == "compare_retrievers dataset=toy encoder=hashing retriever.bm25.k1=1.2"
     assert sorted(r.info.run_name for r in runs if r is not job) == [f"{s} · {job.info.run_name}" for s in ("bm25", "dense", "hybrid")]
     note = job.data.tags["mlflow.note.content"].splitlines()
-    assert note[2] == "| system | ndcg@10 | recall@100 | mrr |"
-    rows = {line.split(" | ")[0].strip("| "): line for line in note[4:7]}
+    assert note[0] == "| system | ndcg@10 | recall@100 | mrr |" and note[-1].startswith(f"**{job.info.run_name}** on `toy`")
+    rows = {line.split(" | ")[0].strip("| "): line for line in note[2:5]}
     results = json.loads(next((tmp_path / "outputs" / "runs").glob("*/results.json")).read_text())["aggregates"]
     for system, line in rows.items():
         ndcg = results[system]["ndcg@10"]

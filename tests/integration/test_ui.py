@@ -108,3 +108,48 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
             browser.close()
     assert (SCREENSHOTS / "mlflow_runs.png").stat().st_size > 10_000
     assert (SCREENSHOTS / "mlflow_comparison.png").stat().st_size > 10_000
+
+
+def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path) -> None:
+    """A toy job, then the run page its last lines name: the description table holds the three
+    systems' nDCG@10 (mean [95% CI]) as results.json has them."""
+    import json
+    import re
+
+    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run([sys.executable, "-m", "ragtrack", "run", "dataset=toy", "encoder=hashing", f"hydra.run.dir={tmp_path}/job"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    link = re.search(r"^Run page:\s+(http://127\.0\.0\.1:5000/\S+)$", done.stdout, re.MULTILINE).group(1)
+    aggregates = json.loads((tmp_path / "job" / "results.json").read_text())["aggregates"]
+    cells = {s: "{mean:.4f} [{ci_low:.4f}, {ci_high:.4f}]".format(**aggregates[s]["ndcg@10"]) for s in ("bm25", "dense", "hybrid")}
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ragtrack", "ui", "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_healthy(url, server, TIMEOUT_MS / 1000)
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1600, "height": 1400})
+                page.set_default_timeout(TIMEOUT_MS)
+                page.goto(link.replace("http://127.0.0.1:5000", url), wait_until="domcontentloaded")
+                for system, cell in cells.items():
+                    page.get_by_role("cell", name=system, exact=True).first.wait_for()
+                    page.get_by_text(cell, exact=True).first.wait_for()
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SCREENSHOTS / "mlflow_run_page.png"))
+            finally:
+                browser.close()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    assert (SCREENSHOTS / "mlflow_run_page.png").stat().st_size > 10_000

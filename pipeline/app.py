@@ -38,11 +38,25 @@ def main(cfg: DictConfig) -> float | None:
         return objective(results, cfg.get("optimize_metric"))
     except (RagtrackError, OmegaConfBaseException) as exc:  # user mistakes: one line, exit 2
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        mark_failed(Path(hydra_cfg.runtime.output_dir), message)
         fail(message)
 
 
+FAILED_MARKER = "FAILED"
+
+
+def mark_failed(output_dir: Path, message: str) -> None:
+    """A job that stops on a mistake leaves its output folder marked: ``FAILED`` holds the error."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / FAILED_MARKER).write_text(message + "\n", encoding="utf-8")
+
+
 def fail(message: str) -> None:
-    log.error("%s", message)
+    """One line on stderr, exit 2; the job's log file records it too, the console shows it once."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
     print(f"ragtrack: error: {message}", file=sys.stderr)
     sys.exit(RagtrackError.exit_code)
 

@@ -93,6 +93,10 @@ def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines()[-1] == f"ragtrack: error: {tmp_path}/missing: dataset folder not found"
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "mlruns").exists()  # nothing logged for a job that could not start
+    assert (result.stdout + result.stderr).count("dataset folder not found") == 1  # printed once
+    (job_log,) = (tmp_path / "outputs" / "runs").glob("*/ragtrack.log")
+    assert "[ERROR] - " + f"{tmp_path}/missing: dataset folder not found" in job_log.read_text()  # and kept in the job's log
+    assert (job_log.parent / "FAILED").read_text() == f"{tmp_path}/missing: dataset folder not found\n"  # the folder says it failed
     missing = ragtrack(tmp_path, "run", "dataset=beir", "encoder=hashing")
     assert missing.returncode == 2 and "Missing mandatory value: dataset.path" in missing.stderr and "Traceback" not in missing.stderr
 

@@ -6,12 +6,15 @@ add the user's own (docs/configuration.md). The app registers the config resolve
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -19,6 +22,8 @@ from omegaconf.errors import OmegaConfBaseException
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.config import CONFIG_NAME, CONFIG_PATH, register_resolvers
 from ragtrack.pipeline.experiment import JobInfo, run_experiment
+from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
+from ragtrack.pipeline.redaction import redact_overrides
 
 log = logging.getLogger("ragtrack")
 
@@ -78,3 +83,46 @@ def objective(results: dict, optimize_metric: str | None) -> float | None:
         known = ", ".join(f"{s}/{m}" for s in systems for m in list(systems[s])[:3])
         raise RagtrackError(f"optimize_metric {optimize_metric!r} is not a result of this job; e.g. {known}, ...")
     return float(systems[system][metric])
+
+
+class SweepSummary(Callback):
+    """Hydra callback (``conf/hydra/default.yaml``): when a sweep ends, one table of its jobs, each row
+    labeled by the values that job swept, with every system's key metrics, the best marked ``*``."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        folder = Path(config.hydra.sweep.dir)
+        key_metrics = list(config.get("tracking", {}).get("key_metrics") or KEY_METRICS)
+        text = sweep_summary(folder, key_metrics)
+        if text:
+            print(f"\nSweep summary ({folder}):\n{text}")
+
+
+def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
+    """The table of :class:`SweepSummary` from the jobs' ``results.json`` and ``.hydra/overrides.yaml``
+    under a sweep folder ("" when no job left results there, e.g. jobs run on other machines)."""
+    import pandas as pd
+
+    jobs = []
+    for results_file in sorted(folder.glob(f"*/{RESULTS_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
+        overrides_file = results_file.parent / ".hydra" / "overrides.yaml"
+        swept = redact_overrides(yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else []
+        systems = json.loads(results_file.read_text())["systems"]
+        jobs.append((swept, {f"{system} {metric}": values[metric] for system, values in systems.items() for metric in key_metrics if metric in values}))
+    if not jobs:
+        return ""
+    shared = set.intersection(*(set(swept) for swept, _ in jobs))
+    table = pd.DataFrame([values for _, values in jobs], index=[" ".join(o for o in swept if o not in shared) or "(same)" for swept, _ in jobs])
+    varying = [column for column in table if table[column].nunique() > 1]
+    notes = [f"{len(jobs)} jobs; * marks the best value of each column"]
+    if not varying:
+        same = ", ".join(f"{c} {table[c].iloc[0]:.4f}" for c in table)
+        return f"{len(jobs)} jobs, all with the same key metrics: {same}" + (f"\nevery job: {' '.join(o for o in jobs[0][0] if o in shared)}" if shared else "")
+    if len(varying) < len(table.columns):
+        notes.append(f"the same in every job: {', '.join(f'{c} {table[c].iloc[0]:.4f}' for c in table if c not in varying)}")
+        table = table[varying]
+    if shared:
+        notes.append(f"every job: {' '.join(o for o in jobs[0][0] if o in shared)}")
+    best = table.max()
+    cells = table.apply(lambda column: [f"{v:.4f}{'*' if v == best[column.name] else ' '}" for v in column])
+    cells.index.name = "job"
+    return cells.to_string() + "\n" + "\n".join(notes)

@@ -117,3 +117,23 @@ def test_eval_says_when_qrels_and_run_look_swapped(tmp_path: Path, capsys) -> No
     assert cli_main(["eval", str(run), str(qrels)]) == 2
     assert f"the arguments look swapped: {run} is a run file and {qrels} a qrels file" in capsys.readouterr().err
     assert cli_main(["eval", str(qrels), str(run), "-m", "mrr"]) == 0
+
+
+def test_a_sweep_ends_with_one_summary_labeled_by_the_swept_values(toy_sweep, tmp_path: Path) -> None:
+    import json
+
+    from ragtrack.pipeline.app import sweep_summary
+
+    assert toy_sweep.log.count("Sweep summary (") == 1
+    for job, (k, hybrid) in enumerate([(10, 0.5), (30, 0.75), (60, 0.625)]):
+        folder = tmp_path / str(job)
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "overrides.yaml").write_text(f"- dataset=toy\n- fusion.rrf.k={k}\n- generator.api_key=sk-123\n")
+        systems = {"bm25": {"ndcg@10": 0.25, "mrr": 0.5}, "hybrid": {"ndcg@10": hybrid, "mrr": 0.5}}
+        (folder / "results.json").write_text(json.dumps({"systems": systems}))
+    lines = sweep_summary(tmp_path, ["ndcg@10", "mrr"]).splitlines()
+    assert lines[0].split() == ["hybrid", "ndcg@10"]
+    assert [line.split() for line in lines[2:5]] == [["fusion.rrf.k=10", "0.5000"], ["fusion.rrf.k=30", "0.7500*"], ["fusion.rrf.k=60", "0.6250"]]
+    assert lines[5] == "3 jobs; * marks the best value of each column"
+    assert lines[6] == "the same in every job: bm25 ndcg@10 0.2500, bm25 mrr 0.5000, hybrid mrr 0.5000"
+    assert lines[7] == "every job: dataset=toy generator.api_key=***" and "sk-123" not in "\n".join(lines)

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
@@ -190,10 +191,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+RUN_USAGE = """usage: ragtrack run [-m] [--config-dir DIR] [OVERRIDE ...]
+
+Run an experiment: the default preset compares bm25, dense and hybrid (RRF) on SciFact, scores
+them and logs everything to MLflow. Overrides are Hydra's: GROUP=OPTION picks a config,
+KEY=VALUE sets a value, -m sweeps over comma-separated values.
+
+examples:
+  ragtrack run                                          the default experiment (SciFact)
+  ragtrack run retriever=[bm25] fusion=[]               BM25 only
+  ragtrack run dataset=beir dataset.path=/data/nfcorpus your own BEIR folder
+  ragtrack run --config-dir ~/myconf dataset=mine       your own configs
+  ragtrack run -m experiment=rrf_k                      a sweep: one MLflow run per RRF k
+  ragtrack run fusion.rrf.k=30 depth=1000 tracking=none a value, and no MLflow
+
+config groups (GROUP=OPTION):
+{groups}
+
+the full composed config: ragtrack run --cfg job [OVERRIDE ...]
+Hydra's own help: ragtrack run --hydra-help; docs: docs/configuration.md in the ragtrack repository"""
+
+
+def run_help() -> str:
+    """``ragtrack run --help``: usage, examples and every config group with its options, read from
+    the installed configs without starting Hydra (it answers at once)."""
+    from importlib.resources import files
+
+    conf = files("ragtrack.conf")
+    groups = sorted(entry.name for entry in conf.iterdir() if entry.is_dir() and entry.name not in ("hydra", "__pycache__"))
+    lines = []
+    for group in groups:
+        options = sorted(item.name.removesuffix(".yaml") for item in conf.joinpath(group).iterdir() if item.name.endswith(".yaml"))
+        lines.append(textwrap.fill(", ".join(options), width=100, initial_indent=f"  {group:<15} ", subsequent_indent=" " * 18))
+    return RUN_USAGE.format(groups="\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "run":
-        return run_hydra(argv[1:])
+        if {"-h", "--help"} & set(argv[1:]):
+            print(run_help())
+            return 0
+        return run_hydra(["--help" if a == "--hydra-help" else a for a in argv[1:]])
     args = build_parser().parse_args(argv)
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]

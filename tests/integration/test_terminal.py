@@ -137,3 +137,16 @@ def test_a_sweep_ends_with_one_summary_labeled_by_the_swept_values(toy_sweep, tm
     assert lines[5] == "3 jobs; * marks the best value of each column"
     assert lines[6] == "the same in every job: bm25 ndcg@10 0.2500, bm25 mrr 0.5000, hybrid mrr 0.5000"
     assert lines[7] == "every job: dataset=toy generator.api_key=***" and "sk-123" not in "\n".join(lines)
+
+
+def test_run_help_lists_usage_examples_and_every_config_group(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "ragtrack", "run", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("usage: ragtrack run [-m] [--config-dir DIR] [OVERRIDE ...]")
+    assert "ragtrack run -m experiment=rrf_k" in done.stdout and "ragtrack run --cfg job" in done.stdout
+    assert max(map(len, done.stdout.splitlines())) <= 100
+    from importlib.resources import files
+
+    for group in ("dataset", "encoder", "retriever", "fusion", "experiment", "chunking", "tracking"):
+        options = sorted(p.name.removesuffix(".yaml") for p in files("ragtrack.conf").joinpath(group).iterdir() if p.name.endswith(".yaml"))
+        assert all(option in done.stdout for option in options) and f"  {group} " in done.stdout
+    assert "Traceback" not in done.stderr and "hydra" not in done.stderr.lower()

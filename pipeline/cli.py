@@ -112,9 +112,15 @@ def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> int:
 def command_compare(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.compare import run_compare
 
-    _, text = run_compare(args.tracking_uri or default_tracking_uri(), args.experiment, args.sweep, args.metric, args.baseline,
-                          args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log)
+    uri = args.tracking_uri or default_tracking_uri()
+    comparison, text = run_compare(uri, args.experiment, args.sweep, args.metric, args.baseline,
+                                   args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log)
     print(text, end="")
+    if args.plot:
+        print(f"ragtrack: wrote the comparison plot to {args.plot}", file=sys.stderr)
+    if comparison.logged:
+        print(f"ragtrack: logged the comparison (tables, plot, failure analysis) as MLflow run {comparison.logged} in {uri}",
+              file=sys.stderr)
     return 0
 
 

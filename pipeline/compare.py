@@ -66,6 +66,7 @@ class Comparison:
     baseline: SystemRun
     metrics: list[str]
     queries: list[str]
+    logged: str | None = None  # "<run id> (<run name>)" of the comparison run ``run_compare`` logged
 
 
 # --------------------------------------------------------------------------- reading MLflow
@@ -406,11 +407,11 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
                 if s is not comparison.baseline:
                     (outputs / "failures" / f"{_slug(s.label)}.md").write_text(failure_report(comparison, s, trec, dataset, failures))
         if log_to_mlflow:
-            _log_comparison(client, found.experiment_id, comparison, jobs, sweep, outputs)
+            comparison.logged = _log_comparison(client, found.experiment_id, comparison, jobs, sweep, outputs)
     return comparison, text
 
 
-def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> None:
+def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> str:
     """A run named ``comparison ...`` holding the tables, the plot and the failure analyses."""
     sweeps = {job.data.tags.get(TAG_SWEEP) for job in jobs.values()} - {None}
     tags = {TAG_COMPARISON: "true", TAG_COMPARED_RUNS: ",".join(s.run_id for s in comparison.systems)[:5000]}
@@ -427,3 +428,4 @@ def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: di
     client.log_artifacts(run.info.run_id, str(outputs))
     client.set_terminated(run.info.run_id, "FINISHED")
     log.info("comparison logged to MLflow run %s (%s)", run.info.run_id, name)
+    return f"{run.info.run_id} ({name})"

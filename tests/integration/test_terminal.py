@@ -150,3 +150,14 @@ def test_run_help_lists_usage_examples_and_every_config_group(tmp_path: Path) ->
         options = sorted(p.name.removesuffix(".yaml") for p in files("ragtrack.conf").joinpath(group).iterdir() if p.name.endswith(".yaml"))
         assert all(option in done.stdout for option in options) and f"  {group} " in done.stdout
     assert "Traceback" not in done.stderr and "hydra" not in done.stderr.lower()
+
+
+def test_compare_says_what_it_wrote_and_where_it_logged(toy_sweep, tmp_path: Path, capsys) -> None:
+    plot = tmp_path / "figure.png"
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "-m", "ndcg@10", "--plot", str(plot)]) == 0
+    err = capsys.readouterr().err
+    assert f"ragtrack: wrote the comparison plot to {plot}" in err and plot.stat().st_size > 10_000
+    run_id = re.search(r"logged the comparison \(tables, plot, failure analysis\) as MLflow run (\w+) \(comparison vs ", err).group(1)
+    assert MlflowClient(toy_sweep.uri).get_run(run_id).data.tags["ragtrack.comparison"] == "true"
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "-m", "ndcg@10", "--no-log"]) == 0
+    assert "logged" not in capsys.readouterr().err

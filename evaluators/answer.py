@@ -175,7 +175,7 @@ class BertScoreEvaluator(_GoldAnswerEvaluator):
         todo = sorted({t for t in texts if t not in self._vectors}, key=len)  # similar lengths pad less
         tokenizer, model = self._load() if todo else (None, None)
         with torch.inference_mode():
-            for start in tqdm(range(0, len(todo), self.batch_size), desc="bertscore", unit="batch", leave=False):
+            for start in tqdm(range(0, len(todo), self.batch_size), desc="bertscore", unit="batch", leave=False, delay=1):
                 batch = tokenizer(todo[start:start + self.batch_size], padding=True, truncation=True,
                                   max_length=self.max_length, return_tensors="pt", return_special_tokens_mask=True)
                 special = batch.pop("special_tokens_mask").bool()

@@ -31,7 +31,7 @@ from ragtrack.core.files import write_atomically
 from ragtrack.core.runs import Run, trec_text, write_trec
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.ranking import cutoff_curves
-from ragtrack.generation import answer_questions
+from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry
 from ragtrack.pipeline.inputs import load_dataset, read_cached_run
 from ragtrack.pipeline.provenance import provenance_tags
@@ -134,7 +134,7 @@ def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth
         retriever.index(dataset.corpus, cache)
     scores, latencies = {}, []
     with stage(f"{name}: search {len(dataset.queries)} queries"):
-        for qid, text in tqdm(dataset.queries.items(), desc=f"{name}: search", unit="query", leave=False):
+        for qid, text in tqdm(dataset.queries.items(), desc=f"{name}: search", unit="query", leave=False, delay=1):
             started = time.perf_counter()
             scores |= retriever.search({qid: text}, depth).scores
             latencies.append(time.perf_counter() - started)
@@ -219,8 +219,10 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     evaluation = ("evaluate", OmegaConf.to_yaml(cfg.get("evaluator") or {}, resolve=True), int(cfg.seed))
     results = {}
     for name, run in runs.items():
-        with stage(f"{name}: generate answers"):
-            answers = answer_questions(generator, passage_runs[name], indexed, Path(cfg.paths.output_dir) / "systems" / name)
+        answers = None
+        if generator is not None and not isinstance(generator, NoGenerator):
+            with stage(f"{name}: generate answers"):
+                answers = answer_questions(generator, passage_runs[name], indexed, Path(cfg.paths.output_dir) / "systems" / name)
         with stage(f"{name}: evaluate"):
             if answers:
                 per_query, summary = evaluate_run(run, indexed, evaluators, int(cfg.seed), answers.texts, passage_runs[name])

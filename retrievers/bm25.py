@@ -31,6 +31,7 @@ from ragtrack.core.text import Tokenizer
 log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
 
 BACKENDS = ("bm25s", "rank_bm25")
+PROGRESS_FROM_DOCUMENTS = 100_000  # bm25s's four indexing bars, only where indexing takes seconds
 
 
 class BM25Retriever(Retriever):
@@ -70,7 +71,7 @@ class BM25Retriever(Retriever):
         def build(folder):
             log.info("%s: indexing %d documents", self.name, len(corpus))
             model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
-            model.index(self.tokenizer(corpus.full_texts()), show_progress=True, leave_progress=False)
+            model.index(self.tokenizer(corpus.full_texts()), show_progress=len(corpus) >= PROGRESS_FROM_DOCUMENTS, leave_progress=False)
             model.save(str(folder), allow_pickle=False)
 
         builds_before = len(cache.builds)
@@ -131,7 +132,7 @@ class BM25Retriever(Retriever):
     def _rank_bm25_top(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
         found = np.empty((len(tokens), k), dtype=np.int64)
         scores = np.empty((len(tokens), k))
-        for row, query in enumerate(tqdm(tokens, desc=f"{self.name}: search", unit="query", leave=False)):
+        for row, query in enumerate(tqdm(tokens, desc=f"{self.name}: search", unit="query", leave=False, delay=1)):
             all_scores = self._model.get_scores(query)
             top = np.argpartition(-all_scores, k - 1)[:k] if k < len(all_scores) else np.arange(len(all_scores))
             found[row], scores[row] = top, all_scores[top]

@@ -88,7 +88,7 @@ class DenseRetriever(Retriever):
         def fill(collection, client) -> None:
             vectors = np.load(embeddings_folder / EMBEDDINGS, allow_pickle=False)
             batch = client.get_max_batch_size()
-            for start in tqdm(range(0, len(corpus), batch), desc=f"{self.name}: chroma add", unit="batch", leave=False):
+            for start in tqdm(range(0, len(corpus), batch), desc=f"{self.name}: chroma add", unit="batch", leave=False, delay=1):
                 collection.add(ids=corpus.ids[start:start + batch], embeddings=vectors[start:start + batch])
 
         if self.chroma["mode"] == "http":

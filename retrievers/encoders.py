@@ -199,7 +199,7 @@ class OnnxEncoder(Encoder):
         order = np.argsort([-len(ids) for ids in token_ids], kind="stable")  # longest first: peak memory shows at once
         inputs = {i.name for i in session.get_inputs()}
         vectors = None
-        with tqdm(total=len(texts), desc="encode", unit="text", disable=not progress, leave=False) as bar:
+        with tqdm(total=len(texts), desc="encode", unit="text", disable=not progress, leave=False, delay=1) as bar:
             for start in range(0, len(texts), self.batch_size):
                 rows = order[start:start + self.batch_size]
                 width = max(len(token_ids[r]) for r in rows)

@@ -88,7 +88,7 @@ class ChatClient:
         replies, failures = {}, {}
         with httpx.Client(timeout=self.timeout) as http, ThreadPoolExecutor(self.concurrency) as pool:
             futures = {pool.submit(self.complete, prompt, http): pid for pid, prompt in prompts.items()}
-            for future in tqdm(futures, desc=label, unit="request", leave=False):
+            for future in tqdm(futures, desc=label, unit="request", leave=False, delay=1):
                 pid = futures[future]
                 try:
                     replies[pid] = future.result()

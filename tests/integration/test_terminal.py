@@ -161,3 +161,13 @@ def test_compare_says_what_it_wrote_and_where_it_logged(toy_sweep, tmp_path: Pat
     assert MlflowClient(toy_sweep.uri).get_run(run_id).data.tags["ragtrack.comparison"] == "true"
     assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "-m", "ndcg@10", "--no-log"]) == 0
     assert "logged" not in capsys.readouterr().err
+
+
+def test_a_quick_job_prints_no_debug_lines_no_progress_bars_and_no_empty_stages(tmp_path: Path) -> None:
+    done = ragtrack(tmp_path, *TOY_JOB, "tracking=none")
+    assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert "[DEBUG]" not in output and "it/s]" not in output and "query/s]" not in output and "batch/s]" not in output
+    assert "generate answers" not in output  # generator=none: no stage to report
+    (log,) = (tmp_path / "outputs" / "runs").glob("*/ragtrack.log")
+    assert "[DEBUG]" not in log.read_text() and "bm25: index done" in log.read_text()

@@ -65,7 +65,8 @@ def test_the_wheel_holds_one_package_with_its_configs_and_datasets(installed) ->
     for expected in ("ragtrack/conf/config.yaml", "ragtrack/conf/dataset/scifact.yaml", "ragtrack/conf/hydra/default.yaml",
                      "ragtrack/datasets/scifact/corpus.jsonl.gz", "ragtrack/datasets/scifact/SOURCE.md",
                      "ragtrack/datasets/xquad_en/qrels/test.tsv", "ragtrack/datasets/toy/queries.jsonl",
-                     "ragtrack/core/data.py", "ragtrack/pipeline/cli.py", "ragtrack/retrievers/bm25.py", "ragtrack/evaluators/ranking.py"):
+                     "ragtrack/core/data.py", "ragtrack/pipeline/cli.py", "ragtrack/retrievers/bm25.py", "ragtrack/evaluators/ranking.py",
+                     "ragtrack/pipeline/regressions.yaml", "ragtrack/mlflow.py"):
         assert expected in names, expected
 
 
@@ -139,3 +140,10 @@ def test_the_wheel_installs_with_its_dependencies_into_an_empty_venv(installed, 
     assert done.returncode == 0, done.stderr[-3000:]
     assert round(job_results(work)["systems"]["bm25"]["ndcg@10"], 4) == 0.6762
     assert run(bin_dir, work, str(bin_dir / "python"), "-c", "import pipeline").returncode != 0
+
+
+def test_regress_runs_from_the_wheel(installed, tmp_path: Path) -> None:
+    bin_dir, _ = installed
+    done = run(bin_dir, tmp_path, "ragtrack", "regress", "--only", "scifact-bm25")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "OK   scifact-bm25  bm25/ndcg@10" in done.stdout and "PASSED: 3 OK, 0 FAIL" in done.stdout

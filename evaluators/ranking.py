@@ -1,6 +1,6 @@
 """Ranking metrics with trec_eval semantics, computed on a queries × depth matrix of grades.
 
-Conventions (trec_eval's, reproduced by pytrec_eval to 1e-9; see tests/test_conformance.py):
+Conventions (trec_eval's, reproduced by pytrec_eval to 1e-9; see tests/unit/test_conformance.py):
 documents are ranked by score descending, ties by document id descending; a document is *relevant*
 when judged with grade >= ``relevance_threshold`` (trec_eval ``-l``, default 1); recall, AP and
 R-precision divide by all judged-relevant documents of the query; P@k divides by k even when fewer

@@ -56,7 +56,7 @@ class DenseRetriever(Retriever):
     def __init__(self, encoder: Encoder, name: str = "dense", chroma: dict | None = None):
         super().__init__(name)
         if not isinstance(encoder, Encoder):
-            raise RagtrackError(f"dense retriever {name!r}: 'encoder' must construct a retrievers.encoders.Encoder")
+            raise RagtrackError(f"dense retriever {name!r}: 'encoder' must construct a ragtrack.retrievers.encoders.Encoder")
         self.encoder = encoder
         self.chroma = {**CHROMA_DEFAULTS, **(chroma or {})}
         if self.chroma["mode"] not in ("persistent", "http"):

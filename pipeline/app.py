@@ -1,6 +1,6 @@
 """The Hydra app behind ``ragtrack run``: a thin shell over ``run_experiment``.
 
-Configs come from the package (``pkg://ragtrack.conf``); ``--config-dir DIR`` and ``hydra.searchpath``
+Configs come from the installed package ``ragtrack.conf``; ``--config-dir DIR`` and ``hydra.searchpath``
 add the user's own (docs/configuration.md). The app registers the config resolvers before Hydra composes.
 """
 
@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.pipeline.config import CONFIG_NAME, CONFIG_PATH, register_resolvers
+from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
 from ragtrack.pipeline.experiment import JobInfo, run_experiment
 from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.redaction import redact_overrides
@@ -28,7 +28,7 @@ from ragtrack.pipeline.redaction import redact_overrides
 log = logging.getLogger("ragtrack")
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name=CONFIG_NAME)
+@hydra.main(version_base="1.3", config_path=config_path(), config_name=CONFIG_NAME)
 def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN

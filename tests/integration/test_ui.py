@@ -9,7 +9,6 @@ they must run. MLflow pages never reach network idle, so the tests wait for elem
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragtrack.pipeline.compare import run_compare
+from tests.support import stop_group
 
 DEBIAN_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -76,12 +76,7 @@ def ui_server(toy_sweep, tmp_path):
         assert f"MLflow UI on {toy_sweep.uri}: {url}" in log.read(), "ragtrack ui must print its URL"
         yield url
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server)
         log.close()
 
 
@@ -158,12 +153,7 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
             finally:
                 browser.close()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server)
     assert (SCREENSHOTS / "mlflow_run_page.png").stat().st_size > 10_000
 
 

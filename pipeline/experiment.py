@@ -166,7 +166,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     shared = {k: v for k, v in flatten(resolved).items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
-    overrides = " ".join(redact_overrides(job.overrides))
+    typed = redact_overrides(job.overrides)
+    overrides = " ".join(typed)
     tags = {layout.TAG_DATASET: dataset.name, layout.TAG_DATASET_HASH: dataset.hash, **provenance_tags(),
             layout.TAG_OVERRIDES: overrides or "(none)",
             **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
@@ -176,7 +177,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
         hydra_records.append(Path(job.sweep) / "multirun.yaml")
     redact_hydra_files(hydra_records)
-    tracker.start(cfg.get("run_name") or job_name(job), tags, shared)
+    tracker.start(cfg.get("run_name") or job_name(job.choices, typed), tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
         report = _write_outputs(cfg, resolved, dataset, results, output_dir)
@@ -309,12 +310,11 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
         tracker.log_parent(parent_metrics, artifacts, summary_note(results, key_metrics, dataset, tracker.run_name))
 
 
-def job_name(job: JobInfo) -> str:
-    """A job's default MLflow run name: its experiment preset and the other overrides typed
-    (``compare_retrievers``, ``rrf_k fusion.rrf.k=30``); secrets redacted."""
-    preset = job.choices.get("experiment") or "ragtrack"
-    typed = [o for o in redact_overrides(job.overrides) if not o.lstrip("+~").startswith("experiment=")]
-    return " ".join([preset, *typed])
+def job_name(choices: Mapping, typed: list[str]) -> str:
+    """A job's default MLflow run name: its experiment preset and the other overrides typed, redacted
+    (``compare_retrievers``, ``rrf_k fusion.rrf.k=30``)."""
+    others = [o for o in typed if not o.lstrip("+~").startswith("experiment=")]
+    return " ".join([choices.get("experiment") or "ragtrack", *others])
 
 
 def summary_note(results: dict[str, SystemResult], key_metrics: list[str], dataset: Dataset, name: str) -> str:

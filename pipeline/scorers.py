@@ -29,6 +29,7 @@ without a relevant judgment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import numbers
 from collections.abc import Mapping, Sequence
@@ -139,11 +140,9 @@ def retriever_span(trace: Any, span_name: str | None = None) -> Any:
 def _from_span(span: Any, id_fields: Sequence[str]) -> Retrieved:
     origin = f"RETRIEVER span {span.name!r}"
     outputs = span.outputs
-    if isinstance(outputs, str):  # a span whose outputs were logged as a JSON string
-        try:
+    if isinstance(outputs, str):  # a span whose outputs were logged as a JSON string (other text stays text)
+        with contextlib.suppress(ValueError):
             outputs = json.loads(outputs)
-        except ValueError:
-            pass
     if outputs is None:
         raise ScorerInputError("NO_RETRIEVED_DOCUMENTS", f"{origin} has no outputs (did the retrieval fail?)")
     return Retrieved(_ids(outputs, origin, id_fields), origin, span.span_id)

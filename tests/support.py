@@ -5,6 +5,7 @@ OpenAI-style chat server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -23,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import pytrec_eval
+from ragtrack.pipeline.cli import stop_process_group
 from ragtrack.pipeline.config import datasets_dir
 
 TESTS = Path(__file__).parent
@@ -52,17 +54,8 @@ def free_port() -> int:
 
 
 def stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the process group of ``process``, SIGKILL it if it lingers."""
-    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM the process group of ``process``, SIGKILL it if it lingers (``ragtrack ui``'s own way)."""
+    stop_process_group(process, grace=15)
 
 
 @contextmanager
@@ -178,8 +171,8 @@ class ChatServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # keep the test output clean
-                pass
+            def log_message(self, *args) -> None:
+                """Nothing: keep the test output clean."""
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
@@ -218,14 +211,12 @@ class ChatServer:
 
     @staticmethod
     def send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict | None = None) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (time-out)
             handler.send_response(status)
             for name, value in {"Content-Type": "application/json", "Content-Length": str(len(payload)), **(headers or {})}.items():
                 handler.send_header(name, value)
             handler.end_headers()
             handler.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (time-out)
-            pass
 
     def stop(self) -> None:
         self.httpd.shutdown()

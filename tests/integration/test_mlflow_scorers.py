@@ -126,8 +126,8 @@ def test_a_document_without_id_or_a_failed_span_is_an_error(tracing) -> None:
     assert result.error.error_code == "DOCUMENT_WITHOUT_ID" and "rank 2" in result.error.error_message
 
     def failed():
-        with mlflow.start_span(name="retrieve", span_type=SpanType.RETRIEVER):
-            pass
+        with mlflow.start_span(name="retrieve", span_type=SpanType.RETRIEVER) as span:
+            span.set_inputs({"question": "q"})  # and no outputs: the retriever returned nothing
     assert score("mrr", trace=traced(failed), expectations={"relevant_docs": {"a": 1}}).error.error_code == "NO_RETRIEVED_DOCUMENTS"
 
 

@@ -129,7 +129,8 @@ def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) ->
 
 def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict]:
     """Index, then search one query per call so latencies are per query (mean, p50, p95);
-    peak memory is the process's peak resident set size so far (getrusage)."""
+    peak memory is the process's peak resident set size so far (getrusage); then the retriever's
+    ``search_checks`` (e.g. ``approximate_recall``), outside the timing."""
     with stage(f"{name}: index"):
         retriever.index(dataset.corpus, cache)
     scores, latencies = {}, []
@@ -141,7 +142,8 @@ def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth
     seconds = sum(latencies)
     p50, p95 = np.percentile(latencies, [50, 95]) if latencies else (0.0, 0.0)
     stats = retriever.stats
-    return Run(name, scores), {
+    run = Run(name, scores)
+    return run, {**retriever.search_checks(dataset.queries, run, depth),
         "index_seconds": stats.build_seconds, "index_bytes": stats.size_bytes, "index_from_cache": float(stats.from_cache),
         "search_seconds": seconds, "queries_per_second": len(latencies) / seconds if seconds else 0.0,
         "latency_mean_seconds": seconds / len(latencies) if latencies else 0.0, "latency_p50_seconds": float(p50),
@@ -197,8 +199,10 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     efficiency: dict[str, dict] = {}
     params: dict[str, dict] = {}
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
+    searches: dict[str, str] = {}  # system -> "exact" or "approximate" (a fusion with an approximate member is approximate)
     for name, rcfg in (cfg.get("retriever") or {}).items():
         retriever = registry.build("retrievers", rcfg, name=name)
+        searches[name] = "approximate" if retriever.approximate else "exact"
         passage_runs[name], efficiency[name] = _search(name, retriever, indexed, cache, plan.search_depth(depth))
         runs[name] = plan.evaluated(passage_runs[name], depth)
         params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True)) | plan.params()
@@ -213,6 +217,7 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         passage_runs[system] = plan.passages(runs[system], {member: passage_runs[member] for member in fcfg.members})
         seconds = time.perf_counter() - started
         efficiency[system] = {"fusion_seconds": seconds}
+        searches[system] = "approximate" if "approximate" in {searches.get(m) for m in fcfg.members} else "exact"
         params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True)) | plan.params()
     if not runs:
         raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
@@ -233,11 +238,12 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
                                                  lambda: evaluate_run(run, indexed, evaluators, int(cfg.seed), None, passage_runs[name]))
         if answers:
             per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
-        missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
-        if missing:
-            log.warning("%s: %d of %d queries have no results (they score 0)", name, missing, len(dataset.queries))
-        results[name] = SystemResult(name, run, per_query, summary, {**efficiency[name], "queries_missing": float(missing), **plan.stats(dataset.corpus)},
-                                     params[name], passage_runs[name], indexed.corpus)
+        without_hits = sum(1 for qid in dataset.queries if not run.scores.get(qid))
+        if without_hits:
+            log.warning("%s: %d of %d queries have no hits (they score 0 on every metric)", name, without_hits, len(dataset.queries))
+        results[name] = SystemResult(name, run, per_query, summary,
+                                     {**efficiency[name], "queries_without_hits": float(without_hits), **plan.stats(dataset.corpus)},
+                                     params[name] | {"search": searches[name]}, passage_runs[name], indexed.corpus)
     return results
 
 
@@ -267,6 +273,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "aggregates": {name: r.summary.drop(columns="n").to_dict(orient="index") for name, r in results.items()},
         "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
+        "search": {name: r.params["search"] for name, r in results.items()},  # exact, or approximate (see approximate_recall)
     }
     (output_dir / layout.RESULTS_FILE).write_text(json.dumps(payload, indent=2))
     return {"results": payload, "table": table}

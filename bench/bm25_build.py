@@ -4,9 +4,10 @@ Both sides tokenize (regex words of 2+ characters, lower-cased, English stopword
 and build the Lucene BM25 index with bm25s; ragtrack with its own tokenizer (ragtrack.core.text) and
 its cache (the index is saved and loaded back), bm25s with ``bm25s.tokenize`` and ``BM25.index``
 plus ``save`` to a temporary folder. The corpus is seeded: a Zipf-distributed vocabulary of English
-stopwords followed by random words, document lengths drawn from SciFact's (title + text word counts).
+stopwords followed by random words, document lengths drawn from SciFact's (title + text word counts,
+215 words on average) or, with ``--lengths short``, 5-15 words (bench/sparse.py's synthetic corpus).
 
-    python bench/bm25_build.py [--docs 1000000] [--repeats 1]
+    python bench/bm25_build.py [--docs 1000000] [--lengths scifact|short] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -45,12 +46,16 @@ def cpu_name() -> str:
     return f"{model} ({', '.join(named) or 'no AVX2'})"
 
 
-def synthetic_corpus(docs: int, vocabulary_size: int = 200_000, seed: int = 0) -> Corpus:
+def synthetic_corpus(docs: int, lengths_from: str = "scifact", vocabulary_size: int = 200_000, seed: int = 0) -> Corpus:
     """``docs`` documents over a Zipf(1.1) vocabulary: English stopwords first (the most frequent
-    words, as in text), then random 3-12 letter words; lengths sampled from SciFact's documents."""
+    words, as in text), then random 3-12 letter words; lengths sampled from SciFact's documents, or
+    uniform in 5-15 words (``short``)."""
     rng = np.random.default_rng(seed)
-    lengths_of = [len(text.split()) for text in load_beir(SCIFACT).corpus.full_texts()]
-    lengths = rng.choice(np.asarray(lengths_of), size=docs)
+    if lengths_from == "short":
+        lengths = rng.integers(5, 16, size=docs)
+    else:
+        lengths_of = [len(text.split()) for text in load_beir(SCIFACT).corpus.full_texts()]
+        lengths = rng.choice(np.asarray(lengths_of), size=docs)
     sizes = rng.integers(3, 13, size=vocabulary_size)
     letters = LETTERS[rng.integers(0, 26, size=int(sizes.sum()))]
     ends = np.cumsum(sizes)
@@ -84,11 +89,12 @@ def build_bm25s(corpus: Corpus) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=100_000, help="synthetic corpus size (default 100k; the issue's case is 1000000)")
+    parser.add_argument("--lengths", choices=("scifact", "short"), default="scifact", help="document lengths")
     parser.add_argument("--repeats", type=int, default=1, help="builds per library; the fastest counts")
     args = parser.parse_args()
     print(f"CPU: {cpu_name()}")
     started = time.perf_counter()
-    corpus = synthetic_corpus(args.docs)
+    corpus = synthetic_corpus(args.docs, args.lengths)
     words = sum(len(text.split()) for text in corpus.texts)
     print(f"corpus: {len(corpus):,} documents, {words:,} words (generated in {time.perf_counter() - started:.1f} s)")
     times = {"ragtrack": [], "bm25s": []}

@@ -132,7 +132,7 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 BLEU_PARTS = ("bleu_p1", "bleu_p2", "bleu_p3", "bleu_p4", "bleu_bp")
 
 
-class _GoldAnswerEvaluator(Evaluator):
+class GoldAnswerEvaluator(Evaluator):
     """Shared shape: one row per query, NaN for queries without gold answers, which are not counted."""
 
     needs_generated = True
@@ -156,7 +156,7 @@ class _GoldAnswerEvaluator(Evaluator):
         """(len(qids), len(self.metrics)) scores of the queries that have gold answers."""
 
 
-class AnswerEvaluator(_GoldAnswerEvaluator):
+class AnswerEvaluator(GoldAnswerEvaluator):
     """Lexical answer metrics: SQuAD F1 and EM, token-set F1, ROUGE-1/2/L precision, recall and F,
     sentence BLEU and its parts (see module docstring)."""
 
@@ -220,7 +220,7 @@ class AnswerEvaluator(_GoldAnswerEvaluator):
         return np.asarray(rows, dtype=float)
 
 
-class BertScoreEvaluator(_GoldAnswerEvaluator):
+class BertScoreEvaluator(GoldAnswerEvaluator):
     """BERTScore precision/recall/F1 from token embeddings of a local transformer (module docstring)."""
 
     @classmethod
@@ -300,7 +300,7 @@ def ragas_average_precision(relevant: Sequence[bool]) -> float:
     return total / hits if hits else 0.0
 
 
-class ContextRecallEvaluator(_GoldAnswerEvaluator):
+class ContextRecallEvaluator(GoldAnswerEvaluator):
     """Context metrics with answer containment as relevance (needs no generator): whether the top-k
     passages contain a gold answer, and ragas' context precision over them. The passages are those a
     generator reads (``EvalInput.context``: chunks of a chunked corpus)."""

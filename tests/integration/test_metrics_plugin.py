@@ -17,6 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragtrack.evaluators.answer import AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator
+from ragtrack.evaluators.faithfulness import FaithfulnessEvaluator
 from ragtrack.evaluators.judge import LLMJudge
 from ragtrack.evaluators.ranking import describe_metrics
 from ragtrack.pipeline.cli import main as cli_main
@@ -101,7 +102,7 @@ def test_metrics_lists_every_metric_with_a_description(with_plugin: Path, capsys
         if line.startswith("  "):
             name, description = line.split(maxsplit=1)
             listed[name] = description
-    answer_metrics = {name: text for cls in (AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator, LLMJudge)
+    answer_metrics = {name: text for cls in (AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator, FaithfulnessEvaluator, LLMJudge)
                       for name, text in cls.provides().items()}
     assert listed == describe_metrics() | answer_metrics | {"best_grade@k": "highest grade among the top k documents (0 if none is judged)"}
 
@@ -110,4 +111,4 @@ def test_unknown_metric_fails_listing_the_known_ones(with_plugin: Path, capsys) 
     assert cli_main(["eval", QRELS, QRELS, "-m", "ndgc@10"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("ragtrack: error: unknown metric 'ndgc@10'; known: ") and "\n" not in error
-    assert {"best_grade@k", "ndcg[@k]", "auc", "p@k"} <= set(error.split("known: ")[1].split(", "))
+    assert {"best_grade@k", "judged@k", "ndcg[@k]", "auc", "p@k"} <= set(error.split("known: ")[1].split(", "))

@@ -222,12 +222,12 @@ def question_types_tsv(queries: Mapping[str, str]) -> str:
 # --------------------------------------------------------------------------- scoring
 
 def annotate(per_query: pd.DataFrame, attributes: list[Attribute]) -> pd.DataFrame:
-    """The per-query table with a ``slice.<attribute>`` column per attribute in front."""
+    """The per-query table with a ``slice.<attribute>`` column per attribute appended."""
     if not attributes:
         return per_query
     labels = pd.DataFrame({COLUMN_PREFIX + a.name: [a.values.get(qid, "") for qid in per_query.index] for a in attributes},
                           index=per_query.index)
-    return pd.concat([labels, per_query], axis=1)
+    return pd.concat([per_query, labels], axis=1)
 
 
 def slice_summaries(per_query: pd.DataFrame, counted: pd.DataFrame, attribute: Attribute, seed: int) -> dict[str, pd.DataFrame]:

@@ -111,7 +111,7 @@ def test_compare_prints_a_slices_table(job) -> None:
 def test_latency_columns_and_quantiles_stay_out_of_the_run_files(job) -> None:
     tmp_path, folder, results = job
     per_query = pd.read_csv(tmp_path / "out" / "per_query.csv")
-    assert list(per_query.columns[-2:]) == ["retrieval_ms", "generation_ms"]
+    assert list(per_query.columns[-6:]) == ["retrieval_ms", "generation_ms", "slice.kind", "slice.topic", "slice.query_length", "slice.relevant_docs"]
     assert (per_query["retrieval_ms"] > 0).all() and (per_query["generation_ms"] > 0).all()
     for system in ("bm25", "dense", "hybrid"):
         rows = per_query[per_query["system"] == system]

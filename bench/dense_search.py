@@ -2,7 +2,7 @@
 the same run: build seconds, search milliseconds per query (one query per call, as a job searches),
 and HNSW's recall@k of the exact top k.
 
-    python bench/dense_search.py [--docs 5000 100000] [--queries 300] [--dim 384]
+    python bench/dense_search.py [--docs 5000 20000] [--queries 300] [--dim 384]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def main() -> None:
     from bm25_build import cpu_name
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, nargs="+", default=[5000, 100_000])
+    parser.add_argument("--docs", type=int, nargs="+", default=[5000, 20_000], help="corpus sizes (docs/determinism.md: 5000 100000)")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--dim", type=int, default=384)
     args = parser.parse_args()

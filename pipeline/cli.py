@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
 def _columns_of_first_line(path: Path) -> int:
@@ -244,9 +244,12 @@ def main(argv: list[str] | None = None) -> int:
                "regress": command_regress, "ui": command_ui}[args.command]
     try:
         return handler(args)
-    except RagtrackError as exc:
-        print(f"ragtrack: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
+        message = describe_fault(exc)
+        if message is None:
+            raise
+        print(f"ragtrack: error: {message}", file=sys.stderr)
+        return RagtrackError.exit_code
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import json
 import logging
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -100,6 +101,26 @@ def objective(results: dict, optimize_metric: str | None) -> float | None:
         known = ", ".join(f"{s}/{m}" for s in systems for m in list(systems[s])[:3])
         raise RagtrackError(f"optimize_metric {optimize_metric!r} is not a result of this job; e.g. {known}, ...")
     return float(systems[system][metric])
+
+
+class OutputFolderCheck(Callback):
+    """Hydra callback (``conf/hydra/default.yaml``): before Hydra creates the job's output folder (or a
+    sweep's), check that it can be created and written; a read-only or full disk, or a file in the way,
+    stops the command with one line and exit code 2 instead of Hydra's error."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        check_output_folder(Path(config.hydra.run.dir))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        check_output_folder(Path(config.hydra.sweep.dir))
+
+
+def check_output_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        fail(f"the output folder cannot be written: {describe_fault(exc) or exc}")
 
 
 class SweepSummary(Callback):

@@ -268,7 +268,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
     }
-    (output_dir / layout.RESULTS_FILE).write_text(json.dumps(payload, indent=2))
+    write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(payload, indent=2))  # last, whole: it marks the results complete
     return {"results": payload, "table": table}
 
 

@@ -45,8 +45,8 @@ DEFAULT_TIMEOUT, DEFAULT_RETRIES = 10, 2  # tracking.timeout (seconds), tracking
 def ensure_store(uri: str) -> None:
     """Make a SQLite store usable, under a file lock (concurrent first opens): a new store is created
     in a temporary file and renamed into place once MLflow has created and migrated its schema, so a
-    kill at any moment leaves either no store or a complete one. A store left half-created by an
-    older ragtrack (no schema version recorded, no runs) is set aside and created anew. The store
+    kill at any moment leaves either no store or a complete one. A store without runs whose schema is
+    unfinished (left by a killed MLflow, e.g. an older ragtrack) is set aside and created anew. The store
     then uses write-ahead logging: a commit syncs one file instead of a rollback journal and the
     database (MLflow logging ~40% faster), and the MLflow UI can read while jobs write."""
     if not uri.startswith("sqlite:///"):
@@ -56,7 +56,8 @@ def ensure_store(uri: str) -> None:
     with FileLock(str(database) + ".lock"):
         if database.exists() and _half_created(database):
             if _count_runs(database):  # a store holding runs is never replaced
-                raise RagtrackError(f"MLflow store {uri} records no schema version but holds runs: repair it with 'mlflow db upgrade'")
+                raise RagtrackError(f"MLflow store {uri} holds runs but not the schema of the installed MLflow: "
+                                    f"back it up, then run: mlflow db upgrade {uri}")
             aside = database.with_name(f"{database.name}.broken-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             os.replace(database, aside)
             log.warning("MLflow store %s was left half-created (a killed first job?); set aside as %s, creating it anew", database, aside)
@@ -87,15 +88,31 @@ def _open_store(uri: str) -> None:
 
 
 def _half_created(database: Path) -> bool:
-    """A SQLite file without a recorded schema version: MLflow was stopped while creating it (its
-    schema migrations record the version last). A file that is not SQLite at all is left to MLflow's error."""
+    """Whether a SQLite file lacks the schema version of a finished MLflow store: MLflow was stopped
+    while creating or migrating it (alembic records each migration's version as it goes). A file that
+    is not SQLite at all is left to MLflow's own error."""
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
         try:
-            return connection.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] == 0
+            versions = [row[0] for row in connection.execute("SELECT version_num FROM alembic_version")]
         except sqlite3.OperationalError:  # no such table
             return True
         except sqlite3.DatabaseError:  # not a database
             return False
+    return versions != [_schema_head()]
+
+
+@functools.cache
+def _schema_head() -> str:
+    """The schema version of a finished store of the installed MLflow: the head of the migrations it
+    ships (``mlflow/store/db_migrations``, read with alembic's public API, as ``mlflow db upgrade`` does)."""
+    from importlib.resources import files
+
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(files("mlflow.store") / "db_migrations"))
+    return ScriptDirectory.from_config(config).get_current_head()
 
 
 def _count_runs(database: Path) -> int:

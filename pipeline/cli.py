@@ -243,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]
     try:
+        if args.command in ("compare", "reproduce"):  # an unreachable tracking server fails in seconds, with one line
+            from ragtrack.pipeline.tracking import prepare_connection
+
+            prepare_connection(args.tracking_uri or default_tracking_uri())
         return handler(args)
     except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
         message = describe_fault(exc)

@@ -134,6 +134,12 @@ def configure_http(timeout: int, retries: int) -> None:
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"] = "0.5"
 
 
+def prepare_connection(uri: str, timeout: int = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> None:
+    """Before a command talks to MLflow: its HTTP settings, and a tracking server that must answer."""
+    configure_http(timeout, retries)
+    probe_server(uri, timeout)
+
+
 def probe_server(uri: str, timeout: float) -> None:
     """Fail within ``timeout`` seconds, with one line, when the tracking server at an ``http(s)://`` URI
     does not answer (nothing listening, or a server that accepts and never replies). Any HTTP answer
@@ -151,7 +157,7 @@ def probe_server(uri: str, timeout: float) -> None:
             detail = f"no answer within {timeout:g} s (tracking.timeout)"
         else:
             detail = (describe_fault(reason) if isinstance(reason, BaseException) else None) or str(reason)
-        raise RagtrackError(f"MLflow tracking server {uri} is unreachable: {detail}; start it, or run without MLflow: tracking=none") from None
+        raise RagtrackError(f"MLflow tracking server {uri} is unreachable: {detail}") from None
 
 
 def is_local_store(uri: str) -> bool:
@@ -166,8 +172,7 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None, t
     probes a tracking server, creates a SQLite store, and ends the runs of killed jobs (``mark_killed_runs``)."""
     from mlflow.tracking import MlflowClient
 
-    configure_http(timeout, retries)
-    probe_server(uri, timeout)
+    prepare_connection(uri, timeout, retries)
     with store_faults(uri):
         ensure_store(uri)
         client = MlflowClient(uri)

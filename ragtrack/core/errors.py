@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -63,6 +64,7 @@ FAULT_ERRNOS = {
     errno.EHOSTUNREACH: "host unreachable",
     errno.ENETUNREACH: "network unreachable",
 }
+SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # numpy's tofile when the disk fills up (no errno)
 SQLITE_FAULTS = {  # sqlite3's messages (also inside SQLAlchemy's and Chroma's errors) -> what they mean
     "database or disk is full": "disk full (SQLite: database or disk is full)",
     "attempt to write a readonly database": "read-only database (SQLite: attempt to write a readonly database)",
@@ -110,6 +112,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _os_fault(exc: BaseException) -> str | None:
+    if isinstance(exc, OSError) and exc.errno is None and SHORT_WRITE.fullmatch(str(exc)):
+        return f"disk full? a write was cut short ({exc})"
     if not isinstance(exc, OSError) or exc.errno not in FAULT_ERRNOS:
         return None
     where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
 def _columns_of_first_line(path: Path) -> int:
@@ -269,10 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]
     try:
+        if args.command in ("compare", "reproduce"):  # an unreachable tracking server fails in seconds, with one line
+            from ragtrack.pipeline.tracking import prepare_connection
+
+            prepare_connection(args.tracking_uri or default_tracking_uri())
         return handler(args)
-    except RagtrackError as exc:
-        print(f"ragtrack: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
+        message = describe_fault(exc)
+        if message is None:
+            raise
+        print(f"ragtrack: error: {message}", file=sys.stderr)
+        return RagtrackError.exit_code
 
 
 if __name__ == "__main__":

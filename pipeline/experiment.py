@@ -335,7 +335,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "efficiency": {name: r.efficiency for name, r in results.items()},
         **(extra or {}),
     }
-    (output_dir / layout.RESULTS_FILE).write_text(json.dumps(payload, indent=2))
+    write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(payload, indent=2))  # last, whole: it marks the results complete
     return {"results": payload, "table": table}
 
 

@@ -8,13 +8,13 @@ evaluated ones.
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragtrack.core.errors import InputError
+from ragtrack.core.fields import check_id, parse_score, split_columns
 from ragtrack.core.files import read_lines, write_atomically
 
 SCORE_THEN_ID = operator.itemgetter(1, 0)
@@ -75,20 +75,18 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
 
 def read_trec(path: str | Path, name: str | None = None) -> Run:
     """Read a TREC run file (gzip if it ends in ``.gz``); scores decide the order (the rank column is
-    ignored, as in trec_eval). Encoding, NUL bytes and line length are checked as for every input."""
+    ignored, as in trec_eval). Encoding, NUL bytes and line length are checked as for every input;
+    columns, ids and scores follow ``fields.py`` (scores: ASCII decimal numbers, finite)."""
     path = Path(path)
     scores: dict[str, dict[str, float]] = {}
     for number, text in read_lines(path):
-        columns = text.split()
+        columns = split_columns(text)
         if len(columns) != 6:
             raise InputError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(columns)}", number)
         qid, _, doc_id, _, score_text, _ = columns
-        try:
-            score = float(score_text)
-        except ValueError:
-            raise InputError(path, f"score {score_text!r} is not a number", number) from None
-        if not math.isfinite(score):
-            raise InputError(path, f"score {score_text!r} is not finite", number)
+        score = parse_score(score_text, path, number)
+        check_id(qid, path, number, "query id")
+        check_id(doc_id, path, number, "document id")
         ranked = scores.setdefault(qid, {})
         if doc_id in ranked:
             raise InputError(path, f"document {doc_id!r} appears twice for query {qid!r}", number)

@@ -21,14 +21,14 @@ from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ragtrack.core import columnar
 from ragtrack.core.errors import InputError
-from ragtrack.core.fields import check_id, check_text, parse_grade, split_columns
+from ragtrack.core.fields import BEIR_HEADER, check_id, check_text, parse_grade, split_columns
 from ragtrack.core.files import open_bytes, read_lines
 
 log = logging.getLogger(__name__)
 
 Qrels = dict[str, dict[str, int]]
-BEIR_HEADER = ["query-id", "corpus-id", "score"]
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,21 @@ def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str]
 def load_qrels(path: Path) -> tuple[Qrels, str]:
     """Read BEIR qrels (``query-id corpus-id score``, tab-separated, the header optional and only as
     the first non-blank line) or TREC qrels (``qid iteration docid rel``); columns are separated by
-    spaces and tabs; returns the judgments and the content hash."""
+    spaces and tabs; returns the judgments and the content hash. Large files are read by the columnar
+    reader; whatever it declines, the line reader reads (and names the line of any defect)."""
+    path = Path(path)
+    fast = columnar.read_qrels(path)
+    if fast is None:
+        return load_qrels_lines(path)
+    qids, doc_ids, grades, data = fast
+    qrels: Qrels = {}
+    for qid, doc_id, grade in zip(qids, doc_ids, grades):
+        qrels.setdefault(qid, {})[doc_id] = grade
+    return qrels, hashlib.sha256(data).hexdigest()
+
+
+def load_qrels_lines(path: Path) -> tuple[Qrels, str]:
+    """:func:`load_qrels` line by line: the reference, with the line number of every defect."""
     digest = hashlib.sha256()
     qrels: Qrels = {}
     for index, (number, text) in enumerate(read_lines(path, digest)):

@@ -32,6 +32,7 @@ NON_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 # as a class of literal characters, which Python's re and Arrow's RE2 read the same way.
 WHITESPACE = "[\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"  # literal characters
 GRADE_RANGE = (-(2**63), 2**63 - 1)
+BEIR_HEADER = ["query-id", "corpus-id", "score"]  # a qrels header: these columns exactly, only as the first non-blank line
 
 
 def split_columns(text: str, tab_separated: bool = False) -> list[str]:

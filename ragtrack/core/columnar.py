@@ -24,6 +24,7 @@ from ragtrack.core.fields import BEIR_HEADER, GRADE, SCORE, WHITESPACE
 from ragtrack.core.files import read_bytes
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
 def _table(data: bytes, names: list[str], delimiter: str) -> "pa.Table | None":
@@ -43,13 +44,56 @@ def _table(data: bytes, names: list[str], delimiter: str) -> "pa.Table | None":
         return None  # a line with another column count, invalid UTF-8, a line longer than a block ...
 
 
+# Arrays cross between Arrow and numpy through their buffers: pyarrow's own conversions (``pa.array``,
+# ``to_numpy``, ``take`` with a numpy index) import pandas, which would cost ``ragtrack eval`` 0.3 s.
+NUMPY_TYPES = {"int32": "int32", "int64": "int64", "double": "float64"}
+
+
+def to_numpy(array: "pa.Array | pa.ChunkedArray", missing: int = -1) -> "np.ndarray":
+    """A numeric Arrow array as a numpy array, read from its buffers; nulls become ``missing``."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    validity, data = array.buffers()[:2]
+    values = np.frombuffer(data, dtype=NUMPY_TYPES[str(array.type)], count=len(array), offset=array.offset * array.type.bit_width // 8)
+    if array.null_count:
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[array.offset:array.offset + len(array)]
+        values = np.where(bits.astype(bool), values, missing)
+    return values
+
+
+def from_numpy(values: "np.ndarray") -> "pa.Array":
+    """A 1-d int64 or float64 numpy array as an Arrow array."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    kind = {"int64": pa.int64(), "float64": pa.float64()}[values.dtype.name]
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+def string_array(values: list[str]) -> "pa.Array":
+    """An Arrow string array from Python strings, built from its buffers."""
+    import numpy as np
+    import pyarrow as pa
+
+    encoded = [value.encode("utf-8") for value in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(item) for item in encoded], out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))).cast(pa.string())
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded)))
+
+
 def _load(path: Path) -> bytes | None:
     """The file's bytes if nothing in them needs the line reader's judgment; opening errors raise."""
     try:
         data = read_bytes(path)
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError):
         return None
-    if b"\x00" in data or data.count(b"\r") != data.count(b"\r\n"):
+    if b"\x00" in data or b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
         return None  # NUL bytes (and UTF-16), or a lone CR that Arrow would take for a line break
     return data
 
@@ -79,7 +123,7 @@ def _pairs_are_unique(qids: "pa.ChunkedArray", docids: "pa.ChunkedArray") -> boo
 
     queries = pc.dictionary_encode(qids).combine_chunks()
     documents = pc.dictionary_encode(docids).combine_chunks()
-    keys = queries.indices.to_numpy().astype(np.int64) * len(documents.dictionary) + documents.indices.to_numpy()
+    keys = to_numpy(queries.indices).astype(np.int64) * len(documents.dictionary) + to_numpy(documents.indices)
     keys.sort()
     return not (keys[1:] == keys[:-1]).any()
 
@@ -99,7 +143,7 @@ def read_run(path: Path) -> "tuple[pa.ChunkedArray, pa.ChunkedArray, object] | N
     values = pc.cast(scores, pa.float64())
     if not pc.all(pc.is_finite(values)).as_py() or not _pairs_are_unique(qids, docids):
         return None
-    return qids, docids, values.to_numpy()
+    return qids, docids, to_numpy(values)
 
 
 def read_qrels(path: Path) -> "tuple[list[str], list[str], list[int], bytes] | None":

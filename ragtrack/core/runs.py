@@ -95,8 +95,8 @@ class RunColumns:
 
         pairs = [(qid, doc_id, score) for qid, docs in run.scores.items() for doc_id, score in docs.items()]
         qids, doc_ids, scores = zip(*pairs) if pairs else ((), (), ())
-        return cls(pa.chunked_array([pa.array(qids, pa.string())]), pa.chunked_array([pa.array(doc_ids, pa.string())]),
-                   np.array(scores, dtype=float))
+        return cls(pa.chunked_array([columnar.string_array(qids)]),
+                   pa.chunked_array([columnar.string_array(doc_ids)]), np.array(scores, dtype=float))
 
     def _grouped(self) -> "tuple[list[str], np.ndarray, np.ndarray]":
         """Query ids in order of first appearance, the lines grouped by query (file order within a
@@ -105,7 +105,7 @@ class RunColumns:
         import pyarrow.compute as pc
 
         codes = pc.dictionary_encode(self.qids).combine_chunks()
-        indices = codes.indices.to_numpy()
+        indices = columnar.to_numpy(codes.indices)
         order = np.argsort(indices, kind="stable")
         starts = np.concatenate([[0], np.cumsum(np.bincount(indices, minlength=len(codes.dictionary)))])
         return codes.dictionary.to_pylist(), order, starts
@@ -113,7 +113,7 @@ class RunColumns:
     def to_run(self, name: str) -> Run:
         """The :class:`Run` (queries in order of first appearance, documents in file order)."""
         qids, order, starts = self._grouped()
-        doc_ids = self.docids.take(order).to_pylist()
+        doc_ids = self.docids.take(columnar.from_numpy(order)).to_pylist()
         scores = self.scores[order].tolist()
         return Run(name, {qid: dict(zip(doc_ids[a:b], scores[a:b])) for qid, a, b in zip(qids, starts[:-1], starts[1:])})
 
@@ -126,29 +126,30 @@ class RunColumns:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        rows = pc.index_in(self.qids, value_set=pa.array(qids, pa.string())).fill_null(-1).to_numpy()
+        rows = columnar.to_numpy(pc.index_in(self.qids, value_set=columnar.string_array(qids)))
         retrieved = np.bincount(rows[rows >= 0], minlength=len(qids))
         judged_keys = [f"{qid}\t{doc_id}" for qid in qids for doc_id in qrels[qid]]
         judged_rows = np.repeat(np.arange(len(qids)), [len(qrels[qid]) for qid in qids])
         judged_grades = np.fromiter((g for qid in qids for g in qrels[qid].values()), dtype=np.int64, count=len(judged_keys))
-        entry = pc.index_in(pc.binary_join_element_wise(self.qids, self.docids, "\t"), value_set=pa.array(judged_keys, pa.string()))
-        hit_lines = np.flatnonzero(entry.is_valid().to_numpy(zero_copy_only=False))
-        hit_entries = entry.take(hit_lines).to_numpy()
+        entry = pc.index_in(pc.binary_join_element_wise(self.qids, self.docids, columnar.string_array(["\t"])[0]), value_set=columnar.string_array(judged_keys))
+        entries = columnar.to_numpy(entry)
+        hit_lines = np.flatnonzero(entries >= 0)
+        hit_entries = entries[hit_lines]
         lines = np.flatnonzero(rows >= 0)
         lines = lines[np.argsort(rows[lines], kind="stable")]  # grouped by row
         starts = np.concatenate([[0], np.cumsum(retrieved)])
         hit_rows, positions = judged_rows[hit_entries], np.zeros(len(hit_lines), dtype=np.int64)
         by_row = np.argsort(hit_rows, kind="stable")
+        docids = self.docids.combine_chunks()  # one array: a take from it costs microseconds
         for group in np.split(by_row, np.flatnonzero(np.diff(hit_rows[by_row])) + 1) if len(by_row) else ():
             segment = lines[starts[hit_rows[group[0]]]:starts[hit_rows[group[0]] + 1]]
-            ordered = np.sort(self.scores[segment])
+            scores = self.scores[segment]
             values = self.scores[hit_lines[group]]
-            not_above = np.searchsorted(ordered, values, side="right")
-            positions[group] = len(ordered) - not_above
-            for i in np.flatnonzero(not_above - np.searchsorted(ordered, values, side="left") > 1):
-                tied = segment[self.scores[segment] == values[i]]
-                doc_id = self.docids[int(hit_lines[group[i]])].as_py()
-                positions[group[i]] += sum(other > doc_id for other in self.docids.take(tied).to_pylist())
+            positions[group] = np.count_nonzero(scores > values[:, None], axis=1)  # a few judged documents: compare, not sort
+            for i in np.flatnonzero(np.count_nonzero(scores == values[:, None], axis=1) > 1):
+                tied = segment[scores == values[i]]
+                doc_id = docids[int(hit_lines[group[i]])].as_py()
+                positions[group[i]] += sum(other > doc_id for other in docids.take(columnar.from_numpy(tied)).to_pylist())
         return retrieved, hit_rows, judged_grades[hit_entries], positions
 
 

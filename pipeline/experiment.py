@@ -35,7 +35,7 @@ from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry
 from ragtrack.pipeline.inputs import load_dataset, read_cached_run
 from ragtrack.pipeline.provenance import provenance_tags
-from ragtrack.pipeline.redaction import flatten, redact, redact_hydra_files, redact_overrides
+from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
 from ragtrack.pipeline.tracking import MlflowTracker, Tracker, tracking_target
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     """Run every system of ``cfg`` on its dataset, score, write outputs and log to MLflow; returns the
     content of results.json plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking)."""
     job = job or JobInfo()
+    redact_hydra_files(hydra_records(job))
+    check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     chunker, oversample = build_chunker(cfg.get("chunking"))
@@ -173,10 +175,6 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
             **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags[layout.TAG_SWEEP] = job.sweep
-    hydra_records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
-    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
-        hydra_records.append(Path(job.sweep) / "multirun.yaml")
-    redact_hydra_files(hydra_records)
     tracker.start(cfg.get("run_name") or job_name(job.choices, typed), tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
@@ -188,6 +186,14 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     tracker.finish()
     print_report(report["table"], tracker, output_dir)
     return {**report["results"], "mlflow_run_id": tracker.run_id}
+
+
+def hydra_records(job: JobInfo) -> list[Path]:
+    """Hydra's records of the job: ``.hydra/*.yaml`` and a sweep's ``multirun.yaml``."""
+    records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
+    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
+        records.append(Path(job.sweep) / "multirun.yaml")
+    return records
 
 
 def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:

@@ -244,10 +244,12 @@ def answer_questions(generator: Generator | None, run: Run, dataset: Dataset, fo
     texts = generator.generate(dataset.queries, retrieved_passages(run, dataset.corpus, dataset.queries, generator.top_k))
     answers = Answers({qid: texts.get(qid, "") for qid in dataset.queries}, dict(generator.failures))
     folder.mkdir(parents=True, exist_ok=True)
+    first_error = next((f"{qid}: {answers.failures[qid]}" for qid in dataset.queries if qid in answers.failures), "")
     report = {"system": run.name, "generator": type(generator).__name__, "queries": len(dataset.queries),
-              "failed": len(answers.failures), "seconds": time.perf_counter() - started, "errors": answers.failures}
+              "failed": len(answers.failures), "first_error": first_error, "seconds": time.perf_counter() - started,
+              "errors": answers.failures}
     write_atomically(folder / "generation.json", json.dumps(report, indent=2, ensure_ascii=False))
     if answers.failures:
-        log.warning("%s: answer generation failed for %d of %d queries (they score 0); see %s",
-                    run.name, len(answers.failures), len(dataset.queries), folder / "generation.json")
+        log.warning("%s: answer generation failed for %d of %d queries (they score 0); first: %s; see %s",
+                    run.name, len(answers.failures), len(dataset.queries), first_error, folder / "generation.json")
     return answers

@@ -30,6 +30,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.runs import Run, trec_text, write_trec
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry
@@ -165,6 +166,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
+    pair_judges = [e for e in evaluators if isinstance(e, PairwiseJudge)]  # they compare systems, after all have answered
+    evaluators = [e for e in evaluators if not isinstance(e, PairwiseJudge)]
     tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     shared = {k: v for k, v in flatten(resolved).items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
@@ -178,8 +181,9 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     tracker.start(cfg.get("run_name") or job_name(job.choices, typed), tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
-        report = _write_outputs(cfg, resolved, dataset, results, output_dir)
-        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg)
+        pairwise = judge_pairs(pair_judges, results, dataset)
+        report = _write_outputs(cfg, resolved, dataset, results, output_dir, pairwise)
+        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, pairwise)
     except BaseException as exc:
         tracker.finish(exc)
         raise
@@ -253,7 +257,14 @@ def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
     return table[["system", "qid", *[c for c in table.columns if c not in ("system", "qid")]]]
 
 
-def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path) -> dict:
+def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset) -> dict[str, dict]:
+    """Each pairwise judge's summaries by pair, over the systems that generated answers."""
+    answers = {name: r.per_query["generated_answer"].to_dict() for name, r in results.items() if "generated_answer" in r.per_query}
+    return {pair: summary for judge in judges for pair, summary in judge.compare(answers, dataset.queries, dataset.answers).items()}
+
+
+def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path,
+                   pairwise: dict | None = None) -> dict:
     """``resolved``: ``cfg`` as a plain, resolved container (written redacted as config.yaml)."""
     for result in results.values():  # a run shared by the jobs of a multirun is formatted once
         text = _scored.get((result.run,), ("trec", result.name), lambda: trec_text(result.run, result.name))
@@ -273,6 +284,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "aggregates": {name: r.summary.drop(columns="n").to_dict(orient="index") for name, r in results.items()},
         "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
+        **({"pairwise": pairwise} if pairwise else {}),
     }
     (output_dir / layout.RESULTS_FILE).write_text(json.dumps(payload, indent=2))
     return {"results": payload, "table": table}
@@ -291,7 +303,8 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if pd.notna(v)} | result.efficiency
 
 
-def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig) -> None:
+def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig,
+                    pairwise: dict | None = None) -> None:
     if not tracker.enabled:
         return
     threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
@@ -309,7 +322,9 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
                                           cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold).items()})
             tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=curves)
             parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
-        artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS]
+        parent_metrics |= {f"pairwise/{s['first']}_vs_{s['second']}/{k}": v for s in (pairwise or {}).values()
+                           for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
+        artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS] + [p for p in [output_dir / "pairwise.jsonl"] if pairwise and p.is_file()]
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
         key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)

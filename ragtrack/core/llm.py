@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -181,6 +182,17 @@ def _reply_text(payload: dict) -> str:
     if not isinstance(content, str):
         raise TypeError(f"message content is {type(content).__name__}, not a string")
     return content
+
+
+def normalized_reply(text: str) -> str:
+    """Lower-case words without punctuation, single-spaced: how a reply is compared with the
+    configured no-answer string."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def is_abstention(answer: str, no_answer: str | None) -> bool:
+    """Whether an answer is the no-answer string (``"Unanswerable."`` is ``unanswerable``), normalized."""
+    return bool(no_answer) and bool(normalized_reply(no_answer)) and normalized_reply(answer) == normalized_reply(no_answer)
 
 
 def numbered_passages(passages: list[str]) -> str:

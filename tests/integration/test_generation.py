@@ -90,7 +90,8 @@ class HostileChatServer(ChatServer):
     ``[echo-error]`` / "ATP" a 500 whose body echoes the key across the 200-character excerpt edge,
     ``[echo-reply]`` / "earthquakes" a reply that echoes the key, ``[gzip]`` / "vaccines" a body declared
     gzip that is not, ``[truncated]`` / "black hole" a body shorter than its Content-Length,
-    ``[drip]`` a reply sent one byte every 0.2 s, ``[not-utf8]``, ``[no-choices]``, ``[number]``."""
+    ``[drip]`` a reply sent one byte every 0.2 s, ``[not-utf8]``, ``[no-choices]``, ``[number]``; ``[abstain]``
+    answers " Unanswerable. "."""
 
     def __init__(self, secret: str) -> None:
         super().__init__()
@@ -106,6 +107,8 @@ class HostileChatServer(ChatServer):
         reply = {"choices": [{"message": {"content": f"your key is {self.secret}, keep it safe"}}]}
         if behaviour == "echo-error":
             return self.send(handler, 500, ("x" * 180 + f" invalid key {self.secret} for this model").encode())
+        if behaviour == "abstain":
+            return self.send(handler, 200, json.dumps({"choices": [{"message": {"content": " Unanswerable. "}}]}).encode())
         if behaviour == "echo-reply":
             return self.send(handler, 200, json.dumps(reply).encode())
         if behaviour == "gzip":
@@ -129,7 +132,7 @@ class HostileChatServer(ChatServer):
                 handler.wfile.flush()
                 time.sleep(0.2)
 
-    BEHAVIOURS = [(("[echo-error]", "ATP"), "echo-error"), (("[echo-reply]", "earthquakes"), "echo-reply"),
+    BEHAVIOURS = [(("[abstain]",), "abstain"), (("[echo-error]", "ATP"), "echo-error"), (("[echo-reply]", "earthquakes"), "echo-reply"),
                   (("[gzip]", "vaccines"), "gzip"), (("[truncated]", "black hole"), "truncated"), (("[drip]",), "drip"),
                   (("[not-utf8]",), "not-utf8"), (("[no-choices]",), "no-choices"), (("[number]",), "number")]
 
@@ -269,3 +272,44 @@ def test_qa_xquad_real_minilm(tmp_path: Path) -> None:
     names = ["answer_f1", "exact_match", "rougeL", "bertscore_f1", "context_recall@1", "context_recall@3"]
     for system, values in expected.items():
         assert [systems[system][name] for name in names] == pytest.approx(values, abs=6e-5), system
+
+
+def test_openai_generator_abstains_with_the_no_answer_string(hostile_server: HostileChatServer) -> None:
+    generator = _generator(hostile_server.url, prompt="{question}\nIf unsure reply {no_answer}.\n{context}", no_answer="unanswerable")
+    answers = generator.generate({"a": "[abstain] who?", "b": "who?"}, {"a": ["p"], "b": ["p"]})
+    assert answers == {"a": "unanswerable", "b": "answer to who?"}
+    assert "If unsure reply unanswerable." in hostile_server.requests[-1]["body"]["messages"][-1]["content"]
+    with pytest.raises(RagtrackError, match="uses {no_answer} but no_answer is not set"):
+        _generator(hostile_server.url, prompt="{question} {no_answer}")
+
+
+def test_unanswerable_xquad_is_rebuilt_byte_for_byte(tmp_path: Path) -> None:
+    from ragtrack.pipeline.config import datasets_dir
+
+    shipped = datasets_dir() / "xquad_en_unanswerable"  # the installed files, rebuilt by the checkout's script
+    build = Path(__file__).parents[2] / "data" / "xquad_en_unanswerable" / "build.py"
+    done = subprocess.run([sys.executable, str(build), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"seed": 13, "passages": 196, "passages_removed": 44, "questions": 1190, "unanswerable": 238, "answerable": 952}
+    for name in ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"]:
+        assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), name
+
+
+def test_abstention_beside_answer_metrics_on_unanswerable_xquad(tmp_path: Path) -> None:
+    """The extractive reader abstains below half the question's idf: abstention precision and recall equal
+    their definitions over per_query.csv, and answer metrics count the answerable queries only."""
+    _run_cli(tmp_path, "dataset=xquad_en_unanswerable", "retriever=[bm25]", "fusion=[]", "generator=extractive", "generator.abstain_below=0.5",
+             "evaluator=[ranking,answer,abstention]", "tracking=none")
+    output = next(tmp_path.glob("outputs/runs/*"))
+    means = json.loads((output / "results.json").read_text())["systems"]["bm25"]
+    rows = _read_csv(output / "per_query.csv")
+    unanswerable = {r["qid"] for r in rows if r["answerable"] == "0"}
+    abstained = {r["qid"] for r in rows if r["abstained"] == "1"}
+    assert len(rows) == 1190 and len(unanswerable) == 238 and all(r["generated_answer"] == "unanswerable" for r in rows if r["qid"] in abstained)
+    assert means["abstention_precision"] == pytest.approx(len(abstained & unanswerable) / len(abstained), abs=1e-12)
+    assert means["abstention_recall"] == pytest.approx(len(abstained & unanswerable) / len(unanswerable), abs=1e-12)
+    assert means["abstention_rate"] == pytest.approx(len(abstained) / 1190, abs=1e-12)
+    assert all(r["answer_f1"] == "" for r in rows if r["qid"] in unanswerable)
+    answerable_f1 = [float(r["answer_f1"]) for r in rows if r["answerable"] == "1"]
+    assert means["answer_f1"] == pytest.approx(sum(answerable_f1) / 952, abs=1e-12)
+    assert (round(means["abstention_precision"], 4), round(means["abstention_recall"], 4), round(means["answer_f1"], 4)) == (0.3952, 0.9748, 0.1926)

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+import unicodedata
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,19 @@ from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run
 
 Qrels = dict[str, dict[str, int]]
+
+
+def parse_cutoff(metric: str) -> int:
+    """The cutoff k of a metric name ``name@k``: a positive integer in ASCII digits. Anything else
+    (``ndcg@0``, ``ndcg@x``, a superscript ``ndcg@¹⁰``, a full-width ``ndcg@１０``) fails in one line,
+    suggesting the ASCII spelling when the cutoff is made of other digits."""
+    base, _, cutoff = metric.partition("@")
+    if cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1:
+        return int(cutoff)
+    digits = [unicodedata.digit(ch, None) for ch in cutoff]
+    ascii_cutoff = "".join(map(str, digits)) if cutoff and None not in digits else ""
+    hint = did_you_mean(f"{base}@{ascii_cutoff}", [f"{base}@k"]) if ascii_cutoff.strip("0") else f", e.g. {base}@10"
+    raise RagtrackError(f"metric {metric!r}: the cutoff must be a positive integer in ASCII digits{hint}")
 
 
 @dataclass

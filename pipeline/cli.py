@@ -31,15 +31,25 @@ def _columns_of_first_line(path: Path) -> int:
         return 0
 
 
-def command_eval(args: argparse.Namespace) -> int:
-    from ragtrack.pipeline.api import evaluate
+def _evaluate_answer_files(args: argparse.Namespace):
+    """``eval --answers GOLD --predictions PRED``: predictions made anywhere, scored like run-time answers."""
+    from ragtrack.pipeline.api import evaluate_answers
 
-    if _columns_of_first_line(Path(args.qrels)) == 6 and _columns_of_first_line(Path(args.run)) in (3, 4):
-        raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
-                            "use: ragtrack eval QRELS RUN")
-    result = evaluate(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
+    if args.qrels or args.run or not (args.answers and args.predictions):
+        raise RagtrackError("score answers with: ragtrack eval --answers GOLD --predictions PRED [-m answer_f1 ...] (no qrels or run file)")
+    result = evaluate_answers(Path(args.answers), Path(args.predictions), args.metric, args.seed)
     if result.missing:
-        print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
+        shown = ", ".join(result.missing[:5]) + (", ..." if len(result.missing) > 5 else "")
+        print(f"ragtrack: note: {len(result.missing)} questions with gold answers have no prediction in {args.predictions} "
+              f"(scored as the empty answer): {shown}", file=sys.stderr)
+    return result
+
+
+def command_eval(args: argparse.Namespace) -> int:
+    if args.answers or args.predictions:
+        result = _evaluate_answer_files(args)
+    else:
+        result = _evaluate_run_file(args)
     if args.json:
         print(json.dumps(result.to_dict(per_query=args.per_query), indent=2))
         return 0
@@ -51,6 +61,20 @@ def command_eval(args: argparse.Namespace) -> int:
     for metric, row in result.summary.iterrows():
         print(f"{metric:<16}\tall\t{row['mean']:.4f}\t(std {row['std']:.4f}, 95% CI {row['ci_low']:.4f}-{row['ci_high']:.4f}, n={int(row['n'])})")
     return 0
+
+
+def _evaluate_run_file(args: argparse.Namespace):
+    from ragtrack.pipeline.api import evaluate
+
+    if not (args.qrels and args.run):
+        raise RagtrackError("use: ragtrack eval QRELS RUN, or ragtrack eval --answers GOLD --predictions PRED")
+    if _columns_of_first_line(Path(args.qrels)) == 6 and _columns_of_first_line(Path(args.run)) in (3, 4):
+        raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
+                            "use: ragtrack eval QRELS RUN")
+    result = evaluate(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
+    if result.missing:
+        print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
+    return result
 
 
 def command_metrics(args: argparse.Namespace) -> int:
@@ -165,9 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragtrack", description="Tracked retrieval experiments for RAG.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run an experiment (Hydra overrides follow, e.g. retriever=[bm25] fusion=[])", add_help=False)
-    evaluate = commands.add_parser("eval", help="score a TREC run against qrels, trec_eval style")
-    evaluate.add_argument("qrels", help="BEIR (query-id corpus-id score) or TREC (qid 0 docid rel) qrels")
-    evaluate.add_argument("run", help="TREC run file (qid Q0 docid rank score tag)")
+    evaluate = commands.add_parser("eval", help="score a TREC run against qrels (trec_eval style), or predicted answers against gold answers")
+    evaluate.add_argument("qrels", nargs="?", help="BEIR (query-id corpus-id score) or TREC (qid 0 docid rel) qrels")
+    evaluate.add_argument("run", nargs="?", help="TREC run file (qid Q0 docid rank score tag)")
+    evaluate.add_argument("--answers", metavar="GOLD", help="gold answers: JSON lines with _id/id and answers (queries.jsonl), or a SQuAD dataset .json")
+    evaluate.add_argument("--predictions", metavar="PRED", help="answers to score: SQuAD {id: answer} .json, or JSON lines with id and answer")
     evaluate.add_argument("-m", "--metric", action="append", help="metric such as ndcg@10 (repeatable; default: the standard set)")
     evaluate.add_argument("--per-query", action="store_true", help="also print every query's values")
     evaluate.add_argument("--json", action="store_true", help="print JSON: aggregate, std, ci95, per_query")

@@ -1,7 +1,7 @@
 """Load and validate BEIR-layout datasets (and TREC qrels), with a content hash.
 
 Layout: ``corpus.jsonl`` or ``corpus.jsonl.gz`` (``_id``, ``title``, ``text``), ``queries.jsonl``
-(``_id``, ``text``, optional ``answers``), ``qrels/<split>.tsv`` (``query-id corpus-id score``, header
+(``_id``, ``text``, optional ``answers`` and ``metadata`` object), ``qrels/<split>.tsv`` (``query-id corpus-id score``, header
 optional) or a TREC qrels file (``qid 0 docid rel``). Every defect raises :class:`InputError` naming the
 file and line. Decisions: blank lines are not records and are skipped; a BOM and CRLF line endings are
 accepted; documents with an empty title *and* text are rejected, as are empty query texts; ids may not
@@ -54,6 +54,7 @@ class Dataset:
     qrels: Qrels
     answers: dict[str, list[str]] = field(default_factory=dict)
     hash: str = ""
+    metadata: dict[str, dict] = field(default_factory=dict)  # a query's ``metadata`` object (queries.jsonl), where given
     qrels_path: Path | None = None  # the judgments' file, for errors that name a line of it
 
     def num_judged_relevant(self, threshold: int = 1) -> int:
@@ -118,11 +119,13 @@ def load_corpus(path: Path) -> Corpus:
     return Corpus(ids=ids, titles=titles, texts=texts, hash=digest.hexdigest())
 
 
-def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str]:
-    """Read ``queries.jsonl``: returns texts, answers (where given) and the content hash."""
+def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str, dict[str, dict]]:
+    """Read ``queries.jsonl``: returns texts, answers (where given), the content hash and the
+    ``metadata`` objects (where given; BEIR's optional per-query field)."""
     digest = hashlib.sha256()
     queries: dict[str, str] = {}
     answers: dict[str, list[str]] = {}
+    metadata: dict[str, dict] = {}
     first_line: dict[str, int] = {}
     for number, record in _read_jsonl(path, digest):
         if "_id" not in record:
@@ -140,9 +143,13 @@ def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str]
             if not isinstance(gold, list) or not all(isinstance(a, str) for a in gold):
                 raise InputError(path, f"'answers' of query {qid!r} must be a list of strings", number)
             answers[qid] = gold
+        if "metadata" in record:
+            if not isinstance(record["metadata"], dict):
+                raise InputError(path, f"'metadata' of query {qid!r} must be a JSON object, got {type(record['metadata']).__name__}", number)
+            metadata[qid] = record["metadata"]
     if not queries:
         raise InputError(path, "no queries")
-    return queries, answers, digest.hexdigest()
+    return queries, answers, digest.hexdigest(), metadata
 
 
 def _parse_grade(value: str, path: Path, line: int) -> int:
@@ -206,16 +213,17 @@ def load_beir(path: str | Path, split: str = "test", name: str | None = None, qr
         raise InputError(folder, "dataset folder not found")
     qrels_path = Path(qrels_file) if qrels_file else folder / "qrels" / f"{split}.tsv"
     corpus = load_corpus(_corpus_path(folder))
-    all_queries, all_answers, queries_hash = load_queries(folder / "queries.jsonl")
+    all_queries, all_answers, queries_hash, all_metadata = load_queries(folder / "queries.jsonl")
     qrels, qrels_hash = load_qrels(qrels_path)
     for qid in qrels:
         if qid not in all_queries:
             raise InputError(qrels_path, f"unknown query id {qid!r} (not in queries.jsonl)", _find_qrels_line(qrels_path, qid))
     queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
     answers = {qid: gold for qid, gold in all_answers.items() if qid in qrels}
+    metadata = {qid: values for qid, values in all_metadata.items() if qid in qrels}
     combined = hashlib.sha256(f"{corpus.hash}:{queries_hash}:{qrels_hash}".encode()).hexdigest()
     dataset = Dataset(name=name or folder.name, corpus=corpus, queries=queries, qrels=qrels, answers=answers, hash=combined,
-                      qrels_path=qrels_path)
+                      qrels_path=qrels_path, metadata=metadata)
     if check_documents:
         check_judged_documents(dataset, set(corpus.ids))
     unjudged = len(queries) - dataset.num_judged_relevant()

@@ -174,7 +174,13 @@ def command_regress(args: argparse.Namespace) -> int:
 
 def run_hydra(overrides: list[str]) -> int:
     from ragtrack.pipeline.app import run_app
+    from ragtrack.pipeline.redaction import check_run_arguments
 
+    try:  # Hydra writes .hydra/ and the log before the job runs: a key given as a variable name stops here
+        check_run_arguments(overrides)
+    except RagtrackError as exc:
+        print(f"ragtrack: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     run_app(overrides)
     return 0
 

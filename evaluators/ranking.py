@@ -21,11 +21,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
+from ragtrack.core.runs import RunColumns
 from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels, parse_cutoff
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack eval` scores without pandas
 
 
 @dataclass(frozen=True)
@@ -102,19 +107,10 @@ def _pooled(run: Mapping[str, Mapping[str, float]], qids: list[str], pool: set[s
     return pooled
 
 
-def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold: int = 1, min_width: int = 1, max_grade: int | None = None,
-                pool: bool = False) -> RankedGrades:
-    """Build the grade matrix of ``run`` against ``qrels``; rows follow the qrels' query order.
-    Only judged documents are located in the ranking (one sort per query, see ``_judged_positions``);
-    every other cell stays 0 / unjudged. ``max_grade`` (ERR's g_max) defaults to the largest grade in
-    the qrels, at least 1. ``pool`` also locates every document judged for any query (``pooled``)."""
-    qids = list(qrels)
-    n = len(qids)
-    retrieved = np.fromiter((len(run.get(qid) or ()) for qid in qids), dtype=np.int64, count=n)
-    width = max(int(retrieved.max(initial=0)), min_width)
-    grades = np.zeros((n, width))
-    judged = np.zeros((n, width), dtype=bool)
-
+def _locate_judged(run: Mapping[str, Mapping[str, float]], qrels: Qrels, qids: list[str]) -> tuple:
+    """Per query the number retrieved; per judged document retrieved its row, grade and 0-based rank
+    (as :meth:`RunColumns.judged_positions` gives them for a run read as columns)."""
+    retrieved = np.fromiter((len(run.get(qid) or ()) for qid in qids), dtype=np.int64, count=len(qids))
     hit_rows: list[int] = []
     hit_grades: list[int] = []
     hit_positions = [np.zeros(0, dtype=np.int64)]
@@ -128,7 +124,23 @@ def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold:
             hit_rows += [row] * len(found)
             hit_grades += [judgments[doc] for doc in found]
             hit_positions.append(_judged_positions(docs, found))
-    positions = np.concatenate(hit_positions)
+    return retrieved, hit_rows, hit_grades, np.concatenate(hit_positions)
+
+
+def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, threshold: int = 1, min_width: int = 1,
+                max_grade: int | None = None, pool: bool = False) -> RankedGrades:
+    """Build the grade matrix of ``run`` (a mapping, or :class:`RunColumns` as ``ragtrack eval`` reads
+    a file) against ``qrels``; rows follow the qrels' query order. Only judged documents are located
+    in the ranking (one sort per query, see ``_judged_positions``); every other cell stays 0 /
+    unjudged. ``max_grade`` (ERR's g_max) defaults to the largest grade in the qrels, at least 1.
+    ``pool`` also locates every document judged for any query (``pooled``; mappings only)."""
+    qids = list(qrels)
+    n = len(qids)
+    located = run.judged_positions(qids, qrels) if isinstance(run, RunColumns) else _locate_judged(run, qrels, qids)
+    retrieved, hit_rows, hit_grades, positions = located
+    width = max(int(retrieved.max(initial=0)), min_width)
+    grades = np.zeros((n, width))
+    judged = np.zeros((n, width), dtype=bool)
     grades[hit_rows, positions] = hit_grades
     judged[hit_rows, positions] = True
 
@@ -378,14 +390,22 @@ def describe_metrics() -> dict[str, str]:
     return names
 
 
-def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1, max_grade: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
-    """Per-query values of ``metrics`` (DataFrame indexed by query id, qrels order) and the number of
-    relevant judgments per query."""
+def ranking_values(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, metrics: Sequence[str], threshold: int = 1,
+                   max_grade: int | None = None) -> tuple[RankedGrades, dict[str, np.ndarray]]:
+    """The grade matrix and the per-query values of ``metrics`` (rows in qrels order)."""
     parsed = {name: parse_metric(name) for name in metrics}
     width = max([k for _, k in parsed.values() if k] + [1])
     m = rank_grades(run, qrels, threshold, min_width=width, max_grade=max_grade, pool=any(spec.needs_pool for spec, _ in parsed.values()))
-    table = pd.DataFrame({name: spec.function(m, k) for name, (spec, k) in parsed.items()}, index=pd.Index(m.qids, name="qid"))
-    return table, m.num_rel
+    return m, {name: spec.function(m, k) for name, (spec, k) in parsed.items()}
+
+
+def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1, max_grade: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per-query values of ``metrics`` (DataFrame indexed by query id, qrels order) and the number of
+    relevant judgments per query."""
+    import pandas as pd
+
+    m, values = ranking_values(run, qrels, metrics, threshold, max_grade)
+    return pd.DataFrame(values, index=pd.Index(m.qids, name="qid")), m.num_rel
 
 
 class RankingEvaluator(Evaluator):
@@ -418,6 +438,8 @@ class RankingEvaluator(Evaluator):
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         """Queries with at least one relevant judgment (a query missing from the run scores 0)."""
+        import pandas as pd
+
         threshold = self.relevance_threshold
         return pd.Series([any(g >= threshold for g in data.qrels[qid].values()) for qid in per_query.index], index=per_query.index)
 

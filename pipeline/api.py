@@ -64,6 +64,14 @@ class Evaluation:
             payload["per_query"] = self.per_query.to_dict(orient="index")
         return payload
 
+    def summary_rows(self) -> dict[str, dict[str, float]]:
+        """``{metric: {mean, std, ci_low, ci_high, n}}`` (what ``ragtrack eval`` prints)."""
+        return self.summary.to_dict(orient="index")
+
+    def per_query_rows(self) -> dict[str, dict[str, float]]:
+        """``{qid: {metric: value}}``."""
+        return self.per_query.to_dict(orient="index")
+
     def _repr_html_(self) -> str:
         return self.summary.to_html(float_format=lambda v: f"{v:.4f}")
 

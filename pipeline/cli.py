@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
 def _columns_of_first_line(path: Path) -> int:
@@ -53,25 +53,25 @@ def command_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(per_query=args.per_query), indent=2))
         return 0
-    metrics = list(result.summary.index)
+    summary = result.summary_rows()
     if args.per_query:
-        for qid, row in result.per_query.iterrows():
-            for metric in metrics:
+        for qid, row in result.per_query_rows().items():
+            for metric in summary:
                 print(f"{metric:<16}\t{qid}\t{row[metric]:.4f}")
-    for metric, row in result.summary.iterrows():
+    for metric, row in summary.items():
         print(f"{metric:<16}\tall\t{row['mean']:.4f}\t(std {row['std']:.4f}, 95% CI {row['ci_low']:.4f}-{row['ci_high']:.4f}, n={int(row['n'])})")
     return 0
 
 
 def _evaluate_run_file(args: argparse.Namespace):
-    from ragtrack.pipeline.api import evaluate
+    from ragtrack.pipeline.run_files import evaluate_files
 
     if not (args.qrels and args.run):
         raise RagtrackError("use: ragtrack eval QRELS RUN, or ragtrack eval --answers GOLD --predictions PRED")
     if _columns_of_first_line(Path(args.qrels)) == 6 and _columns_of_first_line(Path(args.run)) in (3, 4):
         raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
                             "use: ragtrack eval QRELS RUN")
-    result = evaluate(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
+    result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
     if result.missing:
         print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
     return result
@@ -174,7 +174,13 @@ def command_regress(args: argparse.Namespace) -> int:
 
 def run_hydra(overrides: list[str]) -> int:
     from ragtrack.pipeline.app import run_app
+    from ragtrack.pipeline.redaction import check_run_arguments
 
+    try:  # Hydra writes .hydra/ and the log before the job runs: a key given as a variable name stops here
+        check_run_arguments(overrides)
+    except RagtrackError as exc:
+        print(f"ragtrack: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     run_app(overrides)
     return 0
 
@@ -269,10 +275,17 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]
     try:
+        if args.command in ("compare", "reproduce"):  # an unreachable tracking server fails in seconds, with one line
+            from ragtrack.pipeline.tracking import prepare_connection
+
+            prepare_connection(args.tracking_uri or default_tracking_uri())
         return handler(args)
-    except RagtrackError as exc:
-        print(f"ragtrack: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
+        message = describe_fault(exc)
+        if message is None:
+            raise
+        print(f"ragtrack: error: {message}", file=sys.stderr)
+        return RagtrackError.exit_code
 
 
 if __name__ == "__main__":

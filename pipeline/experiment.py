@@ -30,12 +30,13 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.runs import Run, trec_text, write_trec
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness
 from ragtrack.pipeline.inputs import load_dataset, read_cached_run
 from ragtrack.pipeline.provenance import provenance_tags
-from ragtrack.pipeline.redaction import flatten, redact, redact_hydra_files, redact_overrides
+from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
 from ragtrack.pipeline.slices import Attribute, Findings, annotate, query_attributes, summarize
 from ragtrack.pipeline.tracking import MlflowTracker, Tracker, tracking_target
 
@@ -109,7 +110,7 @@ def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: 
         table = evaluator.evaluate(data)
         counted = evaluator.counted(data, table).reindex(table.index, fill_value=False)
         tables.append(table)
-        masks.append(pd.DataFrame({column: counted for column in table.columns}, index=table.index))
+        masks.append(pd.DataFrame({column: counted & table[column].notna() for column in table.columns}, index=table.index))  # NaN: not applicable
         summaries.append(aggregate(table, counted, seed=seed))
     if not tables:
         raise RagtrackError("no evaluator applies to this dataset")
@@ -186,6 +187,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     """Run every system of ``cfg`` on its dataset, score, write outputs and log to MLflow; returns the
     content of results.json plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking)."""
     job = job or JobInfo()
+    redact_hydra_files(hydra_records(job))
+    check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     chunker, oversample = build_chunker(cfg.get("chunking"))
@@ -197,6 +200,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
+    pair_judges = [e for e in evaluators if isinstance(e, PairwiseJudge)]  # they compare systems, after all have answered
+    evaluators = [e for e in evaluators if not isinstance(e, PairwiseJudge)]
     tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     shared = {k: v for k, v in flatten(resolved).items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
@@ -207,15 +212,12 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
             **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags[layout.TAG_SWEEP] = job.sweep
-    hydra_records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
-    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
-        hydra_records.append(Path(job.sweep) / "multirun.yaml")
-    redact_hydra_files(hydra_records)
     tracker.start(cfg.get("run_name") or job_name(job.choices, typed), tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
                              lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan))
+        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir))
         report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results)
         _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings)
     except BaseException as exc:
@@ -224,6 +226,14 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     tracker.finish()
     print_report(report["table"], tracker, output_dir)
     return {**report["results"], "mlflow_run_id": tracker.run_id}
+
+
+def hydra_records(job: JobInfo) -> list[Path]:
+    """Hydra's records of the job: ``.hydra/*.yaml`` and a sweep's ``multirun.yaml``."""
+    records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
+    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
+        records.append(Path(job.sweep) / "multirun.yaml")
+    return records
 
 
 def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:
@@ -304,6 +314,17 @@ def _findings(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult
     return found
 
 
+def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path) -> Findings:
+    """The pairwise judges' summaries by pair (results.json ``pairwise``, parent metrics
+    ``pairwise/<first>_vs_<second>/<name>``, ``pairwise.jsonl``) over the systems that generated answers."""
+    answers = {name: r.per_query["generated_answer"].to_dict() for name, r in results.items() if "generated_answer" in r.per_query}
+    pairs = {pair: summary for judge in judges for pair, summary in judge.compare(answers, dataset.queries, dataset.answers).items()}
+    if not pairs:
+        return Findings()
+    metrics = {f"pairwise/{s['first']}_vs_{s['second']}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
+    return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()])
+
+
 def _with_output_dir(cfg: DictConfig, folder: Path) -> DictConfig:
     """A copy of ``cfg`` writing its per-system files (generation.json) under ``folder``."""
     copy = cfg.copy()
@@ -342,7 +363,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "search": {name: r.params["search"] for name, r in results.items()},  # exact, or approximate (see approximate_recall)
         **(extra or {}),
     }
-    (output_dir / layout.RESULTS_FILE).write_text(json.dumps(payload, indent=2))
+    write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(payload, indent=2))  # last, whole: it marks the results complete
     return {"results": payload, "table": table}
 
 

@@ -150,8 +150,14 @@ def command_regress(args: argparse.Namespace) -> int:
 
 def run_hydra(overrides: list[str]) -> int:
     from ragtrack.pipeline.app import run_app
+    from ragtrack.pipeline.settings import composition_errors_explained, config_dirs_of
 
-    run_app(overrides)
+    try:
+        with composition_errors_explained(config_dirs_of(overrides)):  # an unknown key or group option: one line with a did-you-mean
+            run_app(overrides)
+    except RagtrackError as exc:
+        print(f"ragtrack: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0
 
 

@@ -86,7 +86,7 @@ class Open(Section):
 class TokenizerSettings(Section):
     lowercase: Flag = True
     stopwords: Literal["en"] | list[str] | None = "en"
-    stemmer: Text | None = "english"
+    stemmer: Text | None = Field("english", description="a PyStemmer language (e.g. english) or null")
     pattern: Text = r"(?u)\b\w\w+\b"
 
     @field_validator("stemmer")
@@ -652,33 +652,37 @@ def _shown(value: Any) -> str:
 
 # ----------------------------------------------------------------------------- the table in the docs
 def settings_table() -> str:
-    """Every key of the shipped configs with what it allows, as the Markdown table of docs/configuration.md."""
-    rows = []
+    """Every key of the shipped configs with what it allows, as the Markdown table of docs/configuration.md
+    (a component's ``type``/``_target_`` picks its rows: the "where" column)."""
+    rows: dict[tuple[str, str], list[str]] = {}
 
-    def add(prefix: str, model: type[BaseModel], where: str, skip: tuple[str, ...] = ()) -> None:
+    components = ("encoder", "retriever", "fusion", "evaluator", "generator", "chunking")  # their own rows below
+
+    def add(prefix: str, model: type[BaseModel], where: str) -> None:
         for name, info in model.model_fields.items():
             key = info.alias or name
-            if key in skip:
+            if key in ("type", "_target_") and where or key in components and model in (JobSettings, DenseSettings):
                 continue
             annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
             inner = _without_null(annotation)
             if isinstance(inner, type) and issubclass(inner, BaseModel):
                 add(f"{prefix}{key}.", inner, where)
             else:
-                rows.append(f"| `{prefix}{key}` | {where} | {(info.description or _describe(annotation)).replace('|', '&#124;')} |")
+                allowed = (info.description or _describe(annotation)).replace("|", "&#124;")
+                rows.setdefault((f"`{prefix}{key}`", allowed), []).append(where)
 
-    components = ("encoder", "retriever", "fusion", "evaluator", "generator", "chunking")
-    add("", JobSettings, "", skip=components)
+    add("", JobSettings, "")
     for target, model in ENCODERS.items():
-        add("encoder.", model, f"encoder={target.rsplit('.', 1)[1]}")
+        add("encoder.", model, f"`_target_: ...{target.rsplit('.', 1)[1]}`")
     for section, group in (("retriever", "retrievers"), ("fusion", "fusions"), ("evaluator", "evaluators")):
         for kind, model in SHIPPED[group].items():
-            add(f"{section}.{kind}.", model, f"type: {kind}", skip=("_target_", "encoder") if section == "retriever" else ("_target_",))
+            add(f"{section}.{kind}.", model, f"`type: {kind}`")
     for section, group in (("generator", "generators"), ("chunking", "chunkers")):
         for kind, model in SHIPPED[group].items():
-            add(f"{section}.", model, f"type: {kind}", skip=("_target_",))
-    header = ["| key | where | allowed |", "|---|---|---|"]
-    return "\n".join(header + rows)
+            add(f"{section}.", model, f"`type: {kind}`")
+    lines = ["| key | where | allowed |", "|---|---|---|"]
+    lines += [f"| {key} | {', '.join(dict.fromkeys(wheres))} | {allowed} |" for (key, allowed), wheres in rows.items()]
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- Hydra's composition errors

@@ -775,9 +775,10 @@ def discard_job_folder(output_dir: Path, job_name: str, log_dir: str | Path | No
     if log_dir is None or not output_dir.is_relative_to(log_dir):
         return
     for folder in output_dir.parents:
-        if not folder.is_relative_to(log_dir) or not folder.is_dir() or any(folder.iterdir()):
+        if not folder.is_relative_to(log_dir) or folder.is_dir() and any(folder.iterdir()):
             break
-        folder.rmdir()
+        if folder.is_dir():
+            folder.rmdir()
 
 
 if __name__ == "__main__":

@@ -447,10 +447,9 @@ def validate(cfg: DictConfig | Mapping) -> None:
 
 def _plain(node: DictConfig | ListConfig, path: str) -> Any:
     """A config as plain containers with its interpolations resolved, key by key, so a value that
-    cannot be resolved or was never given (``???``) is named. Hydra's runtime values
-    (``${hydra:...}``) exist only inside a Hydra job; elsewhere they stay unresolved text."""
-    from hydra.core.hydra_config import HydraConfig
-
+    cannot be resolved or was never given (``???``) is named. Values taken from Hydra's runtime
+    (``${hydra:...}``, e.g. ``paths.output_dir``) are Hydra's: they stay unresolved text (outside a
+    Hydra job, as in ``ragtrack.run_experiment``, they have no value yet)."""
     raw = OmegaConf.to_container(node, resolve=False)
     keys = range(len(node)) if isinstance(node, ListConfig) else list(node.keys())
     plain: Any = [] if isinstance(node, ListConfig) else {}
@@ -458,7 +457,7 @@ def _plain(node: DictConfig | ListConfig, path: str) -> Any:
         where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
         if OmegaConf.is_missing(node, key):
             raise InputError(where, "a value is required (the config has ???)")
-        if isinstance(raw[key], str) and "${hydra:" in raw[key] and not HydraConfig.initialized():
+        if isinstance(raw[key], str) and "${hydra:" in raw[key]:
             value: Any = raw[key]
         else:
             try:

@@ -241,3 +241,14 @@ def test_discard_job_folder_removes_only_what_hydra_made(tmp_path: Path) -> None
     (job / "results.json").write_text("{}")  # a folder the user reused (hydra.run.dir=...) is kept
     settings.discard_job_folder(job, "ragtrack", log_dir)
     assert (job / "results.json").is_file()
+
+
+def test_the_python_api_checks_settings_before_it_makes_a_folder(tmp_path: Path) -> None:
+    import ragtrack
+
+    GlobalHydra.instance().clear()
+    with pytest.raises(InputError, match=r"^depth: 0 is not allowed: an integer >= 1$"):
+        ragtrack.run_experiment(["dataset=toy", "encoder=hashing", f"paths.root_dir={tmp_path}", "depth=0"])
+    with pytest.raises(RagtrackError, match=r"^fusion\.rrf\.kk: no such key; did you mean 'fusion\.rrf\.k'\?$"):
+        ragtrack.run_experiment(["dataset=toy", "encoder=hashing", f"paths.root_dir={tmp_path}", "fusion.rrf.kk=3"])
+    assert list(tmp_path.iterdir()) == []

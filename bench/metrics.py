@@ -9,8 +9,14 @@ Peak memory = the process's peak resident set during the call above its resident
 /proc, peak reset before each call). Cold start = a fresh interpreter importing ragtrack's metrics and
 scoring the SciFact-size case once (wall and CPU time, from a subprocess).
 
-    python bench/metrics.py            # both cases (needs ~4 GB of memory and a few minutes)
-    python bench/metrics.py --small    # 1,000 x 1,000 instead of 10,000 x 1,000
+Whole process: ``ragtrack eval QRELS RUN`` against a plain pytrec_eval script that reads the same
+files (Python line splitting into dicts) and evaluates the same 5 measures, on 2,000 queries x 1,000
+documents (2M run lines, generated seeded in a temporary folder); the median wall time of 5 runs of
+each, alternating, and their ratio.
+
+    python bench/metrics.py                  # both cases and the whole-process ratio (~4 GB, a few minutes)
+    python bench/metrics.py --small          # 1,000 x 1,000 instead of 10,000 x 1,000
+    python bench/metrics.py --whole-process  # only the whole-process ratio (about a minute)
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -155,10 +162,78 @@ def cold_start() -> tuple[float, float]:
     return float(out[0]), float(out[1])
 
 
+WHOLE_MEASURES = ("ndcg@10", "map", "recall@100", "p@10", "mrr")
+PYTREC_SCRIPT = """
+import sys, pytrec_eval
+qrels = {}
+with open(sys.argv[1]) as f:
+    next(f)
+    for line in f:
+        q, d, g = line.split()
+        qrels.setdefault(q, {})[d] = int(g)
+run = {}
+with open(sys.argv[2]) as f:
+    for line in f:
+        q, _, d, _, s, _ = line.split()
+        run.setdefault(q, {})[d] = float(s)
+names = ("ndcg_cut_10", "map", "recall_100", "P_10", "recip_rank")
+result = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map", "recall.100", "P.10", "recip_rank"}).evaluate(run)
+for name in names:
+    print(name, sum(r[name] for r in result.values()) / len(result))
+"""
+
+
+def cpu_name() -> str:
+    """The CPU's model name and whether it has AVX2 and AVX-512 VNNI (Linux /proc/cpuinfo)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "unknown CPU")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    return f"{model}, {os.cpu_count()} CPUs, " + ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in ("avx2", "avx512_vnni"))
+
+
+def write_trec_files(folder: Path, queries: int = 2000, depth: int = 1000, seed: int = 0) -> tuple[Path, Path]:
+    """BEIR qrels (with header) and a TREC run of ``synthetic(queries, depth, seed)``."""
+    qrels, run = synthetic(queries, depth, seed)
+    qrels_path, run_path = folder / "qrels.tsv", folder / "run.trec"
+    qrels_path.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    with run_path.open("w") as handle:
+        for qid, docs in run.items():
+            ranked = sorted(docs.items(), key=lambda item: -item[1])
+            handle.write("".join(f"{qid} Q0 {doc} {rank} {score!r} bench\n" for rank, (doc, score) in enumerate(ranked, start=1)))
+    return qrels_path, run_path
+
+
+def whole_process(repeats: int = 5) -> float:
+    """Median wall seconds of ``ragtrack eval`` and of the pytrec_eval script (alternating runs); prints the ratio."""
+    with tempfile.TemporaryDirectory(prefix="ragtrack-bench-eval-") as folder:
+        qrels, run = write_trec_files(Path(folder))
+        script = Path(folder) / "pytrec.py"
+        script.write_text(PYTREC_SCRIPT)
+        commands = {"ragtrack eval": [sys.executable, "-m", "ragtrack", "eval", str(qrels), str(run), *(f"-m{m}" for m in WHOLE_MEASURES)],
+                    "pytrec_eval script": [sys.executable, str(script), str(qrels), str(run)]}
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(repeats):
+            for name, command in commands.items():
+                started = time.perf_counter()
+                subprocess.run(command, check=True, capture_output=True)
+                times[name].append(time.perf_counter() - started)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    ratio = medians["ragtrack eval"] / medians["pytrec_eval script"]
+    print(f"\nwhole process, 2,000 queries x 1,000 documents (2M run lines), {len(WHOLE_MEASURES)} measures, median of {repeats}; {cpu_name()}")
+    for name, values in times.items():
+        print(f"  {name:<20} median {medians[name]:.2f} s   (runs: {', '.join(f'{v:.2f}' for v in values)})")
+    print(f"  ragtrack eval / pytrec_eval script: {ratio:.2f}x (target <= 0.5x); load average {os.getloadavg()[0]:.1f}")
+    return ratio
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="1,000 x 1,000 instead of 10,000 x 1,000")
+    parser.add_argument("--whole-process", action="store_true", help="only the whole-process ratio of ragtrack eval to a pytrec_eval script")
     args = parser.parse_args()
+    if args.whole_process:
+        whole_process()
+        return
     queries = 1_000 if args.small else 10_000
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall times grow with the load; CPU times less so)")
     rows = bench_case("SciFact-size (300 test queries x 100 documents)", *scifact_like(), repeats=5)
@@ -172,6 +247,7 @@ def main() -> None:
     for label, name, first, warm, cpu, memory in rows:
         base = next(r for r in rows if r[0] == label and r[1].startswith("ragtrack (trec"))
         print(f"| {label} | {name} | {first:.3f} | {warm:.3f} | {warm / base[3]:.2f}x | {cpu:.3f} | {cpu / base[4]:.2f}x | {memory:.0f} |")
+    whole_process()
 
 
 if __name__ == "__main__":

@@ -13,15 +13,33 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+import unicodedata
+
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run
 
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack eval` scores without pandas
+
 Qrels = dict[str, dict[str, int]]
+
+
+def parse_cutoff(metric: str) -> int:
+    """The cutoff k of a metric name ``name@k``: a positive integer in ASCII digits. Anything else
+    (``ndcg@0``, ``ndcg@x``, a superscript ``ndcg@¹⁰``, a full-width ``ndcg@１０``) fails in one line,
+    suggesting the ASCII spelling when the cutoff is made of other digits."""
+    base, _, cutoff = metric.partition("@")
+    if cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1:
+        return int(cutoff)
+    digits = [unicodedata.digit(ch, None) for ch in cutoff]
+    ascii_cutoff = "".join(map(str, digits)) if cutoff and None not in digits else ""
+    hint = did_you_mean(f"{base}@{ascii_cutoff}", [f"{base}@k"]) if ascii_cutoff.strip("0") else f", e.g. {base}@10"
+    raise RagtrackError(f"metric {metric!r}: the cutoff must be a positive integer in ASCII digits{hint}")
 
 
 @dataclass
@@ -76,6 +94,8 @@ class Evaluator(ABC):
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         """Which queries enter the aggregate (default: all)."""
+        import pandas as pd
+
         return pd.Series(True, index=per_query.index)
 
 
@@ -95,16 +115,27 @@ def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resampl
 
     The bootstrap draws ``resamples`` query samples with replacement (seeded, same draws for every
     column, so CIs of different metrics are comparable) and takes the 2.5/97.5 percentiles of the means.
-    Returns a frame indexed by metric with columns ``mean std ci_low ci_high n``.
+    Returns a frame indexed by metric with columns ``mean std ci_low ci_high n``. A NaN among the counted
+    queries is a query that metric does not apply to: that column is aggregated over its other queries.
     """
+    import pandas as pd
+
     frame = per_query if counted is None else per_query[counted.reindex(per_query.index, fill_value=False)]
-    values = frame.to_numpy(dtype=float)
+    if frame.isna().to_numpy().any():
+        return pd.concat([aggregate(frame[[column]].dropna(), None, resamples, seed) for column in frame.columns])
+    return pd.DataFrame(summarize(frame.to_numpy(dtype=float), resamples, seed), index=frame.columns)
+
+
+def summarize(values: np.ndarray, resamples: int = 1000, seed: int = 0) -> dict[str, np.ndarray | int]:
+    """:func:`aggregate` on a (queries, metrics) array: ``mean std ci_low ci_high`` per column and ``n``.
+    Sums run over column-major data (as pandas hands a frame over), so every caller gets the same bits."""
+    values = np.asfortranarray(values, dtype=float)
     n = values.shape[0]
     if n == 0:
         nan = np.full(values.shape[1], np.nan)
-        return pd.DataFrame({"mean": nan, "std": nan, "ci_low": nan, "ci_high": nan, "n": 0}, index=frame.columns)
+        return {"mean": nan, "std": nan, "ci_low": nan, "ci_high": nan, "n": 0}
     means = values.mean(axis=0)
     std = values.std(axis=0, ddof=1) if n > 1 else np.zeros(values.shape[1])
     boot = _bootstrap_counts(n, resamples, seed) @ values / n
     low, high = np.percentile(boot, [2.5, 97.5], axis=0)
-    return pd.DataFrame({"mean": means, "std": std, "ci_low": low, "ci_high": high, "n": n}, index=frame.columns)
+    return {"mean": means, "std": std, "ci_low": low, "ci_high": high, "n": n}

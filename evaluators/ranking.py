@@ -6,7 +6,9 @@ when judged with grade >= ``relevance_threshold`` (trec_eval ``-l``, default 1);
 R-precision divide by all judged-relevant documents of the query; P@k divides by k even when fewer
 than k documents were retrieved; nDCG uses the grade as linear gain and an ideal ranking built from
 every judged document; queries without any relevant judgment score 0 (``mean_rank``: a miss) and are
-left out of means. Metrics that sum over the relevant documents use the matrix's relevant cells
+left out of means. Variants from other sources carry their own names: ``ndcg_retrieved`` (ideal ranking
+of the retrieved list), ``p_retrieved`` (divides by the documents retrieved), BEIR's ``r_cap`` and
+``hole``, ``judged`` and ragas' ``context_precision``. Metrics that sum over the relevant documents use the matrix's relevant cells
 (``RankedGrades.hits``) rather than whole rows. ERR's g_max, AUC's treatment of unretrieved documents
 and mean_rank's value for a miss are decided in their docstrings.
 Metric names: ``name`` or ``name@k`` (cutoff k), e.g. ``ndcg@10``, ``map``, ``map@100``.
@@ -19,11 +21,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
-from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels
+from ragtrack.core.runs import RunColumns
+from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels, parse_cutoff
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack eval` scores without pandas
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class RankedGrades:
     num_nonrel: np.ndarray  # (queries,) judged documents with grade < threshold
     threshold: int
     max_grade: int  # top grade of the scale (ERR's g_max)
+    pooled: np.ndarray | None = None  # (queries, width) whether that document is judged for any query (BEIR's hole); built on request
 
     @property
     def depth(self) -> int:
@@ -88,18 +96,21 @@ def _judged_positions(docs: Mapping[str, float], found: list[str]) -> np.ndarray
     return positions
 
 
-def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold: int = 1, min_width: int = 1, max_grade: int | None = None) -> RankedGrades:
-    """Build the grade matrix of ``run`` against ``qrels``; rows follow the qrels' query order.
-    Only judged documents are located in the ranking (one sort per query, see ``_judged_positions``);
-    every other cell stays 0 / unjudged. ``max_grade`` (ERR's g_max) defaults to the largest grade in
-    the qrels, at least 1."""
-    qids = list(qrels)
-    n = len(qids)
-    retrieved = np.fromiter((len(run.get(qid) or ()) for qid in qids), dtype=np.int64, count=n)
-    width = max(int(retrieved.max(initial=0)), min_width)
-    grades = np.zeros((n, width))
-    judged = np.zeros((n, width), dtype=bool)
+def _pooled(run: Mapping[str, Mapping[str, float]], qids: list[str], pool: set[str], shape: tuple[int, int]) -> np.ndarray:
+    """(queries, width) whether the document at each rank is in ``pool`` (judged for some query)."""
+    pooled = np.zeros(shape, dtype=bool)
+    for row, qid in enumerate(qids):
+        docs = run.get(qid)
+        found = sorted(pool.intersection(docs)) if docs else []
+        if found:
+            pooled[row, _judged_positions(docs, found)] = True
+    return pooled
 
+
+def _locate_judged(run: Mapping[str, Mapping[str, float]], qrels: Qrels, qids: list[str]) -> tuple:
+    """Per query the number retrieved; per judged document retrieved its row, grade and 0-based rank
+    (as :meth:`RunColumns.judged_positions` gives them for a run read as columns)."""
+    retrieved = np.fromiter((len(run.get(qid) or ()) for qid in qids), dtype=np.int64, count=len(qids))
     hit_rows: list[int] = []
     hit_grades: list[int] = []
     hit_positions = [np.zeros(0, dtype=np.int64)]
@@ -113,7 +124,23 @@ def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold:
             hit_rows += [row] * len(found)
             hit_grades += [judgments[doc] for doc in found]
             hit_positions.append(_judged_positions(docs, found))
-    positions = np.concatenate(hit_positions)
+    return retrieved, hit_rows, hit_grades, np.concatenate(hit_positions)
+
+
+def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, threshold: int = 1, min_width: int = 1,
+                max_grade: int | None = None, pool: bool = False) -> RankedGrades:
+    """Build the grade matrix of ``run`` (a mapping, or :class:`RunColumns` as ``ragtrack eval`` reads
+    a file) against ``qrels``; rows follow the qrels' query order. Only judged documents are located
+    in the ranking (one sort per query, see ``_judged_positions``); every other cell stays 0 /
+    unjudged. ``max_grade`` (ERR's g_max) defaults to the largest grade in the qrels, at least 1.
+    ``pool`` also locates every document judged for any query (``pooled``; mappings only)."""
+    qids = list(qrels)
+    n = len(qids)
+    located = run.judged_positions(qids, qrels) if isinstance(run, RunColumns) else _locate_judged(run, qrels, qids)
+    retrieved, hit_rows, hit_grades, positions = located
+    width = max(int(retrieved.max(initial=0)), min_width)
+    grades = np.zeros((n, width))
+    judged = np.zeros((n, width), dtype=bool)
     grades[hit_rows, positions] = hit_grades
     judged[hit_rows, positions] = True
 
@@ -131,6 +158,7 @@ def rank_grades(run: Mapping[str, Mapping[str, float]], qrels: Qrels, threshold:
         num_rel=np.bincount(judged_rows[relevant], minlength=n),
         num_nonrel=np.bincount(judged_rows[~relevant], minlength=n),
         threshold=threshold, max_grade=max_grade or max(int(judged_grades.max(initial=1)), 1),
+        pooled=_pooled(run, qids, {doc for judged in qrels.values() for doc in judged}, grades.shape) if pool else None,
     )
 
 
@@ -259,11 +287,54 @@ def num_rel_ret(m: RankedGrades, k: int | None = None) -> np.ndarray:
     return m.relevant[:, :k].sum(axis=1).astype(float)
 
 
+def ndcg_retrieved(m: RankedGrades, k: int | None) -> np.ndarray:
+    """nDCG@k whose ideal ranking sorts the *retrieved* documents by grade (unjudged = 0), linear gain:
+    DCG@k / DCG@k(retrieved grades in descending order). The textbook variant (Manning et al. 2008,
+    ch. 8.4; scikit-learn ``ndcg_score`` on the retrieved list); it ignores relevant documents that were
+    not retrieved, so it is not comparable with trec_eval's ``ndcg@k``."""
+    gains = np.maximum(m.grades, 0)
+    return _divide(dcg(m, k), _discounted(-np.sort(-gains, axis=1)[:, :k]))
+
+
+def precision_retrieved(m: RankedGrades, k: int) -> np.ndarray:
+    """P@k over the documents actually retrieved: |relevant in top k| / min(k, |retrieved|), 0 when
+    nothing was retrieved (trec_eval's ``set_P`` when k ≥ the depth)."""
+    return _divide(m.relevant[:, :k].sum(axis=1), np.minimum(k, m.retrieved))
+
+
+def capped_recall(m: RankedGrades, k: int) -> np.ndarray:
+    """R_cap@k = |relevant in top k| / min(k, |relevant judged|): recall that reaches 1 when the top k
+    is all relevant although more relevant documents exist (Thakur et al. 2021, BEIR ``recall_cap``)."""
+    return _divide(m.relevant[:, :k].sum(axis=1), np.minimum(k, m.num_rel))
+
+
+def hole(m: RankedGrades, k: int) -> np.ndarray:
+    """Hole@k = |top-k documents judged for no query| / k (Thakur et al. 2021, BEIR ``hole``: the pool
+    is every document that appears anywhere in the qrels, with any grade)."""
+    retrieved = m.ranks[:k] <= m.retrieved[:, None]  # ranks past the end of a short ranking are no holes
+    return (retrieved & ~m.pooled[:, :k]).sum(axis=1) / k
+
+
+def judged(m: RankedGrades, k: int) -> np.ndarray:
+    """Judged@k = |top-k documents judged for this query (any grade)| / k (Sakai 2007; ir_measures
+    ``Judged@k``): how far the other metrics can be trusted for a run outside the judged pool."""
+    return m.judged[:, :k].sum(axis=1) / k
+
+
+def context_precision(m: RankedGrades, k: int | None) -> np.ndarray:
+    """Context precision@k = Σ_{i ≤ k} P@i · rel_i / |relevant in top k|, 0 when none is relevant: AP
+    over the retrieved list only (ragas ``context_precision``, Es et al. 2024; relevance from the qrels)."""
+    rows, columns, nth = m.hits
+    keep = columns < (k or m.grades.shape[1])
+    return _divide(m.per_row(rows[keep], nth[keep] / (columns[keep] + 1)), m.per_row(rows[keep]))
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     function: Callable[[RankedGrades, int | None], np.ndarray]
     cutoff: str  # "required", "optional" or "none"
     description: str
+    needs_pool: bool = False  # reads ``RankedGrades.pooled``
 
 
 METRICS: dict[str, MetricSpec] = {
@@ -282,6 +353,12 @@ METRICS: dict[str, MetricSpec] = {
     "auc": MetricSpec(auc, "none", "ROC AUC: share of (relevant, non-relevant) pairs ordered correctly, ties 1/2"),
     "bpref": MetricSpec(bpref, "none", "binary preference (Buckley & Voorhees 2004), ignores unjudged documents"),
     "num_rel_ret": MetricSpec(num_rel_ret, "optional", "number of relevant documents retrieved"),
+    "ndcg_retrieved": MetricSpec(ndcg_retrieved, "optional", "nDCG whose ideal ranking sorts the retrieved documents (textbook variant)"),
+    "p_retrieved": MetricSpec(precision_retrieved, "required", "precision at k over the documents retrieved (divides by min(k, retrieved))"),
+    "r_cap": MetricSpec(capped_recall, "required", "capped recall (BEIR): relevant in top k / min(k, judged relevant)"),
+    "hole": MetricSpec(hole, "required", "share of the top k documents judged for no query (BEIR)", needs_pool=True),
+    "judged": MetricSpec(judged, "required", "share of the top k documents judged for the query (any grade)"),
+    "context_precision": MetricSpec(context_precision, "optional", "ragas context precision: AP over the top k, relevance from the qrels"),
 }
 
 DEFAULT_METRICS = [
@@ -292,18 +369,16 @@ DEFAULT_METRICS = [
 
 def parse_metric(name: str) -> tuple[MetricSpec, int | None]:
     """``ndcg@10`` -> (spec, 10); unknown names and bad cutoffs raise a one-line error."""
-    base, at, cutoff = name.partition("@")
+    base, at, _ = name.partition("@")
     spec = METRICS.get(base)
     if spec is None:
         problem = f"unknown metric {name!r}; known: {', '.join(describe_metrics())}{did_you_mean(name, describe_metrics())}"
     elif at and spec.cutoff == "none":
         problem = f"metric {base!r} takes no cutoff (got {name!r})"
-    elif at and not (cutoff.isdigit() and int(cutoff) >= 1):
-        problem = f"metric {name!r}: the cutoff must be a positive integer"
     elif not at and spec.cutoff == "required":
         problem = f"metric {base!r} needs a cutoff, e.g. {base}@10"
     else:
-        return spec, int(cutoff) if at else None
+        return spec, parse_cutoff(name) if at else None
     raise RagtrackError(problem)
 
 
@@ -315,14 +390,22 @@ def describe_metrics() -> dict[str, str]:
     return names
 
 
+def ranking_values(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, metrics: Sequence[str], threshold: int = 1,
+                   max_grade: int | None = None) -> tuple[RankedGrades, dict[str, np.ndarray]]:
+    """The grade matrix and the per-query values of ``metrics`` (rows in qrels order)."""
+    parsed = {name: parse_metric(name) for name in metrics}
+    width = max([k for _, k in parsed.values() if k] + [1])
+    m = rank_grades(run, qrels, threshold, min_width=width, max_grade=max_grade, pool=any(spec.needs_pool for spec, _ in parsed.values()))
+    return m, {name: spec.function(m, k) for name, (spec, k) in parsed.items()}
+
+
 def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1, max_grade: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Per-query values of ``metrics`` (DataFrame indexed by query id, qrels order) and the number of
     relevant judgments per query."""
-    parsed = {name: parse_metric(name) for name in metrics}
-    width = max([k for _, k in parsed.values() if k] + [1])
-    m = rank_grades(run, qrels, threshold, min_width=width, max_grade=max_grade)
-    table = pd.DataFrame({name: spec.function(m, k) for name, (spec, k) in parsed.items()}, index=pd.Index(m.qids, name="qid"))
-    return table, m.num_rel
+    import pandas as pd
+
+    m, values = ranking_values(run, qrels, metrics, threshold, max_grade)
+    return pd.DataFrame(values, index=pd.Index(m.qids, name="qid")), m.num_rel
 
 
 class RankingEvaluator(Evaluator):
@@ -355,6 +438,8 @@ class RankingEvaluator(Evaluator):
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         """Queries with at least one relevant judgment (a query missing from the run scores 0)."""
+        import pandas as pd
+
         threshold = self.relevance_threshold
         return pd.Series([any(g >= threshold for g in data.qrels[qid].values()) for qid in per_query.index], index=per_query.index)
 

@@ -40,7 +40,8 @@ class Evaluation:
 
     per_query: pd.DataFrame  # index qid, one column per metric
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
-    missing: tuple[str, ...] = ()  # judged queries (with a relevant document) that the run does not answer: they score 0
+    missing: tuple[str, ...] = ()  # judged queries (with a relevant document) that the run does not answer, or questions
+    # with gold answers but no prediction: they score 0
 
     @property
     def aggregate(self) -> dict[str, float]:
@@ -62,6 +63,14 @@ class Evaluation:
         if per_query:
             payload["per_query"] = self.per_query.to_dict(orient="index")
         return payload
+
+    def summary_rows(self) -> dict[str, dict[str, float]]:
+        """``{metric: {mean, std, ci_low, ci_high, n}}`` (what ``ragtrack eval`` prints)."""
+        return self.summary.to_dict(orient="index")
+
+    def per_query_rows(self) -> dict[str, dict[str, float]]:
+        """``{qid: {metric: value}}``."""
+        return self.per_query.to_dict(orient="index")
 
     def _repr_html_(self) -> str:
         return self.summary.to_html(float_format=lambda v: f"{v:.4f}")
@@ -126,26 +135,35 @@ def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = Non
     return Evaluation(per_query, summary, missing)
 
 
-def evaluate_answers(gold: Mapping[str, Sequence[str] | str], predictions: Mapping[str, str], metrics: Sequence[str] | None = None,
-                     seed: int = 0) -> Evaluation:
+def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predictions: Mapping[str, str] | str | Path,
+                     metrics: Sequence[str] | None = None, seed: int = 0) -> Evaluation:
     """Score predicted answers against gold answers (one or several per question; the best counts).
-    Questions without a gold answer are not counted; a question without a prediction scores 0.
+    Either may be a file (``ragtrack eval --answers/--predictions``; formats in
+    :mod:`ragtrack.pipeline.answer_files`). Questions without a gold answer are left out (``per_query``
+    holds the others); a question without a prediction is scored as the empty answer (0) and listed in
+    ``missing``.
 
     >>> evaluate_answers({"q1": ["Denver Broncos"]}, {"q1": "the Broncos"}, ["answer_f1", "exact_match"]).aggregate
     {'answer_f1': 0.6666666666666666, 'exact_match': 0.0}
     """
     from ragtrack.evaluators.answer import AnswerEvaluator
+    from ragtrack.pipeline.answer_files import load_gold_answers, load_predictions
 
     metrics = list(metrics or AnswerEvaluator().metrics)
-    evaluators = evaluators_for(metrics)
+    evaluators = evaluators_for(metrics)  # unknown names fail before any file is read
+    if isinstance(gold, (str, Path)):
+        gold = load_gold_answers(gold)
     golds = {str(qid): [answers] if isinstance(answers, str) else list(answers) for qid, answers in gold.items()}
+    if isinstance(predictions, (str, Path)):
+        predictions = load_predictions(predictions, set(golds))
     unknown = sorted(set(map(str, predictions)) - set(golds))
     if unknown:
         raise RagtrackError(f"predictions for questions without gold answers: {', '.join(unknown[:5])}")
     data = EvalInput(qrels={}, run=Run("answers"), queries={qid: "" for qid in golds}, answers=golds,
                      generated={str(qid): str(text) for qid, text in predictions.items()})
     per_query, summary = _score(evaluators, data, metrics, seed, "retrieved documents or judgments; use evaluate or `ragtrack run`")
-    return Evaluation(per_query, summary)
+    answered = [qid for qid, answers in golds.items() if answers]
+    return Evaluation(per_query.loc[answered], summary, tuple(qid for qid in answered if qid not in data.generated))
 
 
 def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str] | None = None, baseline: str | None = None,

@@ -6,9 +6,12 @@ add the user's own (docs/configuration.md). The app registers the config resolve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -19,10 +22,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
 from ragtrack.pipeline.experiment import JobInfo, run_experiment
-from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
+from ragtrack.pipeline.layout import JOB_ARTIFACTS, KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.redaction import redact_overrides
 from ragtrack.pipeline.settings import discard_job_folder, validate
 
@@ -48,19 +51,34 @@ def main(cfg: DictConfig) -> float | None:
     try:
         results = run_experiment(cfg, job)
         return objective(results, cfg.get("optimize_metric"))
-    except (RagtrackError, OmegaConfBaseException) as exc:  # user mistakes: one line, exit 2
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
+        message = describe_fault(exc) or (one_line(exc) if isinstance(exc, OmegaConfBaseException) else None)
+        if message is None:
+            raise
         mark_failed(Path(hydra_cfg.runtime.output_dir), message)
         fail(message)
 
 
 FAILED_MARKER = "FAILED"
+RESULT_OUTPUTS = (*JOB_ARTIFACTS, "runs", "systems")  # what a job writes into its output folder besides Hydra's records
+
+
+def one_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def mark_failed(output_dir: Path, message: str) -> None:
-    """A job that stops on a mistake leaves its output folder marked: ``FAILED`` holds the error."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / FAILED_MARKER).write_text(message + "\n", encoding="utf-8")
+    """A job that stops on a mistake or a fault keeps no half results: its result files are removed and
+    ``FAILED`` holds the error (as far as the folder can still be written: it may be the fault)."""
+    with contextlib.suppress(OSError):
+        for name in RESULT_OUTPUTS:
+            path = output_dir / name
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / FAILED_MARKER).write_text(message + "\n", encoding="utf-8")
 
 
 def fail(message: str) -> None:
@@ -90,6 +108,26 @@ def objective(results: dict, optimize_metric: str | None) -> float | None:
         known = ", ".join(f"{s}/{m}" for s in systems for m in list(systems[s])[:3])
         raise RagtrackError(f"optimize_metric {optimize_metric!r} is not a result of this job; e.g. {known}, ...")
     return float(systems[system][metric])
+
+
+class OutputFolderCheck(Callback):
+    """Hydra callback (``conf/hydra/default.yaml``): before Hydra creates the job's output folder (or a
+    sweep's), check that it can be created and written; a read-only or full disk, or a file in the way,
+    stops the command with one line and exit code 2 instead of Hydra's error."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        check_output_folder(Path(config.hydra.run.dir))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        check_output_folder(Path(config.hydra.sweep.dir))
+
+
+def check_output_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        fail(f"the output folder cannot be written: {describe_fault(exc) or exc}")
 
 
 class SweepSummary(Callback):

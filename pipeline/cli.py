@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
 def _columns_of_first_line(path: Path) -> int:
@@ -31,26 +31,50 @@ def _columns_of_first_line(path: Path) -> int:
         return 0
 
 
-def command_eval(args: argparse.Namespace) -> int:
-    from ragtrack.pipeline.api import evaluate
+def _evaluate_answer_files(args: argparse.Namespace):
+    """``eval --answers GOLD --predictions PRED``: predictions made anywhere, scored like run-time answers."""
+    from ragtrack.pipeline.api import evaluate_answers
 
-    if _columns_of_first_line(Path(args.qrels)) == 6 and _columns_of_first_line(Path(args.run)) in (3, 4):
-        raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
-                            "use: ragtrack eval QRELS RUN")
-    result = evaluate(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
+    if args.qrels or args.run or not (args.answers and args.predictions):
+        raise RagtrackError("score answers with: ragtrack eval --answers GOLD --predictions PRED [-m answer_f1 ...] (no qrels or run file)")
+    result = evaluate_answers(Path(args.answers), Path(args.predictions), args.metric, args.seed)
     if result.missing:
-        print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
+        shown = ", ".join(result.missing[:5]) + (", ..." if len(result.missing) > 5 else "")
+        print(f"ragtrack: note: {len(result.missing)} questions with gold answers have no prediction in {args.predictions} "
+              f"(scored as the empty answer): {shown}", file=sys.stderr)
+    return result
+
+
+def command_eval(args: argparse.Namespace) -> int:
+    if args.answers or args.predictions:
+        result = _evaluate_answer_files(args)
+    else:
+        result = _evaluate_run_file(args)
     if args.json:
         print(json.dumps(result.to_dict(per_query=args.per_query), indent=2))
         return 0
-    metrics = list(result.summary.index)
+    summary = result.summary_rows()
     if args.per_query:
-        for qid, row in result.per_query.iterrows():
-            for metric in metrics:
+        for qid, row in result.per_query_rows().items():
+            for metric in summary:
                 print(f"{metric:<16}\t{qid}\t{row[metric]:.4f}")
-    for metric, row in result.summary.iterrows():
+    for metric, row in summary.items():
         print(f"{metric:<16}\tall\t{row['mean']:.4f}\t(std {row['std']:.4f}, 95% CI {row['ci_low']:.4f}-{row['ci_high']:.4f}, n={int(row['n'])})")
     return 0
+
+
+def _evaluate_run_file(args: argparse.Namespace):
+    from ragtrack.pipeline.run_files import evaluate_files
+
+    if not (args.qrels and args.run):
+        raise RagtrackError("use: ragtrack eval QRELS RUN, or ragtrack eval --answers GOLD --predictions PRED")
+    if _columns_of_first_line(Path(args.qrels)) == 6 and _columns_of_first_line(Path(args.run)) in (3, 4):
+        raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
+                            "use: ragtrack eval QRELS RUN")
+    result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
+    if result.missing:
+        print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
+    return result
 
 
 def command_metrics(args: argparse.Namespace) -> int:
@@ -150,10 +174,12 @@ def command_regress(args: argparse.Namespace) -> int:
 
 def run_hydra(overrides: list[str]) -> int:
     from ragtrack.pipeline.app import run_app
-    from ragtrack.pipeline.settings import composition_errors_explained, config_dirs_of
+    from ragtrack.pipeline.redaction import check_run_arguments, config_dirs
+    from ragtrack.pipeline.settings import composition_errors_explained
 
-    try:
-        with composition_errors_explained(config_dirs_of(overrides)):  # an unknown key or group option: one line with a did-you-mean
+    try:  # Hydra writes .hydra/ and the log before the job runs: a key given as a variable name stops here
+        check_run_arguments(overrides)
+        with composition_errors_explained(config_dirs(overrides)):  # an unknown key or group option: one line with a did-you-mean
             run_app(overrides)
     except RagtrackError as exc:
         print(f"ragtrack: error: {exc}", file=sys.stderr)
@@ -165,9 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragtrack", description="Tracked retrieval experiments for RAG.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run an experiment (Hydra overrides follow, e.g. retriever=[bm25] fusion=[])", add_help=False)
-    evaluate = commands.add_parser("eval", help="score a TREC run against qrels, trec_eval style")
-    evaluate.add_argument("qrels", help="BEIR (query-id corpus-id score) or TREC (qid 0 docid rel) qrels")
-    evaluate.add_argument("run", help="TREC run file (qid Q0 docid rank score tag)")
+    evaluate = commands.add_parser("eval", help="score a TREC run against qrels (trec_eval style), or predicted answers against gold answers")
+    evaluate.add_argument("qrels", nargs="?", help="BEIR (query-id corpus-id score) or TREC (qid 0 docid rel) qrels")
+    evaluate.add_argument("run", nargs="?", help="TREC run file (qid Q0 docid rank score tag)")
+    evaluate.add_argument("--answers", metavar="GOLD", help="gold answers: JSON lines with _id/id and answers (queries.jsonl), or a SQuAD dataset .json")
+    evaluate.add_argument("--predictions", metavar="PRED", help="answers to score: SQuAD {id: answer} .json, or JSON lines with id and answer")
     evaluate.add_argument("-m", "--metric", action="append", help="metric such as ndcg@10 (repeatable; default: the standard set)")
     evaluate.add_argument("--per-query", action="store_true", help="also print every query's values")
     evaluate.add_argument("--json", action="store_true", help="print JSON: aggregate, std, ci95, per_query")
@@ -249,10 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]
     try:
+        if args.command in ("compare", "reproduce"):  # an unreachable tracking server fails in seconds, with one line
+            from ragtrack.pipeline.tracking import prepare_connection
+
+            prepare_connection(args.tracking_uri or default_tracking_uri())
         return handler(args)
-    except RagtrackError as exc:
-        print(f"ragtrack: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
+        message = describe_fault(exc)
+        if message is None:
+            raise
+        print(f"ragtrack: error: {message}", file=sys.stderr)
+        return RagtrackError.exit_code
 
 
 if __name__ == "__main__":

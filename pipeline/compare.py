@@ -36,6 +36,7 @@ from ragtrack.core.runs import Run, read_trec
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
                                       TAG_DATASET_HASH, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, metric_key)
+from ragtrack.pipeline.slices import COLUMN_PREFIX as SLICE_COLUMN_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +273,7 @@ def render(comparison: Comparison, fmt: str) -> str:
         header = "| system | " + " | ".join(wide.columns) + " |"
         lines = [header, "|" + "---|" * (len(wide.columns) + 1)]
         lines += ["| " + " | ".join([label, *row]) + " |" for label, row in zip(wide.index, wide.to_numpy())]
-        return "\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}\n"
+        return "\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}\n" + slice_section(comparison, fmt)
     if fmt == "latex":
         wide = wide_table(comparison, (r"\textbf{", "}"))
         lines = [r"\begin{tabular}{l" + "r" * len(wide.columns) + "}", r"\toprule",
@@ -281,7 +282,35 @@ def render(comparison: Comparison, fmt: str) -> str:
                   for label, row in zip(wide.index, wide.to_numpy())]
         return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n"
     wide = wide_table(comparison)
-    return wide.to_string() + f"\n\n{footer} (*)\n"
+    return wide.to_string() + f"\n\n{footer} (*)\n" + slice_section(comparison, fmt)
+
+
+def slice_section(comparison: Comparison, fmt: str) -> str:
+    """Mean [95% bootstrap CI, seed 0] of each compared row per slice, when every per-query table has
+    the same ``slice.<attribute>`` columns (``pipeline.slices``); for the ``table`` and ``markdown``
+    formats (csv, json and latex keep their single table). Queries: the comparison's, minus those a
+    metric leaves blank (answer metrics on questions without gold answers)."""
+    shared = set.intersection(*({c for c in s.per_query.columns if c.startswith(SLICE_COLUMN_PREFIX)} for s in comparison.systems))
+    if fmt not in ("table", "markdown") or not shared:
+        return ""
+    rows = []
+    for column in sorted(shared):
+        labels = comparison.baseline.per_query.loc[comparison.queries, column].astype(str)
+        for value in sorted(labels.unique()):
+            qids = list(labels.index[labels == value])
+            for metric in comparison.metrics:
+                row = {"metric": metric, "slice": f"{column.removeprefix(SLICE_COLUMN_PREFIX)}={value}"}
+                for s in comparison.systems:
+                    values = s.per_query.loc[qids, metric].astype(float)
+                    summary = aggregate(values.to_frame(), values.notna()).loc[metric]
+                    row["n"], row[s.label] = int(summary["n"]), f"{summary['mean']:.4f} [{summary['ci_low']:.4f}, {summary['ci_high']:.4f}]"
+                rows.append(row)
+    table = pd.DataFrame(rows).set_index(["metric", "slice", "n"])
+    if fmt == "markdown":
+        lines = ["| metric | slice | n | " + " | ".join(table.columns) + " |", "|---|---|---:|" + "---|" * len(table.columns)]
+        lines += ["| " + " | ".join([*map(str, index), *row]) + " |" for index, row in zip(table.index, table.to_numpy())]
+        return "\n## Slices\n\n" + "\n".join(lines) + "\n\nmean [95% bootstrap CI] over each slice's queries\n"
+    return "\nSlices: mean [95% bootstrap CI] over each slice's queries\n" + table.to_string() + "\n"
 
 
 # --------------------------------------------------------------------------- plots

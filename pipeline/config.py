@@ -4,12 +4,15 @@ the app (``app.py``) and :func:`compose` call :func:`register_resolvers`.
 
 Resolvers: ``${ragtrack_data:}`` is the folder of the shipped datasets (the installed
 ``ragtrack.datasets`` package); ``${cwd:}`` is the launch folder (unlike ``${hydra:runtime.cwd}`` it
-resolves before Hydra's own config is set, which a multirun's sweep folder needs).
+resolves before Hydra's own config is set, which a multirun's sweep folder needs); ``${unique:}`` is
+six random hex digits, drawn once per composed config (cached like Hydra's ``${now:}``, and copied
+into every job of a sweep), which keeps the output folders of jobs started in the same second apart.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
@@ -37,6 +40,7 @@ def register_resolvers() -> None:
     """Register ragtrack's resolvers (idempotent)."""
     OmegaConf.register_new_resolver("ragtrack_data", lambda: str(datasets_dir()), replace=True)
     OmegaConf.register_new_resolver("cwd", os.getcwd, replace=True)
+    OmegaConf.register_new_resolver("unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
 
 
 def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:

@@ -13,7 +13,7 @@ import os
 import resource
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,12 +30,14 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.runs import Run, trec_text, write_trec
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
-from ragtrack.pipeline import layout, registry
+from ragtrack.pipeline import layout, registry, robustness
 from ragtrack.pipeline.inputs import load_dataset, read_cached_run
 from ragtrack.pipeline.provenance import provenance_tags
-from ragtrack.pipeline.redaction import flatten, redact, redact_hydra_files, redact_overrides
+from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
+from ragtrack.pipeline.slices import Attribute, Findings, annotate, query_attributes, summarize
 from ragtrack.pipeline.tracking import MlflowTracker, Tracker, tracking_target
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class SystemResult:
     params: dict
     passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (ragtrack.chunking)
     passages: Corpus | None = None  # the indexed units: chunks, or the documents when unchunked
+    counted: pd.DataFrame | None = None  # queries x metrics: True where the query enters the metric's mean
 
 
 @contextmanager
@@ -71,6 +74,7 @@ def stage(name: str) -> Iterator[None]:
     log.info("%s done in %.2f s", name, time.perf_counter() - started)
 
 
+LATENCY_FILE = "latency.json"  # a run cache entry's per-query search times (ms)
 _scored = IdentityMemo()  # evaluations and cutoff curves of runs the jobs of a multirun share
 
 
@@ -92,77 +96,110 @@ def build_chunker(cfg: Mapping | None) -> tuple[Chunker | None, int]:
 
 
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None,
-                 context_run: Run | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-query table (all evaluators side by side) and its summary (mean, std, bootstrap CI).
+                 context_run: Run | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Per-query table (all evaluators side by side), its summary (mean, std, bootstrap CI) and which
+    queries count for each metric (booleans, same rows and metric columns as the table).
     ``dataset.corpus`` holds the passages (chunks when chunked) that ``context_run`` ranks."""
     data = EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {},
                      corpus=dataset.corpus, context_run=context_run)
-    tables, summaries = [], []
+    tables, summaries, masks = [], [], []
     for evaluator in evaluators:
         if not evaluator.applies_to(data):
             log.info("evaluator %s does not apply to this data; skipped", type(evaluator).__name__)
             continue
         table = evaluator.evaluate(data)
+        counted = evaluator.counted(data, table).reindex(table.index, fill_value=False)
         tables.append(table)
-        summaries.append(aggregate(table, evaluator.counted(data, table), seed=seed))
+        masks.append(pd.DataFrame({column: counted & table[column].notna() for column in table.columns}, index=table.index))  # NaN: not applicable
+        summaries.append(aggregate(table, counted, seed=seed))
     if not tables:
         raise RagtrackError("no evaluator applies to this dataset")
-    return pd.concat(tables, axis=1), pd.concat(summaries)
+    return pd.concat(tables, axis=1), pd.concat(summaries), pd.concat(masks, axis=1)
 
 
-def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict]:
+def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict, dict[str, float]]:
     """The run of ``retriever`` from the run cache (key: corpus, index settings, queries, depth), or
-    indexed, searched and stored there with its efficiency; a hit touches no index at all."""
+    indexed, searched and stored there with its efficiency and per-query latencies (ms; a run from the
+    cache has those measured when it was built, none if the entry predates them); a hit touches no index."""
     queries_hash = hashlib.sha256(json.dumps(dataset.queries, sort_keys=True).encode()).hexdigest()
     parts = {"corpus": dataset.corpus.hash, "index": retriever.index_settings(), "queries": queries_hash, "depth": depth}
 
     def build(folder: Path) -> None:
-        run, efficiency = _measured_search(name, retriever, dataset, cache, depth)
+        run, efficiency, latencies = _measured_search(name, retriever, dataset, cache, depth)
         write_trec(run, folder / layout.RUN_FILE, tag=name)
         (folder / "efficiency.json").write_text(json.dumps(efficiency))
+        (folder / LATENCY_FILE).write_text(json.dumps({qid: seconds * 1000 for qid, seconds in latencies.items()}))
 
     builds_before = len(cache.builds)
     folder = cache.entry("run", parts, build, label=f"{name} run")
     efficiency = json.loads((folder / "efficiency.json").read_text())
-    return read_cached_run(folder / layout.RUN_FILE, name), {**efficiency, "run_from_cache": float(len(cache.builds) == builds_before)}
+    latency_ms = json.loads((folder / LATENCY_FILE).read_text()) if (folder / LATENCY_FILE).exists() else {}
+    return (read_cached_run(folder / layout.RUN_FILE, name), {**efficiency, "run_from_cache": float(len(cache.builds) == builds_before)},
+            latency_ms)
 
 
-def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict]:
-    """Index, then search one query per call so latencies are per query (mean, p50, p95);
-    peak memory is the process's peak resident set size so far (getrusage)."""
+def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict, dict[str, float]]:
+    """Index, then search one query per call so latencies are per query (returned in seconds by query
+    id; mean, p50, p95 in the efficiency figures); peak memory is the process's peak resident set size
+    so far (getrusage)."""
     with stage(f"{name}: index"):
         retriever.index(dataset.corpus, cache)
-    scores, latencies = {}, []
+    scores, latencies = {}, {}
     with stage(f"{name}: search {len(dataset.queries)} queries"):
         for qid, text in tqdm(dataset.queries.items(), desc=f"{name}: search", unit="query", leave=False, delay=1):
             started = time.perf_counter()
             scores |= retriever.search({qid: text}, depth).scores
-            latencies.append(time.perf_counter() - started)
-    seconds = sum(latencies)
-    p50, p95 = np.percentile(latencies, [50, 95]) if latencies else (0.0, 0.0)
+            latencies[qid] = time.perf_counter() - started
+    seconds = sum(latencies.values())
+    p50, p95 = np.percentile(list(latencies.values()), [50, 95]) if latencies else (0.0, 0.0)
     stats = retriever.stats
     return Run(name, scores), {
         "index_seconds": stats.build_seconds, "index_bytes": stats.size_bytes, "index_from_cache": float(stats.from_cache),
         "search_seconds": seconds, "queries_per_second": len(latencies) / seconds if seconds else 0.0,
         "latency_mean_seconds": seconds / len(latencies) if latencies else 0.0, "latency_p50_seconds": float(p50),
         "latency_p95_seconds": float(p95), "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    }
+    }, latencies
+
+
+def with_latency(per_query: pd.DataFrame, retrieval_ms: Mapping[str, float], generation_ms: float | None) -> pd.DataFrame:
+    """The per-query table with ``retrieval_ms`` (and ``generation_ms`` when answers were generated)
+    appended, rounded to microseconds; blank where unknown. Wall-clock figures: they differ run to run,
+    unlike every other column (see docs/performance.md)."""
+    columns = {"retrieval_ms": [round(retrieval_ms[q], 3) if q in retrieval_ms else np.nan for q in per_query.index]}
+    if generation_ms is not None:
+        columns["generation_ms"] = [round(generation_ms, 3)] * len(per_query)
+    return per_query.assign(**columns)
+
+
+def latency_quantiles(per_query: pd.DataFrame) -> dict[str, float]:
+    """p50 and p95 of the per-query latency columns (child-run metrics :func:`layout.latency_key`)."""
+    figures = {}
+    for stage_name in ("retrieval", "generation"):
+        values = per_query.get(f"{stage_name}_ms", pd.Series(dtype=float)).dropna().to_numpy(float)
+        if len(values):
+            figures |= {layout.latency_key(stage_name, q): float(np.percentile(values, q)) for q in (50, 95)}
+    return figures
 
 
 def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     """Run every system of ``cfg`` on its dataset, score, write outputs and log to MLflow; returns the
     content of results.json plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking)."""
     job = job or JobInfo()
+    redact_hydra_files(hydra_records(job))
+    check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     chunker, oversample = build_chunker(cfg.get("chunking"))
     with stage("load dataset"):
         dataset = load_dataset(cfg.dataset, check_documents=False)
+        attributes = query_attributes(cfg, dataset, int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1)))
     with stage("chunk" if chunker else "check judgments"):
         plan = plan_chunks(dataset, chunker, oversample)
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
+    pair_judges = [e for e in evaluators if isinstance(e, PairwiseJudge)]  # they compare systems, after all have answered
+    evaluators = [e for e in evaluators if not isinstance(e, PairwiseJudge)]
     tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     shared = {k: v for k, v in flatten(resolved).items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
@@ -173,15 +210,14 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
             **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags[layout.TAG_SWEEP] = job.sweep
-    hydra_records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
-    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
-        hydra_records.append(Path(job.sweep) / "multirun.yaml")
-    redact_hydra_files(hydra_records)
     tracker.start(cfg.get("run_name") or job_name(job.choices, typed), tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
-        report = _write_outputs(cfg, resolved, dataset, results, output_dir)
-        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg)
+        findings = _findings(cfg, dataset, results, attributes, output_dir,
+                             lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan))
+        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir))
+        report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results)
+        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings)
     except BaseException as exc:
         tracker.finish(exc)
         raise
@@ -190,16 +226,25 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     return {**report["results"], "mlflow_run_id": tracker.run_id}
 
 
+def hydra_records(job: JobInfo) -> list[Path]:
+    """Hydra's records of the job: ``.hydra/*.yaml`` and a sweep's ``multirun.yaml``."""
+    records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
+    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
+        records.append(Path(job.sweep) / "multirun.yaml")
+    return records
+
+
 def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:
     plan = plan or ChunkPlan()
     runs: dict[str, Run] = {}
     passage_runs: dict[str, Run] = {}
     efficiency: dict[str, dict] = {}
+    retrieval_ms: dict[str, dict[str, float]] = {}
     params: dict[str, dict] = {}
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
     for name, rcfg in (cfg.get("retriever") or {}).items():
         retriever = registry.build("retrievers", rcfg, name=name)
-        passage_runs[name], efficiency[name] = _search(name, retriever, indexed, cache, plan.search_depth(depth))
+        passage_runs[name], efficiency[name], retrieval_ms[name] = _search(name, retriever, indexed, cache, plan.search_depth(depth))
         runs[name] = plan.evaluated(passage_runs[name], depth)
         params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True)) | plan.params()
     for fcfg in (cfg.get("fusion") or {}).values():
@@ -213,6 +258,8 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         passage_runs[system] = plan.passages(runs[system], {member: passage_runs[member] for member in fcfg.members})
         seconds = time.perf_counter() - started
         efficiency[system] = {"fusion_seconds": seconds}
+        retrieval_ms[system] = {q: sum(retrieval_ms[m].get(q, np.nan) for m in fcfg.members) + seconds * 1000 / len(dataset.queries)
+                                for q in dataset.queries}  # members' search times + an even share of the batch fusion
         params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True)) | plan.params()
     if not runs:
         raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
@@ -220,25 +267,63 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     evaluation = ("evaluate", OmegaConf.to_yaml(cfg.get("evaluator") or {}, resolve=True), int(cfg.seed))
     results = {}
     for name, run in runs.items():
-        answers = None
+        answers, generation_ms = None, None
         if generator is not None and not isinstance(generator, NoGenerator):
             with stage(f"{name}: generate answers"):
+                started = time.perf_counter()
                 answers = answer_questions(generator, passage_runs[name], indexed, Path(cfg.paths.output_dir) / "systems" / name)
+                generation_ms = (time.perf_counter() - started) * 1000 / len(dataset.queries)  # generators answer a batch
         with stage(f"{name}: evaluate"):
             if answers:
-                per_query, summary = evaluate_run(run, indexed, evaluators, int(cfg.seed), answers.texts, passage_runs[name])
+                per_query, summary, counted = evaluate_run(run, indexed, evaluators, int(cfg.seed), answers.texts, passage_runs[name])
             else:  # a run the jobs of a multirun share (a cached retriever run) is scored once
                 key = (run, passage_runs[name], indexed.qrels, indexed.queries, indexed.answers, indexed.corpus)
-                per_query, summary = _scored.get(key, evaluation,
+                per_query, summary, counted = _scored.get(key, evaluation,
                                                  lambda: evaluate_run(run, indexed, evaluators, int(cfg.seed), None, passage_runs[name]))
         if answers:
             per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
+        per_query = with_latency(per_query, retrieval_ms[name], generation_ms)
+        efficiency[name] |= latency_quantiles(per_query)
         missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
         if missing:
             log.warning("%s: %d of %d queries have no results (they score 0)", name, missing, len(dataset.queries))
         results[name] = SystemResult(name, run, per_query, summary, {**efficiency[name], "queries_missing": float(missing), **plan.stats(dataset.corpus)},
-                                     params[name], passage_runs[name], indexed.corpus)
+                                     params[name], passage_runs[name], indexed.corpus, counted)
     return results
+
+
+def _findings(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], attributes: list[Attribute], output_dir: Path,
+              rerun: Callable[[Dataset, Path], dict[str, SystemResult]]) -> Findings:
+    """What the job adds beyond each system's metrics: metrics per slice (``pipeline.slices``; the
+    per-query tables get the slice columns), latency quantiles for the parent run and, when
+    ``robustness`` is set, the perturbed-query study (``pipeline.robustness``; ``rerun`` runs every
+    system on a dataset with other queries, writing into another folder)."""
+    for result in results.values():
+        result.per_query = annotate(result.per_query, attributes)
+    found = summarize({name: (r.per_query, r.counted) for name, r in results.items()}, attributes, int(cfg.seed))
+    found.parent_metrics |= {layout.system_metric_key(name, key): value for name, r in results.items()
+                             for key, value in r.efficiency.items() if key.startswith("latency/")}
+    if cfg.get("robustness"):
+        found = found.merge(robustness.study(cfg.robustness, dataset, results, rerun, output_dir, int(cfg.seed)))
+    return found
+
+
+def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path) -> Findings:
+    """The pairwise judges' summaries by pair (results.json ``pairwise``, parent metrics
+    ``pairwise/<first>_vs_<second>/<name>``, ``pairwise.jsonl``) over the systems that generated answers."""
+    answers = {name: r.per_query["generated_answer"].to_dict() for name, r in results.items() if "generated_answer" in r.per_query}
+    pairs = {pair: summary for judge in judges for pair, summary in judge.compare(answers, dataset.queries, dataset.answers).items()}
+    if not pairs:
+        return Findings()
+    metrics = {f"pairwise/{s['first']}_vs_{s['second']}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
+    return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()])
+
+
+def _with_output_dir(cfg: DictConfig, folder: Path) -> DictConfig:
+    """A copy of ``cfg`` writing its per-system files (generation.json) under ``folder``."""
+    copy = cfg.copy()
+    copy.paths = {**OmegaConf.to_container(cfg.paths, resolve=True), "output_dir": str(folder)}
+    return copy
 
 
 def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
@@ -247,8 +332,10 @@ def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
     return table[["system", "qid", *[c for c in table.columns if c not in ("system", "qid")]]]
 
 
-def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path) -> dict:
-    """``resolved``: ``cfg`` as a plain, resolved container (written redacted as config.yaml)."""
+def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path,
+                   extra: dict | None = None) -> dict:
+    """``resolved``: ``cfg`` as a plain, resolved container (written redacted as config.yaml);
+    ``extra``: more top-level sections of results.json (slices, robustness)."""
     for result in results.values():  # a run shared by the jobs of a multirun is formatted once
         text = _scored.get((result.run,), ("trec", result.name), lambda: trec_text(result.run, result.name))
         write_atomically(output_dir / "runs" / f"{result.name}.trec", text)
@@ -267,8 +354,9 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "aggregates": {name: r.summary.drop(columns="n").to_dict(orient="index") for name, r in results.items()},
         "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
+        **(extra or {}),
     }
-    (output_dir / layout.RESULTS_FILE).write_text(json.dumps(payload, indent=2))
+    write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(payload, indent=2))  # last, whole: it marks the results complete
     return {"results": payload, "table": table}
 
 
@@ -285,7 +373,8 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if pd.notna(v)} | result.efficiency
 
 
-def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig) -> None:
+def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig,
+                    findings: Findings | None = None) -> None:
     if not tracker.enabled:
         return
     threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
@@ -297,13 +386,14 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             link_or_copy(output_dir / "runs" / f"{name}.trec", folder / layout.RUN_FILE)
             text = _scored.get((result.per_query,), ("csv", name), lambda: per_query_table(name, result.per_query).to_csv(index=False))
             write_atomically(folder / layout.PER_QUERY_FILE, text)
-            metrics = _system_metrics(result)
+            metrics = _system_metrics(result) | (findings.system_metrics.get(name, {}) if findings else {})
             curves = _scored.get((result.run, dataset.qrels), ("curves", int(cfg.depth), threshold),
                                  lambda: {layout.curve_key(base): curve for base, curve in
                                           cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold).items()})
             tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=curves)
             parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
-        artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS]
+        artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS] + (findings.artifacts if findings else [])
+        parent_metrics |= findings.parent_metrics if findings else {}
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
         key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)

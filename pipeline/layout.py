@@ -13,11 +13,17 @@ One parent run per Hydra job, one child run per system (tag ``mlflow.parentRunId
 - child: run name :func:`child_run_name`, tag :data:`TAG_SYSTEM`; params: its config; metrics ``<metric_key>`` plus ``_std``,
   ``_ci_low``, ``_ci_high`` and efficiency figures, identical keys across systems; step metrics
   :func:`curve_key` (step = cutoff k); artifacts :data:`RUN_FILE` and :data:`PER_QUERY_FILE`;
+- derived keys, all built from a metric key and suffixed like it (:data:`SUMMARY_SUFFIXES`): per slice
+  :func:`slice_key` (``ndcg_at_10/slice/question_type/who``), per query perturbation :func:`drop_key`
+  (``ndcg_at_10/drop/typos_10``), latency quantiles :func:`latency_key` (``latency/retrieval_p95_ms``);
+  the child run logs them as they are, the parent run with the ``<system>/`` prefix
+  (:func:`system_metric_key`);
 - a ``ragtrack compare`` run: tag :data:`TAG_COMPARISON`.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own: the UI nests child runs under it
@@ -58,6 +64,31 @@ def metric_key(name: str) -> str:
 def system_metric_key(system: str, metric: str) -> str:
     """A parent run's key for one system's metric: ``hybrid/ndcg_at_10``."""
     return f"{system}/{metric_key(metric)}"
+
+
+SUMMARY_SUFFIXES = {"": "mean", "_std": "std", "_ci_low": "ci_low", "_ci_high": "ci_high"}  # key suffix -> summary column
+
+
+def key_part(text: str) -> str:
+    """``text`` as one segment of an MLflow key: characters other than letters, digits, ``_ - .``
+    become ``_`` (``how many`` -> ``how_many``); a segment of dots only becomes underscores."""
+    part = re.sub(r"[^\w.-]", "_", text)
+    return "_" * len(part) if set(part) == {"."} else part
+
+
+def slice_key(metric: str, attribute: str, value: str) -> str:
+    """A metric over the queries of one slice: ``ndcg_at_10/slice/question_type/who``."""
+    return f"{metric_key(metric)}/slice/{key_part(attribute)}/{key_part(value)}"
+
+
+def drop_key(metric: str, perturbation: str) -> str:
+    """How much a metric drops when queries are perturbed (clean - perturbed): ``ndcg_at_10/drop/typos_10``."""
+    return f"{metric_key(metric)}/drop/{key_part(perturbation)}"
+
+
+def latency_key(stage: str, quantile: int) -> str:
+    """A per-query latency quantile in milliseconds: ``latency/retrieval_p50_ms``."""
+    return f"latency/{stage}_p{quantile}_ms"
 
 
 def curve_key(base: str) -> str:

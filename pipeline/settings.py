@@ -708,7 +708,7 @@ def composition_errors_explained(config_dirs: Sequence[str | Path] = ()) -> Iter
 
 def explain_composition_error(exc: Exception, config_dirs: Sequence[str | Path] = ()) -> RagtrackError:
     """One line for a Hydra composition error. A group's options are the YAML files of that group in
-    the installed configs and in ``config_dirs`` (the user's ``--config-dir`` and ``hydra.searchpath``)."""
+    the installed configs and in ``config_dirs`` (the user's ``--config-dir`` folders)."""
     from hydra.errors import MissingConfigException, OverrideParseException
 
     cause = exc.__cause__
@@ -742,20 +742,6 @@ def group_options(group: str, config_dirs: Sequence[str | Path] = ()) -> list[st
 
 def _entries(folder: Any) -> list:
     return [entry for entry in folder.iterdir() if entry.name.endswith(".yaml")] if folder.is_dir() else []
-
-
-def config_dirs_of(arguments: Sequence[str]) -> list[str]:
-    """The user's config folders on a ``ragtrack run`` command line: ``--config-dir``/``-cd`` and the
-    ``file://`` entries of ``hydra.searchpath``."""
-    folders = []
-    for index, argument in enumerate(arguments):
-        if argument in ("--config-dir", "-cd") and index + 1 < len(arguments):
-            folders.append(arguments[index + 1])
-        elif argument.startswith("--config-dir="):
-            folders.append(argument.partition("=")[2])
-        elif argument.lstrip("+").startswith("hydra.searchpath="):
-            folders += [entry.strip(" '\"").removeprefix("file://") for entry in argument.partition("=")[2].strip("[]").split(",")]
-    return folders
 
 
 # ----------------------------------------------------------------------------- a job that stopped at validation

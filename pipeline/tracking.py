@@ -13,14 +13,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import sqlite3
+import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.pipeline.layout import (EXPERIMENT_KIND, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS, TAG_SYSTEM,
                                       child_run_name)
@@ -35,20 +39,125 @@ PARAM_LIMIT = 6000  # characters of one logged param value
 BATCH_PARAMS, BATCH_ENTRIES = 100, 1000  # MLflow's log_batch limits
 
 
+DEFAULT_TIMEOUT, DEFAULT_RETRIES = 10, 2  # tracking.timeout (seconds), tracking.retries
+
+
 def ensure_store(uri: str) -> None:
-    """Create a SQLite store once under a file lock (concurrent first opens can half-migrate it) and
-    switch it to write-ahead logging: a commit then syncs one file instead of a rollback journal and
-    the database (MLflow logging ~40% faster), and the MLflow UI can read while jobs write."""
+    """Make a SQLite store usable, under a file lock (concurrent first opens): a new store is created
+    in a temporary file and renamed into place once MLflow has created and migrated its schema, so a
+    kill at any moment leaves either no store or a complete one. A store without runs whose schema is
+    unfinished (left by a killed MLflow, e.g. an older ragtrack) is set aside and created anew. The store
+    then uses write-ahead logging: a commit syncs one file instead of a rollback journal and the
+    database (MLflow logging ~40% faster), and the MLflow UI can read while jobs write."""
     if not uri.startswith("sqlite:///"):
         return
     database = Path(uri.removeprefix("sqlite:///"))
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock"):
-        from mlflow.tracking import MlflowClient
-
-        MlflowClient(uri).search_experiments(max_results=1)
+        if database.exists() and _half_created(database):
+            if _count_runs(database):  # a store holding runs is never replaced
+                raise RagtrackError(f"MLflow store {uri} holds runs but not the schema of the installed MLflow: "
+                                    f"back it up, then run: mlflow db upgrade {uri}")
+            aside = database.with_name(f"{database.name}.broken-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            os.replace(database, aside)
+            log.warning("MLflow store %s was left half-created (a killed first job?); set aside as %s, creating it anew", database, aside)
+        if not database.exists():
+            _create_store(database)
+        _open_store(uri)
         with contextlib.closing(sqlite3.connect(database)) as connection:
             connection.execute("PRAGMA journal_mode=WAL")  # a property of the file: set once, kept
+
+
+def _create_store(database: Path) -> None:
+    """A new SQLite store: MLflow creates the schema in a temporary file, which is renamed into place."""
+    for stale in database.parent.glob(f".{database.name}.new-*"):  # left by a killed creation
+        stale.unlink(missing_ok=True)
+    scratch = database.with_name(f".{database.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        _open_store(f"sqlite:///{scratch}")
+        os.replace(scratch, database)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+def _open_store(uri: str) -> None:
+    """Open the store as MLflow does (it creates the schema of an empty database and checks its version)."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(uri).search_experiments(max_results=1)
+
+
+def _half_created(database: Path) -> bool:
+    """Whether a SQLite file lacks the schema version of a finished MLflow store: MLflow was stopped
+    while creating or migrating it (alembic records each migration's version as it goes). A file that
+    is not SQLite at all is left to MLflow's own error."""
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+        try:
+            versions = [row[0] for row in connection.execute("SELECT version_num FROM alembic_version")]
+        except sqlite3.OperationalError:  # no such table
+            return True
+        except sqlite3.DatabaseError:  # not a database
+            return False
+    return versions != [_schema_head()]
+
+
+@functools.cache
+def _schema_head() -> str:
+    """The schema version of a finished store of the installed MLflow: the head of the migrations it
+    ships (``mlflow/store/db_migrations``, read with alembic's public API, as ``mlflow db upgrade`` does)."""
+    from importlib.resources import files
+
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(files("mlflow.store") / "db_migrations"))
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def _count_runs(database: Path) -> int:
+    """Runs in a SQLite store (0 when it has no runs table)."""
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+        try:
+            return connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+def configure_http(timeout: int, retries: int) -> None:
+    """MLflow's HTTP settings (its environment variables, read at each request): ``timeout`` seconds
+    per request, ``retries`` retries with a 1 s backoff, so an unreachable server fails within about
+    ``(retries + 1) * timeout + 2 ** retries`` seconds instead of MLflow's default of minutes."""
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(timeout))
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(retries))
+    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
+    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"] = "0.5"
+
+
+def prepare_connection(uri: str, timeout: int = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> None:
+    """Before a command talks to MLflow: its HTTP settings, and a tracking server that must answer."""
+    configure_http(timeout, retries)
+    probe_server(uri, timeout)
+
+
+def probe_server(uri: str, timeout: float) -> None:
+    """Fail within ``timeout`` seconds, with one line, when the tracking server at an ``http(s)://`` URI
+    does not answer (nothing listening, or a server that accepts and never replies). Any HTTP answer
+    (even an error status) counts as reachable: MLflow then reports what is wrong."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout):
+            return
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError):
+            detail = f"no answer within {timeout:g} s (tracking.timeout)"
+        else:
+            detail = (describe_fault(reason) if isinstance(reason, BaseException) else None) or str(reason)
+        raise RagtrackError(f"MLflow tracking server {uri} is unreachable: {detail}") from None
 
 
 def is_local_store(uri: str) -> bool:
@@ -57,17 +166,20 @@ def is_local_store(uri: str) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _open_experiment(uri: str, experiment: str, artifact_location: str | None) -> tuple[Any, str]:
+def _open_experiment(uri: str, experiment: str, artifact_location: str | None, timeout: int = DEFAULT_TIMEOUT,
+                     retries: int = DEFAULT_RETRIES) -> tuple[Any, str]:
     """Client and experiment id, once per process (the jobs of a multirun share them); the first open
-    also ends the runs of killed jobs (``mark_killed_runs``)."""
+    probes a tracking server, creates a SQLite store, and ends the runs of killed jobs (``mark_killed_runs``)."""
     from mlflow.tracking import MlflowClient
 
-    ensure_store(uri)
-    client = MlflowClient(uri)
+    prepare_connection(uri, timeout, retries)
+    with store_faults(uri):
+        ensure_store(uri)
+        client = MlflowClient(uri)
+        found = client.get_experiment_by_name(experiment)
     if not is_local_store(uri) and artifact_location:
         log.info("MLflow server %s: artifacts go where the server says (artifact_location ignored)", uri)
         artifact_location = None
-    found = client.get_experiment_by_name(experiment)
     if found is None:
         try:
             experiment_id = client.create_experiment(experiment, artifact_location=artifact_location, tags={TAG_NOTE: EXPERIMENT_NOTE, TAG_EXPERIMENT_KIND: EXPERIMENT_KIND})
@@ -77,6 +189,22 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None) -
         experiment_id = found.experiment_id
     mark_killed_runs(client, experiment_id)
     return client, experiment_id
+
+
+@contextlib.contextmanager
+def store_faults(uri: str) -> Any:
+    """A fault while opening or creating the store as one line naming the store (tracking.uri)."""
+    try:
+        yield
+    except RagtrackError:
+        raise
+    except Exception as exc:
+        message = describe_fault(exc)
+        if message is None and type(exc).__module__.startswith("mlflow"):  # MLflow's own refusal (bad URI, old schema)
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if message is None:
+            raise
+        raise RagtrackError(f"MLflow store {uri} (tracking.uri): {message}") from None
 
 
 def mark_killed_runs(client: Any, experiment_id: str) -> list[str]:
@@ -93,14 +221,17 @@ def mark_killed_runs(client: Any, experiment_id: str) -> list[str]:
 
 @contextlib.contextmanager
 def reported_as_one_line() -> Any:
-    """MLflow's failures (store unreachable, disk full, a folder that is a file) as one-line errors."""
+    """MLflow's failures (store unreachable, disk full, a folder that is a file) as one-line errors;
+    what :func:`describe_fault` does not know (a bug) keeps its traceback."""
     try:
         yield
     except RagtrackError:
         raise
     except Exception as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else ""
-        raise RagtrackError(f"MLflow logging failed: {type(exc).__name__}: {detail}") from None
+        message = describe_fault(exc)
+        if message is None:
+            raise
+        raise RagtrackError(f"MLflow logging failed: {message}") from None
 
 
 class Tracker:
@@ -127,10 +258,11 @@ class MlflowTracker(Tracker):
 
     enabled = True
 
-    def __init__(self, uri: str, experiment: str, artifact_location: str | None = None):
+    def __init__(self, uri: str, experiment: str, artifact_location: str | None = None, timeout: int = DEFAULT_TIMEOUT,
+                 retries: int = DEFAULT_RETRIES):
         self.uri, self.experiment_name = uri, experiment
         with reported_as_one_line():
-            self.client, self.experiment_id = _open_experiment(uri, experiment, artifact_location)
+            self.client, self.experiment_id = _open_experiment(uri, experiment, artifact_location, timeout, retries)
         self.process = process_tag()
         self.run_id = None
         self.run_name = ""
@@ -198,7 +330,8 @@ class MlflowTracker(Tracker):
                 self.client.log_artifact(run_id, str(path))
 
 
-def tracking_target(cfg: Mapping) -> tuple[str, str, str | None]:
-    """(uri, experiment, artifact location) of a ``tracking`` config."""
+def tracking_target(cfg: Mapping) -> tuple[str, str, str | None, int, int]:
+    """(uri, experiment, artifact location, timeout, retries) of a ``tracking`` config."""
     location = cfg.get("artifact_location")
-    return str(cfg["uri"]), str(cfg["experiment"]), None if location is None else str(location)
+    return (str(cfg["uri"]), str(cfg["experiment"]), None if location is None else str(location),
+            int(cfg.get("timeout", DEFAULT_TIMEOUT)), int(cfg.get("retries", DEFAULT_RETRIES)))

@@ -30,10 +30,28 @@ from ragtrack.core.text import Tokenizer
 
 log = logging.getLogger(__name__)
 
+DISTRIBUTED = ("none", "ray")
+
+
 class Encoder(ABC):
-    """``encode(texts)`` -> (len(texts), dim) float32 array with unit-length rows."""
+    """``encode(texts)`` -> (len(texts), dim) float32 array with unit-length rows.
+
+    Options every encoder takes (keywords): ``device`` — ``auto`` (a GPU where the backend sees one,
+    else the CPU), ``cpu``, ``cuda``, ``cuda:N``; ``distributed`` — ``none`` (this process) or ``ray``
+    (documents encoded by a pool of ``actors`` Ray actors, :mod:`ragtrack.retrievers.distributed`). Neither
+    changes the embeddings beyond float rounding, so neither is part of the fingerprint (the cache key).
+    """
 
     calls = 0  # texts encoded by this process, for tests that prove caching
+    _runtime: tuple[str, ...] = ()  # loaded models and sessions: rebuilt where a copy is unpickled (Ray actors)
+
+    def __init__(self, device: str = "auto", distributed: str = "none", actors: int | None = None):
+        if distributed not in DISTRIBUTED:
+            raise RagtrackError(f"encoder.distributed {distributed!r} is not supported; use one of: {', '.join(DISTRIBUTED)}")
+        self.device, self.distributed, self.actors = device, distributed, actors
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, **dict.fromkeys(self._runtime)}
 
     @abstractmethod
     def fingerprint(self) -> dict:
@@ -47,17 +65,33 @@ class Encoder(ABC):
         """Raw embeddings; ``kind`` is ``query`` or ``document``."""
 
     def encode(self, texts: Sequence[str], kind: str = "document", progress: bool = False) -> np.ndarray:
+        if self.distributed == "ray" and kind == "document":
+            from ragtrack.retrievers.distributed import encode_on_ray
+
+            return encode_on_ray(self, list(texts), kind, self.actors)
         Encoder.calls += len(texts)
         vectors = np.asarray(self._encode(list(texts), kind, progress), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.where(norms > 0, norms, 1.0)
 
 
+def torch_device(device: str) -> str:
+    """``auto``: ``cuda`` where torch sees a GPU, else ``cpu``; anything else as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class SentenceTransformerEncoder(Encoder):
-    def __init__(self, model: str = "all-MiniLM-L6-v2", batch_size: int = 64, max_seq_length: int | None = None,
-                 query_prefix: str = "", document_prefix: str = "", device: str = "cpu", threads: int | None = None):
+    _runtime = ("_model",)
+
+    def __init__(self, model: str = "all-MiniLM-L6-v2", batch_size: int | None = None, max_seq_length: int | None = None,
+                 query_prefix: str = "", document_prefix: str = "", threads: int | None = None, **options):
+        super().__init__(**options)
         self.model_name, self.batch_size, self.max_seq_length = model, batch_size, max_seq_length
-        self.query_prefix, self.document_prefix, self.device, self.threads = query_prefix, document_prefix, device, threads
+        self.query_prefix, self.document_prefix, self.threads = query_prefix, document_prefix, threads
         self._location = resolve_model(model)
         self._model = None
 
@@ -72,7 +106,7 @@ class SentenceTransformerEncoder(Encoder):
 
             torch.set_num_threads(self.threads or os.cpu_count() or 1)
             try:
-                self._model = SentenceTransformer(self._location, device=self.device)
+                self._model = SentenceTransformer(self._location, device=torch_device(self.device))
             except Exception as exc:
                 raise RagtrackError(f"cannot load sentence-transformers model {self.model_name!r}: {str(exc).splitlines()[0]}") from None
             if self.max_seq_length:
@@ -80,9 +114,22 @@ class SentenceTransformerEncoder(Encoder):
         return self._model
 
     def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
+        """Batches of ``batch_size`` (default 64 on a CPU, 256 on a GPU), halved while the device runs out
+        of memory."""
+        import torch
+
+        model = self._load()
         prefix = self.query_prefix if kind == "query" else self.document_prefix
-        return self._load().encode([prefix + t for t in texts], batch_size=self.batch_size,
-                                   show_progress_bar=progress, convert_to_numpy=True)
+        batch_size = self.batch_size or (64 if model.device.type == "cpu" else 256)
+        while True:
+            try:
+                return model.encode([prefix + t for t in texts], batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True)
+            except torch.OutOfMemoryError:
+                if batch_size == 1:
+                    raise RagtrackError(f"{self.model_name}: out of memory on {model.device} even one text at a time") from None
+                batch_size //= 2
+                torch.cuda.empty_cache()
+                log.warning("%s: out of memory on %s; batch size now %d", self.model_name, model.device, batch_size)
 
 
 PRECISIONS = ("fp32", "int8")
@@ -138,8 +185,12 @@ class OnnxEncoder(Encoder):
     states of real tokens, as sentence-transformers does. ``threads`` defaults to every core.
     """
 
+    _runtime = ("_session", "_tokenizer")
+
     def __init__(self, model: str = "all-MiniLM-L6-v2", precision: str = "int8", batch_size: int = 32,
-                 max_seq_length: int | None = None, query_prefix: str = "", document_prefix: str = "", threads: int | None = None):
+                 max_seq_length: int | None = None, query_prefix: str = "", document_prefix: str = "", threads: int | None = None,
+                 **options):
+        super().__init__(**options)
         if precision not in PRECISIONS:
             raise RagtrackError(f"unknown ONNX precision {precision!r}; known: {', '.join(PRECISIONS)}")
         self.model_name, self.precision, self.batch_size, self.threads = model, precision, batch_size, threads
@@ -186,11 +237,17 @@ class OnnxEncoder(Encoder):
             options.intra_op_num_threads = self.threads or os.cpu_count() or 1
             options.inter_op_num_threads = 1
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-            self._session = onnxruntime.InferenceSession(str(self._model_file), options, providers=["CPUExecutionProvider"])
+            self._session = onnxruntime.InferenceSession(str(self._model_file), options, providers=self._providers(onnxruntime))
             self._tokenizer = HFTokenizer.from_file(str(self._location / "tokenizer.json"))
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(self.max_seq_length)
         return self._session
+
+    def _providers(self, onnxruntime) -> list[str]:
+        """ONNX Runtime's CUDA provider for ``device`` auto (where this onnxruntime build has it) or cuda;
+        the CPU provider always comes last, as the fallback."""
+        gpu = self.device.startswith("cuda") or (self.device == "auto" and "CUDAExecutionProvider" in onnxruntime.get_available_providers())
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"] if gpu else ["CPUExecutionProvider"]
 
     def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
         session = self._load()
@@ -220,7 +277,10 @@ class OnnxEncoder(Encoder):
 class HashingEncoder(Encoder):
     """Signed feature hashing of stemmed unigrams into ``dim`` buckets (crc32, deterministic)."""
 
-    def __init__(self, dim: int = 256):
+    _runtime = ("_tokenize",)
+
+    def __init__(self, dim: int = 256, **options):
+        super().__init__(**options)
         self.dim = dim
         self._tokenize = Tokenizer()
 
@@ -228,6 +288,7 @@ class HashingEncoder(Encoder):
         return {"encoder": "hashing", "dim": self.dim, "tokenizer": self._tokenize.settings()}
 
     def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
+        self._tokenize = self._tokenize or Tokenizer()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, tokens in enumerate(self._tokenize(texts)):
             for token in tokens:

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from collections import OrderedDict
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+from ragtrack.core.errors import RagtrackError, describe_fault
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,16 @@ class Cache:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.builds: list[str] = []
+        self._check_writable()
+
+    def _check_writable(self) -> None:
+        """Fail at once, with one line, when the cache folder cannot be created or written (read-only
+        disk, no permission, a file in the way): before a job has built or logged anything."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=self.root).close()
+        except OSError as exc:
+            raise RagtrackError(f"the cache folder cannot be written: {describe_fault(exc) or exc}") from None
 
     def entry(self, kind: str, parts: dict, build: Callable[[Path], None], label: str | None = None) -> Path:
         """Return the folder of a complete entry, building it with ``build(folder)`` if needed."""
@@ -67,8 +80,11 @@ class Cache:
                 manifest = {"kind": kind, "parts": parts, "schema": SCHEMA_VERSION, "built_seconds": time.perf_counter() - started}
                 (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
                 os.rename(scratch, final)
-            except BaseException:
+            except BaseException as exc:
                 shutil.rmtree(scratch, ignore_errors=True)
+                fault = None if isinstance(exc, RagtrackError) else describe_fault(exc)
+                if fault:  # e.g. the disk filled up: one line naming the entry; nothing of it is left
+                    raise RagtrackError(f"cannot build the {label or kind} cache entry in {final.parent}: {fault}") from exc
                 raise
         self.builds.append(f"{kind}/{key}")
         log.info("cache build: %s %s (%.1f s)", label or kind, key[:12], time.perf_counter() - started)

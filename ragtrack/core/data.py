@@ -1,13 +1,15 @@
 """Load and validate BEIR-layout datasets (and TREC qrels), with a content hash.
 
 Layout: ``corpus.jsonl`` or ``corpus.jsonl.gz`` (``_id``, ``title``, ``text``), ``queries.jsonl``
-(``_id``, ``text``, optional ``answers``), ``qrels/<split>.tsv`` (``query-id corpus-id score``, header
+(``_id``, ``text``, optional ``answers`` and ``metadata`` object), ``qrels/<split>.tsv`` (``query-id corpus-id score``, header
 optional) or a TREC qrels file (``qid 0 docid rel``). Every defect raises :class:`InputError` naming the
-file and line. Decisions: blank lines are not records and are skipped; a BOM and CRLF line endings are
-accepted; documents with an empty title *and* text are rejected, as are empty query texts; ids may not
-contain whitespace (a TREC run could not represent them); qrels may not name unknown queries or
-documents or repeat a (query, document) pair; grades must be integers (negative grades count as
-non-relevant, as in trec_eval). Only queries judged in the split are run.
+file and line. Decisions: blank lines (spaces and tabs only) are not records and are skipped; a BOM
+and CRLF line endings are accepted; documents with an empty title *and* text are rejected, as are
+empty query texts; ids and texts must be valid Unicode text and ids may not contain whitespace (a TREC
+run could not represent them; ``fields.py`` has the rules for ids, grades and columns); qrels may not
+name unknown queries or documents or repeat a (query, document) pair; grades must be ASCII integers
+(negative grades count as non-relevant, as in trec_eval); the BEIR header ``query-id corpus-id score``
+is allowed only as the first non-blank line of a qrels file. Only queries judged in the split are run.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ragtrack.core import columnar
 from ragtrack.core.errors import InputError
+from ragtrack.core.fields import BEIR_HEADER, check_id, check_text, parse_grade, split_columns
 from ragtrack.core.files import open_bytes, read_lines
 
 log = logging.getLogger(__name__)
@@ -54,18 +58,11 @@ class Dataset:
     qrels: Qrels
     answers: dict[str, list[str]] = field(default_factory=dict)
     hash: str = ""
+    metadata: dict[str, dict] = field(default_factory=dict)  # a query's ``metadata`` object (queries.jsonl), where given
     qrels_path: Path | None = None  # the judgments' file, for errors that name a line of it
 
     def num_judged_relevant(self, threshold: int = 1) -> int:
         return sum(any(g >= threshold for g in docs.values()) for docs in self.qrels.values())
-
-
-def _check_id(value: object, path: Path, line: int, key: str = "_id") -> str:
-    if not isinstance(value, str) or not value:
-        raise InputError(path, f"'{key}' must be a non-empty string, got {value!r}", line)
-    if any(ch.isspace() for ch in value):
-        raise InputError(path, f"id {value!r} contains whitespace, which TREC files cannot represent", line)
-    return value
 
 
 def _read_jsonl(path: Path, digest: "hashlib._Hash") -> Iterator[tuple[int, dict]]:
@@ -91,7 +88,7 @@ def _string_field(record: dict, key: str, path: Path, line: int, required: bool)
         return ""
     if not isinstance(value, str):
         raise InputError(path, f"field '{key}' must be a string, got {type(value).__name__}", line)
-    return value
+    return check_text(value, path, line, f"field '{key}'")
 
 
 def load_corpus(path: Path) -> Corpus:
@@ -100,7 +97,7 @@ def load_corpus(path: Path) -> Corpus:
     ids, titles, texts = [], [], []
     first_line: dict[str, int] = {}
     for number, record in _read_jsonl(path, digest):
-        doc_id = _check_id(record.get("_id"), path, number) if "_id" in record else None
+        doc_id = check_id(record.get("_id"), path, number) if "_id" in record else None
         if doc_id is None:
             raise InputError(path, "missing field '_id'", number)
         text = _string_field(record, "text", path, number, required=True)
@@ -118,16 +115,18 @@ def load_corpus(path: Path) -> Corpus:
     return Corpus(ids=ids, titles=titles, texts=texts, hash=digest.hexdigest())
 
 
-def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str]:
-    """Read ``queries.jsonl``: returns texts, answers (where given) and the content hash."""
+def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str, dict[str, dict]]:
+    """Read ``queries.jsonl``: returns texts, answers (where given), the content hash and the
+    ``metadata`` objects (where given; BEIR's optional per-query field)."""
     digest = hashlib.sha256()
     queries: dict[str, str] = {}
     answers: dict[str, list[str]] = {}
+    metadata: dict[str, dict] = {}
     first_line: dict[str, int] = {}
     for number, record in _read_jsonl(path, digest):
         if "_id" not in record:
             raise InputError(path, "missing field '_id'", number)
-        qid = _check_id(record["_id"], path, number)
+        qid = check_id(record["_id"], path, number)
         text = _string_field(record, "text", path, number, required=True)
         if not text.strip():
             raise InputError(path, f"query {qid!r} has an empty text", number)
@@ -139,38 +138,53 @@ def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str]
             gold = record["answers"]
             if not isinstance(gold, list) or not all(isinstance(a, str) for a in gold):
                 raise InputError(path, f"'answers' of query {qid!r} must be a list of strings", number)
+            for answer in gold:
+                check_text(answer, path, number, f"an answer of query {qid!r}")
             answers[qid] = gold
+        if "metadata" in record:
+            if not isinstance(record["metadata"], dict):
+                raise InputError(path, f"'metadata' of query {qid!r} must be a JSON object, got {type(record['metadata']).__name__}", number)
+            metadata[qid] = record["metadata"]
     if not queries:
         raise InputError(path, "no queries")
-    return queries, answers, digest.hexdigest()
-
-
-def _parse_grade(value: str, path: Path, line: int) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise InputError(path, f"relevance grade {value!r} is not an integer", line) from None
+    return queries, answers, digest.hexdigest(), metadata
 
 
 def load_qrels(path: Path) -> tuple[Qrels, str]:
-    """Read BEIR qrels (``query-id corpus-id score``, tab-separated, header optional) or TREC qrels
-    (``qid iteration docid rel``, whitespace-separated); returns the judgments and the content hash."""
+    """Read BEIR qrels (``query-id corpus-id score``, tab-separated, the header optional and only as
+    the first non-blank line) or TREC qrels (``qid iteration docid rel``); columns are separated by
+    spaces and tabs; returns the judgments and the content hash. Large files are read by the columnar
+    reader; whatever it declines, the line reader reads (and names the line of any defect)."""
+    path = Path(path)
+    fast = columnar.read_qrels(path)
+    if fast is None:
+        return load_qrels_lines(path)
+    qids, doc_ids, grades, data = fast
+    qrels: Qrels = {}
+    for qid, doc_id, grade in zip(qids, doc_ids, grades):
+        qrels.setdefault(qid, {})[doc_id] = grade
+    return qrels, hashlib.sha256(data).hexdigest()
+
+
+def load_qrels_lines(path: Path) -> tuple[Qrels, str]:
+    """:func:`load_qrels` line by line: the reference, with the line number of every defect."""
     digest = hashlib.sha256()
     qrels: Qrels = {}
-    for number, text in read_lines(path, digest):
-        columns = text.split("\t") if "\t" in text else text.split()
+    for index, (number, text) in enumerate(read_lines(path, digest)):
+        columns = split_columns(text, tab_separated=True)
+        if columns == BEIR_HEADER:
+            if index:
+                raise InputError(path, "the header 'query-id corpus-id score' is allowed only as the first non-blank line", number)
+            continue
         if len(columns) == 3:
             qid, doc_id, grade = columns
         elif len(columns) == 4:
             qid, _, doc_id, grade = columns
         else:
             raise InputError(path, f"expected 3 (BEIR) or 4 (TREC) columns, got {len(columns)}", number)
-        qid, doc_id, grade = qid.strip(), doc_id.strip(), grade.strip()
-        if number == 1 and not grade.lstrip("-").isdigit() and qid.lower().startswith("query"):
-            continue  # BEIR header "query-id corpus-id score"
-        value = _parse_grade(grade, path, number)
-        _check_id(qid, path, number, "query id")
-        _check_id(doc_id, path, number, "document id")
+        value = parse_grade(grade, path, number)
+        check_id(qid, path, number, "query id")
+        check_id(doc_id, path, number, "document id")
         judged = qrels.setdefault(qid, {})
         if doc_id in judged:
             raise InputError(path, f"duplicate judgment for query {qid!r} and document {doc_id!r}", number)
@@ -183,7 +197,7 @@ def load_qrels(path: Path) -> tuple[Qrels, str]:
 def _find_qrels_line(path: Path, needle: str) -> int | None:
     with open_bytes(path) as handle:
         for number, raw in enumerate(handle, start=1):
-            if needle in raw.decode("utf-8", "replace").replace("\t", " ").split():
+            if needle in split_columns(raw.decode("utf-8", "replace").rstrip("\r\n"), tab_separated=True):
                 return number
     return None
 
@@ -206,16 +220,17 @@ def load_beir(path: str | Path, split: str = "test", name: str | None = None, qr
         raise InputError(folder, "dataset folder not found")
     qrels_path = Path(qrels_file) if qrels_file else folder / "qrels" / f"{split}.tsv"
     corpus = load_corpus(_corpus_path(folder))
-    all_queries, all_answers, queries_hash = load_queries(folder / "queries.jsonl")
+    all_queries, all_answers, queries_hash, all_metadata = load_queries(folder / "queries.jsonl")
     qrels, qrels_hash = load_qrels(qrels_path)
     for qid in qrels:
         if qid not in all_queries:
             raise InputError(qrels_path, f"unknown query id {qid!r} (not in queries.jsonl)", _find_qrels_line(qrels_path, qid))
     queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
     answers = {qid: gold for qid, gold in all_answers.items() if qid in qrels}
+    metadata = {qid: values for qid, values in all_metadata.items() if qid in qrels}
     combined = hashlib.sha256(f"{corpus.hash}:{queries_hash}:{qrels_hash}".encode()).hexdigest()
     dataset = Dataset(name=name or folder.name, corpus=corpus, queries=queries, qrels=qrels, answers=answers, hash=combined,
-                      qrels_path=qrels_path)
+                      qrels_path=qrels_path, metadata=metadata)
     if check_documents:
         check_judged_documents(dataset, set(corpus.ids))
     unjudged = len(queries) - dataset.num_judged_relevant()

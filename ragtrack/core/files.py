@@ -1,32 +1,80 @@
 """Hardened file reading and atomic writing, shared by every input and output of ragtrack.
 
-``read_lines`` is the one way input files are read: UTF-8 (a BOM and CRLF accepted), gzip when the
-name ends in ``.gz``, and every defect (NUL bytes, invalid UTF-8, over-long lines, truncated gzip,
-a missing file) raised as an :class:`~ragtrack.core.errors.InputError` naming the file and line.
+``read_lines`` is the one way input files are read line by line: UTF-8 (a BOM and CRLF accepted),
+gzip when the name ends in ``.gz``, and every defect (NUL bytes, invalid UTF-8, over-long lines,
+truncated gzip, a missing file) raised as an :class:`~ragtrack.core.errors.InputError` naming the file
+and line. ``open_bytes`` opens regular files only: a FIFO, folder, device or socket is an error (it is
+opened without blocking, so a FIFO never hangs), and so are a symbolic link loop and a file that
+cannot be read.
 ``write_atomically`` writes through a temporary file and a rename, so readers never see half a file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import gzip
 import hashlib
 import os
+import stat
 import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from ragtrack.core.errors import InputError
 
 MAX_LINE_BYTES = 64 * 2**20  # longer lines are rejected before they are held in memory
 
 
-def open_bytes(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+              stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def _not_regular(path: Path, mode: int) -> InputError:
+    return InputError(path, f"not a regular file ({FILE_KINDS.get(stat.S_IFMT(mode), 'not a file')})")
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open a regular file for binary reading. The file is opened without blocking and checked with
+    fstat before anything is read, so a FIFO is refused at once (no stat-then-open race); every other
+    failure is one :class:`InputError` line too."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputError(path, "broken symbolic link" if os.path.islink(path) else "file not found") from None
+    except PermissionError:
+        raise InputError(path, "permission denied") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(path, "symbolic link loop") from None
+        with contextlib.suppress(OSError):  # a socket cannot be opened (ENXIO): name its kind
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):
+                raise _not_regular(path, mode) from None
+        raise InputError(path, f"cannot open file: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _not_regular(path, mode)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+@contextlib.contextmanager
+def open_bytes(path: Path) -> Iterator[BinaryIO]:
+    """A regular file (:func:`open_regular`) for binary reading, decompressed if its name ends in ``.gz``."""
+    with open_regular(path) as raw:
+        if path.suffix == ".gz":
+            with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                yield unzipped
+        else:
+            yield raw
 
 
 def read_lines(path: Path, digest: "hashlib._Hash | None" = None) -> Iterator[tuple[int, str]]:
-    """Yield (line number, decoded line without line ending) for non-blank lines of a UTF-8 file
+    """Yield (line number, decoded line without line ending) for non-blank lines of a UTF-8 regular file
     (gzip if it ends in ``.gz``); a BOM and CRLF are accepted; NUL bytes, invalid UTF-8, lines over
     :data:`MAX_LINE_BYTES` and truncated gzip streams are errors. ``digest`` is fed the raw bytes."""
     number = 0
@@ -49,17 +97,21 @@ def read_lines(path: Path, digest: "hashlib._Hash | None" = None) -> Iterator[tu
                 except UnicodeDecodeError as exc:
                     raise InputError(path, f"not valid UTF-8 (byte {exc.start})", number) from None
                 text = text.rstrip("\r\n")
-                if text.strip():
+                if text.strip(" \t"):  # blank: spaces and tabs only (other whitespace is content, checked by the caller)
                     yield number, text
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a folder, not a file") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         where = f"after line {number}" if number else "at its start"
         raise InputError(path, f"corrupt or truncated gzip {where}: {exc}") from None
     except OSError as exc:
         raise InputError(path, f"cannot read file: {exc.strerror or exc}") from None
+
+
+def read_bytes(path: Path) -> bytes:
+    """The whole content of a regular file, decompressed if its name ends in ``.gz`` (the columnar
+    reader's input). Opening fails as in :func:`open_regular`; a corrupt gzip stream raises the
+    ``gzip``/``zlib``/``EOFError`` exception, for the caller to hand the file to :func:`read_lines`."""
+    with open_bytes(path) as handle:
+        return handle.read()
 
 
 def write_atomically(path: str | Path, text: str) -> Path:

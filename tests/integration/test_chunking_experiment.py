@@ -78,7 +78,7 @@ def test_chunk_level_judgments_are_evaluated_on_chunk_runs_without_mapping(tmp_p
     assert plan.level == "chunk"
     for result in results.values():
         assert all(chunk_id in plan.chunked.corpus.ids for ranked in result.run.scores.values() for chunk_id in ranked)
-        metrics = list(result.per_query.columns)
+        metrics = list(result.counted.columns)
         expected, _ = score_ranking(result.run.scores, dataset.qrels, metrics)
         assert (result.per_query[metrics] - expected).abs().max().max() < 1e-12
     assert results["bm25"].per_query.loc["q1", "recall@100"] == 1.0

@@ -24,13 +24,14 @@ class CountingBM25(BM25Retriever):
 
 def test_a_hit_returns_the_same_run_without_searching(toy_path: Path, tmp_path: Path) -> None:
     dataset, cache = load_beir(toy_path), Cache(tmp_path)
-    first, efficiency = _search("bm25", CountingBM25(), dataset, cache, depth=5)
+    first, efficiency, latency = _search("bm25", CountingBM25(), dataset, cache, depth=5)
     assert CountingBM25.calls == len(dataset.queries)  # one query per call: per-query latency
     assert EFFICIENCY <= efficiency.keys() and efficiency["run_from_cache"] == 0.0
     assert efficiency["latency_p50_seconds"] <= efficiency["latency_p95_seconds"] and efficiency["peak_memory_bytes"] > 0
-    second, again = _search("bm25", CountingBM25(), dataset, cache, depth=5)
+    second, again, cached_latency = _search("bm25", CountingBM25(), dataset, cache, depth=5)
     assert CountingBM25.calls == len(dataset.queries) and second.scores == first.scores and second.name == "bm25"
     assert again["run_from_cache"] == 1.0 and again["latency_p95_seconds"] == efficiency["latency_p95_seconds"]
+    assert set(latency) == set(dataset.queries) and cached_latency == latency  # per-query ms, measured when the run was built
 
 
 def test_depth_settings_and_queries_are_in_the_key(toy_path: Path, tmp_path: Path) -> None:

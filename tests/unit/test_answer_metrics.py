@@ -127,7 +127,7 @@ def test_evaluators_apply_only_with_answers() -> None:
     assert not ContextRecallEvaluator().applies_to(_data({}, {"q1": ["x"]}))
     with pytest.raises(RagtrackError, match="unknown metrics"):
         AnswerEvaluator(["answer_f2"])
-    with pytest.raises(RagtrackError, match="context_recall@5"):
+    with pytest.raises(RagtrackError, match="'context_recall@zero': the cutoff must be a positive integer in ASCII digits, e.g. context_recall@10"):
         ContextRecallEvaluator(["context_recall@zero"])
 
 

@@ -180,7 +180,6 @@ def test_user_config_dirs_count_for_options(tmp_path: Path) -> None:
     with pytest.raises(RagtrackError, match=r"^retriever: 'my_bm52' is not allowed: one of bm25, dense, my_bm25; did you mean 'my_bm25'\?$"):
         composed(["retriever=[my_bm52]"], tmp_path)
     validate(composed(["retriever=[my_bm25]", "fusion=[]"], tmp_path))
-    assert settings.config_dirs_of(["--config-dir", "/a", "-cd", "/b", "--config-dir=/c", "hydra.searchpath=[file:///d]"]) == ["/a", "/b", "/c", "/d"]
 
 
 def test_a_plugin_component_is_checked_on_the_common_keys_or_its_own_schema(monkeypatch) -> None:

@@ -1,24 +1,24 @@
-"""judged@k: the share of the top k retrieved documents that have a judgment (Sakai 2007, "Alternatives
-to bpref"); it says how far the other metrics can be trusted for a run outside the judged pool."""
+"""best_grade@k: the highest grade among the top k retrieved documents (0 when none of them is judged
+or all are judged non-relevant); a demo of the plugin API, not a metric from the literature."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ragtrack.evaluators.base import EvalInput, Evaluator
+from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 
 
-class JudgedEvaluator(Evaluator):
+class BestGradeEvaluator(Evaluator):
     @classmethod
     def provides(cls) -> dict[str, str]:
-        return {"judged@k": "share of the top k documents that are judged (any grade)"}
+        return {"best_grade@k": "highest grade among the top k documents (0 if none is judged)"}
 
     def default_metrics(self) -> list[str]:
-        return ["judged@10"]
+        return ["best_grade@10"]
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
         columns = {}
         for metric in self.metrics:
-            k = int(metric.partition("@")[2])
-            columns[metric] = [sum(doc in judged for doc, _ in data.run.ranking(qid)[:k]) / k for qid, judged in data.qrels.items()]
-        return pd.DataFrame(columns, index=pd.Index(list(data.qrels), name="qid"))
+            k = parse_cutoff(metric)
+            columns[metric] = [max([judged.get(doc, 0) for doc, _ in data.run.ranking(qid)[:k]] + [0]) for qid, judged in data.qrels.items()]
+        return pd.DataFrame(columns, index=pd.Index(list(data.qrels), name="qid"), dtype=float)

@@ -1,0 +1,126 @@
+"""The query-robustness study (``experiment=query_robustness``): every system again on perturbed
+queries, and how much each metric drops.
+
+Config block ``robustness`` (absent or null: no study):
+
+- ``seed`` (int): the perturbation seed (``ragtrack.perturbation``: per query, independent of order);
+- ``metrics`` (list of metric names, or null for every metric the job scores): the drop table's metrics;
+- ``perturbations``: name -> ``{kind: typos | drop_words | lowercase | uppercase, rate: (0, 1]}``
+  (``rate`` for typos and drop_words only).
+
+Per perturbation the queries are perturbed, every system of the job runs on them (same retrievers,
+fusions, generator and evaluators; runs are cached by query text like any run) and, per system and
+metric, over the queries that count in both the clean and the perturbed run:
+drop = mean_i(clean_i − perturbed_i), with the percentile-bootstrap 95% CI of that mean (the paired
+bootstrap: queries are resampled with both their values, ``evaluators.base.aggregate``); a positive
+drop means the perturbation hurts.
+
+Outputs: ``robustness.csv`` (one row per system, perturbation and metric) and
+``perturbed_queries.jsonl`` (``{"perturbation", "_id", "text", "original"}`` per perturbed query) as
+job artifacts, results.json ``robustness`` (:func:`study`), MLflow metrics :func:`layout.drop_key`
+with ``_ci_low``/``_ci_high`` (child runs; the parent with the ``<system>/`` prefix).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from ragtrack.core.data import Dataset
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.files import write_atomically
+from ragtrack.evaluators.base import aggregate
+from ragtrack.perturbation import KINDS, perturb_queries
+from ragtrack.pipeline import layout
+from ragtrack.pipeline.slices import Findings
+
+log = logging.getLogger(__name__)
+
+TABLE_FILE = "robustness.csv"
+QUERIES_FILE = "perturbed_queries.jsonl"
+RATED = ("typos", "drop_words")
+
+
+def perturbations(settings: Mapping) -> dict[str, dict]:
+    """The configured perturbations, checked: name -> {kind, rate}."""
+    configured = settings.get("perturbations") or {}
+    if not isinstance(configured, Mapping) or not configured:
+        raise RagtrackError("robustness.perturbations must map names to {kind, rate}, e.g. typos_10: {kind: typos, rate: 0.1}")
+    checked = {}
+    for name, spec in configured.items():
+        spec = spec or {}
+        kind, rate = spec.get("kind"), spec.get("rate")
+        if kind not in KINDS:
+            raise RagtrackError(f"robustness.perturbations.{name}.kind: {kind!r} is not one of {', '.join(KINDS)}")
+        if kind in RATED and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate <= 1):
+            raise RagtrackError(f"robustness.perturbations.{name}.rate: {rate!r} must be a number in (0, 1] for {kind}")
+        checked[str(name)] = {"kind": kind, "rate": float(rate) if kind in RATED else None}
+    return checked
+
+
+def study(settings: Mapping, dataset: Dataset, clean: Mapping, rerun: Callable[[Dataset, Path], Mapping], output_dir: Path,
+          bootstrap_seed: int = 0) -> Findings:
+    """Run the study; ``clean``: the job's system results (``per_query``, ``counted``, ``summary``),
+    ``rerun(dataset, folder)``: every system on another dataset. results.json ``robustness``::
+
+        {"seed": 0, "perturbations": {"<name>": {"kind", "rate", "queries_changed"}},
+         "drops": {"<system>": {"<perturbation>": {"<metric>": {"clean", "perturbed", "drop", "ci_low", "ci_high", "n"}}}}}
+    """
+    settings = OmegaConf.to_container(settings, resolve=True) if OmegaConf.is_config(settings) else dict(settings)
+    chosen = perturbations(settings)
+    seed = int(settings.get("seed", 0))
+    scored = list(next(iter(clean.values())).summary.index)
+    metrics = settings.get("metrics") or scored
+    unknown = [m for m in metrics if m not in scored]
+    if unknown:
+        raise RagtrackError(f"robustness.metrics: {unknown} are not scored by this job; scored: {', '.join(scored)}")
+    texts = {name: perturb_queries(dataset.queries, name, spec["kind"], spec["rate"] or 0.0, seed) for name, spec in chosen.items()}
+    rows = []
+    for name, queries in texts.items():
+        changed = sum(queries[q] != dataset.queries[q] for q in queries)
+        log.info("robustness: %s changes %d of %d queries; running every system", name, changed, len(queries))
+        perturbed = rerun(replace(dataset, queries=queries), output_dir / "robustness" / name)
+        for system, result in clean.items():
+            rows += [_drop(system, name, metric, result, perturbed[system], bootstrap_seed) for metric in metrics]
+    table = pd.DataFrame(rows)
+    write_atomically(output_dir / TABLE_FILE, table.to_csv(index=False))
+    write_atomically(output_dir / QUERIES_FILE, "".join(
+        json.dumps({"perturbation": name, "_id": qid, "text": text, "original": dataset.queries[qid]}, ensure_ascii=False) + "\n"
+        for name, queries in texts.items() for qid, text in queries.items()))
+    log.info("robustness: metric drops (clean - perturbed)\n%s", table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    return _findings(table, chosen, texts, dataset, seed, output_dir)
+
+
+def _drop(system: str, perturbation: str, metric: str, clean, perturbed, seed: int) -> dict:
+    """Mean paired difference clean − perturbed of one metric, with its bootstrap CI."""
+    counted = clean.counted[metric] & perturbed.counted[metric].reindex(clean.counted.index, fill_value=False)
+    difference = clean.per_query[metric] - perturbed.per_query[metric].reindex(clean.per_query.index)
+    summary = aggregate(pd.DataFrame({metric: difference}), counted, seed=seed).loc[metric]
+    rows = counted[counted].index
+    return {"system": system, "perturbation": perturbation, "metric": metric,
+            "clean": clean.per_query.loc[rows, metric].mean(), "perturbed": perturbed.per_query.loc[rows, metric].mean(),
+            "drop": summary["mean"], "ci_low": summary["ci_low"], "ci_high": summary["ci_high"], "n": int(summary["n"])}
+
+
+def _findings(table: pd.DataFrame, chosen: dict, texts: dict, dataset: Dataset, seed: int, output_dir: Path) -> Findings:
+    found = Findings(artifacts=[output_dir / TABLE_FILE, output_dir / QUERIES_FILE])
+    drops: dict = {}
+    for row in table.itertuples(index=False):
+        figures = {"clean": row.clean, "perturbed": row.perturbed, "drop": row.drop, "ci_low": row.ci_low, "ci_high": row.ci_high}
+        drops.setdefault(row.system, {}).setdefault(row.perturbation, {})[row.metric] = {
+            **{k: None if pd.isna(v) else float(v) for k, v in figures.items()}, "n": int(row.n)}
+        key = layout.drop_key(row.metric, row.perturbation)
+        metrics = {f"{key}{suffix}": getattr(row, column) for suffix, column in (("", "drop"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"))}
+        metrics = {k: float(v) for k, v in metrics.items() if pd.notna(v)}
+        found.system_metrics.setdefault(row.system, {}).update(metrics)
+        found.parent_metrics |= {layout.system_metric_key(row.system, k): v for k, v in metrics.items()}
+    described = {name: {**spec, "queries_changed": sum(texts[name][q] != dataset.queries[q] for q in dataset.queries)}
+                 for name, spec in chosen.items()}
+    found.results = {"robustness": {"seed": seed, "perturbations": described, "drops": drops}}
+    return found

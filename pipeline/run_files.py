@@ -1,0 +1,77 @@
+"""``ragtrack eval QRELS RUN``: a TREC run file scored against a qrels file, fast as a whole process.
+
+The run is read as columns (``ragtrack.core.runs.read_run_columns``, Arrow's CSV reader under the
+strict field rules) and scored by the built-in ranking metrics straight from those columns, with
+numpy only: no dict per query, no pandas, no plugin scan, no Hydra. The values and their summary are
+those of :func:`ragtrack.pipeline.api.evaluate` to the last bit (same grade matrix, same metric
+functions, same ``summarize``). Metric names that are not built-in ranking metrics (plugins, or a
+metric that needs the judged pool) and unknown names go through :func:`~ragtrack.pipeline.api.evaluate`,
+which also words the errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ragtrack.core.data import load_qrels
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import read_run_columns
+from ragtrack.evaluators.base import summarize
+from ragtrack.evaluators.ranking import DEFAULT_METRICS, parse_metric, ranking_values
+
+
+@dataclass(frozen=True)
+class FileEvaluation:
+    """Per-query values (rows in qrels order) and their summary; the same views as ``api.Evaluation``."""
+
+    qids: list[str]
+    values: dict[str, np.ndarray]  # metric -> value per query
+    summary: dict[str, dict[str, float]]  # metric -> mean std ci_low ci_high n
+    missing: tuple[str, ...] = ()
+
+    def summary_rows(self) -> dict[str, dict[str, float]]:
+        return self.summary
+
+    def per_query_rows(self) -> dict[str, dict[str, float]]:
+        return {qid: {metric: float(values[row]) for metric, values in self.values.items()} for row, qid in enumerate(self.qids)}
+
+    def to_dict(self, per_query: bool = False) -> dict:
+        """The payload of ``ragtrack eval --json``."""
+        payload = {"aggregate": {m: row["mean"] for m, row in self.summary.items()}, "std": {m: row["std"] for m, row in self.summary.items()},
+                   "ci95": {m: [row["ci_low"], row["ci_high"]] for m, row in self.summary.items()},
+                   "queries": max(int(row["n"]) for row in self.summary.values())}
+        if per_query:
+            payload["per_query"] = self.per_query_rows()
+        return payload
+
+
+def _ranking_only(metrics: Sequence[str]) -> bool:
+    """Every name is a built-in ranking metric scored from the run alone (no judged pool)."""
+    try:
+        return all(not parse_metric(name)[0].needs_pool for name in metrics)
+    except RagtrackError:
+        return False  # the general path words the error, with every evaluator's names
+
+
+def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | None = None, relevance_threshold: int = 1,
+                   seed: int = 0):
+    """Score the run file against the qrels file; a :class:`FileEvaluation`, or an ``api.Evaluation``
+    where the general path is needed (see the module docstring)."""
+    metrics = list(dict.fromkeys(metrics or DEFAULT_METRICS))
+    if not _ranking_only(metrics):
+        from ragtrack.pipeline.api import evaluate
+
+        return evaluate(qrels_path, run_path, metrics, relevance_threshold, seed)
+    qrels = load_qrels(qrels_path)[0]
+    run = read_run_columns(run_path)
+    m, values = ranking_values(run, qrels, metrics, relevance_threshold)
+    counted = m.num_rel > 0
+    stats = summarize(np.column_stack([values[name] for name in metrics])[counted], seed=seed)
+    n = int(stats.pop("n"))
+    summary = {name: {key: float(column[i]) for key, column in stats.items()} | {"n": n} for i, name in enumerate(metrics)}
+    missing = tuple(qid for qid, retrieved, relevant in zip(m.qids, m.retrieved, counted) if relevant and not retrieved)
+    return FileEvaluation(m.qids, values, summary, missing)

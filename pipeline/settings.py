@@ -131,6 +131,8 @@ class DatasetSettings(Section):
     path: Text
     split: Text = "test"
     qrels_file: Text | None = None
+    slices_file: Text | None = None
+    slice_metadata: list[Text] = []
 
 
 class TrackingSettings(Section):
@@ -139,6 +141,8 @@ class TrackingSettings(Section):
     artifact_location: Text | None = None
     experiment: Text | None = None
     key_metrics: Annotated[list[MetricName], Field(min_length=1)] | None = None
+    timeout: Positive = 10
+    retries: NonNegativeInt = 2
 
     @field_validator("experiment")
     @classmethod
@@ -148,6 +152,17 @@ class TrackingSettings(Section):
         return experiment
 
 
+class PerturbationSettings(Section):
+    kind: Literal["typos", "drop_words", "lowercase", "uppercase"]
+    rate: Annotated[float, Strict(), Field(gt=0, le=1)] | None = None
+
+
+class RobustnessSettings(Section):
+    seed: NonNegativeInt = 0
+    metrics: Annotated[list[MetricName], Field(min_length=1)] | None = None
+    perturbations: dict[Text, PerturbationSettings]
+
+
 class JobSettings(Section):
     """The top level (conf/config.yaml) and the helper keys of the shipped presets. Component blocks
     are mappings here and are checked one by one against their own models."""
@@ -155,6 +170,8 @@ class JobSettings(Section):
     depth: Count
     seed: NonNegativeInt
     run_name: str | None = None
+    slices: list[Literal["query_length", "relevant_docs"]] = []
+    robustness: RobustnessSettings | None = None
     optimize_metric: Annotated[str, Field(pattern=r"^[^/]+/[^/]+$", description="'<system>/<metric>', e.g. hybrid/ndcg@10")] | None = None
     normalization: Normalization | None = None  # experiment=fusion_methods: the normalization of every score fusion
     dense_weight: NonNegative | None = None  # hparams_search=rrf_optuna: the dense member's RRF weight
@@ -173,6 +190,9 @@ class JobSettings(Section):
 # ----------------------------------------------------------------------------- encoders (by _target_)
 class EncoderSettings(Open):
     target: Text = Field(alias="_target_")
+    device: Text = "auto"
+    distributed: Literal["none", "ray"] = "none"
+    actors: Count | None = None
 
 
 class HashingEncoderSettings(EncoderSettings, extra="forbid"):
@@ -182,7 +202,7 @@ class HashingEncoderSettings(EncoderSettings, extra="forbid"):
 
 class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
     model: Text = "all-MiniLM-L6-v2"
-    batch_size: Count = 32
+    batch_size: Count | None = 32
     max_seq_length: Count | None = None
     query_prefix: str = ""
     document_prefix: str = ""
@@ -191,7 +211,6 @@ class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
 
 class SentenceTransformerSettings(TransformerEncoderSettings, extra="forbid"):
     target: Literal["ragtrack.retrievers.encoders.SentenceTransformerEncoder"] = Field(alias="_target_")
-    device: Text = "cpu"
 
 
 class OnnxEncoderSettings(TransformerEncoderSettings, extra="forbid"):
@@ -340,6 +359,17 @@ class AnswerSettings(EvaluatorSettings, extra="forbid"):
     type: Literal["answer", "context_recall"]
 
 
+class AbstentionSettings(EvaluatorSettings, extra="forbid"):
+    type: Literal["abstention"]
+    no_answer: Text = "unanswerable"
+
+
+class FaithfulnessSettings(EvaluatorSettings, extra="forbid"):
+    type: Literal["faithfulness"]
+    top_k: Count = 3
+    support_threshold: Annotated[float, Strict(), Field(gt=0, le=1)] = 0.5
+
+
 class BertScoreSettings(EvaluatorSettings, extra="forbid"):
     type: Literal["bertscore"]
     model: Text = "all-MiniLM-L6-v2"
@@ -350,7 +380,16 @@ class BertScoreSettings(EvaluatorSettings, extra="forbid"):
 
 class JudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     type: Literal["llm_judge"]
+    rubrics: Annotated[list[Text], Field(min_length=1)] | None = None
     top_k: Count = 3
+    output_dir: Text | None = None
+
+
+class PairwiseJudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
+    type: Literal["pairwise_judge"]
+    baseline: SystemName | None = None
+    pairs: list[Annotated[list[SystemName], Field(min_length=2, max_length=2, description="a pair [first, second] of system names")]] | None = None
+    rubric: Text = "correctness"
     output_dir: Text | None = None
 
 
@@ -367,11 +406,14 @@ class ExtractiveSettings(GeneratorSettings, extra="forbid"):
     top_k: Count = 1
     unit: Literal["span", "sentence"] = "span"
     tokenizer: TokenizerSettings = TokenizerSettings()
+    no_answer: Text | None = None
+    abstain_below: Fraction = 0.0
 
 
 class OpenAISettings(GeneratorSettings, ChatSettings, extra="forbid"):
     type: Literal["openai"]
     top_k: Count = 3
+    no_answer: Text | None = None
 
 
 class ChunkerSettings(ComponentSettings):
@@ -408,7 +450,8 @@ SHIPPED: dict[str, dict[str, type[ComponentSettings]]] = {
     "retrievers": {"bm25": BM25Settings, "dense": DenseSettings},
     "fusions": {"rrf": RRFSettings, "combsum": CombSettings, "combmnz": CombSettings, "linear": LinearSettings},
     "evaluators": {"ranking": RankingSettings, "answer": AnswerSettings, "context_recall": AnswerSettings,
-                   "bertscore": BertScoreSettings, "llm_judge": JudgeSettings},
+                   "bertscore": BertScoreSettings, "llm_judge": JudgeSettings,
+                   "abstention": AbstentionSettings, "faithfulness": FaithfulnessSettings, "pairwise_judge": PairwiseJudgeSettings},
     "generators": {"none": NoGeneratorSettings, "extractive": ExtractiveSettings, "openai": OpenAISettings},
     "chunkers": {"none": NoChunkingSettings, "tokens": TokenWindowSettings, "sentences": WindowSettings, "chars": WindowSettings},
 }
@@ -628,8 +671,9 @@ def _bounded(text: str, constraints: list) -> str:
     length = next((c for c in constraints if isinstance(c, annotated_types.MinLen)), None)
     if length is not None and length.min_length >= 1:
         text = text.replace("a string", "a non-empty string").replace("a list", "a non-empty list")
-    if isinstance(low, annotated_types.Ge) and isinstance(high, annotated_types.Le):
-        return f"{text} in [{low.ge}, {high.le}]"
+    if low is not None and isinstance(high, annotated_types.Le):
+        opening, limit = ("[", low.ge) if isinstance(low, annotated_types.Ge) else ("(", low.gt)
+        return f"{text} in {opening}{limit}, {high.le}]"
     for bound in (low, high):
         if bound is not None:
             sign, limit = {annotated_types.Ge: (">=", "ge"), annotated_types.Gt: (">", "gt"), annotated_types.Le: ("<=", "le"),

@@ -43,5 +43,5 @@ def test_a_misspelled_option_of_the_users_own_configs(tmp_path: Path) -> None:
     (mine / "mine.yaml").write_text("name: mine\npath: /data/mine\nsplit: test\nqrels_file: null\n")
     done = ragtrack(tmp_path, "run", "--config-dir", str(tmp_path / "myconf"), "dataset=mnie", "encoder=hashing")
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["ragtrack: error: dataset: 'mnie' is not allowed: one of beir, mine, scifact, toy, xquad_en; did you mean 'mine'?"]
+    assert done.stderr.splitlines() == ["ragtrack: error: dataset: 'mnie' is not allowed: one of beir, mine, scifact, toy, xquad_en, xquad_en_unanswerable; did you mean 'mine'?"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["myconf"]

@@ -36,7 +36,8 @@ def group_options() -> list[str]:
 
 
 GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "generator=openai": ["generator.model=m"],
-                "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"]}
+                "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"],
+                "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"]}
 
 
 @pytest.mark.parametrize("override", group_options())
@@ -110,7 +111,7 @@ HOSTILE = {
                                 "retriever.bm25.tokenizer.stemmer: 'englsh' is not allowed: a PyStemmer language (one of 36, e.g. english) or null; did you mean 'english'?"),
     "bm25 lowercase text": (["retriever.bm25.tokenizer.lowercase=yes"], "retriever.bm25.tokenizer.lowercase: 'yes' is not allowed: true or false"),
     "encoder dim zero": (["encoder.dim=0"], "encoder.dim: 0 is not allowed: an integer >= 1"),
-    "onnx batch zero": (["encoder=minilm_onnx", "encoder.batch_size=0"], "encoder.batch_size: 0 is not allowed: an integer >= 1"),
+    "onnx batch zero": (["encoder=minilm_onnx", "encoder.batch_size=0"], "encoder.batch_size: 0 is not allowed: an integer >= 1 or null"),
     "onnx precision": (["encoder=minilm_onnx", "encoder.precision=fp16"], "encoder.precision: 'fp16' is not allowed: one of fp32, int8"),
     "chroma port": (["retriever.dense.chroma.port=0"], "retriever.dense.chroma.port: 0 is not allowed: an integer in [1, 65535]"),
     "chroma mode": (["retriever.dense.chroma.mode=cloud"], "retriever.dense.chroma.mode: 'cloud' is not allowed: one of persistent, http"),
@@ -161,7 +162,7 @@ COMPOSITION = {
     "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, dense; did you mean 'dense'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
     "unknown preset": (["experiment=nothing_like_it"], "experiment: 'nothing_like_it' is not allowed: one of bm25_params, chunk_size, compare_retrievers, "
-                                                        "depth, embedding_models, fusion_methods, qa_xquad, rrf_k"),
+                                                        "depth, embedding_models, fusion_methods, qa_xquad, query_robustness, rrf_k"),
     "override that does not parse": (["depth=[1,"], "depth=[1,: not a valid override: no viable alternative at input '[1,'"),
 }
 

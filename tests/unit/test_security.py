@@ -21,7 +21,7 @@ SECRET = "sk-test-4f9c2e7d-never-written"
 def test_a_secret_in_the_environment_never_reaches_store_outputs_or_cache(tmp_path: Path) -> None:
     """The secret is referenced by name only: an ``${oc.env:...}`` interpolation and a Chroma ``token_env``."""
     env = {"RAGTRACK_TEST_SECRET": SECRET}
-    result = ragtrack(tmp_path, "run", "dataset=toy", "encoder=hashing", "+llm_api_key=${oc.env:RAGTRACK_TEST_SECRET}",
+    result = ragtrack(tmp_path, "run", "dataset=toy", "encoder=hashing", "+vars.llm_api_key=${oc.env:RAGTRACK_TEST_SECRET}",
                       "retriever.dense.chroma.token_env=RAGTRACK_TEST_SECRET", "hydra.run.dir=outputs/job", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
@@ -34,14 +34,14 @@ def test_a_secret_in_the_environment_never_reaches_store_outputs_or_cache(tmp_pa
 def test_a_secret_typed_on_the_command_line_never_reaches_store_outputs_or_logs(tmp_path: Path) -> None:
     """Hydra records overrides as typed (``.hydra/``, a sweep's ``multirun.yaml``, its job list in the log);
     ragtrack rewrites those records redacted before logging them and filters every log line."""
-    result = ragtrack(tmp_path, "run", "-m", "dataset=toy", "encoder=hashing", f"+llm.api_key={SECRET}", f"+db.password='{SECRET}'",
+    result = ragtrack(tmp_path, "run", "-m", "dataset=toy", "encoder=hashing", f"+vars.llm.api_key={SECRET}", f"+vars.db.password='{SECRET}'",
                       "fusion.rrf.k=10,20", "hydra.sweep.dir=outputs/sweep")
     assert result.returncode == 0, result.stderr[-3000:]
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "overrides.yaml" for p in written) and any(p.name == "multirun.yaml" for p in written)
     assert [p for p in written if SECRET.encode() in p.read_bytes()] == []
     assert SECRET not in result.stdout + result.stderr
-    assert "+llm.api_key=***" in (tmp_path / "outputs" / "sweep" / "0" / ".hydra" / "overrides.yaml").read_text()
+    assert "+vars.llm.api_key=***" in (tmp_path / "outputs" / "sweep" / "0" / ".hydra" / "overrides.yaml").read_text()
 
 
 def test_secret_assignments_in_text_are_redacted() -> None:

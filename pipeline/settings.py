@@ -263,6 +263,7 @@ class ChromaSettings(Section):
 class DenseSettings(RetrieverSettings, extra="forbid"):
     type: Literal["dense"]
     encoder: dict[str, Any]  # checked as an encoder (by its _target_)
+    search: Literal["exact", "approximate"] = "exact"
     chroma: ChromaSettings = ChromaSettings()
 
 

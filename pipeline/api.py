@@ -172,7 +172,7 @@ def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str
     and bootstrap 95% CI; against the baseline (default: ``bm25``, else the first run) the difference,
     paired t-test and randomization-test p-values (raw and Holm-corrected per metric) and per-query
     wins/ties/losses. Over the queries with a relevant judgment; one row per (system, metric)."""
-    from ragtrack.pipeline.compare import DEFAULT_METRICS, SystemRun, compare_systems, find_baseline
+    from ragtrack.pipeline.comparison import DEFAULT_METRICS, SystemRun, compare_systems, find_baseline
 
     if not runs:
         raise RagtrackError("compare needs at least one run")

@@ -34,6 +34,7 @@ from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness
+from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseline, write_comparison
 from ragtrack.pipeline.inputs import load_dataset, read_cached_run
 from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
@@ -212,13 +213,14 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
             **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags[layout.TAG_SWEEP] = job.sweep
-    tracker.start(cfg.get("run_name") or job_name(job.choices, typed), tags, shared)
+    name = cfg.get("run_name") or job_name(job.choices, typed)
+    tracker.start(name, tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
                              lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan))
         findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir))
-        report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results)
+        report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results, name)
         _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings)
     except BaseException as exc:
         tracker.finish(exc)
@@ -339,9 +341,10 @@ def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path,
-                   extra: dict | None = None) -> dict:
+                   extra: dict | None = None, name: str = "ragtrack") -> dict:
     """``resolved``: ``cfg`` as a plain, resolved container (written redacted as config.yaml);
-    ``extra``: more top-level sections of results.json (slices, robustness)."""
+    ``extra``: more top-level sections of results.json (slices, robustness); ``name``: the job's
+    (the title of its comparison)."""
     for result in results.values():  # a run shared by the jobs of a multirun is formatted once
         text = _scored.get((result.run,), ("trec", result.name), lambda: trec_text(result.run, result.name))
         write_atomically(output_dir / "runs" / f"{result.name}.trec", text)
@@ -352,6 +355,8 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
     table.to_csv(output_dir / layout.COMPARISON_FILE)
     config_yaml = yaml_text(redact(resolved))
     (output_dir / layout.CONFIG_FILE).write_text(config_yaml)
+    with stage("compare systems"):
+        _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml)
     payload = {
         "dataset": {"name": dataset.name, "split": cfg.dataset.split, "hash": dataset.hash,
                     "documents": len(dataset.corpus), "queries": len(dataset.queries)},
@@ -365,6 +370,31 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
     }
     write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(payload, indent=2))  # last, whole: it marks the results complete
     return {"results": payload, "table": table}
+
+
+def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str, dict[int, float]]:
+    """recall@k and ndcg@k of a system for k up to ``depth`` (memoized: a multirun's jobs share runs)."""
+    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
+    return _scored.get((result.run, dataset.qrels), ("curves", int(cfg.depth), threshold),
+                       lambda: {layout.curve_key(base): curve for base, curve in
+                                cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold).items()})
+
+
+def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], folder: Path, name: str, config_yaml: str) -> None:
+    """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
+    does across jobs): comparison.md/.png, failures/ and report.html in ``folder``; baseline bm25 or the
+    first system; queries: those with a relevant judgment."""
+    key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
+    common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
+    metrics = [m for m in key_metrics if m in common] or common[:1]
+    if not metrics:
+        return
+    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
+    queries = [q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values())]
+    systems = [SystemRun(system, system, name, "", 0, r.per_query, label=system, curves=_curves(r, dataset, cfg)) for system, r in results.items()]
+    comparison = compare_systems(systems, metrics, find_baseline(systems, None), queries, seed=int(cfg.seed))
+    title = f"{dataset.name} ({len(comparison.queries)} queries): {name}"
+    write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml)
 
 
 def yaml_text(container: dict) -> str:
@@ -384,7 +414,6 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
                     findings: Findings | None = None) -> None:
     if not tracker.enabled:
         return
-    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
     with stage("log to MLflow"):
         parent_metrics = {}
         for name, result in results.items():
@@ -394,10 +423,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             text = _scored.get((result.per_query,), ("csv", name), lambda: per_query_table(name, result.per_query).to_csv(index=False))
             write_atomically(folder / layout.PER_QUERY_FILE, text)
             metrics = _system_metrics(result) | (findings.system_metrics.get(name, {}) if findings else {})
-            curves = _scored.get((result.run, dataset.qrels), ("curves", int(cfg.depth), threshold),
-                                 lambda: {layout.curve_key(base): curve for base, curve in
-                                          cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold).items()})
-            tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=curves)
+            tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=_curves(result, dataset, cfg))
             parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS] + (findings.artifacts if findings else [])
         parent_metrics |= findings.parent_metrics if findings else {}

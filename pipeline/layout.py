@@ -49,7 +49,8 @@ PER_QUERY_FILE = "per_query.csv"
 CONFIG_FILE = "config.yaml"
 RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.csv"
-JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE)
+COMPARISON_DIR = "comparison"  # the job's systems side by side: comparison.md/.png, failures/, report.html (pipeline.comparison)
+JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE, COMPARISON_DIR)
 
 STORE_FOLDER = "mlruns"  # under the root folder (the working folder or $RAGTRACK_ROOT)
 STORE_FILE = "mlflow.db"

@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test
 from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.pipeline.compare import SystemRun, compare_systems, failure_report, find_baseline, render, run_compare
+from ragtrack.pipeline.compare import run_compare
+from ragtrack.pipeline.comparison import SystemRun, compare_systems, failure_report, find_baseline, render
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.reproduce import reproduce

@@ -1,0 +1,340 @@
+"""Systems side by side: means with CIs, differences to a baseline with paired tests, the comparison
+plot, failure analysis and a self-contained HTML report. Used by every job (its own systems, at its end)
+and by ``ragtrack compare`` (systems read back from MLflow); it reads nothing from MLflow itself.
+
+Per metric and row: the mean and percentile-bootstrap 95% CI over the compared queries
+(``evaluators.base.aggregate``), the difference to the baseline, paired t-test and seeded
+randomization-test p-values (``evaluators.significance``), both Holm-corrected across the rows compared
+with the baseline, and per-query win/tie/loss counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ragtrack.core.data import Dataset
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import Run
+from ragtrack.evaluators.base import aggregate
+from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test, win_tie_loss
+from ragtrack.pipeline.layout import curve_key
+from ragtrack.pipeline.slices import COLUMN_PREFIX as SLICE_COLUMN_PREFIX
+
+DEFAULT_METRICS = ("ndcg@10", "recall@100")
+FORMATS = ("table", "markdown", "csv", "json", "latex")
+
+
+@dataclass
+class SystemRun:
+    """One row of the comparison: a child run with its per-query scores."""
+
+    system: str
+    run_id: str
+    job_name: str
+    job_id: str
+    start_time: int
+    per_query: pd.DataFrame
+    label: str = ""
+    curves: dict[str, dict[int, float]] = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    """The result of :func:`compare_systems`: a long table (one row per system and metric)."""
+
+    table: pd.DataFrame
+    systems: list[SystemRun]
+    baseline: SystemRun
+    metrics: list[str]
+    queries: list[str]
+    logged: str | None = None  # "<run id> (<run name>)" of the comparison run ``run_compare`` logged
+
+
+def find_baseline(systems: list[SystemRun], baseline: str | None) -> SystemRun:
+    """A row by label, system name (first such row) or run id (child or job); default: bm25 or the first row."""
+    if baseline is None:
+        return next((s for s in systems if s.system == "bm25"), systems[0])
+    for matches in ((s for s in systems if s.label == baseline), (s for s in systems if s.system == baseline),
+                    (s for s in systems if baseline in (s.run_id, s.job_id))):
+        found = next(matches, None)
+        if found is not None:
+            return found
+    raise RagtrackError(f"baseline {baseline!r} is not a compared system or run; rows: {', '.join(s.label for s in systems)}")
+
+
+def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: SystemRun, queries: Sequence[str] | None = None,
+                    seed: int = 0, resamples: int = 10_000) -> Comparison:
+    """Mean, CI, difference, paired tests (Holm-corrected per metric and test) and win/tie/loss per row."""
+    for s in systems:
+        absent = [m for m in metrics if m not in s.per_query.columns]
+        if absent:
+            raise RagtrackError(f"{s.label}: no per-query values for {absent}; logged: {', '.join(s.per_query.columns)}")
+    if queries is None:
+        queries = list(baseline.per_query.index)
+    queries = [q for q in queries if all(q in s.per_query.index for s in systems)]
+    if not queries:
+        raise RagtrackError("the compared runs share no judged queries")
+    rows = []
+    for metric in metrics:
+        base = baseline.per_query.loc[queries, metric].to_numpy(float)
+        for s in systems:
+            values = s.per_query.loc[queries, metric].to_numpy(float)
+            summary = aggregate(pd.DataFrame({metric: values}), seed=seed).loc[metric]
+            row = {"system": s.label, "metric": metric, "mean": summary["mean"], "ci_low": summary["ci_low"],
+                   "ci_high": summary["ci_high"], "n": int(summary["n"]), "baseline": s is baseline}
+            if s is not baseline:
+                wins, ties, losses = win_tie_loss(values, base)
+                row |= {"delta": values.mean() - base.mean(), "p_ttest": paired_t_test(values, base).p_value,
+                        "p_randomization": randomization_test(values, base, resamples=resamples, seed=seed).p_value,
+                        "wins": wins, "ties": ties, "losses": losses}
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    for column in ("delta", "p_ttest", "p_randomization", "wins", "ties", "losses"):
+        if column not in table:
+            table[column] = np.nan
+    for test in ("p_ttest", "p_randomization"):
+        table[f"{test}_holm"] = table.groupby("metric")[test].transform(lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
+    table["best"] = table["mean"] == table.groupby("metric")["mean"].transform("max")
+    return Comparison(table, systems, baseline, list(metrics), list(queries))
+
+
+# --------------------------------------------------------------------------- rendering
+
+def _p(value: float) -> str:
+    if pd.isna(value):
+        return ""
+    return "<0.0001" if value < 1e-4 else f"{value:.4f}"
+
+
+def wide_table(comparison: Comparison, bold: tuple[str, str] = ("", "*")) -> pd.DataFrame:
+    """One row per system; per metric: mean [CI] (best marked), Δ, Holm-corrected p-values, W/T/L."""
+    open_mark, close_mark = bold
+    out = pd.DataFrame(index=pd.Index([s.label for s in comparison.systems], name="system"))
+    for metric in comparison.metrics:
+        rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
+        cell = rows.apply(lambda r: f"{r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]", axis=1)
+        out[metric] = [f"{open_mark}{c}{close_mark}" if best else c for c, best in zip(cell, rows["best"])]
+        out[f"Δ {metric}"] = rows["delta"].map(lambda v: "baseline" if pd.isna(v) else f"{v:+.4f}")
+        out[f"p t-test {metric}"] = rows["p_ttest_holm"].map(_p)
+        out[f"p rand. {metric}"] = rows["p_randomization_holm"].map(_p)
+        out[f"W/T/L {metric}"] = rows.apply(lambda r: "" if pd.isna(r["wins"]) else f"{int(r['wins'])}/{int(r['ties'])}/{int(r['losses'])}", axis=1)
+    return out
+
+
+def _latex_escape(text: str) -> str:
+    return re.sub(r"([&%$#_{}])", r"\\\1", text).replace("Δ", r"$\Delta$")
+
+
+def render(comparison: Comparison, fmt: str) -> str:
+    """The comparison as ``table`` (text), ``markdown``, ``latex``, ``csv`` or ``json`` (full precision)."""
+    if fmt not in FORMATS:
+        raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt == "csv":
+        return comparison.table.to_csv(index=False, float_format="%.17g")
+    if fmt == "json":
+        return json.dumps({"baseline": comparison.baseline.label, "metrics": comparison.metrics, "queries": len(comparison.queries),
+                           "rows": json.loads(comparison.table.to_json(orient="records"))}, indent=2)
+    footer = (f"{len(comparison.queries)} queries; mean [95% bootstrap CI]; p: paired t-test and randomization test "
+              f"against {comparison.baseline.label}, Holm-corrected; W/T/L: per-query wins/ties/losses; best marked")
+    if fmt == "markdown":
+        wide = wide_table(comparison, ("**", "**"))
+        header = "| system | " + " | ".join(wide.columns) + " |"
+        lines = [header, "|" + "---|" * (len(wide.columns) + 1)]
+        lines += ["| " + " | ".join([label, *row]) + " |" for label, row in zip(wide.index, wide.to_numpy())]
+        return "\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}\n" + slice_section(comparison, fmt)
+    if fmt == "latex":
+        wide = wide_table(comparison, (r"\textbf{", "}"))
+        lines = [r"\begin{tabular}{l" + "r" * len(wide.columns) + "}", r"\toprule",
+                 " & ".join(["system", *map(_latex_escape, wide.columns)]) + r" \\", r"\midrule"]
+        lines += [" & ".join([_latex_escape(label), *(c if c.startswith(r"\textbf") else _latex_escape(c) for c in row)]) + r" \\"
+                  for label, row in zip(wide.index, wide.to_numpy())]
+        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n"
+    wide = wide_table(comparison)
+    return wide.to_string() + f"\n\n{footer} (*)\n" + slice_section(comparison, fmt)
+
+
+def slice_table(comparison: Comparison) -> pd.DataFrame | None:
+    """Mean [95% bootstrap CI, seed 0] of each compared row per slice (rows: metric, slice, n), when
+    every per-query table has the same ``slice.<attribute>`` columns (``pipeline.slices``); else None.
+    Queries: the comparison's, minus those a metric leaves blank (answer metrics on questions without
+    gold answers)."""
+    shared = set.intersection(*({c for c in s.per_query.columns if c.startswith(SLICE_COLUMN_PREFIX)} for s in comparison.systems))
+    if not shared:
+        return None
+    rows = []
+    for column in sorted(shared):
+        labels = comparison.baseline.per_query.loc[comparison.queries, column].astype(str)
+        for value in sorted(labels.unique()):
+            qids = list(labels.index[labels == value])
+            for metric in comparison.metrics:
+                row = {"metric": metric, "slice": f"{column.removeprefix(SLICE_COLUMN_PREFIX)}={value}"}
+                for s in comparison.systems:
+                    values = s.per_query.loc[qids, metric].astype(float)
+                    summary = aggregate(values.to_frame(), values.notna()).loc[metric]
+                    row["n"], row[s.label] = int(summary["n"]), f"{summary['mean']:.4f} [{summary['ci_low']:.4f}, {summary['ci_high']:.4f}]"
+                rows.append(row)
+    return pd.DataFrame(rows).set_index(["metric", "slice", "n"])
+
+
+def slice_section(comparison: Comparison, fmt: str) -> str:
+    """:func:`slice_table` for the ``table`` and ``markdown`` formats (csv, json and latex keep their
+    single table); "" without slices."""
+    table = slice_table(comparison) if fmt in ("table", "markdown") else None
+    if table is None:
+        return ""
+    if fmt == "markdown":
+        lines = ["| metric | slice | n | " + " | ".join(table.columns) + " |", "|---|---|---:|" + "---|" * len(table.columns)]
+        lines += ["| " + " | ".join([*map(str, index), *row]) + " |" for index, row in zip(table.index, table.to_numpy())]
+        return "\n## Slices\n\n" + "\n".join(lines) + "\n\nmean [95% bootstrap CI] over each slice's queries\n"
+    return "\nSlices: mean [95% bootstrap CI] over each slice's queries\n" + table.to_string() + "\n"
+
+
+# --------------------------------------------------------------------------- plots
+
+def plot(comparison: Comparison, path: Path, title: str = "") -> Path:
+    """Metric by system with CIs, recall@k and ndcg@k against k, and sorted per-query differences;
+    ``title`` (the dataset, the experiment) above the three panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = comparison.metrics[0]
+    rows = comparison.table[comparison.table["metric"] == metric]
+    figure, axes = plt.subplots(1, 3, figsize=(17, max(4.5, 0.35 * len(rows) + 1.5)))
+    positions = np.arange(len(rows))[::-1]
+    errors = [rows["mean"] - rows["ci_low"], rows["ci_high"] - rows["mean"]]
+    palette = plt.get_cmap("tab10" if len(comparison.systems) <= 10 else "tab20")  # one distinct color per row
+    colors = [palette(i % palette.N) for i in range(len(comparison.systems))]
+    for position, mean, low, high, color in zip(positions, rows["mean"], *errors, colors):
+        axes[0].errorbar(mean, position, xerr=[[low], [high]], fmt="o", color=color, capsize=4)
+    axes[0].axvline(rows[rows["baseline"]]["mean"].iloc[0], color="gray", linestyle=":", linewidth=1)
+    axes[0].set_yticks(positions, rows["system"])
+    axes[0].set_xlabel(f"{metric}: mean and 95% CI (dotted: baseline)")
+    axes[0].set_title(f"{metric} by system")
+    for s, color in zip(comparison.systems, colors):
+        for key, style in ((curve_key("recall"), "-"), (curve_key("ndcg"), "--")):
+            curve = s.curves.get(key)
+            if curve:
+                ks = sorted(curve)
+                axes[1].plot(ks, [curve[k] for k in ks], style, marker=".", color=color, label=s.label if style == "-" else None)
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("k (log)")
+    axes[1].set_title("recall@k (solid) and ndcg@k (dashed)")
+    if axes[1].lines:
+        axes[1].legend(fontsize=7)
+    base = comparison.baseline.per_query.loc[comparison.queries, metric].to_numpy(float)
+    for s, color in zip(comparison.systems, colors):
+        if s is not comparison.baseline:
+            diff = np.sort(s.per_query.loc[comparison.queries, metric].to_numpy(float) - base)[::-1]
+            axes[2].plot(np.arange(1, len(diff) + 1), diff, label=s.label, color=color)
+    axes[2].axhline(0, color="black", linewidth=0.8)
+    axes[2].set_xlabel("queries, sorted")
+    axes[2].set_title(f"per-query {metric} − {comparison.baseline.label}")
+    if axes[2].lines:
+        axes[2].legend(fontsize=7)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
+# --------------------------------------------------------------------------- failure analysis
+
+def _top(run: Run, qid: str, dataset: Dataset, titles: dict[str, str], k: int = 5) -> list[str]:
+    judged = dataset.qrels.get(qid, {})
+    return [f"  {rank}. {doc} (grade {judged[doc]}) {titles.get(doc, '')}" if doc in judged else f"  {rank}. {doc} {titles.get(doc, '')}"
+            for rank, (doc, _) in enumerate(run.ranking(qid)[:k], start=1)] or ["  (nothing retrieved)"]
+
+
+def failure_report(comparison: Comparison, system: SystemRun, runs: dict[str, Run], dataset: Dataset, limit: int = 10) -> str:
+    """Markdown: the queries where ``system`` loses most against the baseline, with both top-5 lists."""
+    metric, baseline = comparison.metrics[0], comparison.baseline
+    titles = dict(zip(dataset.corpus.ids, dataset.corpus.titles))
+    diff = (system.per_query.loc[comparison.queries, metric] - baseline.per_query.loc[comparison.queries, metric]).sort_values(kind="stable")
+    losses = diff[diff < 0].head(limit)
+    lines = [f"# {system.label} vs {baseline.label}: largest {metric} losses", "",
+             f"{int((diff < 0).sum())} of {len(diff)} queries lose; the {len(losses)} largest losses follow.", ""]
+    for qid, delta in losses.items():
+        relevant = sorted(((g, d) for d, g in dataset.qrels.get(qid, {}).items() if g > 0), reverse=True)
+        lines += [f"## {qid}: {metric} {baseline.per_query.loc[qid, metric]:.4f} -> {system.per_query.loc[qid, metric]:.4f} ({delta:+.4f})",
+                  "", f"Query: {dataset.queries.get(qid, '?')}", "", "Relevant:",
+                  *[f"  - {d} (grade {g}) {titles.get(d, '')}" for g, d in relevant], "",
+                  f"{baseline.label} top 5:", *_top(runs[baseline.run_id], qid, dataset, titles), "",
+                  f"{system.label} top 5:", *_top(runs[system.run_id], qid, dataset, titles), ""]
+    return "\n".join(lines)
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_") or "system"
+
+
+
+
+# --------------------------------------------------------------------------- files
+
+def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: Dataset | None = None,
+                     runs: dict[str, Run] | None = None, failures: int = 10, config_text: str = "") -> None:
+    """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``failures/<row>.md`` (with the
+    dataset and the rows' runs, by run id) and ``report.html`` into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, kind in (("comparison.md", "markdown"), ("comparison.csv", "csv"), ("comparison.json", "json"), ("comparison.txt", "table")):
+        (folder / name).write_text(render(comparison, kind), encoding="utf-8")
+    figure = plot(comparison, folder / "comparison.png", title)
+    reports = {}
+    if dataset is not None and runs and failures > 0:
+        (folder / "failures").mkdir(exist_ok=True)
+        for s in comparison.systems:
+            if s is not comparison.baseline:
+                reports[s.label] = failure_report(comparison, s, runs, dataset, failures)
+                (folder / "failures" / f"{_slug(s.label)}.md").write_text(reports[s.label], encoding="utf-8")
+    (folder / REPORT_FILE).write_text(html_report(comparison, title, figure.read_bytes(), reports, config_text), encoding="utf-8")
+
+
+REPORT_FILE = "report.html"
+_REPORT_STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}.best{font-weight:bold;background:#e8f5e9}
+img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:13px}.note{color:#555}"""
+
+
+def html_report(comparison: Comparison, title: str, plot_png: bytes, failures: dict[str, str], config_text: str) -> str:
+    """One self-contained HTML page (inline CSS, the plot as a data URI): systems x metrics with CIs
+    and tests against the baseline, the plot (curves, per-query differences), slices, the worst
+    queries per system and the (redacted) config."""
+    wide = wide_table(comparison, ("<<best>>", ""))
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in ["system", *wide.columns])
+    rows = []
+    for label, cells in zip(wide.index, wide.to_numpy()):
+        tds = "".join(f'<td class="best">{html.escape(c.removeprefix("<<best>>"))}</td>' if c.startswith("<<best>>") else f"<td>{html.escape(c)}</td>"
+                      for c in cells)
+        rows.append(f"<tr><td>{html.escape(label)}</td>{tds}</tr>")
+    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title><style>{_REPORT_STYLE}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1>",
+             f"<p class=\"note\">{len(comparison.queries)} queries; mean [95% bootstrap CI]; Δ and p-values (paired t-test, "
+             f"randomization test, Holm-corrected) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: per-query wins/ties/losses; "
+             f"best value per metric highlighted.</p>",
+             f"<table><tr>{header}</tr>{''.join(rows)}</table>",
+             f"<img alt=\"comparison plot\" src=\"data:image/png;base64,{base64.b64encode(plot_png).decode()}\">"]
+    slices = slice_table(comparison)
+    if slices is not None:
+        parts += ["<h2>Slices</h2>", slices.to_html(), "<p class=\"note\">mean [95% bootstrap CI] over each slice's queries</p>"]
+    if failures:
+        parts.append(f"<h2>Worst queries against {html.escape(comparison.baseline.label)}</h2>")
+        parts += [f"<h3>{html.escape(label)}</h3><pre>{html.escape(text)}</pre>" for label, text in failures.items()]
+    if config_text:
+        parts += ["<h2>Config</h2>", f"<pre>{html.escape(config_text)}</pre>"]
+    return "\n".join([*parts, "</body></html>"]) + "\n"

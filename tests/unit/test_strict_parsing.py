@@ -161,8 +161,9 @@ def test_columnar_reader_declines_what_it_cannot_vouch_for(tmp_path: Path) -> No
     path.write_bytes(b"q1\tQ0\td1\t1\t0.5\tt\n")
     assert columnar.read_run(path) is None  # tabs: the line reader decides
     path.write_bytes(b"q1 Q0 d1 1 0.5 t\nq2 Q0 d1 1 0.25 t\n")
-    qids, docids, scores = columnar.read_run(path)
-    assert qids.to_pylist() == ["q1", "q2"] and docids.to_pylist() == ["d1", "d1"] and scores.tolist() == [0.5, 0.25]
+    queries, query_codes, documents, document_codes, scores = columnar.read_run(path)
+    assert queries.to_pylist() == ["q1", "q2"] and query_codes.tolist() == [0, 1]
+    assert documents.to_pylist() == ["d1"] and document_codes.tolist() == [0, 0] and scores.tolist() == [0.5, 0.25]
 
 
 def random_case(seed: int, queries: int = 40, depth: int = 60) -> tuple[dict, dict]:

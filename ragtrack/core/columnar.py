@@ -45,6 +45,7 @@ def _table(data: bytes, names: list[str], delimiter: str, types: "dict[str, pa.D
                                            newlines_in_values=False, ignore_empty_lines=True),
             convert_options=csv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()) | (types or {}), null_values=[],
                                                strings_can_be_null=False),
+            memory_pool=pa.system_memory_pool(),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None  # a line with another column count, invalid UTF-8, a line longer than a block, a value that is no number ...
@@ -60,8 +61,9 @@ def to_numpy(array: "pa.Array | pa.ChunkedArray", missing: int = -1) -> "np.ndar
     import numpy as np
     import pyarrow as pa
 
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
+    if isinstance(array, pa.ChunkedArray):  # the chunks' values joined by numpy (no Arrow allocation)
+        parts = [to_numpy(chunk, missing) for chunk in array.chunks] or [np.zeros(0, dtype=NUMPY_TYPES[str(array.type)])]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
     validity, data = array.buffers()[:2]
     values = np.frombuffer(data, dtype=NUMPY_TYPES[str(array.type)], count=len(array), offset=array.offset * array.type.bit_width // 8)
     if array.null_count:
@@ -108,10 +110,11 @@ def encode(column: "pa.ChunkedArray") -> "tuple[pa.Array, np.ndarray]":
     """The distinct values of ``column`` in order of first appearance, and per entry the index of its
     value among them (Arrow's hash table, one pass)."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    encoded = pc.dictionary_encode(column)  # the chunks share one dictionary
-    return encoded.chunk(0).dictionary, np.concatenate([to_numpy(chunk.indices) for chunk in encoded.chunks])
+    encoded = pc.dictionary_encode(column, memory_pool=pa.system_memory_pool())  # the chunks share one dictionary
+    return encoded.chunk(0).dictionary, to_numpy(pa.chunked_array([chunk.indices for chunk in encoded.chunks], type=pa.int32()))
 
 
 def _ids_are_clean(*distinct: "pa.Array") -> bool:

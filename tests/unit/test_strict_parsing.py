@@ -70,6 +70,8 @@ CASES = {
     "run with two spaces in a row": ("run", RUN + b"q1  d2 2 0.4 t\n", 2, "expected 6 columns 'qid Q0 docid rank score tag', got 5"),
     "run line starting with a space": ("run", RUN + b" q1 Q0 d2 2 0.4\n", 2, "expected 6 columns 'qid Q0 docid rank score tag', got 5"),
     "run line ending with a space": ("run", RUN + b"q1 Q0 d2 2 0.4 \n", 2, "expected 6 columns 'qid Q0 docid rank score tag', got 5"),
+    "run duplicate in a grouped file": ("run", RUN + b"q1 Q0 d2 2 0.4 t\nq2 Q0 d1 1 0.5 t\nq2 Q0 d3 2 0.3 t\nq2 Q0 d1 3 0.2 t\n", 5,
+                                        "document 'd1' appears twice for query 'q2'"),
     "run duplicate far apart": ("run", RUN + b"q2 Q0 d1 1 0.5 t\nq1 Q0 d1 2 0.4 t\n", 3, "document 'd1' appears twice for query 'q1'"),
     "run lone carriage return": ("run", b"q1 Q0 d1 1 0.5 t\rq1 Q0 d2 2 0.4 t\n", 1, "expected 6 columns 'qid Q0 docid rank score tag', got 11"),
     "run duplicate after a tab-separated line": ("run", b"q1\tQ0\td1\t1\t0.5\tt\nq1 Q0 d1 2 0.4 t\n", 2, "document 'd1' appears twice for query 'q1'"),

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
+
 def _table(data: bytes, names: list[str], delimiter: str, types: "dict[str, pa.DataType] | None" = None) -> "pa.Table | None":
     """The columns (strings unless ``types`` says otherwise), or ``None`` when Arrow cannot split every
     line into ``names`` or convert a value."""
@@ -151,6 +152,16 @@ def _pairs_are_unique(query_codes: "np.ndarray", document_codes: "np.ndarray", d
     return not (keys[1:] == keys[:-1]).any()
 
 
+def _encoded_ids(table: "pa.Table") -> "tuple[pa.Array, np.ndarray, pa.Array, np.ndarray] | None":
+    """(distinct query ids, per line the index of its query id, distinct document ids, per line the
+    index of its document id), or ``None`` when an id breaks the rules or a pair appears twice."""
+    queries, query_codes = encode(table["qid"])
+    documents, document_codes = encode(table["docid"])
+    if not (_ids_are_clean(queries, documents) and _pairs_are_unique(query_codes, document_codes, len(documents))):
+        return None
+    return queries, query_codes, documents, document_codes
+
+
 RUN_COLUMNS = ["qid", "q0", "docid", "rank", "score", "tag"]
 
 
@@ -167,11 +178,8 @@ def read_run(path: Path) -> "tuple[pa.Array, np.ndarray, pa.Array, np.ndarray, n
     scores = to_numpy(table["score"])
     if not np.isfinite(scores).all():
         return None
-    queries, query_codes = encode(table["qid"])
-    documents, document_codes = encode(table["docid"])
-    if not (_ids_are_clean(queries, documents) and _pairs_are_unique(query_codes, document_codes, len(documents))):
-        return None
-    return queries, query_codes, documents, document_codes, scores
+    ids = _encoded_ids(table)
+    return None if ids is None else (*ids, scores)
 
 
 def read_qrels(path: Path) -> "tuple[list[str], list[str], list[int], bytes] | None":
@@ -197,8 +205,6 @@ def read_qrels(path: Path) -> "tuple[list[str], list[str], list[int], bytes] | N
         values = pc.cast(grades, pa.int64())
     except pa.ArrowInvalid:
         return None  # out of the 64-bit range
-    queries, query_codes = encode(table["qid"])
-    documents, document_codes = encode(table["docid"])
-    if not (_ids_are_clean(queries, documents) and _pairs_are_unique(query_codes, document_codes, len(documents))):
+    if _encoded_ids(table) is None:
         return None
     return table["qid"].to_pylist(), table["docid"].to_pylist(), values.to_pylist(), data

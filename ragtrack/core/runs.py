@@ -164,7 +164,12 @@ class RunColumns:
         judged = [(row, doc_id, grade) for row, qid in enumerate(qids) if row_codes[row] >= 0 for doc_id, grade in qrels[qid].items()]
         rows = np.array([row for row, _, _ in judged], dtype=np.int64)
         grades = np.array([grade for _, _, grade in judged], dtype=np.int64)
-        doc_codes = columnar.to_numpy(pc.index_in(columnar.string_array([doc_id for _, doc_id, _ in judged]), value_set=self.documents))
+        judged_docs: dict[str, int] = {}
+        entries = np.array([judged_docs.setdefault(doc_id, len(judged_docs)) for _, doc_id, _ in judged], dtype=np.int64)
+        in_judged = columnar.to_numpy(pc.index_in(self.documents, value_set=columnar.string_array(list(judged_docs))))  # the smaller hash table
+        code_of_judged = np.full(len(judged_docs), -1, dtype=np.int64)
+        code_of_judged[in_judged[in_judged >= 0]] = np.flatnonzero(in_judged >= 0)
+        doc_codes = code_of_judged[entries]
         retrieved_doc = doc_codes >= 0
         rows, grades, doc_codes = rows[retrieved_doc], grades[retrieved_doc], doc_codes[retrieved_doc]
         size = len(self.documents)

@@ -17,7 +17,7 @@ difference between ``ragtrack eval``'s values and pytrec_eval's on those files.
 
     python bench/metrics.py                  # both cases and the whole-process ratio (~4 GB, a few minutes)
     python bench/metrics.py --small          # 1,000 x 1,000 instead of 10,000 x 1,000
-    python bench/metrics.py --whole-process  # only the whole-process ratio (about a minute)
+    python bench/metrics.py --whole-process  # only the whole-process ratios (about half a minute)
 """
 
 from __future__ import annotations

@@ -115,11 +115,14 @@ def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resampl
 
     The bootstrap draws ``resamples`` query samples with replacement (seeded, same draws for every
     column, so CIs of different metrics are comparable) and takes the 2.5/97.5 percentiles of the means.
-    Returns a frame indexed by metric with columns ``mean std ci_low ci_high n``.
+    Returns a frame indexed by metric with columns ``mean std ci_low ci_high n``. A NaN among the counted
+    queries is a query that metric does not apply to: that column is aggregated over its other queries.
     """
     import pandas as pd
 
     frame = per_query if counted is None else per_query[counted.reindex(per_query.index, fill_value=False)]
+    if frame.isna().to_numpy().any():
+        return pd.concat([aggregate(frame[[column]].dropna(), None, resamples, seed) for column in frame.columns])
     return pd.DataFrame(summarize(frame.to_numpy(dtype=float), resamples, seed), index=frame.columns)
 
 

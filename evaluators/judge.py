@@ -1,16 +1,21 @@
-"""LLM-as-judge: an OpenAI-compatible chat model grades each generated answer on a 1-5 rubric.
+"""LLM-as-judge: an OpenAI-compatible chat model grades each generated answer on YAML rubrics.
 
-Criteria (metric ``judge_<criterion>``): ``correctness`` (agrees with the gold answers), ``faithfulness``
-(supported by the retrieved passages), ``relevance`` (addresses the question) - the rubric is the
-prompt in ``conf/evaluator/llm_judge.yaml`` (fields ``{question}``, ``{context}``, ``{gold_answers}``,
-``{answer}``). In the spirit of Zheng et al., "Judging LLM-as-a-Judge with MT-Bench and Chatbot
+A rubric (``evaluators/rubrics/<name>.yaml``, or a user's file by path) has a ``name`` (metric
+``judge_<name>``), a ``description`` (the question the judge answers), a ``scale`` (integer score ->
+meaning, e.g. 1-5) and optional ``examples`` (``question``, ``context``, ``gold_answers``, ``answer``,
+``score``, ``rationale``). Built-ins: correctness (agrees with the gold answers), faithfulness (supported
+by the retrieved passages), relevance (addresses the question), coherence, fluency, completeness and
+conciseness. One request per query grades every chosen rubric: the ``prompt`` of
+``conf/evaluator/llm_judge.yaml`` gets ``{rubrics}`` (each rubric with its scale and examples),
+``{reply_format}`` (the JSON the judge answers with), ``{question}``, ``{context}``, ``{gold_answers}``
+and ``{answer}``. In the spirit of Zheng et al., "Judging LLM-as-a-Judge with MT-Bench and Chatbot
 Arena", NeurIPS 2023, and the RAGAS faithfulness idea (Es et al., 2023).
 
 Replies are parsed leniently: a JSON object (also inside a code fence or surrounding prose) with one
 number per criterion and an optional ``rationale``; otherwise text lines such as ``Correctness: 4`` or
 ``faithfulness = 5/5``; a bare ``Score: 4`` is accepted when only one criterion is asked. A score must
-be a number from 1 to 5. Queries whose request or reply fails (and queries without an answer) are left
-out of the means and reported: a warning with the count, and ``judge.jsonl`` (per query: scores,
+be a number on the rubric's scale. Queries whose request or reply fails (and queries without an answer) are left
+out of the means and reported: a warning with the count and the first error, and ``judge.jsonl`` (per query: scores,
 rationale, error) in the system's output folder, which is logged to MLflow with the system's run.
 """
 
@@ -20,35 +25,112 @@ import json
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ragtrack.evaluators.base import EvalInput, Evaluator
+from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.llm import ChatClient, check_template, numbered_passages, retrieved_passages
 from ragtrack.core.files import write_atomically
 
 log = logging.getLogger(__name__)
 
-CRITERIA = {
-    "correctness": "LLM judge, 1-5: the answer agrees with the gold answers",
-    "faithfulness": "LLM judge, 1-5: the answer is supported by the retrieved passages",
-    "relevance": "LLM judge, 1-5: the answer addresses the question",
-}
+RUBRICS_DIR = Path(__file__).parent / "rubrics"
+BUILT_IN_RUBRICS = ("correctness", "faithfulness", "relevance", "coherence", "fluency", "completeness", "conciseness")
+DEFAULT_RUBRICS = ("correctness", "faithfulness", "relevance")
+EXAMPLE_FIELDS = ("question", "context", "gold_answers", "answer", "score", "rationale")
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """One judging criterion: ``judge_<name>`` scores on ``scale`` (score -> meaning)."""
+
+    name: str
+    description: str
+    scale: dict[int, str]
+    examples: list[dict] = field(default_factory=list)
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        return min(self.scale), max(self.scale)
+
+    def render(self) -> str:
+        """The rubric as prompt text: description, the scale's meanings, then the examples."""
+        low, high = self.bounds
+        lines = [f"{self.name} ({low}-{high}): {self.description}", *(f"  {score} = {meaning}" for score, meaning in sorted(self.scale.items()))]
+        for example in self.examples:
+            shown = "; ".join(f"{key.upper().replace('_', ' ')}: {json.dumps(example[key], ensure_ascii=False) if key == 'gold_answers' else example[key]}"
+                              for key in ("question", "context", "gold_answers", "answer") if key in example)
+            because = f" ({example['rationale']})" if example.get("rationale") else ""
+            lines.append(f"  example: {shown} -> {self.name} {example['score']}{because}")
+        return "\n".join(lines)
+
+
+def load_rubric(spec: str) -> Rubric:
+    """A built-in rubric by name (``correctness``) or a rubric YAML file by path; :class:`InputError`
+    names the file and what is wrong."""
+    import yaml
+
+    path = RUBRICS_DIR / f"{spec}.yaml" if spec in BUILT_IN_RUBRICS else Path(spec).expanduser()
+    if spec not in BUILT_IN_RUBRICS and not (spec.endswith((".yaml", ".yml")) or "/" in spec):
+        raise RagtrackError(f"llm_judge: unknown rubric {spec!r}; built-in: {', '.join(BUILT_IN_RUBRICS)}, or give a YAML file's path")
+    if not path.is_file():
+        raise InputError(path, "rubric file not found")
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not valid YAML: {' '.join(str(exc).split())[:200]}") from None
+    return _checked_rubric(loaded, path)
+
+
+def _checked_rubric(loaded: object, path: Path) -> Rubric:
+    if not isinstance(loaded, dict):
+        raise InputError(path, "a rubric is a mapping with name, description, scale and examples")
+    unknown = set(loaded) - {"name", "description", "scale", "examples"}
+    if unknown:
+        raise InputError(path, f"unknown rubric keys {sorted(unknown)}; allowed: name, description, scale, examples")
+    name, description, scale = loaded.get("name"), loaded.get("description"), loaded.get("scale")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise InputError(path, f"'name' must be lower-case letters, digits and _ (it names the metric judge_<name>), got {name!r}")
+    if not isinstance(description, str) or not description.strip():
+        raise InputError(path, "'description' must be a non-empty string")
+    if not isinstance(scale, dict) or len(scale) < 2 or not all(isinstance(k, int) and not isinstance(k, bool) and isinstance(v, str) for k, v in scale.items()):
+        raise InputError(path, "'scale' must map at least two integer scores to their meaning (text: quote yes, no, on, off), e.g. {1: wrong, 5: right}")
+    examples = loaded.get("examples") or []
+    if not isinstance(examples, list):
+        raise InputError(path, "'examples' must be a list")
+    for number, example in enumerate(examples, start=1):
+        if not isinstance(example, dict) or "answer" not in example or "score" not in example:
+            raise InputError(path, f"example {number} needs at least 'answer' and 'score'")
+        if set(example) - set(EXAMPLE_FIELDS):
+            raise InputError(path, f"example {number} has unknown keys {sorted(set(example) - set(EXAMPLE_FIELDS))}; allowed: {', '.join(EXAMPLE_FIELDS)}")
+        if example["score"] not in scale:
+            raise InputError(path, f"example {number}: score {example['score']!r} is not on the scale {sorted(scale)}")
+    return Rubric(name, description.strip(), dict(scale), examples)
+
+
+def reply_format(rubrics: Sequence[Rubric]) -> str:
+    """The JSON object the judge is asked to reply with: one score per rubric and a rationale."""
+    scores = ", ".join(f'"{r.name}": <{r.bounds[0]}-{r.bounds[1]}>' for r in rubrics)
+    return f'{{{scores}, "rationale": "<one sentence>"}}'
+
+
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 _RATIONALE_KEYS = ("rationale", "reason", "reasoning", "explanation", "justification")
 
 
-def _score(value: object, criterion: str) -> float:
+def _score(value: object, criterion: str, bounds: tuple[int, int] = (1, 5)) -> float:
     text = str(value).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:/\s*5)?", text)
+    match = re.fullmatch(rf"(\d+(?:\.\d+)?)\s*(?:/\s*{bounds[1]})?", text)
     if isinstance(value, bool) or match is None:
         raise ValueError(f"non-numeric {criterion} score {text[:40]!r}")
     score = float(match.group(1))
-    if not 1 <= score <= 5:
-        raise ValueError(f"{criterion} score {score:g} is outside 1-5")
+    if not bounds[0] <= score <= bounds[1]:
+        raise ValueError(f"{criterion} score {score:g} is outside {bounds[0]}-{bounds[1]}")
     return score
 
 
@@ -63,8 +145,10 @@ def _json_object(reply: str) -> dict | None:
     return None
 
 
-def parse_judgement(reply: str, criteria: Sequence[str]) -> tuple[dict[str, float], str]:
-    """Scores by criterion and the rationale from a judge's reply; ``ValueError`` says what is wrong."""
+def parse_judgement(reply: str, criteria: Sequence[str], bounds: dict[str, tuple[int, int]] | None = None) -> tuple[dict[str, float], str]:
+    """Scores by criterion and the rationale from a judge's reply; ``bounds``: each criterion's scale
+    (default 1-5); ``ValueError`` says what is wrong."""
+    bounds = {c: (bounds or {}).get(c, (1, 5)) for c in criteria}
     found = _json_object(reply)
     if found is not None:
         nested = found.get("scores")
@@ -75,31 +159,41 @@ def parse_judgement(reply: str, criteria: Sequence[str]) -> tuple[dict[str, floa
         if missing:
             raise ValueError(f"JSON reply has no {', '.join(missing)} score")
         rationale = next((str(found[k]) for k in _RATIONALE_KEYS if k in found), "")
-        return {c: _score(scores_source[c], c) for c in criteria}, rationale
+        return {c: _score(scores_source[c], c, bounds[c]) for c in criteria}, rationale
     scores = {}
     for criterion in criteria:
         labels = f"{criterion}|score" if len(criteria) == 1 else criterion
         match = re.search(rf"\b(?:{labels})\b[*_\s]*(?:score)?[*_\s]*[:=\-]\s*[*_]*\s*([^\s*_,;]+)", reply, re.IGNORECASE)
         if match is None:
             raise ValueError(f"no {criterion} score in the reply {' '.join(reply.split())[:80]!r}")
-        scores[criterion] = _score(match.group(1).rstrip("."), criterion)
+        scores[criterion] = _score(match.group(1).rstrip("."), criterion, bounds[criterion])
     rationale = re.search(rf"\b(?:{'|'.join(_RATIONALE_KEYS)})\b\s*[:=]\s*(.+)", reply, re.IGNORECASE | re.DOTALL)
     return scores, rationale.group(1).strip() if rationale else ""
 
 
 class LLMJudge(Evaluator):
-    """Grades generated answers with a chat model (module docstring); needs generated answers."""
+    """Grades generated answers with a chat model on rubrics (module docstring); needs generated answers."""
 
     @classmethod
     def provides(cls) -> dict[str, str]:
-        return {f"judge_{name}": description for name, description in CRITERIA.items()}
+        return {f"judge_{name}": f"LLM judge, {load_rubric(name).description}" for name in BUILT_IN_RUBRICS}
 
-    def __init__(self, prompt: str, metrics: Sequence[str] | None = None, top_k: int = 3, output_dir: str | None = None, **client):
-        """``client``: the :class:`ChatClient` settings (``base_url``, ``model``, ``api_key_env``, ...)."""
-        super().__init__(metrics)
-        self._require_known_metrics("llm_judge")
-        self.criteria = [m.removeprefix("judge_") for m in self.metrics]
-        check_template(prompt, {"question", "context", "gold_answers", "answer"}, "llm_judge")
+    def __init__(self, prompt: str, rubrics: Sequence[str] | None = None, metrics: Sequence[str] | None = None, top_k: int = 3,
+                 output_dir: str | None = None, **client):
+        """``rubrics``: built-in names or YAML paths (default: the ``judge_<name>`` of ``metrics``, else
+        correctness, faithfulness, relevance); ``client``: the :class:`ChatClient` settings (``base_url``,
+        ``model``, ``api_key_env``, ...)."""
+        specs = list(rubrics or [m.removeprefix("judge_") for m in metrics or []] or DEFAULT_RUBRICS)
+        self.rubrics = [load_rubric(str(spec)) for spec in specs]
+        names = [r.name for r in self.rubrics]
+        if len(set(names)) < len(names):
+            raise RagtrackError(f"llm_judge: two rubrics share a name: {names}")
+        super().__init__([f"judge_{name}" for name in names])
+        unknown = [m for m in metrics or [] if m not in self.metrics]
+        if unknown:
+            raise RagtrackError(f"llm_judge: metrics {unknown} have no rubric; rubrics give {', '.join(self.metrics)}")
+        self.criteria = names
+        check_template(prompt, {"question", "context", "gold_answers", "answer", "rubrics", "reply_format"}, "llm_judge")
         self.prompt, self.top_k, self.output_dir = prompt, int(top_k), output_dir
         self.client = ChatClient(**client)
 
@@ -113,27 +207,30 @@ class LLMJudge(Evaluator):
         qids = list(data.queries)
         answered = [qid for qid in qids if data.generated.get(qid, "").strip()]
         passages = retrieved_passages(data.context, data.corpus, answered, self.top_k)
+        rubrics, format_ = "\n\n".join(r.render() for r in self.rubrics), reply_format(self.rubrics)
         prompts = {qid: self.prompt.format(question=data.queries[qid], context=numbered_passages(passages[qid]),
                                            gold_answers=json.dumps(data.answers.get(qid, []), ensure_ascii=False),
-                                           answer=data.generated[qid]) for qid in answered}
+                                           answer=data.generated[qid], rubrics=rubrics, reply_format=format_) for qid in answered}
         replies, errors = self.client.complete_all(prompts, label=f"judge {data.run.name}")
         errors |= {qid: "no generated answer" for qid in qids if qid not in prompts}
+        bounds = {r.name: r.bounds for r in self.rubrics}
         table = pd.DataFrame(np.nan, index=pd.Index(qids, name="qid"), columns=self.metrics, dtype=float)
         records = []
         for qid in qids:
             record = {"qid": qid, **{c: None for c in self.criteria}, "rationale": "", "error": errors.get(qid, "")}
             if qid in replies:
                 try:
-                    scores, record["rationale"] = parse_judgement(replies[qid], self.criteria)
+                    scores, record["rationale"] = parse_judgement(replies[qid], self.criteria, bounds)
                 except ValueError as exc:
                     record["error"] = f"unparseable reply: {exc}"
                 else:
                     record |= scores
                     table.loc[qid, self.metrics] = [scores[c] for c in self.criteria]
             records.append(record)
-        failed = sum(1 for r in records if r["error"])
+        failed = [r for r in records if r["error"]]
         if failed:
-            log.warning("llm_judge %s: %d of %d queries not judged (left out of the means)", data.run.name, failed, len(qids))
+            log.warning("llm_judge %s: %d of %d queries not judged (left out of the means); first: %s: %s",
+                        data.run.name, len(failed), len(qids), failed[0]["qid"], failed[0]["error"])
         if self.output_dir:
             lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
             write_atomically(Path(self.output_dir) / "systems" / data.run.name / "judge.jsonl", lines)

@@ -19,7 +19,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import RagtrackError, describe_fault
@@ -27,6 +27,7 @@ from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolver
 from ragtrack.pipeline.experiment import JobInfo, run_experiment
 from ragtrack.pipeline.layout import JOB_ARTIFACTS, KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.redaction import redact_overrides
+from ragtrack.pipeline.settings import discard_job_folder, validate
 
 log = logging.getLogger("ragtrack")
 
@@ -34,6 +35,12 @@ log = logging.getLogger("ragtrack")
 @hydra.main(version_base="1.3", config_path=config_path(), config_name=CONFIG_NAME)
 def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
+    try:  # settings first: a bad value stops the job before anything is built, logged or left behind
+        validate(cfg)
+    except RagtrackError as exc:
+        log_dir = OmegaConf.select(cfg, "paths.log_dir", default=None, throw_on_resolution_failure=False)
+        discard_job_folder(Path(hydra_cfg.runtime.output_dir), hydra_cfg.job.name, log_dir)
+        fail(str(exc))
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     job = JobInfo(
         choices=dict(hydra_cfg.runtime.choices),

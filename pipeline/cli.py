@@ -174,8 +174,16 @@ def command_regress(args: argparse.Namespace) -> int:
 
 def run_hydra(overrides: list[str]) -> int:
     from ragtrack.pipeline.app import run_app
+    from ragtrack.pipeline.redaction import check_run_arguments, config_dirs
+    from ragtrack.pipeline.settings import composition_errors_explained
 
-    run_app(overrides)
+    try:  # Hydra writes .hydra/ and the log before the job runs: a key given as a variable name stops here
+        check_run_arguments(overrides)
+        with composition_errors_explained(config_dirs(overrides)):  # an unknown key or group option: one line with a did-you-mean
+            run_app(overrides)
+    except RagtrackError as exc:
+        print(f"ragtrack: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0
 
 

@@ -46,11 +46,19 @@ def register_resolvers() -> None:
 def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:
     """The job config Hydra would compose for ``ragtrack run OVERRIDES`` (without Hydra's own
     ``hydra:`` node, so ``paths.output_dir`` must be given), for tests and Python callers;
-    ``config_dir`` adds a folder of the user's configs, like ``--config-dir``."""
+    ``config_dir`` adds a folder of the user's configs, like ``--config-dir``. An unknown key or group
+    option raises a one-line :class:`~ragtrack.core.errors.RagtrackError`; the values are checked by
+    :func:`ragtrack.pipeline.settings.validate`."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    from ragtrack.pipeline.settings import explain_composition_error
 
     register_resolvers()
     extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        return hydra_compose(CONFIG_NAME, overrides=[*extra, *overrides])
+        try:
+            return hydra_compose(CONFIG_NAME, overrides=[*extra, *overrides])
+        except (ConfigCompositionException, OverrideParseException) as exc:  # one line, with a did-you-mean
+            raise explain_composition_error(exc, [config_dir] if config_dir else []) from None

@@ -30,12 +30,13 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.runs import Run, trec_text, write_trec
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness
 from ragtrack.pipeline.inputs import load_dataset, read_cached_run
 from ragtrack.pipeline.provenance import provenance_tags
-from ragtrack.pipeline.redaction import flatten, redact, redact_hydra_files, redact_overrides
+from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
 from ragtrack.pipeline.slices import Attribute, Findings, annotate, query_attributes, summarize
 from ragtrack.pipeline.tracking import MlflowTracker, Tracker, tracking_target
 
@@ -109,7 +110,7 @@ def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: 
         table = evaluator.evaluate(data)
         counted = evaluator.counted(data, table).reindex(table.index, fill_value=False)
         tables.append(table)
-        masks.append(pd.DataFrame({column: counted for column in table.columns}, index=table.index))
+        masks.append(pd.DataFrame({column: counted & table[column].notna() for column in table.columns}, index=table.index))  # NaN: not applicable
         summaries.append(aggregate(table, counted, seed=seed))
     if not tables:
         raise RagtrackError("no evaluator applies to this dataset")
@@ -140,7 +141,8 @@ def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) ->
 def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict, dict[str, float]]:
     """Index, then search one query per call so latencies are per query (returned in seconds by query
     id; mean, p50, p95 in the efficiency figures); peak memory is the process's peak resident set size
-    so far (getrusage)."""
+    so far (getrusage); then the retriever's ``search_checks`` (e.g. ``approximate_recall``), outside
+    the timing."""
     with stage(f"{name}: index"):
         retriever.index(dataset.corpus, cache)
     scores, latencies = {}, {}
@@ -152,7 +154,8 @@ def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth
     seconds = sum(latencies.values())
     p50, p95 = np.percentile(list(latencies.values()), [50, 95]) if latencies else (0.0, 0.0)
     stats = retriever.stats
-    return Run(name, scores), {
+    run = Run(name, scores)
+    return run, {**retriever.search_checks(dataset.queries, run, depth),
         "index_seconds": stats.build_seconds, "index_bytes": stats.size_bytes, "index_from_cache": float(stats.from_cache),
         "search_seconds": seconds, "queries_per_second": len(latencies) / seconds if seconds else 0.0,
         "latency_mean_seconds": seconds / len(latencies) if latencies else 0.0, "latency_p50_seconds": float(p50),
@@ -184,6 +187,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     """Run every system of ``cfg`` on its dataset, score, write outputs and log to MLflow; returns the
     content of results.json plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking)."""
     job = job or JobInfo()
+    redact_hydra_files(hydra_records(job))
+    check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     chunker, oversample = build_chunker(cfg.get("chunking"))
@@ -195,6 +200,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
+    pair_judges = [e for e in evaluators if isinstance(e, PairwiseJudge)]  # they compare systems, after all have answered
+    evaluators = [e for e in evaluators if not isinstance(e, PairwiseJudge)]
     tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     shared = {k: v for k, v in flatten(resolved).items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
@@ -205,15 +212,12 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
             **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags[layout.TAG_SWEEP] = job.sweep
-    hydra_records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
-    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
-        hydra_records.append(Path(job.sweep) / "multirun.yaml")
-    redact_hydra_files(hydra_records)
     tracker.start(cfg.get("run_name") or job_name(job.choices, typed), tags, shared)
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
                              lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan))
+        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir))
         report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results)
         _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings)
     except BaseException as exc:
@@ -224,6 +228,14 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     return {**report["results"], "mlflow_run_id": tracker.run_id}
 
 
+def hydra_records(job: JobInfo) -> list[Path]:
+    """Hydra's records of the job: ``.hydra/*.yaml`` and a sweep's ``multirun.yaml``."""
+    records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
+    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
+        records.append(Path(job.sweep) / "multirun.yaml")
+    return records
+
+
 def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:
     plan = plan or ChunkPlan()
     runs: dict[str, Run] = {}
@@ -232,8 +244,10 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
     retrieval_ms: dict[str, dict[str, float]] = {}
     params: dict[str, dict] = {}
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
+    searches: dict[str, str] = {}  # system -> "exact" or "approximate" (a fusion with an approximate member is approximate)
     for name, rcfg in (cfg.get("retriever") or {}).items():
         retriever = registry.build("retrievers", rcfg, name=name)
+        searches[name] = "approximate" if retriever.approximate else "exact"
         passage_runs[name], efficiency[name], retrieval_ms[name] = _search(name, retriever, indexed, cache, plan.search_depth(depth))
         runs[name] = plan.evaluated(passage_runs[name], depth)
         params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True)) | plan.params()
@@ -248,6 +262,7 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
         passage_runs[system] = plan.passages(runs[system], {member: passage_runs[member] for member in fcfg.members})
         seconds = time.perf_counter() - started
         efficiency[system] = {"fusion_seconds": seconds}
+        searches[system] = "approximate" if "approximate" in {searches.get(m) for m in fcfg.members} else "exact"
         retrieval_ms[system] = {q: sum(retrieval_ms[m].get(q, np.nan) for m in fcfg.members) + seconds * 1000 / len(dataset.queries)
                                 for q in dataset.queries}  # members' search times + an even share of the batch fusion
         params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True)) | plan.params()
@@ -274,11 +289,12 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
             per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
         per_query = with_latency(per_query, retrieval_ms[name], generation_ms)
         efficiency[name] |= latency_quantiles(per_query)
-        missing = sum(1 for qid in dataset.queries if not run.scores.get(qid))
-        if missing:
-            log.warning("%s: %d of %d queries have no results (they score 0)", name, missing, len(dataset.queries))
-        results[name] = SystemResult(name, run, per_query, summary, {**efficiency[name], "queries_missing": float(missing), **plan.stats(dataset.corpus)},
-                                     params[name], passage_runs[name], indexed.corpus, counted)
+        without_hits = sum(1 for qid in dataset.queries if not run.scores.get(qid))
+        if without_hits:
+            log.warning("%s: %d of %d queries have no hits (they score 0 on every metric)", name, without_hits, len(dataset.queries))
+        results[name] = SystemResult(name, run, per_query, summary,
+                                     {**efficiency[name], "queries_without_hits": float(without_hits), **plan.stats(dataset.corpus)},
+                                     params[name] | {"search": searches[name]}, passage_runs[name], indexed.corpus, counted)
     return results
 
 
@@ -296,6 +312,17 @@ def _findings(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult
     if cfg.get("robustness"):
         found = found.merge(robustness.study(cfg.robustness, dataset, results, rerun, output_dir, int(cfg.seed)))
     return found
+
+
+def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path) -> Findings:
+    """The pairwise judges' summaries by pair (results.json ``pairwise``, parent metrics
+    ``pairwise/<first>_vs_<second>/<name>``, ``pairwise.jsonl``) over the systems that generated answers."""
+    answers = {name: r.per_query["generated_answer"].to_dict() for name, r in results.items() if "generated_answer" in r.per_query}
+    pairs = {pair: summary for judge in judges for pair, summary in judge.compare(answers, dataset.queries, dataset.answers).items()}
+    if not pairs:
+        return Findings()
+    metrics = {f"pairwise/{s['first']}_vs_{s['second']}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
+    return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()])
 
 
 def _with_output_dir(cfg: DictConfig, folder: Path) -> DictConfig:
@@ -333,6 +360,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "aggregates": {name: r.summary.drop(columns="n").to_dict(orient="index") for name, r in results.items()},
         "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
+        "search": {name: r.params["search"] for name, r in results.items()},  # exact, or approximate (see approximate_recall)
         **(extra or {}),
     }
     write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(payload, indent=2))  # last, whole: it marks the results complete

@@ -23,5 +23,8 @@ def _load_beir_once(path: str, split: str, name: str | None, qrels_file: str | N
 
 @functools.lru_cache(maxsize=16)
 def read_cached_run(path: Path, name: str) -> Run:
-    """A run file of a complete cache entry (entries never change once complete)."""
+    """A run file of a complete cache entry (entries never change once complete). An empty file is
+    the valid run of a retriever that found nothing for any query (e.g. every query out of vocabulary)."""
+    if path.stat().st_size == 0:
+        return Run(name, {})
     return read_trec(path, name=name)

@@ -2,7 +2,9 @@
 
 A generator gets, per query, the question and the texts of the system's top-``top_k`` passages (in
 ranking order) and returns an answer per query; queries it could not answer are in ``failures``
-(query id -> reason) and get the empty answer, so answer metrics score them 0. Built-ins:
+(query id -> reason) and get the empty answer, so answer metrics score them 0. A generator may
+abstain: with ``no_answer`` set (e.g. ``unanswerable``), an answer equal to it after normalization
+(:func:`ragtrack.core.llm.is_abstention`) is an abstention, answered as exactly ``no_answer``. Built-ins:
 
 - ``none``: no generation (retrieval-only runs; answer metrics that need an answer are skipped);
 - ``extractive``: offline, no model - see :class:`ExtractiveGenerator`;
@@ -32,7 +34,7 @@ from bm25s.stopwords import STOPWORDS_EN
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
-from ragtrack.core.llm import ChatClient, check_template, numbered_passages, retrieved_passages
+from ragtrack.core.llm import ChatClient, check_template, is_abstention, numbered_passages, retrieved_passages
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
 
@@ -43,6 +45,7 @@ class Generator(ABC):
     """``generate(queries, contexts)`` -> answer per query id; unanswerable queries go to ``failures``."""
 
     top_k: int = 0  # passages per query handed to generate()
+    no_answer: str | None = None  # the answer that abstains (None: the generator never abstains)
 
     def __init__(self) -> None:
         self.failures: dict[str, str] = {}
@@ -81,18 +84,25 @@ class ExtractiveGenerator(Generator):
        candidate too. Stopwords and punctuation are trimmed from the edges; the winner is a stretch of
        the asked-for kind if any, then the candidate nearest to a question term, then the longer, then
        the earlier. If every word is a question term the whole sentence is answered.
+    4. It abstains (answers ``no_answer``) when the best sentence covers less than ``abstain_below`` of
+       the question's idf: coverage = sum of idf of the question terms in the sentence / sum of idf of
+       all question terms (terms absent from every sentence count with the largest idf, ln(1 + N)). The
+       default 0 never abstains.
 
     On XQuAD-en given the *gold* passage (top_k=1): span F1 0.280 / EM 0.153, sentence F1 0.161 / EM 0.
     A heuristic baseline that needs no model, not a reader: plug in ``openai`` for real answers.
     """
 
-    def __init__(self, top_k: int = 1, unit: str = "span", tokenizer: dict | None = None):
+    def __init__(self, top_k: int = 1, unit: str = "span", tokenizer: dict | None = None, no_answer: str | None = None,
+                 abstain_below: float = 0.0):
         super().__init__()
         if unit not in ("sentence", "span"):
             raise RagtrackError(f"extractive generator: unit must be 'sentence' or 'span', got {unit!r}")
         if top_k < 1:
             raise RagtrackError(f"extractive generator: top_k must be >= 1, got {top_k}")
-        self.top_k, self.unit = int(top_k), unit
+        if not 0 <= abstain_below <= 1 or (abstain_below > 0 and not no_answer):
+            raise RagtrackError(f"extractive generator: abstain_below must be in [0, 1] and needs no_answer, got {abstain_below!r}")
+        self.top_k, self.unit, self.no_answer, self.abstain_below = int(top_k), unit, no_answer, float(abstain_below)
         self.tokenize = Tokenizer(**(tokenizer or {}))
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
@@ -110,6 +120,11 @@ class ExtractiveGenerator(Generator):
                 continue
             asked = set(self.tokenize([question])[0])
             best = max(enumerate(sentences[qid]), key=lambda item: (sum(idf.get(t, 0.0) for t in asked & terms[item[1]]), -item[0]))[1]
+            unseen = math.log(1 + len(unique))  # the idf of a term in no sentence (df -> 1)
+            covered = sum(idf.get(t, 0.0) for t in asked & terms[best]) / (sum(idf.get(t, unseen) for t in asked) or 1.0)
+            if covered < self.abstain_below:
+                answers[qid] = self.no_answer
+                continue
             answers[qid] = best.strip() if self.unit == "sentence" else self._span(best, question, asked)
         return answers
 
@@ -196,38 +211,46 @@ class OpenAIGenerator(Generator):
     """Answers with an OpenAI-compatible chat model; ``prompt`` has ``{question}`` and ``{context}``;
     the other settings (``base_url``, ``model``, ``api_key_env``, ...) are :class:`ChatClient`'s."""
 
-    def __init__(self, prompt: str, top_k: int = 3, **client):
+    def __init__(self, prompt: str, top_k: int = 3, no_answer: str | None = None, **client):
+        """``no_answer``: the reply that abstains, given to the prompt as ``{no_answer}``."""
         super().__init__()
-        check_template(prompt, {"question", "context"}, "openai generator")
-        self.prompt, self.top_k = prompt, int(top_k)
+        check_template(prompt, {"question", "context", "no_answer"}, "openai generator")
+        if "{no_answer}" in prompt and not no_answer:
+            raise RagtrackError("openai generator: the prompt uses {no_answer} but no_answer is not set")
+        self.prompt, self.top_k, self.no_answer = prompt, int(top_k), no_answer
         self.client = ChatClient(**client)
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
-        prompts = {qid: self.prompt.format(question=question, context=numbered_passages(contexts.get(qid, [])[:self.top_k]))
+        prompts = {qid: self.prompt.format(question=question, context=numbered_passages(contexts.get(qid, [])[:self.top_k]), no_answer=self.no_answer)
                    for qid, question in queries.items()}
         replies, self.failures = self.client.complete_all(prompts, label="generate")
-        return {qid: reply.strip() for qid, reply in replies.items()}
+        return {qid: self.no_answer if is_abstention(reply, self.no_answer) else reply.strip() for qid, reply in replies.items()}
 
 
 @dataclass
 class Answers:
-    """One system's generated answers and the queries that failed."""
+    """One system's generated answers, the queries that failed and the no-answer string (if any)."""
 
     texts: dict[str, str]
     failures: dict[str, str]
+    no_answer: str | None = None
 
     @property
     def efficiency(self) -> dict[str, float]:
         return {"generation_failures": float(len(self.failures))}
 
     def annotate(self, per_query: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
-        """The per-query table with question, gold answers (JSON list), answer and error in front."""
+        """The per-query table with question, gold answers (JSON list), answer and error in front, then
+        ``answerable`` (1: gold answers, 0: an empty gold list, blank: not annotated; answer metrics count
+        answerable queries only) and ``abstained`` (1 when the answer is the no-answer string)."""
         qids = per_query.index
         text = pd.DataFrame({
             "question": [dataset.queries.get(q, "") for q in qids],
             "gold_answers": [json.dumps(dataset.answers.get(q, []), ensure_ascii=False) for q in qids],
             "generated_answer": [self.texts.get(q, "") for q in qids],
             "generation_error": [self.failures.get(q, "") for q in qids],
+            "answerable": pd.array([int(bool(dataset.answers[q])) if q in dataset.answers else None for q in qids], dtype="Int64"),
+            "abstained": [int(is_abstention(self.texts.get(q, ""), self.no_answer)) for q in qids],
         }, index=qids)
         return pd.concat([text, per_query], axis=1)
 
@@ -242,12 +265,14 @@ def answer_questions(generator: Generator | None, run: Run, dataset: Dataset, fo
         return None
     started = time.perf_counter()
     texts = generator.generate(dataset.queries, retrieved_passages(run, dataset.corpus, dataset.queries, generator.top_k))
-    answers = Answers({qid: texts.get(qid, "") for qid in dataset.queries}, dict(generator.failures))
+    answers = Answers({qid: texts.get(qid, "") for qid in dataset.queries}, dict(generator.failures), generator.no_answer)
     folder.mkdir(parents=True, exist_ok=True)
+    first_error = next((f"{qid}: {answers.failures[qid]}" for qid in dataset.queries if qid in answers.failures), "")
     report = {"system": run.name, "generator": type(generator).__name__, "queries": len(dataset.queries),
-              "failed": len(answers.failures), "seconds": time.perf_counter() - started, "errors": answers.failures}
+              "failed": len(answers.failures), "first_error": first_error, "seconds": time.perf_counter() - started,
+              "errors": answers.failures}
     write_atomically(folder / "generation.json", json.dumps(report, indent=2, ensure_ascii=False))
     if answers.failures:
-        log.warning("%s: answer generation failed for %d of %d queries (they score 0); see %s",
-                    run.name, len(answers.failures), len(dataset.queries), folder / "generation.json")
+        log.warning("%s: answer generation failed for %d of %d queries (they score 0); first: %s; see %s",
+                    run.name, len(answers.failures), len(dataset.queries), first_error, folder / "generation.json")
     return answers

@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus
 from ragtrack.core.runs import Run
@@ -21,7 +23,12 @@ class IndexStats:
 
 
 class Retriever(ABC):
-    """A system: ``index(corpus, cache)`` once, then ``search(queries, depth)``."""
+    """A system: ``index(corpus, cache)`` once, then ``search(queries, depth)``.
+
+    ``approximate`` is true where search may miss documents an exhaustive search would return
+    (e.g. an HNSW index); such a retriever reports how much it misses in ``search_checks``."""
+
+    approximate: bool = False
 
     def __init__(self, name: str):
         self.name = name
@@ -38,3 +45,25 @@ class Retriever(ABC):
     @abstractmethod
     def search(self, queries: dict[str, str], depth: int) -> Run:
         """Top ``depth`` documents per query, scores higher-is-better."""
+
+    def search_checks(self, queries: dict[str, str], run: Run, depth: int) -> dict[str, float]:
+        """Metrics about ``run`` (this retriever's answer to ``queries``) beyond its latency, e.g. the
+        recall of an approximate search against an exact one; none by default."""
+        return {}
+
+
+def top_documents(doc_ids: np.ndarray, scores: np.ndarray, k: int) -> dict[str, float]:
+    """The ``k`` best of ``scores`` (one per entry of ``doc_ids``, an object array of ids) as
+    ``{doc_id: score}``. Best means trec_eval order (ragtrack.core.runs): score descending, equal
+    scores by document id descending, so ties at the cut are decided by that rule too and the result
+    never depends on the order documents are given in."""
+    if k <= 0:
+        return {}
+    if len(scores) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        above = np.flatnonzero(scores > kth)
+        tied = np.flatnonzero(scores == kth)
+        by_id = tied[np.argsort(doc_ids[tied])[::-1]]  # ids are unique strings: no ties left
+        keep = np.concatenate([above, by_id[:k - len(above)]])
+        doc_ids, scores = doc_ids[keep], scores[keep]
+    return dict(zip(doc_ids.tolist(), scores.astype(float).tolist()))

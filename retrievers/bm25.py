@@ -6,15 +6,24 @@ score(q, d) = Σ_{t ∈ q} idf(t) · tf(t,d) / (tf(t,d) + k1 · (1 − b + b·|d
 idf(t) = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5)).
 Defaults k1=0.9, b=0.4 are Anserini/Pyserini's BEIR settings.
 
-Search with the bm25s backend scores a whole batch of queries at once: bm25s precomputes the
-per-(term, document) scores as a sparse term × document matrix S, so the scores of all queries are
+The index is bm25s's: per (term, document) the precomputed score idf(t) · tfc(t, d) as a sparse term
+× document matrix S (float32). For ``method`` lucene and robertson ragtrack builds S itself on whole
+arrays (the same float operations as bm25s, so the same bits; tests compare them), from the token
+ids of ``Tokenizer.encode``; the other variants are built by bm25s from those ids. Terms are numbered
+in sorted order.
+
+Search with the bm25s backend scores a whole batch of queries at once: the scores of all queries are
 one sparse product Q · S (Q: queries × terms, term counts), and each query's top ``depth`` is picked
-from its non-zero scores only (documents sharing no term with the query are not returned).
+from its non-zero scores only (documents sharing no term with the query are not returned). A
+document's score sums its terms in term-id order, which is sorted term order, so the sum never
+depends on hash seeds; ties at the cut go by ``top_documents``'s rule.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 from importlib.metadata import version
 
@@ -25,13 +34,20 @@ from ragtrack.core.cache import Cache, folder_size
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
-from ragtrack.retrievers.base import Retriever
-from ragtrack.core.text import Tokenizer
+from ragtrack.core.text import EncodedTexts, Tokenizer
+from ragtrack.retrievers.base import Retriever, top_documents
 
 log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
 
 BACKENDS = ("bm25s", "rank_bm25")
 PROGRESS_FROM_DOCUMENTS = 100_000  # bm25s's four indexing bars, only where indexing takes seconds
+INDEX_FORMAT = 2  # 2: terms numbered in sorted order; ragtrack's own arrays for lucene and robertson
+OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b + b·|d|/avgdl))
+    "lucene": lambda df, n: math.log(1 + (n - df + 0.5) / (df + 0.5)),
+    "robertson": lambda df, n: math.log(max((n - df + 0.5) / (df + 0.5), 1.0)),  # bm25s clamps negative idf to 0
+}
+ARRAYS = ("data", "indices", "indptr")  # of S in CSR layout (rows: terms), as .npy files; terms.json beside them
+CHUNK_DOCUMENTS = 65_536  # documents counted per np.unique call: bounds the memory of an index build
 
 
 class BM25Retriever(Retriever):
@@ -51,31 +67,85 @@ class BM25Retriever(Retriever):
         settings = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "backend": self.backend,
                     "k1": self.k1, "b": self.b, "tokenizer": self.tokenizer.settings()}
         if self.backend == "bm25s":
-            settings |= {"method": self.method, "bm25s": version("bm25s")}
+            settings |= {"method": self.method, "bm25s": version("bm25s"), "format": INDEX_FORMAT}
         return settings
 
     def index(self, corpus: Corpus, cache: Cache) -> None:
-        import bm25s
-        from scipy import sparse
-
         started = time.perf_counter()
         self._doc_ids = np.asarray(corpus.ids, dtype=object)
         if self.backend == "rank_bm25":  # its index can only be pickled, so it is rebuilt (seconds)
             from rank_bm25 import BM25Okapi
 
-            tokens = self.tokenizer(corpus.full_texts())
-            self._model = BM25Okapi(tokens, k1=self.k1, b=self.b)
+            self._model = BM25Okapi(self.tokenizer(corpus.full_texts()), k1=self.k1, b=self.b)
             self.stats.build_seconds = time.perf_counter() - started
             return
 
         def build(folder):
             log.info("%s: indexing %d documents", self.name, len(corpus))
-            model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
-            model.index(self.tokenizer(corpus.full_texts()), show_progress=len(corpus) >= PROGRESS_FROM_DOCUMENTS, leave_progress=False)
-            model.save(str(folder), allow_pickle=False)
+            encoded = self.tokenizer.encode(corpus.full_texts())
+            if self.method in OWN_BUILD:
+                for name, values in zip(ARRAYS, self._score_matrix(encoded)):
+                    np.save(folder / f"{name}.npy", values, allow_pickle=False)
+                (folder / "terms.json").write_text(json.dumps(encoded.terms))
+            else:
+                self._bm25s_build(encoded, len(corpus)).save(str(folder), allow_pickle=False)
 
         builds_before = len(cache.builds)
         folder = cache.entry("bm25", {"corpus": corpus.hash, **self.index_settings()}, build, label=self.name)
+        self._load(folder)
+        self.stats.from_cache = len(cache.builds) == builds_before
+        self.stats.build_seconds = time.perf_counter() - started
+        self.stats.size_bytes = folder_size(folder)
+
+    def _score_matrix(self, encoded: EncodedTexts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """S as CSR arrays (rows: terms, columns: documents ascending), computed as bm25s computes it:
+        tfc in float64 from float32 term counts, idf with ``math.log`` stored as float32, their
+        product rounded to float32."""
+        from scipy import sparse
+
+        n_docs, n_terms = len(encoded), len(encoded.terms)
+        lengths = encoded.lengths()
+        norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
+        documents, terms, counts = [], [], []
+        for first in range(0, n_docs, CHUNK_DOCUMENTS):  # (document, term) pairs counted chunk by chunk
+            last = min(first + CHUNK_DOCUMENTS, n_docs)
+            ids = encoded.ids[encoded.offsets[first]:encoded.offsets[last]].astype(np.int64)
+            ids += np.repeat(np.arange(last - first, dtype=np.int64) * n_terms, lengths[first:last])
+            pairs, tf = np.unique(ids, return_counts=True)
+            documents.append((pairs // n_terms + first).astype(np.int32))
+            terms.append((pairs % n_terms).astype(np.int32))
+            counts.append(tf.astype(np.float32).astype(np.float64))
+        documents, terms, counts = (np.concatenate(parts) if parts else np.empty(0) for parts in (documents, terms, counts))
+        df = np.bincount(terms, minlength=n_terms)
+        idf_of = OWN_BUILD[self.method]
+        distinct, position = np.unique(df, return_inverse=True)
+        idf = np.array([idf_of(int(d), n_docs) for d in distinct.tolist()], dtype=np.float32)[position]
+        scores = (idf[terms].astype(np.float64) * (counts / (norms[documents] + counts))).astype(np.float32)
+        by_document = sparse.csr_matrix((scores, terms, np.concatenate([[0], np.cumsum(np.bincount(documents, minlength=n_docs))])),
+                                        shape=(n_docs, n_terms))
+        by_term = by_document.T.tocsr()  # a counting sort: within a term, documents ascending
+        return by_term.data, by_term.indices, by_term.indptr
+
+    def _bm25s_build(self, encoded: EncodedTexts, n_docs: int):
+        import bm25s
+
+        model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
+        ids = [encoded.ids[start:end].tolist() for start, end in zip(encoded.offsets[:-1].tolist(), encoded.offsets[1:].tolist())]
+        model.index((ids, {term: i for i, term in enumerate(encoded.terms)}), show_progress=n_docs >= PROGRESS_FROM_DOCUMENTS,
+                    leave_progress=False)
+        return model
+
+    def _load(self, folder) -> None:
+        from scipy import sparse
+
+        if self.method in OWN_BUILD:
+            data, indices, indptr = (np.load(folder / f"{name}.npy", allow_pickle=False) for name in ARRAYS)
+            terms = json.loads((folder / "terms.json").read_text())
+            self._term_scores = sparse.csr_matrix((data, indices, indptr), shape=(len(terms), len(self._doc_ids)))
+            self._vocabulary = {term: i for i, term in enumerate(terms)}
+            return
+        import bm25s
+
         model = bm25s.BM25.load(str(folder), allow_pickle=False)
         if model.nonoccurrence_array is not None:  # bm25l / bm25+ add a per-term constant to every document
             self._model = model
@@ -84,9 +154,6 @@ class BM25Retriever(Retriever):
             self._term_scores = sparse.csr_matrix((matrix["data"], matrix["indices"], matrix["indptr"]),
                                                   shape=(len(matrix["indptr"]) - 1, matrix["num_docs"]))
             self._vocabulary = model.vocab_dict
-        self.stats.from_cache = len(cache.builds) == builds_before
-        self.stats.build_seconds = time.perf_counter() - started
-        self.stats.size_bytes = folder_size(folder)
 
     def search(self, queries: dict[str, str], depth: int) -> Run:
         if self._model is None and self._term_scores is None:
@@ -97,12 +164,13 @@ class BM25Retriever(Retriever):
         if self._term_scores is not None:
             return Run(self.name, dict(zip(qids, self._sparse_top(tokens, k))))
         if self.backend == "bm25s":
-            found, scores = self._model.retrieve(tokens, k=k, show_progress=False)
+            score_all = lambda query: self._model.get_scores([t for t in query if t in self._model.vocab_dict])  # noqa: E731
         else:
-            found, scores = self._rank_bm25_top(tokens, k)
+            score_all = self._model.get_scores
+        everything = np.arange(len(self._doc_ids))
         return Run(self.name, {
-            qid: dict(zip(self._doc_ids[found[row]].tolist(), scores[row].astype(float).tolist()))
-            for row, qid in enumerate(qids)
+            qid: top_documents(self._doc_ids[everything], score_all(query), k)
+            for qid, query in zip(qids, tqdm(tokens, desc=f"{self.name}: search", unit="query", leave=False, delay=1))
         })
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:
@@ -119,21 +187,9 @@ class BM25Retriever(Retriever):
                 columns += ids
             counts = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, columns)),
                                        shape=(min(batch, len(tokens) - start), self._term_scores.shape[0]))
+            counts.sum_duplicates()  # canonical: each row's terms in id order, the order the product sums them in
             scores = (counts @ self._term_scores).tocsr()
             for row in range(scores.shape[0]):
                 begin, end = scores.indptr[row], scores.indptr[row + 1]
-                values, docs = scores.data[begin:end], scores.indices[begin:end]
-                if len(values) > k:
-                    top = np.argpartition(-values, k - 1)[:k]
-                    values, docs = values[top], docs[top]
-                results.append(dict(zip(self._doc_ids[docs].tolist(), values.astype(float).tolist())))
+                results.append(top_documents(self._doc_ids[scores.indices[begin:end]], scores.data[begin:end], k))
         return results
-
-    def _rank_bm25_top(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
-        found = np.empty((len(tokens), k), dtype=np.int64)
-        scores = np.empty((len(tokens), k))
-        for row, query in enumerate(tqdm(tokens, desc=f"{self.name}: search", unit="query", leave=False, delay=1)):
-            all_scores = self._model.get_scores(query)
-            top = np.argpartition(-all_scores, k - 1)[:k] if k < len(all_scores) else np.arange(len(all_scores))
-            found[row], scores[row] = top, all_scores[top]
-        return found, scores

@@ -12,8 +12,17 @@ Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint). The 
   next build on that host drops. An auth token is read from the environment variable named by
   ``chroma.token_env`` and sent in ``chroma.token_header``; it never appears in the config.
 
-Chroma's own embedding function is never used: vectors are always supplied. Space is cosine; scores
-are similarities 1 − cosine distance (higher is better).
+Chroma's own embedding function is never used: vectors are always supplied. Space is cosine.
+
+``search`` picks how queries are answered:
+
+- ``exact`` (default; what BEIR and MTEB report): every document is scored, score = cosine
+  similarity, the float32 dot product of the L2-normalized vectors summed in a fixed order, so a run
+  is the same bits whatever the BLAS library, its thread count or the batching of queries
+  (``ExactIndex``). The vectors are the embeddings cache entry, the same array Chroma holds.
+- ``approximate``: Chroma's HNSW index answers; scores are 1 − Chroma's cosine distance. HNSW graphs
+  differ from build to build, so runs may too; ``search_checks`` reports ``approximate_recall``, the
+  share of the exact top ``depth`` that the approximate top ``depth`` holds, averaged over queries.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.core.runs import Run
-from ragtrack.retrievers.base import Retriever
+from ragtrack.retrievers.base import Retriever, top_documents
 from ragtrack.retrievers.encoders import Encoder
 
 log = logging.getLogger(__name__)
@@ -42,6 +51,10 @@ COLLECTION = "corpus"
 EMBEDDINGS = "embeddings.npy"
 COMPLETE = "ragtrack.complete"
 BUILDER = "ragtrack.process"
+SEARCH_MODES = ("exact", "approximate")
+UNIT_ROUNDOFF = 2.0 ** -24  # float32
+ROWS_PER_BLOCK = 65_536  # vectors normalized per numpy call
+SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): queries per block = this / documents
 CHROMA_DEFAULTS = {"mode": "persistent", "hnsw": {}, "host": "localhost", "port": 8000, "ssl": False, "headers": {},
                    "token_env": None, "token_header": "Authorization"}
 
@@ -52,12 +65,59 @@ def _chroma_settings():
     return Settings(anonymized_telemetry=False, allow_reset=False)
 
 
+def normalized(vectors: np.ndarray) -> np.ndarray:
+    """``vectors`` (float32, changed in place) divided by their L2 norms; zero vectors stay zero."""
+    for start in range(0, len(vectors), ROWS_PER_BLOCK):
+        block = vectors[start:start + ROWS_PER_BLOCK]
+        norms = np.sqrt((block * block).sum(axis=1, keepdims=True))
+        np.divide(block, norms, out=block, where=norms > 0)
+    return vectors
+
+
+class ExactIndex:
+    """Exhaustive cosine search whose scores are the same bits however it is run.
+
+    BLAS is fast but sums in an order that depends on matrix shapes and threads, so it only picks
+    candidates; the reported score of a candidate is ``(x * q).sum()`` (numpy: exact products rounded
+    to float32, then a pairwise sum whose order depends on the dimension only). Any float32 dot
+    product of length d is within γ·Σ|x_j q_j| of the real one, γ = (d+1)u/(1 − (d+1)u), u = 2⁻²⁴,
+    and Σ|x_j q_j| ≤ ‖x‖‖q‖ ≈ 1; so BLAS and fixed-order scores differ by at most e = 2γ·1.01 and
+    every document of the fixed-order top k has a BLAS score within 2e of the BLAS k-th best. Those
+    candidates are rescored, and ``top_documents`` picks the top k (ties by document id)."""
+
+    def __init__(self, vectors: np.ndarray, doc_ids: np.ndarray):
+        self.vectors, self.doc_ids = normalized(vectors), doc_ids
+        dimension = vectors.shape[1] + 1
+        self.margin = 2 * (2 * dimension * UNIT_ROUNDOFF / (1 - dimension * UNIT_ROUNDOFF) * 1.01)
+
+    def search(self, queries: np.ndarray, k: int) -> list[dict[str, float]]:
+        queries, count = normalized(np.array(queries, dtype=np.float32)), len(self.vectors)
+        results = []
+        per_block = max(1, SCORES_PER_BLOCK // max(count, 1))
+        for start in range(0, len(queries), per_block):
+            estimates = queries[start:start + per_block] @ self.vectors.T
+            for query, estimate in zip(queries[start:start + per_block], estimates):
+                candidates = np.arange(count)
+                if count > k > 0:
+                    kth = np.partition(estimate, count - k)[count - k]
+                    candidates = np.flatnonzero(estimate >= kth - self.margin)
+                scores = (self.vectors[candidates] * query).sum(axis=1)
+                results.append(top_documents(self.doc_ids[candidates], scores, k))
+        return results
+
+
 class DenseRetriever(Retriever):
-    def __init__(self, encoder: Encoder, name: str = "dense", chroma: dict | None = None):
+    def __init__(self, encoder: Encoder, name: str = "dense", search: str = "exact", chroma: dict | None = None):
         super().__init__(name)
         if not isinstance(encoder, Encoder):
             raise RagtrackError(f"dense retriever {name!r}: 'encoder' must construct a ragtrack.retrievers.encoders.Encoder")
+        if search not in SEARCH_MODES:
+            raise RagtrackError(f"dense retriever {name!r}: search {search!r} is not known; use one of {', '.join(SEARCH_MODES)}")
         self.encoder = encoder
+        self.search_mode = search
+        self.approximate = search == "approximate"
+        self._exact: ExactIndex | None = None
+        self._embeddings_file: Path | None = None
         self.chroma = {**CHROMA_DEFAULTS, **(chroma or {})}
         if self.chroma["mode"] not in ("persistent", "http"):
             raise RagtrackError(f"chroma mode {self.chroma['mode']!r} is not supported; use 'persistent' or 'http'")
@@ -65,6 +125,10 @@ class DenseRetriever(Retriever):
         self._client = None
 
     def index_settings(self) -> dict:
+        return {**self._collection_settings(), "search": self.search_mode}
+
+    def _collection_settings(self) -> dict:
+        """What changes the Chroma collection (its cache key; exact and approximate search share it)."""
         return {"class": f"{type(self).__module__}.{type(self).__qualname__}", "encoder": self.encoder.fingerprint(),
                 "hnsw": dict(self.chroma["hnsw"])}
 
@@ -83,7 +147,7 @@ class DenseRetriever(Retriever):
         builds_before = len(cache.builds)
         self.encoder.prepare(cache)
         embeddings_folder, embedding_parts = self._embeddings(corpus, cache)
-        parts = {"embeddings": cache_key("embeddings", embedding_parts), **self.index_settings()}
+        parts = {"embeddings": cache_key("embeddings", embedding_parts), **self._collection_settings()}
 
         def fill(collection, client) -> None:
             vectors = np.load(embeddings_folder / EMBEDDINGS, allow_pickle=False)
@@ -105,9 +169,15 @@ class DenseRetriever(Retriever):
             self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
             self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
             self.stats.size_bytes = folder_size(folder) + folder_size(embeddings_folder)
+        self._doc_ids = np.asarray(corpus.ids, dtype=object)
+        self._embeddings_file = embeddings_folder / EMBEDDINGS
+        self._exact = None if self.approximate else self._exact_index()
         self.stats.from_cache = len(cache.builds) == builds_before
         self.stats.build_seconds = time.perf_counter() - started
         self._count = len(corpus)
+
+    def _exact_index(self) -> ExactIndex:
+        return ExactIndex(np.load(self._embeddings_file, allow_pickle=False), self._doc_ids)
 
     def _configuration(self) -> dict:
         return {"hnsw": {"space": "cosine", **self.chroma["hnsw"]}}
@@ -202,6 +272,8 @@ class DenseRetriever(Retriever):
             raise RuntimeError("index() must be called before search()")
         qids = list(queries)
         vectors = self.encoder.encode([queries[q] for q in qids], kind="query")
+        if not self.approximate:
+            return Run(self.name, dict(zip(qids, self._exact.search(vectors, min(depth, self._count)))))
         n_results = min(depth, self._count)
         scores: dict[str, dict[str, float]] = {}
         batch = 256
@@ -211,6 +283,17 @@ class DenseRetriever(Retriever):
                 # distances are float32; a server sends them as JSON decimals, which np.float32 restores exactly
                 scores[qid] = {doc_id: 1.0 - float(np.float32(d)) for doc_id, d in zip(ids, distances)}
         return Run(self.name, scores)
+
+    def search_checks(self, queries: dict[str, str], run: Run, depth: int) -> dict[str, float]:
+        """``approximate_recall``: per query |approximate top depth ∩ exact top depth| / |exact top
+        depth|, averaged over the queries (approximate search only)."""
+        if not self.approximate or not queries:
+            return {}
+        exact = ExactIndex(np.load(self._embeddings_file, allow_pickle=False), self._doc_ids)
+        qids = list(queries)
+        found = exact.search(self.encoder.encode([queries[q] for q in qids], kind="query"), min(depth, self._count))
+        recalls = [len(run.scores.get(qid, {}).keys() & best.keys()) / len(best) for qid, best in zip(qids, found) if best]
+        return {"approximate_recall": float(np.mean(recalls)) if recalls else 1.0}
 
     def close(self) -> None:
         if self._client is not None:

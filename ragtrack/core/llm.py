@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -24,6 +25,7 @@ from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.runs import Run
+from ragtrack.core.secrets import check_variable_name, mask
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +40,15 @@ class ChatClient:
 
     ``POST {base_url}/chat/completions`` with ``{"model", "messages", **parameters}``; the key is read
     from the environment variable named ``api_key_env`` (never from the config) and sent only as the
-    ``Authorization: Bearer`` header. HTTP 429, 5xx, time-outs, connection errors and malformed replies
-    are retried ``max_retries`` times after ``backoff · 2^attempt`` seconds (or the server's
+    ``Authorization: Bearer`` header; ``api_key_env`` must look like a variable name, not a key. ``timeout``
+    bounds a whole request, a server that drips its reply included. HTTP 429, 5xx, time-outs, connection,
+    protocol and content-decoding errors and malformed replies (not UTF-8 JSON with a string at
+    ``choices[0].message.content``) are retried ``max_retries`` times after ``backoff · 2^attempt`` seconds (or the server's
     ``Retry-After``, capped at ``max_backoff``); other 4xx fail at once. Up to ``concurrency`` requests
     run in parallel. Replies are cached under ``cache_dir/chat/`` by sha256(model, messages, parameters):
-    a rerun sends nothing. Cache files hold the reply only, written atomically (temp file + rename).
+    a rerun sends nothing. Cache files hold the reply only, written atomically (temp file + rename). The
+    key is masked (``***``) in replies before they are cached or returned, and in error excerpts before
+    they are cut, should a server echo it.
     """
 
     base_url: str
@@ -64,6 +70,7 @@ class ChatClient:
         if self.concurrency < 1 or self.max_retries < 0 or self.timeout <= 0:
             raise RagtrackError("chat client: concurrency >= 1, max_retries >= 0 and timeout > 0 are required")
         self._key = None
+        check_variable_name("api_key_env", self.api_key_env)
         if self.api_key_env:
             self._key = os.environ.get(self.api_key_env)
             if not self._key:
@@ -97,21 +104,20 @@ class ChatClient:
         return replies, failures
 
     def complete(self, prompt: str, http) -> str:
-        """The reply to one prompt, from the cache or the server."""
+        """The reply to one prompt, from the cache or the server; the key is masked in it before it is
+        cached or returned, should the server echo it."""
         cached = self._cache_file(prompt)
         if cached is not None and cached.exists():
             try:
                 return json.loads(cached.read_text(encoding="utf-8"))["reply"]
             except (OSError, ValueError, KeyError, TypeError):
                 log.warning("unreadable cached reply %s is replaced", cached)
-        reply = self._request(prompt, http)
+        reply = mask(self._request(prompt, http), self._key)
         if cached is not None:
             write_atomically(cached, json.dumps({"model": self.model, "reply": reply}))
         return reply
 
     def _request(self, prompt: str, http) -> str:
-        import httpx
-
         url = self.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         body = {"model": self.model, "messages": self._messages(prompt), **self.parameters}
@@ -120,32 +126,48 @@ class ChatClient:
             wait = min(self.backoff * 2 ** attempt, self.max_backoff)
             with self._count_lock:
                 self.requests_sent += 1
-            try:
-                response = http.post(url, json=body, headers=headers)
-            except httpx.TimeoutException:
-                problem = f"timed out after {self.timeout:g} s"
-            except httpx.TransportError as exc:
-                problem = f"connection failed: {type(exc).__name__}: {exc}"
-            else:
-                status = response.status_code
-                if status == 429 or status >= 500:
-                    problem = f"HTTP {status}: {self._excerpt(response.text)}"
-                    wait = min(_retry_after(response.headers.get("retry-after"), wait), self.max_backoff)
-                elif status >= 400:
-                    raise ChatError(f"{url}: HTTP {status}: {self._excerpt(response.text)}")
-                else:
+            status, raw, problem, retry_after = self._attempt(http, url, body, headers)
+            text = raw.decode("utf-8", errors="replace")
+            if problem is None:
+                if 200 <= status < 300:
                     try:
-                        return _reply_text(response.json())
+                        return _reply_text(json.loads(raw))
                     except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        problem = f"malformed reply ({type(exc).__name__}): {self._excerpt(response.text)}"
+                        problem = f"malformed reply ({type(exc).__name__}): {self._excerpt(text)}"
+                elif status == 429 or status >= 500:
+                    problem = f"HTTP {status}: {self._excerpt(text)}"
+                    wait = min(_retry_after(retry_after, wait), self.max_backoff)
+                else:
+                    raise ChatError(f"{url}: HTTP {status}: {self._excerpt(text)}")
             if attempt < self.max_retries:
                 time.sleep(wait)
-        raise ChatError(f"{url}: {problem} (gave up after {self.max_retries + 1} attempts)")
+        raise ChatError(mask(f"{url}: {problem} (gave up after {self.max_retries + 1} attempts)", self._key))
+
+    def _attempt(self, http, url: str, body: dict, headers: dict) -> tuple[int, bytes, str | None, str | None]:
+        """One POST: status, body bytes, the problem (``None`` when a whole reply arrived) and Retry-After.
+
+        ``timeout`` bounds the whole request: httpx's time-outs bound each connect, write and read, and a
+        deadline over the streamed body stops a server that drips bytes (the request then ends at most
+        one read wait after the deadline). Transport, protocol and content-decoding errors are problems."""
+        import httpx
+
+        deadline = time.monotonic() + self.timeout
+        try:
+            with http.stream("POST", url, json=body, headers=headers) as response:
+                chunks = []
+                for chunk in response.iter_bytes():
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        return 0, b"", f"timed out after {self.timeout:g} s (reply still arriving)", None
+                return response.status_code, b"".join(chunks), None, response.headers.get("retry-after")
+        except httpx.TimeoutException:
+            return 0, b"", f"timed out after {self.timeout:g} s", None
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            return 0, b"", f"connection failed: {type(exc).__name__}: {self._excerpt(str(exc))}", None
 
     def _excerpt(self, text: str) -> str:
-        """First 200 characters on one line, with the key masked should a server echo it."""
-        text = " ".join(text.split())[:200]
-        return text.replace(self._key, "***") if self._key else text
+        """First 200 characters on one line; the key is masked before cutting, so no part of it survives."""
+        return " ".join(mask(text, self._key).split())[:200]
 
 
 def _retry_after(value: str | None, default: float) -> float:
@@ -160,6 +182,17 @@ def _reply_text(payload: dict) -> str:
     if not isinstance(content, str):
         raise TypeError(f"message content is {type(content).__name__}, not a string")
     return content
+
+
+def normalized_reply(text: str) -> str:
+    """Lower-case words without punctuation, single-spaced: how a reply is compared with the
+    configured no-answer string."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def is_abstention(answer: str, no_answer: str | None) -> bool:
+    """Whether an answer is the no-answer string (``"Unanswerable."`` is ``unanswerable``), normalized."""
+    return bool(no_answer) and bool(normalized_reply(no_answer)) and normalized_reply(answer) == normalized_reply(no_answer)
 
 
 def numbered_passages(passages: list[str]) -> str:

@@ -1,15 +1,52 @@
-"""Tokenization for lexical retrieval: regex word split, lower-casing, stopwords, Snowball stemming."""
+"""Tokenization for lexical retrieval: regex word split, lower-casing, stopwords, Snowball stemming.
+
+``Tokenizer.encode`` turns many texts into token ids at once: each text is split by one regex call
+and its words are numbered through a dict (C-level lookups; a word seen first gets the next number),
+then every distinct word is filtered and stemmed once, and a lookup table maps word numbers to term
+ids. Terms are numbered in sorted order, so ids never depend on hash seeds or on the order of texts.
+"""
 
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import Stemmer
 
 from ragtrack.core.errors import RagtrackError
 
 STOPWORD_LISTS = {"en": "STOPWORDS_EN"}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba)
+
+
+@dataclass(frozen=True)
+class EncodedTexts:
+    """Token ids of many texts: text ``i`` has the tokens ``terms[j]`` for ``j`` in
+    ``ids[offsets[i]:offsets[i + 1]]``, in text order; ``terms`` are sorted."""
+
+    ids: np.ndarray  # int32, all texts' tokens back to back
+    offsets: np.ndarray  # int64, len(texts) + 1
+    terms: list[str]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def tokens(self) -> list[list[str]]:
+        terms = np.asarray(self.terms, dtype=object)
+        return [terms[self.ids[start:end]].tolist() for start, end in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
+
+
+class _Numbering(dict):
+    """word -> number, numbering a word on first lookup (``dict.__missing__``)."""
+
+    def __missing__(self, word: str) -> int:
+        number = self[word] = len(self)
+        return number
 
 
 class Tokenizer:
@@ -46,10 +83,26 @@ class Tokenizer:
         return {"lowercase": self.lowercase, "stopwords": self.stopwords_name, "stemmer": self.stemmer_name, "pattern": self.pattern}
 
     def __call__(self, texts: Iterable[str]) -> list[list[str]]:
-        split, stopwords = self._split, self.stopwords
-        documents = [[w for w in split(t.lower() if self.lowercase else t) if w not in stopwords] for t in texts]
-        if self.stemmer is None:
-            return documents
-        vocabulary = list({word for words in documents for word in words})
-        stems = dict(zip(vocabulary, self.stemmer.stemWords(vocabulary)))
-        return [[stems[word] for word in words] for words in documents]
+        """The tokens of each text."""
+        return self.encode(texts).tokens()
+
+    def encode(self, texts: Iterable[str]) -> EncodedTexts:
+        """The token ids of all ``texts`` (see module docstring)."""
+        split, lowercase = self._split, self.lowercase
+        numbering = _Numbering()
+        number_of = numbering.__getitem__
+        numbers, ends = array("i"), array("q", [0])
+        for text in texts:
+            numbers.extend(map(number_of, split(text.lower() if lowercase else text)))
+            ends.append(len(numbers))
+        stopwords = self.stopwords
+        kept = [word for word in numbering if word not in stopwords]  # dicts keep insertion order: word numbers
+        stems = self.stemmer.stemWords(kept) if self.stemmer is not None else kept
+        terms = sorted(set(stems))
+        term_id = {term: i for i, term in enumerate(terms)}
+        table = np.full(len(numbering), -1, dtype=np.int32)
+        table[np.fromiter(map(numbering.__getitem__, kept), dtype=np.int64, count=len(kept))] = \
+            np.fromiter(map(term_id.__getitem__, stems), dtype=np.int32, count=len(stems))
+        mapped = table[np.frombuffer(numbers, dtype=np.int32)] if numbers else np.empty(0, dtype=np.int32)
+        kept_so_far = np.concatenate([[0], np.cumsum(mapped >= 0, dtype=np.int64)])
+        return EncodedTexts(ids=mapped[mapped >= 0], offsets=kept_so_far[np.frombuffer(ends, dtype=np.int64)], terms=terms)

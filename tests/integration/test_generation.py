@@ -4,11 +4,14 @@ chat-completions server on 127.0.0.1 that misbehaves on purpose; the API key nev
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import subprocess
 import sys
+import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -80,6 +83,114 @@ def test_chat_client_settings_are_checked(monkeypatch) -> None:
     client = ChatClient(base_url="http://127.0.0.1:9/v1", model="m", max_retries=1, backoff=0.01, timeout=0.5)
     replies, failures = client.complete_all({"a": "hello"})
     assert replies == {} and "connection failed" in failures["a"] and "gave up after 2 attempts" in failures["a"]
+
+
+class HostileChatServer(ChatServer):
+    """:class:`ChatServer` plus hostile replies chosen by a word in the prompt (always, every attempt):
+    ``[echo-error]`` / "ATP" a 500 whose body echoes the key across the 200-character excerpt edge,
+    ``[echo-reply]`` / "earthquakes" a reply that echoes the key, ``[gzip]`` / "vaccines" a body declared
+    gzip that is not, ``[truncated]`` / "black hole" a body shorter than its Content-Length,
+    ``[drip]`` a reply sent one byte every 0.2 s, ``[not-utf8]``, ``[no-choices]``, ``[number]``; ``[abstain]``
+    answers " Unanswerable. "."""
+
+    def __init__(self, secret: str) -> None:
+        super().__init__()
+        self.secret = secret
+
+    def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        prompt = json.loads(body)["messages"][-1]["content"]
+        behaviour = next((b for words, b in self.BEHAVIOURS if any(w in prompt for w in words)), None)
+        if behaviour is None:
+            return super().handle(handler, body)
+        with self.lock:
+            self.attempts[prompt] = self.attempts.get(prompt, 0) + 1
+        reply = {"choices": [{"message": {"content": f"your key is {self.secret}, keep it safe"}}]}
+        if behaviour == "echo-error":
+            return self.send(handler, 500, ("x" * 180 + f" invalid key {self.secret} for this model").encode())
+        if behaviour == "abstain":
+            return self.send(handler, 200, json.dumps({"choices": [{"message": {"content": " Unanswerable. "}}]}).encode())
+        if behaviour == "echo-reply":
+            return self.send(handler, 200, json.dumps(reply).encode())
+        if behaviour == "gzip":
+            return self.send(handler, 200, b"this is not gzip at all", {"Content-Encoding": "gzip"})
+        if behaviour == "not-utf8":
+            return self.send(handler, 200, b'{"choices": [{"message": {"content": "caf\xe9"}}]}')
+        if behaviour == "no-choices":
+            return self.send(handler, 200, b'{"id": "x", "object": "chat.completion"}')
+        if behaviour == "number":
+            return self.send(handler, 200, b'{"choices": [{"message": {"content": 42}}]}')
+        payload = json.dumps(reply).encode()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(len(payload) + (100 if behaviour == "truncated" else 0)))
+            handler.end_headers()
+            if behaviour == "truncated":
+                handler.wfile.write(payload)
+                return
+            for byte in payload:  # drip
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+                time.sleep(0.2)
+
+    BEHAVIOURS = [(("[abstain]",), "abstain"), (("[echo-error]", "ATP"), "echo-error"), (("[echo-reply]", "earthquakes"), "echo-reply"),
+                  (("[gzip]", "vaccines"), "gzip"), (("[truncated]", "black hole"), "truncated"), (("[drip]",), "drip"),
+                  (("[not-utf8]",), "not-utf8"), (("[no-choices]",), "no-choices"), (("[number]",), "number")]
+
+
+@pytest.fixture
+def hostile_server():
+    server = HostileChatServer(SECRET)
+    yield server
+    server.stop()
+
+
+def test_malformed_replies_are_retried_and_reported_never_raised(hostile_server: HostileChatServer, monkeypatch) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    tags = ["ok", "[echo-error]", "[echo-reply]", "[gzip]", "[truncated]", "[not-utf8]", "[no-choices]", "[number]"]
+    generator = _generator(hostile_server.url, api_key_env=KEY_ENV, max_retries=1, concurrency=4)
+    answers = generator.generate({tag: f"question {tag}" for tag in tags}, {tag: ["passage"] for tag in tags})
+    assert answers == {"ok": "answer to question ok", "[echo-reply]": "your key is ***, keep it safe"}
+    failures = generator.failures
+    assert set(failures) == set(tags) - {"ok", "[echo-reply]"}
+    assert all("gave up after 2 attempts" in reason and SECRET not in reason for reason in failures.values())
+    assert "HTTP 500" in failures["[echo-error]"] and "invalid key ***" in failures["[echo-error]"]
+    assert "DecodingError" in failures["[gzip]"] and "RemoteProtocolError" in failures["[truncated]"]
+    assert "malformed reply (UnicodeDecodeError)" in failures["[not-utf8]"]
+    assert "malformed reply (KeyError)" in failures["[no-choices]"] and "malformed reply (TypeError)" in failures["[number]"]
+    attempts = {prompt.splitlines()[0].removeprefix("question "): n for prompt, n in hostile_server.attempts.items()}
+    assert attempts == {tag: 2 for tag in failures} | {"ok": 1, "[echo-reply]": 1}  # failures are retried once
+
+
+def test_timeout_bounds_a_whole_request_of_a_dripping_server(hostile_server: HostileChatServer) -> None:
+    """The reply drips one byte per 0.2 s (about 15 s in all): each request ends about 1 s after it
+    started, 1 s past its deadline at most (one read wait), and is reported as timed out."""
+    generator = _generator(hostile_server.url, timeout=1.0, max_retries=1, concurrency=3)
+    started = time.monotonic()
+    answers = generator.generate({f"q{i}": f"[drip] {i}" for i in range(3)}, {})
+    elapsed = time.monotonic() - started
+    assert answers == {} and all("timed out after 1 s" in reason for reason in generator.failures.values())
+    assert len(generator.failures) == 3 and elapsed < 6, elapsed  # 2 attempts of <= 2 s each, in parallel
+
+
+def test_keys_echoed_by_the_server_reach_no_output_cache_log_or_store(hostile_server: HostileChatServer, tmp_path: Path) -> None:
+    """The toy questions meet an error body that echoes the key across the excerpt edge (q2), a reply
+    that echoes it (q3, cached), a broken gzip body (q4) and a truncated body (q5)."""
+    result = _run_cli(tmp_path, "dataset=toy", "retriever=[bm25]", "fusion=[]", "generator=openai", f"generator.base_url={hostile_server.url}",
+                      "generator.model=test-model", f"generator.api_key_env={KEY_ENV}", "generator.backoff=0.01", "generator.max_retries=1",
+                      "evaluator=[ranking,answer]", env={KEY_ENV: SECRET})
+    written = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert [str(p) for p in written if SECRET.encode() in p.read_bytes()] == []
+    assert SECRET not in result.stdout + result.stderr
+    cached = [p for p in written if "chat" in p.parts]
+    assert any("your key is ***" in p.read_text() for p in cached) and list(tmp_path.glob("mlruns/mlflow.db")) and list(tmp_path.rglob("*.log"))
+    output = next(tmp_path.glob("outputs/runs/*"))
+    report = json.loads((output / "systems" / "bm25" / "generation.json").read_text())
+    assert report["failed"] == 3 and set(report["errors"]) == {"q2", "q4", "q5"}
+    assert report["first_error"] == f"q2: {report['errors']['q2']}" and "invalid key ***" in report["first_error"]
+    rows = {row["qid"]: row for row in _read_csv(output / "per_query.csv")}
+    assert "DecodingError" in rows["q4"]["generation_error"] and rows["q3"]["generated_answer"] == "your key is ***, keep it safe"
+    log = result.stdout + result.stderr
+    assert "answer generation failed for 3 of 6 queries (they score 0); first: q2: " in log, log[-3000:]
 
 
 def _run_cli(root: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -161,3 +272,44 @@ def test_qa_xquad_real_minilm(tmp_path: Path) -> None:
     names = ["answer_f1", "exact_match", "rougeL", "bertscore_f1", "context_recall@1", "context_recall@3"]
     for system, values in expected.items():
         assert [systems[system][name] for name in names] == pytest.approx(values, abs=6e-5), system
+
+
+def test_openai_generator_abstains_with_the_no_answer_string(hostile_server: HostileChatServer) -> None:
+    generator = _generator(hostile_server.url, prompt="{question}\nIf unsure reply {no_answer}.\n{context}", no_answer="unanswerable")
+    answers = generator.generate({"a": "[abstain] who?", "b": "who?"}, {"a": ["p"], "b": ["p"]})
+    assert answers == {"a": "unanswerable", "b": "answer to who?"}
+    assert "If unsure reply unanswerable." in hostile_server.requests[-1]["body"]["messages"][-1]["content"]
+    with pytest.raises(RagtrackError, match="uses {no_answer} but no_answer is not set"):
+        _generator(hostile_server.url, prompt="{question} {no_answer}")
+
+
+def test_unanswerable_xquad_is_rebuilt_byte_for_byte(tmp_path: Path) -> None:
+    from ragtrack.pipeline.config import datasets_dir
+
+    shipped = datasets_dir() / "xquad_en_unanswerable"  # the installed files, rebuilt by the checkout's script
+    build = Path(__file__).parents[2] / "data" / "xquad_en_unanswerable" / "build.py"
+    done = subprocess.run([sys.executable, str(build), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"seed": 13, "passages": 196, "passages_removed": 44, "questions": 1190, "unanswerable": 238, "answerable": 952}
+    for name in ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"]:
+        assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), name
+
+
+def test_abstention_beside_answer_metrics_on_unanswerable_xquad(tmp_path: Path) -> None:
+    """The extractive reader abstains below half the question's idf: abstention precision and recall equal
+    their definitions over per_query.csv, and answer metrics count the answerable queries only."""
+    _run_cli(tmp_path, "dataset=xquad_en_unanswerable", "retriever=[bm25]", "fusion=[]", "generator=extractive", "generator.abstain_below=0.5",
+             "evaluator=[ranking,answer,abstention]", "tracking=none")
+    output = next(tmp_path.glob("outputs/runs/*"))
+    means = json.loads((output / "results.json").read_text())["systems"]["bm25"]
+    rows = _read_csv(output / "per_query.csv")
+    unanswerable = {r["qid"] for r in rows if r["answerable"] == "0"}
+    abstained = {r["qid"] for r in rows if r["abstained"] == "1"}
+    assert len(rows) == 1190 and len(unanswerable) == 238 and all(r["generated_answer"] == "unanswerable" for r in rows if r["qid"] in abstained)
+    assert means["abstention_precision"] == pytest.approx(len(abstained & unanswerable) / len(abstained), abs=1e-12)
+    assert means["abstention_recall"] == pytest.approx(len(abstained & unanswerable) / len(unanswerable), abs=1e-12)
+    assert means["abstention_rate"] == pytest.approx(len(abstained) / 1190, abs=1e-12)
+    assert all(r["answer_f1"] == "" for r in rows if r["qid"] in unanswerable)
+    answerable_f1 = [float(r["answer_f1"]) for r in rows if r["answerable"] == "1"]
+    assert means["answer_f1"] == pytest.approx(sum(answerable_f1) / 952, abs=1e-12)
+    assert (round(means["abstention_precision"], 4), round(means["abstention_recall"], 4), round(means["answer_f1"], 4)) == (0.3952, 0.9748, 0.1926)

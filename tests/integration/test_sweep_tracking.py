@@ -44,10 +44,11 @@ def test_a_sweep_logs_every_job_and_the_same_content_when_run_again(toy_sweep, t
 
 
 def test_a_failed_sweep_job_ends_failed_with_its_error(tmp_path) -> None:
-    done = ragtrack(tmp_path, "run", "-m", *TOY_JOB[1:], "fusion.rrf.k=-1,60")
-    assert done.returncode == 2 and "RRF k must be >= 0" in done.stderr and "Traceback" not in done.stderr
+    """(A bad setting stops a job before it logs anything: tests/integration/test_hostile_settings.py.)"""
+    done = ragtrack(tmp_path, "run", "-m", "dataset=toy", "encoder=minilm_onnx", f"encoder.model={tmp_path}/no-model,all-MiniLM-L6-v2")
+    assert done.returncode == 2 and "is not one" in done.stderr and "Traceback" not in done.stderr
     (job,) = _logged(f"sqlite:///{tmp_path}/mlruns/mlflow.db", "ragtrack-toy")  # the sweep stops at its first failed job
-    assert job["job"]["status"] == "FAILED" and "RRF k must be >= 0" in job["job"]["tags"]["ragtrack.error"]
+    assert job["job"]["status"] == "FAILED" and "is not one" in job["job"]["tags"]["ragtrack.error"]
 
 
 def test_a_store_that_cannot_be_written_fails_the_sweep_in_one_line(tmp_path) -> None:

@@ -1,7 +1,9 @@
-"""Batched sparse BM25 search returns what bm25s' own retrieval returns."""
+"""BM25: batched sparse search returns bm25s's scores; ragtrack's tokenizer and index build equal the
+reference tokenizer and bm25s's build; nothing depends on document order."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import bm25s
@@ -9,23 +11,27 @@ import numpy as np
 import pytest
 
 from ragtrack.core.cache import Cache
-from ragtrack.core.data import load_beir
+from ragtrack.core.data import Corpus, load_beir
+from ragtrack.core.runs import trec_text
+from ragtrack.core.text import Tokenizer
+from ragtrack.pipeline.config import datasets_dir
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 
-@pytest.mark.parametrize("method", ["lucene", "robertson", "bm25l"])  # bm25l adds scores to every document: bm25s' own path
-def test_run_equals_bm25s_retrieve(toy_path: Path, tmp_path: Path, method: str) -> None:
+@pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l"])  # bm25l adds scores to every document: bm25s' own path
+def test_run_equals_bm25s_scores(toy_path: Path, tmp_path: Path, method: str) -> None:
+    """The top 5 of bm25s's own scores of every document, equal scores by document id descending."""
     dataset = load_beir(toy_path)
     retriever = BM25Retriever(method=method)
     retriever.index(dataset.corpus, Cache(tmp_path))
     run = retriever.search(dataset.queries, depth=5)
     reference = bm25s.BM25(k1=retriever.k1, b=retriever.b, method=method)
     reference.index(retriever.tokenizer(dataset.corpus.full_texts()), show_progress=False)
-    found, scores = reference.retrieve(retriever.tokenizer(dataset.queries.values()), k=5, show_progress=False)
-    for row, qid in enumerate(dataset.queries):
-        expected = {dataset.corpus.ids[d]: float(s) for d, s in zip(found[row], scores[row]) if s > 0}
-        assert run.scores[qid].keys() == expected.keys()
-        assert np.allclose([run.scores[qid][d] for d in expected], list(expected.values()), rtol=1e-6)
+    for qid, tokens in zip(dataset.queries, retriever.tokenizer(dataset.queries.values())):
+        scores = reference.get_scores([t for t in tokens if t in reference.vocab_dict])
+        ranked = sorted(((float(s), d) for d, s in zip(dataset.corpus.ids, scores) if method == "bm25l" or s > 0), reverse=True)[:5]
+        assert [d for _, d in ranked] == [d for d, _ in run.ranking(qid)]
+        assert np.allclose([s for s, _ in ranked], [s for _, s in run.ranking(qid)], rtol=1e-6)
 
 
 def test_queries_without_known_terms_get_no_documents(toy_path: Path, tmp_path: Path) -> None:
@@ -34,3 +40,61 @@ def test_queries_without_known_terms_get_no_documents(toy_path: Path, tmp_path: 
     retriever.index(dataset.corpus, Cache(tmp_path))
     run = retriever.search({"unknown": "zzzqqq xxyyzz", "stopwords": "the and of"}, depth=10)
     assert run.scores == {"unknown": {}, "stopwords": {}}
+
+
+def reference_tokens(texts: list[str]) -> list[list[str]]:
+    """The tokenizer as it was written before ``Tokenizer.encode``: per text a regex split of the
+    lower-cased text, English stopwords dropped, then Snowball stems of the distinct words."""
+    import re
+
+    import Stemmer
+    from bm25s.stopwords import STOPWORDS_EN
+
+    split, stopwords = re.compile(r"(?u)\b\w\w+\b").findall, frozenset(STOPWORDS_EN)
+    documents = [[w for w in split(t.lower()) if w not in stopwords] for t in texts]
+    vocabulary = sorted({w for words in documents for w in words})
+    stems = dict(zip(vocabulary, Stemmer.Stemmer("english").stemWords(vocabulary)))
+    return [[stems[w] for w in words] for words in documents]
+
+
+def random_texts(count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    alphabet = "abcdeé ÄßΣσ日本 \t\n.,;-_'0123456789 The AND of running"
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200))) for _ in range(count)] + ["", "the and", "x", "ab"]
+
+
+@pytest.mark.parametrize("source", ["scifact", "random"])
+def test_tokenizer_gives_the_reference_tokens(source: str) -> None:
+    texts = load_beir(datasets_dir() / "scifact").corpus.full_texts() if source == "scifact" else random_texts(3000)
+    encoded = Tokenizer().encode(texts)
+    assert encoded.tokens() == reference_tokens(texts)
+    assert encoded.terms == sorted(set(encoded.terms))
+    assert Tokenizer()(texts[:50]) == reference_tokens(texts[:50])
+
+
+@pytest.mark.parametrize("method", ["lucene", "robertson"])
+def test_own_index_equals_bm25s_bit_for_bit(method: str) -> None:
+    """ragtrack's array build of S equals bm25s's build from the same token ids, float32 bits included."""
+    texts = load_beir(datasets_dir() / "scifact").corpus.full_texts()
+    retriever = BM25Retriever(method=method)
+    encoded = retriever.tokenizer.encode(texts)
+    data, indices, indptr = retriever._score_matrix(encoded)
+    reference = retriever._bm25s_build(encoded, len(texts)).scores
+    n_terms = len(encoded.terms)  # bm25s adds the empty token "" after the last term: no documents
+    assert np.array_equal(indptr, reference["indptr"][:n_terms + 1])
+    assert np.array_equal(indices, reference["indices"])
+    assert data.dtype == reference["data"].dtype == np.float32
+    assert np.array_equal(data.view(np.int32), reference["data"].view(np.int32))
+
+
+def test_scores_do_not_depend_on_document_order(toy_path: Path, tmp_path: Path) -> None:
+    """Reversing the corpus changes no score bit and no ranking (sums go in term order, ties by id)."""
+    dataset = load_beir(toy_path)
+    corpus = dataset.corpus
+    reversed_corpus = Corpus(ids=corpus.ids[::-1], titles=corpus.titles[::-1], texts=corpus.texts[::-1], hash=corpus.hash + "-reversed")
+    runs = []
+    for documents, folder in ((corpus, tmp_path / "a"), (reversed_corpus, tmp_path / "b")):
+        retriever = BM25Retriever()
+        retriever.index(documents, Cache(folder))
+        runs.append(retriever.search(dataset.queries, depth=3))
+    assert trec_text(runs[0]) == trec_text(runs[1])

@@ -105,3 +105,11 @@ def test_every_fusion_config_builds_its_registered_function() -> None:
         systems[fcfg.system] = fuse(RUNS)
     assert set(systems) == {"hybrid", "combsum", "combmnz", "linear"}
     assert scores(systems["combsum"]) == pytest.approx({"a": 1.0, "b": 1.5, "c": 0.5, "d": 0.0})
+
+
+def test_every_fusion_breaks_ties_by_document_id_descending() -> None:
+    """Members whose documents all score the same fuse into equal scores: order and cut by id."""
+    runs = {"a": Run("a", {"q": {"d1": 1.0, "d2": 1.0, "d3": 1.0}}), "b": Run("b", {"q": {"d1": 2.0, "d2": 2.0, "d3": 2.0}})}
+    for fuse in (reciprocal_rank_fusion, combsum, combmnz, linear_fusion):
+        fused = fuse(runs, ["a", "b"], depth=2)
+        assert [d for d, _ in fused.ranking("q")] == ["d3", "d2"], fuse.__name__

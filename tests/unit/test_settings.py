@@ -1,0 +1,254 @@
+"""Typed settings (pipeline/settings.py): every shipped config validates, the schema covers every key,
+and hostile settings stop with one exact line naming the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+from pydantic import Field
+
+from ragtrack.core.errors import InputError, RagtrackError
+from ragtrack.pipeline import settings
+from ragtrack.pipeline.config import CONFIG_MODULE, compose
+from ragtrack.pipeline.settings import RetrieverSettings, settings_table, validate
+
+MULTI_SELECT = {"retriever", "fusion", "evaluator"}
+BASE = ["dataset=toy", "encoder=hashing", "paths.output_dir=/tmp/out"]
+
+
+def composed(overrides: list[str], config_dir: Path | None = None, base: list[str] = BASE):
+    GlobalHydra.instance().clear()
+    return compose([*base, *overrides], config_dir)
+
+
+def group_options() -> list[str]:
+    """One override per option of every shipped group (hydra/ is Hydra's own, checked by Hydra)."""
+    conf = Path(str(files(CONFIG_MODULE)))
+    overrides = []
+    for group in sorted(p for p in conf.iterdir() if p.is_dir() and p.name not in {"hydra", "local", "__pycache__"}):
+        for option in sorted(group.glob("*.yaml")):
+            name = option.stem
+            overrides.append(f"{group.name}=[{name}]" if group.name in MULTI_SELECT else f"{group.name}={name}")
+    return overrides
+
+
+GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "generator=openai": ["generator.model=m"],
+                "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"],
+                "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"]}
+
+
+@pytest.mark.parametrize("override", group_options())
+def test_every_shipped_option_and_preset_validates(override: str) -> None:
+    """A key added to a shipped YAML without a schema entry fails here as 'X: no such key'."""
+    extra = GIVEN_VALUES.get(override, [])
+    if override.startswith("fusion="):  # a fusion needs both members
+        extra = [*extra, "retriever=[bm25,dense]"]
+    if override.startswith("retriever="):  # one retriever: nothing to fuse
+        extra = [*extra, "fusion=[]"]
+    validate(composed([override, *extra], base=["paths.output_dir=/tmp/out"]))  # presets pick their own dataset and encoder
+
+
+def test_the_default_job_validates() -> None:
+    validate(composed([]))
+    GlobalHydra.instance().clear()
+    validate(compose(["paths.output_dir=/tmp/out"]))  # the default encoder (ONNX), SciFact
+
+
+def test_the_table_in_the_docs_is_the_schema() -> None:
+    """docs/configuration.md holds the table ``python -m ragtrack.pipeline.settings`` prints."""
+    docs = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    assert settings_table() in docs, "regenerate the table in docs/configuration.md: python -m ragtrack.pipeline.settings"
+
+
+def test_the_table_names_every_key_of_every_shipped_option() -> None:
+    table = settings_table()
+    for key in ("`depth`", "`fusion.rrf.k`", "`retriever.bm25.tokenizer.stemmer`", "`retriever.dense.chroma.hnsw.ef_search`",
+                "`encoder.dim`", "`evaluator.llm_judge.api_key_env`", "`chunking.overlap`", "`tracking.key_metrics`", "`paths.cache_dir`"):
+        assert key in table
+    assert "| `retriever.bm25.b` | `type: bm25` | a finite number in [0, 1] |" in table
+
+
+# (overrides, the exact message); each is composed on top of BASE (the toy dataset, the hashing encoder)
+HOSTILE = {
+    "depth negative": (["depth=-1"], "depth: -1 is not allowed: an integer >= 1"),
+    "depth zero": (["depth=0"], "depth: 0 is not allowed: an integer >= 1"),
+    "depth text": (["depth=abc"], "depth: 'abc' is not allowed: an integer >= 1"),
+    "depth fraction": (["depth=2.5"], "depth: 2.5 is not allowed: an integer >= 1"),
+    "depth bool": (["depth=true"], "depth: true is not allowed: an integer >= 1"),
+    "depth quoted number": (["depth='10'"], "depth: '10' is not allowed: an integer >= 1"),
+    "depth null": (["depth=null"], "depth: null is not allowed: an integer >= 1"),
+    "seed negative": (["seed=-1"], "seed: -1 is not allowed: an integer >= 0"),
+    "seed float": (["seed=1.5"], "seed: 1.5 is not allowed: an integer >= 0"),
+    "rrf k text": (["fusion.rrf.k=abc"], "fusion.rrf.k: 'abc' is not allowed: a finite number >= 0"),
+    "rrf k negative": (["fusion.rrf.k=-1"], "fusion.rrf.k: -1 is not allowed: a finite number >= 0"),
+    "rrf k inf": (["fusion.rrf.k=inf"], "fusion.rrf.k: inf is not allowed: a finite number >= 0"),
+    "rrf depth zero": (["fusion.rrf.depth=0"], "fusion.rrf.depth: 0 is not allowed: an integer >= 1"),
+    "rrf weights nan": (["fusion.rrf.weights=[nan,1.0]"], "fusion.rrf.weights[0]: nan is not allowed: a finite number >= 0"),
+    "rrf weights negative": (["fusion.rrf.weights=[1.0,-0.5]"], "fusion.rrf.weights[1]: -0.5 is not allowed: a finite number >= 0"),
+    "rrf weights count": (["fusion.rrf.weights=[1.0]"], "fusion.rrf.weights: [1.0] is not allowed: null or one weight per member (2: bm25, dense)"),
+    "rrf misspelled key": (["+fusion.rrf.kk=3"], "fusion.rrf.kk: no such key; did you mean 'fusion.rrf.k'?"),
+    "rrf unknown key": (["+fusion.rrf.zzz=3"], "fusion.rrf.zzz: no such key; known: type, _target_, system, members, depth, weights, k"),
+    "rrf not a mapping": (["fusion.rrf=3"], "fusion.rrf: 3 is not allowed: a mapping"),
+    "fusion member not retrieved": (["retriever=[bm25]"], "fusion.rrf.members[1]: 'dense' is not allowed: a system defined before this fusion (bm25)"),
+    "fusion member misspelled": (["fusion.rrf.members=[bm25,dnese]"],
+                                 "fusion.rrf.members[1]: 'dnese' is not allowed: a system defined before this fusion (bm25, dense); did you mean 'dense'?"),
+    "fusion system clash": (["fusion.rrf.system=bm25"], "fusion.rrf.system: 'bm25' is not allowed: a name no other system has (bm25, dense)"),
+    "fusion system path": (["fusion.rrf.system=../x"],
+                           "fusion.rrf.system: '../x' is not allowed: a system name (letters, digits, _ . -, starting with a letter or digit)"),
+    "linear weights zero sum": (["fusion=[linear]", "fusion.linear.weights=[0,0]"], "fusion.linear.weights: [0, 0] is not allowed: weights >= 0 with a positive sum"),
+    "normalization unknown": (["fusion=[combsum]", "fusion.combsum.normalization=l2"],
+                              "fusion.combsum.normalization: 'l2' is not allowed: one of none, minmax, zscore, max"),
+    "bm25 k1 negative": (["retriever.bm25.k1=-3"], "retriever.bm25.k1: -3 is not allowed: a finite number >= 0"),
+    "bm25 b above 1": (["retriever.bm25.b=1.5"], "retriever.bm25.b: 1.5 is not allowed: a finite number in [0, 1]"),
+    "bm25 b nan": (["retriever.bm25.b=nan"], "retriever.bm25.b: nan is not allowed: a finite number in [0, 1]"),
+    "bm25 backend": (["retriever.bm25.backend=lucene"], "retriever.bm25.backend: 'lucene' is not allowed: one of bm25s, rank_bm25"),
+    "bm25 misspelled type": (["retriever.bm25.type=bm52"],
+                             "retriever.bm25.type: 'bm52' is not allowed: one of bm25, dense (the installed retrievers); did you mean 'bm25'?"),
+    "bm25 stemmer misspelled": (["retriever.bm25.tokenizer.stemmer=englsh"],
+                                "retriever.bm25.tokenizer.stemmer: 'englsh' is not allowed: a PyStemmer language (one of 36, e.g. english) or null; did you mean 'english'?"),
+    "bm25 lowercase text": (["retriever.bm25.tokenizer.lowercase=yes"], "retriever.bm25.tokenizer.lowercase: 'yes' is not allowed: true or false"),
+    "encoder dim zero": (["encoder.dim=0"], "encoder.dim: 0 is not allowed: an integer >= 1"),
+    "onnx batch zero": (["encoder=minilm_onnx", "encoder.batch_size=0"], "encoder.batch_size: 0 is not allowed: an integer >= 1 or null"),
+    "onnx precision": (["encoder=minilm_onnx", "encoder.precision=fp16"], "encoder.precision: 'fp16' is not allowed: one of fp32, int8"),
+    "chroma port": (["retriever.dense.chroma.port=0"], "retriever.dense.chroma.port: 0 is not allowed: an integer in [1, 65535]"),
+    "chroma mode": (["retriever.dense.chroma.mode=cloud"], "retriever.dense.chroma.mode: 'cloud' is not allowed: one of persistent, http"),
+    "hnsw zero": (["retriever.dense.chroma.hnsw.ef_search=0"], "retriever.dense.chroma.hnsw.ef_search: 0 is not allowed: an integer >= 1"),
+    "metric misspelled": (["evaluator.ranking.metrics=[ndcg@10,ndgc@5]"],
+                          "evaluator.ranking.metrics[1]: 'ndgc@5' is not allowed: a metric of the 'ranking' evaluator (ragtrack metrics lists them); did you mean 'ndcg@5'?"),
+    "metric zero cutoff": (["evaluator.ranking.metrics=[ndcg@0]"], "evaluator.ranking.metrics[0]: 'ndcg@0' is not allowed: a cutoff that is an integer >= 1, e.g. ndcg@10"),
+    "metrics empty": (["evaluator.ranking.metrics=[]"], "evaluator.ranking.metrics: [] is not allowed: a non-empty list, each a metric name (ragtrack metrics lists them) or null"),
+    "relevance threshold negative": (["evaluator.ranking.relevance_threshold=-1"], "evaluator.ranking.relevance_threshold: -1 is not allowed: an integer >= 0"),
+    "chunk size zero": (["chunking=tokens", "chunking.size=0"], "chunking.size: 0 is not allowed: an integer >= 1"),
+    "chunk overlap too big": (["chunking=tokens", "chunking.overlap=200"], "chunking.overlap: 200 is not allowed: an integer below size (128), or a fraction of size in (0, 1)"),
+    "chunk oversample zero": (["chunking=sentences", "chunking.oversample=0"], "chunking.oversample: 0 is not allowed: an integer >= 1"),
+    "generator model missing": (["generator=openai"], "generator.model: a value is required (the config has ???)"),
+    "generator key pasted as env name": (["generator=openai", "generator.model=m", "generator.api_key_env=sk-live-1234"],
+                                         "generator.api_key_env: the value given (not shown) is not allowed: "
+                                         "the NAME of an environment variable (letters, digits, _), e.g. OPENAI_API_KEY or null"),
+    "generator timeout zero": (["generator=openai", "generator.model=m", "generator.timeout=0"], "generator.timeout: 0 is not allowed: a finite number > 0"),
+    "generator url": (["generator=openai", "generator.model=m", "generator.base_url=localhost:8000"],
+                      "generator.base_url: 'localhost:8000' is not allowed: an http:// or https:// URL"),
+    "extractive unit": (["generator=extractive", "generator.unit=word"], "generator.unit: 'word' is not allowed: one of span, sentence"),
+    "dataset path missing": (["dataset=beir"], "dataset.path: a value is required (the config has ???)"),
+    "dataset misspelled key": (["+dataset.nme=x"], "dataset.nme: no such key; did you mean 'dataset.name'?"),
+    "top-level misspelled key": (["+depht=10"], "depht: no such key; did you mean 'depth'?"),
+    "unresolvable interpolation": (["depth=${nope}"], "depth: cannot resolve '${nope}': Interpolation key 'nope' not found"),
+    "tracking key metrics empty": (["tracking.key_metrics=[]"],
+                                   "tracking.key_metrics: [] is not allowed: a non-empty list, each a metric name (ragtrack metrics lists them) or null"),
+    "tracking enabled text": (["tracking.enabled=maybe"], "tracking.enabled: 'maybe' is not allowed: true or false"),
+    "optimize metric shape": (["optimize_metric=ndcg@10"], "optimize_metric: 'ndcg@10' is not allowed: '<system>/<metric>', e.g. hybrid/ndcg@10 or null"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_a_hostile_setting_is_one_exact_line(case: str) -> None:
+    overrides, message = HOSTILE[case]
+    with pytest.raises(InputError) as caught:
+        validate(composed(overrides))
+    assert str(caught.value) == message
+    assert "\n" not in message and "sk-live" not in str(caught.value)
+
+
+# Hydra's own composition errors (raised before a job starts), as the same kind of line
+COMPOSITION = {
+    "misspelled key": (["fusion.rrf.kk=3"], "fusion.rrf.kk: no such key; did you mean 'fusion.rrf.k'?"),
+    "misspelled nested key": (["retriever.bm25.tokenizer.stemer=null"], "retriever.bm25.tokenizer.stemer: no such key; did you mean 'retriever.bm25.tokenizer.stemmer'?"),
+    "misspelled top-level key": (["depht=3"], "depht: no such key; did you mean 'depth'?"),
+    "key of an unselected component": (["fusion=[]", "fusion.rrf.k=3"], "fusion.rrf.k: no such key (fusion is not set in this config)"),
+    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, dense; did you mean 'bm25'?"),
+    "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, dense; did you mean 'dense'?"),
+    "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
+    "unknown preset": (["experiment=nothing_like_it"], "experiment: 'nothing_like_it' is not allowed: one of bm25_params, chunk_size, compare_retrievers, "
+                                                        "depth, embedding_models, fusion_methods, qa_xquad, query_robustness, rrf_k"),
+    "override that does not parse": (["depth=[1,"], "depth=[1,: not a valid override: no viable alternative at input '[1,'"),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPOSITION))
+def test_a_composition_error_is_one_exact_line(case: str) -> None:
+    overrides, message = COMPOSITION[case]
+    with pytest.raises(RagtrackError) as caught:
+        composed(overrides)
+    assert str(caught.value) == message
+
+
+def test_user_config_dirs_count_for_options(tmp_path: Path) -> None:
+    (tmp_path / "retriever").mkdir()
+    (tmp_path / "retriever" / "my_bm25.yaml").write_text("my_bm25:\n  type: bm25\n  k1: 1.2\n")
+    with pytest.raises(RagtrackError, match=r"^retriever: 'my_bm52' is not allowed: one of bm25, dense, my_bm25; did you mean 'my_bm25'\?$"):
+        composed(["retriever=[my_bm52]"], tmp_path)
+    validate(composed(["retriever=[my_bm25]", "fusion=[]"], tmp_path))
+
+
+def test_a_plugin_component_is_checked_on_the_common_keys_or_its_own_schema(monkeypatch) -> None:
+    """A type ragtrack does not ship: its own keys are free unless its entry point declares ``settings_schema``."""
+    from ragtrack.pipeline import registry
+
+    class Splade:
+        pass
+
+    class Entry:
+        value = "my_package:Splade"
+
+        def load(self):
+            return Splade
+
+    monkeypatch.setattr(registry, "installed", lambda group: {"splade": Entry()} if group == "retrievers" else {})
+    monkeypatch.setattr(registry, "load", lambda group, name: Splade)
+    plugin = {"type": "splade", "model": "naver/splade", "batch": 16}
+    validate({**_job(), "retriever": {"splade": plugin}})
+
+    class SpladeSettings(RetrieverSettings, extra="forbid"):
+        model: str
+        batch: int = Field(16, ge=1, strict=True)
+
+    Splade.settings_schema = SpladeSettings
+    validate({**_job(), "retriever": {"splade": plugin}})
+    with pytest.raises(InputError, match=r"^retriever\.splade\.batch: 0 is not allowed: an integer >= 1$"):
+        validate({**_job(), "retriever": {"splade": {**plugin, "batch": 0}}})
+    with pytest.raises(InputError, match=r"^retriever\.splade\.type: 'spalde' is not allowed: one of .*splade.*; did you mean 'splade'\?$"):
+        validate({**_job(), "retriever": {"splade": {**plugin, "type": "spalde"}}})
+
+
+def test_an_unshipped_target_is_checked_on_the_common_keys() -> None:
+    validate({**_job(), "encoder": {"_target_": "my_package.MyEncoder", "anything": [1, 2]}})
+    validate({**_job(), "retriever": {"mine": {"_target_": "my_package.MyRetriever", "alpha": 0.3}}})
+    with pytest.raises(InputError, match=r"^retriever\.mine\.type: a value is required: one of bm25, dense"):
+        validate({**_job(), "retriever": {"mine": {"alpha": 0.3}}})
+
+
+def test_a_preset_helper_variable_goes_under_vars() -> None:
+    validate({**_job(), "vars": {"bm25_weight": 0.7}})
+
+
+def _job() -> dict:
+    paths = {k: "/tmp/x" for k in ("root_dir", "data_dir", "log_dir", "output_dir", "cache_dir", "mlflow_dir")}
+    return {"depth": 10, "seed": 0, "paths": paths, "dataset": {"name": "toy", "path": "/tmp/toy"}, "tracking": {"enabled": False}}
+
+
+def test_discard_job_folder_removes_only_what_hydra_made(tmp_path: Path) -> None:
+    log_dir = tmp_path / "outputs"
+    job = log_dir / "runs" / "2026-01-01_00-00-00"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "config.yaml").write_text("depth: -1\n")
+    (job / "ragtrack.log").write_text("")
+    settings.discard_job_folder(job, "ragtrack", log_dir)
+    assert not log_dir.exists() and tmp_path.exists()
+    (job / ".hydra").mkdir(parents=True)
+    (job / "results.json").write_text("{}")  # a folder the user reused (hydra.run.dir=...) is kept
+    settings.discard_job_folder(job, "ragtrack", log_dir)
+    assert (job / "results.json").is_file()
+
+
+def test_the_python_api_checks_settings_before_it_makes_a_folder(tmp_path: Path) -> None:
+    import ragtrack
+
+    GlobalHydra.instance().clear()
+    with pytest.raises(InputError, match=r"^depth: 0 is not allowed: an integer >= 1$"):
+        ragtrack.run_experiment(["dataset=toy", "encoder=hashing", f"paths.root_dir={tmp_path}", "depth=0"])
+    with pytest.raises(RagtrackError, match=r"^fusion\.rrf\.kk: no such key; did you mean 'fusion\.rrf\.k'\?$"):
+        ragtrack.run_experiment(["dataset=toy", "encoder=hashing", f"paths.root_dir={tmp_path}", "fusion.rrf.kk=3"])
+    assert list(tmp_path.iterdir()) == []

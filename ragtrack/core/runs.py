@@ -124,24 +124,45 @@ class RunColumns:
         import numpy as np
 
         order = np.argsort(self.query_codes, kind="stable")
-        ends = np.cumsum(np.bincount(self.query_codes, minlength=len(self.queries)))
+        sizes = np.bincount(self.query_codes, minlength=len(self.queries))
+        ends = np.cumsum(sizes)
         doc_ids = self.documents.take(columnar.from_numpy(self.document_codes[order].astype(np.int64))).to_pylist()
         scores = self.scores[order].tolist()
-        return Run(name, {qid: dict(zip(doc_ids[a:b], scores[a:b])) for qid, a, b in zip(self.queries.to_pylist(), ends - np.diff(ends, prepend=0), ends)})
+        return Run(name, {qid: dict(zip(doc_ids[a:b], scores[a:b])) for qid, a, b in zip(self.queries.to_pylist(), ends - sizes, ends)})
 
-    def _in_ranked_order(self) -> "tuple[np.ndarray | None, np.ndarray, np.ndarray]":
-        """The lines grouped by query and sorted by descending score within each query: (the
-        permutation, or ``None`` when the file is in that order already, as runs usually are), the
-        query codes and the scores in that order. The codes count queries in order of first
-        appearance, so a file is grouped exactly when its codes never decrease."""
+    def _in_ranked_order(self) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+        """Query codes, document codes and scores of the lines grouped by query and sorted by descending
+        score within each query. A file is usually in that order already, which one pass checks (the
+        codes count queries in order of first appearance, so a file is grouped exactly when its codes
+        never decrease); otherwise one ``lexsort`` orders it."""
         import numpy as np
 
         codes, scores = self.query_codes, self.scores
-        next_query = codes[1:] > codes[:-1]
-        if np.all(next_query | ((codes[1:] == codes[:-1]) & (scores[1:] <= scores[:-1]))):
-            return None, codes, scores
+        if np.all((codes[1:] > codes[:-1]) | ((codes[1:] == codes[:-1]) & (scores[1:] <= scores[:-1]))):
+            return codes, self.document_codes, scores
         order = np.lexsort((-scores, codes))
-        return order, codes[order], scores[order]
+        return codes[order], self.document_codes[order], scores[order]
+
+    def _judgments(self, qids: list[str], qrels: Mapping[str, Mapping[str, int]], row_codes: "np.ndarray") -> "tuple[np.ndarray, ...]":
+        """The judgments of queries and documents in the run, sorted by their key query code *
+        |documents| + document code: (keys, rows in ``qids``, grades). The run's distinct documents
+        are looked up among the judged ones (the smaller hash table)."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        judged = [(row, doc_id, grade) for row, qid in enumerate(qids) if row_codes[row] >= 0 for doc_id, grade in qrels[qid].items()]
+        rows = np.array([row for row, _, _ in judged], dtype=np.int64)
+        grades = np.array([grade for _, _, grade in judged], dtype=np.int64)
+        judged_docs: dict[str, int] = {}
+        entries = np.array([judged_docs.setdefault(doc_id, len(judged_docs)) for _, doc_id, _ in judged], dtype=np.int64)
+        in_judged = columnar.to_numpy(pc.index_in(self.documents, value_set=columnar.string_array(list(judged_docs))))
+        code_of_judged = np.full(len(judged_docs), -1, dtype=np.int64)
+        code_of_judged[in_judged[in_judged >= 0]] = np.flatnonzero(in_judged >= 0)
+        doc_codes = code_of_judged[entries]
+        retrieved = doc_codes >= 0
+        keys = row_codes[rows[retrieved]] * len(self.documents) + doc_codes[retrieved]
+        by_key = np.argsort(keys)
+        return keys[by_key], rows[retrieved][by_key], grades[retrieved][by_key]
 
     def judged_positions(self, qids: list[str], qrels: Mapping[str, Mapping[str, int]]) -> "tuple[np.ndarray, ...]":
         """Where the judged documents sit in trec_eval order, for the ranking metrics' grade matrix:
@@ -149,55 +170,38 @@ class RunColumns:
         retrieved its query's row in ``qids``, its grade and its 0-based rank (the documents scored
         higher plus the tied ones with a larger id, as ``rank_documents`` orders them).
 
-        The judged (query, document) pairs are looked up as integer pairs of the run's codes. In
-        ranked order (:meth:`_in_ranked_order`) a judged line's rank is the start of its run of equal
-        scores minus the start of its query; only the lines of such a run compare their ids."""
+        The lines are taken in ranked order (:meth:`_in_ranked_order`) and the judged ones found by
+        their integer (query code, document code) keys. A judged line's rank is then the start of its
+        run of equal scores minus the start of its query; a binary search finds both for all judged
+        lines at once, and only the lines of a tie compare their ids."""
         import numpy as np
-        import pyarrow.compute as pc
 
         query_code = {qid: code for code, qid in enumerate(self.queries.to_pylist())}
         row_codes = np.array([query_code.get(qid, -1) for qid in qids], dtype=np.int64)
-        per_query = np.bincount(self.query_codes, minlength=len(self.queries))
-        retrieved = np.where(row_codes >= 0, per_query[row_codes], 0)
+        sizes = np.bincount(self.query_codes, minlength=len(self.queries))
+        retrieved = np.where(row_codes >= 0, sizes[row_codes], 0)
+        keys, rows, grades = self._judgments(qids, qrels, row_codes)
 
-        # the judgments of retrieved queries and documents, as keys query code * |documents| + document code
-        judged = [(row, doc_id, grade) for row, qid in enumerate(qids) if row_codes[row] >= 0 for doc_id, grade in qrels[qid].items()]
-        rows = np.array([row for row, _, _ in judged], dtype=np.int64)
-        grades = np.array([grade for _, _, grade in judged], dtype=np.int64)
-        judged_docs: dict[str, int] = {}
-        entries = np.array([judged_docs.setdefault(doc_id, len(judged_docs)) for _, doc_id, _ in judged], dtype=np.int64)
-        in_judged = columnar.to_numpy(pc.index_in(self.documents, value_set=columnar.string_array(list(judged_docs))))  # the smaller hash table
-        code_of_judged = np.full(len(judged_docs), -1, dtype=np.int64)
-        code_of_judged[in_judged[in_judged >= 0]] = np.flatnonzero(in_judged >= 0)
-        doc_codes = code_of_judged[entries]
-        retrieved_doc = doc_codes >= 0
-        rows, grades, doc_codes = rows[retrieved_doc], grades[retrieved_doc], doc_codes[retrieved_doc]
-        size = len(self.documents)
-        keys = row_codes[rows] * size + doc_codes
-        by_key = np.argsort(keys)
-        keys, rows, grades = keys[by_key], rows[by_key], grades[by_key]
-
-        order, codes, scores = self._in_ranked_order()
-        document_codes = self.document_codes if order is None else self.document_codes[order]
-        is_judged = np.zeros(size, dtype=bool)
-        is_judged[doc_codes] = True
+        codes, document_codes, scores = self._in_ranked_order()
+        is_judged = np.zeros(len(self.documents), dtype=bool)
+        is_judged[keys % len(self.documents)] = True  # the keys' document codes
         lines = np.flatnonzero(is_judged[document_codes])  # lines of a document judged for some query
-        line_keys = codes[lines].astype(np.int64) * size + document_codes[lines]
+        line_keys = codes[lines].astype(np.int64) * len(self.documents) + document_codes[lines]
         entry = np.minimum(np.searchsorted(keys, line_keys), len(keys) - 1)  # no judged line: no key either
         hit = keys[entry] == line_keys
         lines, entry = lines[hit], entry[hit]
 
-        ends = np.cumsum(per_query)
-        first, last = (ends - per_query)[codes[lines]], ends[codes[lines]]  # each judged line's query, as lines [first, last)
+        ends = np.cumsum(sizes)
+        first, last = (ends - sizes)[codes[lines]], ends[codes[lines]]  # each judged line's query, as lines [first, last)
         values = scores[lines]
         start = _first_index(scores, first, lines, lambda score: score <= values)  # the run of scores equal to the line's
         end = _first_index(scores, lines + 1, last, lambda score: score < values)
         positions = start - first
         tied = np.flatnonzero(end - start > 1)
         if len(tied):  # count the tied documents with a larger id, comparing the ids as strings
-            sizes = (end - start)[tied]
-            members = np.repeat(start[tied] - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())
-            owners = np.repeat(np.arange(len(tied)), sizes)
+            lengths = (end - start)[tied]
+            members = np.repeat(start[tied] - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())  # the lines of each tie
+            owners = np.repeat(np.arange(len(tied)), lengths)
             names = self.documents.take(columnar.from_numpy(document_codes[members].astype(np.int64))).to_pylist()
             own = self.documents.take(columnar.from_numpy(document_codes[lines[tied]].astype(np.int64))).to_pylist()
             larger = np.fromiter((name > own[owner] for name, owner in zip(names, owners)), dtype=bool, count=len(names))

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 def _table(data: bytes, names: list[str], delimiter: str, types: "dict[str, pa.DataType] | None" = None) -> "pa.Table | None":
     """The columns (strings unless ``types`` says otherwise), or ``None`` when Arrow cannot split every
-    line into ``names`` or convert a value."""
+    line into ``names`` or convert a value. Strings are checked to be UTF-8 unless the data is ASCII."""
     import pyarrow as pa
     from pyarrow import csv
 
@@ -45,7 +45,7 @@ def _table(data: bytes, names: list[str], delimiter: str, types: "dict[str, pa.D
             parse_options=csv.ParseOptions(delimiter=delimiter, quote_char=False, double_quote=False, escape_char=False,
                                            newlines_in_values=False, ignore_empty_lines=True),
             convert_options=csv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()) | (types or {}), null_values=[],
-                                               strings_can_be_null=False),
+                                               strings_can_be_null=False, check_utf8=not data.isascii()),
             memory_pool=pa.system_memory_pool(),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

@@ -11,12 +11,13 @@ scoring the SciFact-size case once (wall and CPU time, from a subprocess).
 
 Whole process: ``ragtrack eval QRELS RUN`` against a plain pytrec_eval script that reads the same
 files (Python line splitting into dicts) and evaluates the same 5 measures, on 2,000 queries x 1,000
-documents (2M run lines, generated seeded in a temporary folder); the median wall time of 5 runs of
-each, alternating, and their ratio.
+documents (2M run lines, generated seeded in a temporary folder); the median wall time and CPU time
+(user + system, os.wait4) of 5 runs of each, alternating, their ratios, and the largest per-query
+difference between ``ragtrack eval``'s values and pytrec_eval's on those files.
 
     python bench/metrics.py                  # both cases and the whole-process ratio (~4 GB, a few minutes)
     python bench/metrics.py --small          # 1,000 x 1,000 instead of 10,000 x 1,000
-    python bench/metrics.py --whole-process  # only the whole-process ratio (about a minute)
+    python bench/metrics.py --whole-process  # only the whole-process ratios (about half a minute)
 """
 
 from __future__ import annotations
@@ -203,26 +204,57 @@ def write_trec_files(folder: Path, queries: int = 2000, depth: int = 1000, seed:
     return qrels_path, run_path
 
 
+def timed(command: list[str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system, of the process and its threads) of one command."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    if status:
+        raise RuntimeError(f"{command[:4]} failed: {process.stderr.read().decode()}")
+    process.stderr.close()
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def whole_process_exactness(qrels_path: Path, run_path: Path) -> float:
+    """max |ragtrack eval's per-query value - pytrec_eval's| over the 5 measures, both reading the files."""
+    import pytrec_eval
+
+    from ragtrack.pipeline.run_files import evaluate_files
+
+    ours = evaluate_files(qrels_path, run_path, list(WHOLE_MEASURES)).per_query_rows()
+    with open(qrels_path) as q, open(run_path) as r:
+        next(q)  # the BEIR header
+        qrels = pytrec_eval.parse_qrel(line.replace("\t", " 0 ", 1) for line in q)
+        reference = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map", "recall.100", "P.10", "recip_rank"}).evaluate(pytrec_eval.parse_run(r))
+    names = {"ndcg@10": "ndcg_cut_10", "map": "map", "recall@100": "recall_100", "p@10": "P_10", "mrr": "recip_rank"}
+    return max(abs(ours[qid][name] - values[trec]) for qid, values in reference.items() for name, trec in names.items())
+
+
 def whole_process(repeats: int = 5) -> float:
-    """Median wall seconds of ``ragtrack eval`` and of the pytrec_eval script (alternating runs); prints the ratio."""
+    """Median wall and CPU seconds of ``ragtrack eval`` and of the pytrec_eval script (alternating runs,
+    the same files); prints both ratios and checks that ragtrack's values equal pytrec_eval's."""
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ragtrack-bench-eval-") as folder:
         qrels, run = write_trec_files(Path(folder))
         script = Path(folder) / "pytrec.py"
         script.write_text(PYTREC_SCRIPT)
         commands = {"ragtrack eval": [sys.executable, "-m", "ragtrack", "eval", str(qrels), str(run), *(f"-m{m}" for m in WHOLE_MEASURES)],
                     "pytrec_eval script": [sys.executable, str(script), str(qrels), str(run)]}
-        times: dict[str, list[float]] = {name: [] for name in commands}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for _ in range(repeats):
             for name, command in commands.items():
-                started = time.perf_counter()
-                subprocess.run(command, check=True, capture_output=True)
-                times[name].append(time.perf_counter() - started)
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    ratio = medians["ragtrack eval"] / medians["pytrec_eval script"]
+                times[name].append(timed(command))
+        difference = whole_process_exactness(qrels, run)
+    walls = {name: statistics.median(wall for wall, _ in values) for name, values in times.items()}
+    cpus = {name: statistics.median(cpu for _, cpu in values) for name, values in times.items()}
+    ratio = walls["ragtrack eval"] / walls["pytrec_eval script"]
     print(f"\nwhole process, 2,000 queries x 1,000 documents (2M run lines), {len(WHOLE_MEASURES)} measures, median of {repeats}; {cpu_name()}")
     for name, values in times.items():
-        print(f"  {name:<20} median {medians[name]:.2f} s   (runs: {', '.join(f'{v:.2f}' for v in values)})")
-    print(f"  ragtrack eval / pytrec_eval script: {ratio:.2f}x (target <= 0.5x); load average {os.getloadavg()[0]:.1f}")
+        print(f"  {name:<20} wall {walls[name]:.2f} s, CPU {cpus[name]:.2f} s   (runs, wall/CPU: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in values)})")
+    print(f"  ragtrack eval / pytrec_eval script: wall {ratio:.2f}x (target <= 0.5x), CPU {cpus['ragtrack eval'] / cpus['pytrec_eval script']:.2f}x; "
+          f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
+    print(f"  max |ragtrack eval - pytrec_eval| per query over the {len(WHOLE_MEASURES)} measures: {difference:.1e}")
     return ratio
 
 

@@ -1,7 +1,8 @@
 """The rules for the values in input files: columns, ids, grades and scores, trec_eval's way.
 
 Both readers use these rules: the line-by-line one (``data.py``, ``runs.py``) and the columnar one
-(``columnar.py``). The columnar reader applies the same regular expressions to whole columns.
+(``columnar.py``). The columnar reader applies the same regular expressions to whole columns, except
+for scores, which Arrow parses in the same syntax (see ``columnar.py``).
 
 - **Columns** are separated by runs of spaces and tabs (trec_eval's ``[ \\t]``); a qrels line that
   holds a tab is split at tabs only (BEIR's TSV), so an id with a space in it is an error rather than

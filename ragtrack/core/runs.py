@@ -10,7 +10,7 @@ scores without building a dict per query).
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,78 +79,134 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
     return write_atomically(path, trec_text(run, tag))
 
 
+def _first_index(descending: "np.ndarray", lo: "np.ndarray", hi: "np.ndarray", found: Callable[["np.ndarray"], "np.ndarray"]) -> "np.ndarray":
+    """Per entry, the first index in ``[lo, hi)`` whose value satisfies ``found`` (``hi`` if none):
+    a binary search, side by side for every entry, in ranges where ``found`` turns true only once
+    (ranges of ``descending`` that do not increase). ``found`` gets the values at the entries' current
+    midpoints."""
+    import numpy as np
+
+    lo, hi = lo.copy(), hi.copy()
+    while (active := lo < hi).any():
+        middle = (lo + hi) // 2
+        hit = found(descending[np.where(active, middle, 0)])
+        lo = np.where(active & ~hit, middle + 1, lo)
+        hi = np.where(active & hit, middle, hi)
+    return lo
+
+
 @dataclass(frozen=True)
 class RunColumns:
-    """A run as columns, one entry per line in file order: query ids and document ids (Arrow string
-    arrays) and scores (float64). Read by :func:`read_run_columns`."""
+    """A run as columns, one entry per line in file order. The ids are dictionary-encoded: ``queries``
+    and ``documents`` hold the distinct ids (Arrow string arrays, in order of first appearance), and
+    ``query_codes`` and ``document_codes`` hold per line the index of its id there; ``scores`` are
+    float64. Read by :func:`read_run_columns`."""
 
-    qids: Any
-    docids: Any
+    queries: Any
+    query_codes: "np.ndarray"
+    documents: Any
+    document_codes: "np.ndarray"
     scores: "np.ndarray"
 
     @classmethod
     def from_run(cls, run: Run) -> "RunColumns":
         import numpy as np
-        import pyarrow as pa
 
-        pairs = [(qid, doc_id, score) for qid, docs in run.scores.items() for doc_id, score in docs.items()]
-        qids, doc_ids, scores = zip(*pairs) if pairs else ((), (), ())
-        return cls(pa.chunked_array([columnar.string_array(qids)]),
-                   pa.chunked_array([columnar.string_array(doc_ids)]), np.array(scores, dtype=float))
-
-    def _grouped(self) -> "tuple[list[str], np.ndarray, np.ndarray]":
-        """Query ids in order of first appearance, the lines grouped by query (file order within a
-        query) and the start of each query's group in that order (one more entry: the end)."""
-        import numpy as np
-        import pyarrow.compute as pc
-
-        codes = pc.dictionary_encode(self.qids).combine_chunks()
-        indices = columnar.to_numpy(codes.indices)
-        order = np.argsort(indices, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(np.bincount(indices, minlength=len(codes.dictionary)))])
-        return codes.dictionary.to_pylist(), order, starts
+        documents: dict[str, int] = {}
+        document_codes = [documents.setdefault(doc_id, len(documents)) for docs in run.scores.values() for doc_id in docs]
+        sizes = [len(docs) for docs in run.scores.values()]
+        return cls(columnar.string_array(list(run.scores)), np.repeat(np.arange(len(sizes), dtype=np.int32), sizes),
+                   columnar.string_array(list(documents)), np.array(document_codes, dtype=np.int32),
+                   np.array([score for docs in run.scores.values() for score in docs.values()], dtype=float))
 
     def to_run(self, name: str) -> Run:
         """The :class:`Run` (queries in order of first appearance, documents in file order)."""
-        qids, order, starts = self._grouped()
-        doc_ids = self.docids.take(columnar.from_numpy(order)).to_pylist()
+        import numpy as np
+
+        order = np.argsort(self.query_codes, kind="stable")
+        sizes = np.bincount(self.query_codes, minlength=len(self.queries))
+        ends = np.cumsum(sizes)
+        doc_ids = self.documents.take(columnar.from_numpy(self.document_codes[order].astype(np.int64))).to_pylist()
         scores = self.scores[order].tolist()
-        return Run(name, {qid: dict(zip(doc_ids[a:b], scores[a:b])) for qid, a, b in zip(qids, starts[:-1], starts[1:])})
+        return Run(name, {qid: dict(zip(doc_ids[a:b], scores[a:b])) for qid, a, b in zip(self.queries.to_pylist(), ends - sizes, ends)})
+
+    def _in_ranked_order(self) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+        """Query codes, document codes and scores of the lines grouped by query and sorted by descending
+        score within each query. A file is usually in that order already, which one pass checks (the
+        codes count queries in order of first appearance, so a file is grouped exactly when its codes
+        never decrease); otherwise one ``lexsort`` orders it."""
+        import numpy as np
+
+        codes, scores = self.query_codes, self.scores
+        if np.all((codes[1:] > codes[:-1]) | ((codes[1:] == codes[:-1]) & (scores[1:] <= scores[:-1]))):
+            return codes, self.document_codes, scores
+        order = np.lexsort((-scores, codes))
+        return codes[order], self.document_codes[order], scores[order]
+
+    def _judgments(self, qids: list[str], qrels: Mapping[str, Mapping[str, int]], row_codes: "np.ndarray") -> "tuple[np.ndarray, ...]":
+        """The judgments of queries and documents in the run, sorted by their key query code *
+        |documents| + document code: (keys, rows in ``qids``, grades). The run's distinct documents
+        are looked up among the judged ones (the smaller hash table)."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        judged = [(row, doc_id, grade) for row, qid in enumerate(qids) if row_codes[row] >= 0 for doc_id, grade in qrels[qid].items()]
+        rows = np.array([row for row, _, _ in judged], dtype=np.int64)
+        grades = np.array([grade for _, _, grade in judged], dtype=np.int64)
+        judged_docs: dict[str, int] = {}
+        entries = np.array([judged_docs.setdefault(doc_id, len(judged_docs)) for _, doc_id, _ in judged], dtype=np.int64)
+        in_judged = columnar.to_numpy(pc.index_in(self.documents, value_set=columnar.string_array(list(judged_docs))))
+        code_of_judged = np.full(len(judged_docs), -1, dtype=np.int64)
+        code_of_judged[in_judged[in_judged >= 0]] = np.flatnonzero(in_judged >= 0)
+        doc_codes = code_of_judged[entries]
+        retrieved = doc_codes >= 0
+        keys = row_codes[rows[retrieved]] * len(self.documents) + doc_codes[retrieved]
+        by_key = np.argsort(keys)
+        return keys[by_key], rows[retrieved][by_key], grades[retrieved][by_key]
 
     def judged_positions(self, qids: list[str], qrels: Mapping[str, Mapping[str, int]]) -> "tuple[np.ndarray, ...]":
         """Where the judged documents sit in trec_eval order, for the ranking metrics' grade matrix:
         per query of ``qids`` the number of documents retrieved; per judged document that was
         retrieved its query's row in ``qids``, its grade and its 0-based rank (the documents scored
-        higher plus the tied ones with a larger id, as ``rank_documents`` orders them)."""
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        higher plus the tied ones with a larger id, as ``rank_documents`` orders them).
 
-        rows = columnar.to_numpy(pc.index_in(self.qids, value_set=columnar.string_array(qids)))
-        retrieved = np.bincount(rows[rows >= 0], minlength=len(qids))
-        judged_keys = [f"{qid}\t{doc_id}" for qid in qids for doc_id in qrels[qid]]
-        judged_rows = np.repeat(np.arange(len(qids)), [len(qrels[qid]) for qid in qids])
-        judged_grades = np.fromiter((g for qid in qids for g in qrels[qid].values()), dtype=np.int64, count=len(judged_keys))
-        entry = pc.index_in(pc.binary_join_element_wise(self.qids, self.docids, columnar.string_array(["\t"])[0]), value_set=columnar.string_array(judged_keys))
-        entries = columnar.to_numpy(entry)
-        hit_lines = np.flatnonzero(entries >= 0)
-        hit_entries = entries[hit_lines]
-        lines = np.flatnonzero(rows >= 0)
-        lines = lines[np.argsort(rows[lines], kind="stable")]  # grouped by row
-        starts = np.concatenate([[0], np.cumsum(retrieved)])
-        hit_rows, positions = judged_rows[hit_entries], np.zeros(len(hit_lines), dtype=np.int64)
-        by_row = np.argsort(hit_rows, kind="stable")
-        docids = self.docids.combine_chunks()  # one array: a take from it costs microseconds
-        for group in np.split(by_row, np.flatnonzero(np.diff(hit_rows[by_row])) + 1) if len(by_row) else ():
-            segment = lines[starts[hit_rows[group[0]]]:starts[hit_rows[group[0]] + 1]]
-            scores = self.scores[segment]
-            values = self.scores[hit_lines[group]]
-            positions[group] = np.count_nonzero(scores > values[:, None], axis=1)  # a few judged documents: compare, not sort
-            for i in np.flatnonzero(np.count_nonzero(scores == values[:, None], axis=1) > 1):
-                tied = segment[scores == values[i]]
-                doc_id = docids[int(hit_lines[group[i]])].as_py()
-                positions[group[i]] += sum(other > doc_id for other in docids.take(columnar.from_numpy(tied)).to_pylist())
-        return retrieved, hit_rows, judged_grades[hit_entries], positions
+        The lines are taken in ranked order (:meth:`_in_ranked_order`) and the judged ones found by
+        their integer (query code, document code) keys. A judged line's rank is then the start of its
+        run of equal scores minus the start of its query; a binary search finds both for all judged
+        lines at once, and only the lines of a tie compare their ids."""
+        import numpy as np
+
+        query_code = {qid: code for code, qid in enumerate(self.queries.to_pylist())}
+        row_codes = np.array([query_code.get(qid, -1) for qid in qids], dtype=np.int64)
+        sizes = np.bincount(self.query_codes, minlength=len(self.queries))
+        retrieved = np.where(row_codes >= 0, sizes[row_codes], 0)
+        keys, rows, grades = self._judgments(qids, qrels, row_codes)
+
+        codes, document_codes, scores = self._in_ranked_order()
+        is_judged = np.zeros(len(self.documents), dtype=bool)
+        is_judged[keys % len(self.documents)] = True  # the keys' document codes
+        lines = np.flatnonzero(is_judged[document_codes])  # lines of a document judged for some query
+        line_keys = codes[lines].astype(np.int64) * len(self.documents) + document_codes[lines]
+        entry = np.minimum(np.searchsorted(keys, line_keys), len(keys) - 1)  # no judged line: no key either
+        hit = keys[entry] == line_keys
+        lines, entry = lines[hit], entry[hit]
+
+        ends = np.cumsum(sizes)
+        first, last = (ends - sizes)[codes[lines]], ends[codes[lines]]  # each judged line's query, as lines [first, last)
+        values = scores[lines]
+        start = _first_index(scores, first, lines, lambda score: score <= values)  # the run of scores equal to the line's
+        end = _first_index(scores, lines + 1, last, lambda score: score < values)
+        positions = start - first
+        tied = np.flatnonzero(end - start > 1)
+        if len(tied):  # count the tied documents with a larger id, comparing the ids as strings
+            lengths = (end - start)[tied]
+            members = np.repeat(start[tied] - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())  # the lines of each tie
+            owners = np.repeat(np.arange(len(tied)), lengths)
+            names = self.documents.take(columnar.from_numpy(document_codes[members].astype(np.int64))).to_pylist()
+            own = self.documents.take(columnar.from_numpy(document_codes[lines[tied]].astype(np.int64))).to_pylist()
+            larger = np.fromiter((name > own[owner] for name, owner in zip(names, owners)), dtype=bool, count=len(names))
+            positions[tied] += np.bincount(owners[larger], minlength=len(tied))
+        return retrieved, rows[entry], grades[entry], positions
 
 
 def read_run_columns(path: str | Path) -> RunColumns:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ragtrack.core.errors import InputError
-from ragtrack.core.runs import Run, rank_documents, read_trec, write_trec
+from ragtrack.core.runs import Run, RunColumns, rank_documents, read_run_columns, read_trec, write_trec
 
 
 def test_ties_are_broken_by_document_id_descending() -> None:
@@ -48,3 +48,19 @@ def test_bad_run_files(tmp_path: Path, content: str, message: str) -> None:
     with pytest.raises(InputError) as raised:
         read_trec(path)
     assert str(raised.value) == f"{tmp_path}/{message}"
+
+
+@pytest.mark.parametrize("lines", [
+    ["b 2.0", "c 1.0", "a 1.0", "d 0.5"],  # trec_eval order already
+    ["a 1.0", "d 0.5", "c 1.0", "b 2.0"],  # any order: sorted first
+])
+def test_judged_positions_of_a_run_file_follow_trec_eval_order(tmp_path: Path, lines: list[str]) -> None:
+    """Ranks by score descending, ties by document id descending (c before a); a judged document that
+    was not retrieved (zz) and a judged query absent from the run (x) have no position."""
+    path = tmp_path / "r.trec"
+    path.write_text("".join(f"q Q0 {line.split()[0]} 0 {line.split()[1]} t\n" for line in lines) + "other Q0 a 1 9.0 t\n")
+    columns = read_run_columns(path)
+    retrieved, rows, grades, positions = columns.judged_positions(["q", "x"], {"q": {"a": 1, "c": 2, "d": 0, "zz": 1}, "x": {"a": 1}})
+    assert retrieved.tolist() == [4, 0]
+    assert sorted(zip(rows.tolist(), grades.tolist(), positions.tolist())) == [(0, 0, 3), (0, 1, 2), (0, 2, 1)]
+    assert columns.to_run("r").scores == read_trec(path).scores == RunColumns.from_run(read_trec(path)).to_run("r").scores

@@ -16,7 +16,7 @@ from ragtrack.core import columnar
 from ragtrack.core.data import load_corpus, load_qrels, load_qrels_lines, load_queries
 from ragtrack.core.errors import InputError
 from ragtrack.core.fields import WHITESPACE
-from ragtrack.core.runs import RunColumns, read_run_columns, read_trec, read_trec_lines
+from ragtrack.core.runs import Run, RunColumns, read_run_columns, read_trec, read_trec_lines
 from ragtrack.evaluators.ranking import ranking_values, score_ranking
 from ragtrack.pipeline.cli import main as cli_main
 
@@ -67,6 +67,12 @@ CASES = {
     "run id with an ideographic space": ("run", "q1 Q0 d\u30001 1 0.5 t\n".encode(), 1, "id 'd\\u30001' contains whitespace, which TREC files cannot represent"),
     "run id with a control separator": ("run", b"q1 Q0 d\x1f1 1 0.5 t\n", 1, "id 'd\\x1f1' contains whitespace, which TREC files cannot represent"),
     "run invalid UTF-8": ("run", RUN + b"q1 Q0 d\xff 2 0.4 t\n", 2, "not valid UTF-8 (byte 7)"),
+    "run with two spaces in a row": ("run", RUN + b"q1  d2 2 0.4 t\n", 2, "expected 6 columns 'qid Q0 docid rank score tag', got 5"),
+    "run line starting with a space": ("run", RUN + b" q1 Q0 d2 2 0.4\n", 2, "expected 6 columns 'qid Q0 docid rank score tag', got 5"),
+    "run line ending with a space": ("run", RUN + b"q1 Q0 d2 2 0.4 \n", 2, "expected 6 columns 'qid Q0 docid rank score tag', got 5"),
+    "run duplicate in a grouped file": ("run", RUN + b"q1 Q0 d2 2 0.4 t\nq2 Q0 d1 1 0.5 t\nq2 Q0 d3 2 0.3 t\nq2 Q0 d1 3 0.2 t\n", 5,
+                                        "document 'd1' appears twice for query 'q2'"),
+    "run duplicate far apart": ("run", RUN + b"q2 Q0 d1 1 0.5 t\nq1 Q0 d1 2 0.4 t\n", 3, "document 'd1' appears twice for query 'q1'"),
     "run lone carriage return": ("run", b"q1 Q0 d1 1 0.5 t\rq1 Q0 d2 2 0.4 t\n", 1, "expected 6 columns 'qid Q0 docid rank score tag', got 11"),
     "run duplicate after a tab-separated line": ("run", b"q1\tQ0\td1\t1\t0.5\tt\nq1 Q0 d1 2 0.4 t\n", 2, "document 'd1' appears twice for query 'q1'"),
     "run FIFO": ("run", "fifo", None, "not a regular file (a FIFO)"),
@@ -161,8 +167,31 @@ def test_columnar_reader_declines_what_it_cannot_vouch_for(tmp_path: Path) -> No
     path.write_bytes(b"q1\tQ0\td1\t1\t0.5\tt\n")
     assert columnar.read_run(path) is None  # tabs: the line reader decides
     path.write_bytes(b"q1 Q0 d1 1 0.5 t\nq2 Q0 d1 1 0.25 t\n")
-    qids, docids, scores = columnar.read_run(path)
-    assert qids.to_pylist() == ["q1", "q2"] and docids.to_pylist() == ["d1", "d1"] and scores.tolist() == [0.5, 0.25]
+    queries, query_codes, documents, document_codes, scores = columnar.read_run(path)
+    assert queries.to_pylist() == ["q1", "q2"] and query_codes.tolist() == [0, 1]
+    assert documents.to_pylist() == ["d1"] and document_codes.tolist() == [0, 0] and scores.tolist() == [0.5, 0.25]
+
+
+def test_arrow_score_syntax_is_fields_score_or_non_finite() -> None:
+    """The columnar reader lets Arrow parse the scores: whatever Arrow takes as a finite number must match
+    ``fields.SCORE`` and equal Python's ``float``; whatever ``SCORE`` matches Arrow must take (else
+    fast files would go to the line reader). Checked on 5,000 random strings of number characters."""
+    import pyarrow as pa
+
+    from ragtrack.core.fields import SCORE
+
+    rng = np.random.default_rng(0)
+    numeric = list("0123456789+-.eE") + ["1e308", "9" * 30]
+    wide = numeric + list("_xXpPnNaAiIfFtTyY,\u0661\uff11") + ["inf", "nan", "infinity"]
+    strings = sorted({"".join(rng.choice(alphabet, rng.integers(1, 8))) for alphabet in (numeric, wide) for _ in range(2_500)})
+    assert sum(bool(SCORE.fullmatch(text)) for text in strings) > 500
+    for text in strings:  # one table per string: a string Arrow refuses fails its whole table
+        table = columnar._table(f"x {text}\n".encode(), ["x", "score"], " ", {"score": pa.float64()})
+        arrow = None if table is None else table["score"][0].as_py()
+        if SCORE.fullmatch(text):
+            assert arrow == float(text) or not np.isfinite(float(text)), text
+        else:
+            assert arrow is None or not np.isfinite(arrow), text
 
 
 def random_case(seed: int, queries: int = 40, depth: int = 60) -> tuple[dict, dict]:
@@ -191,6 +220,31 @@ def test_columnar_scoring_equals_the_dict_path_and_pytrec_eval(seed: int) -> Non
     for metric, trec in (("ndcg@10", "ndcg_cut_10"), ("map", "map"), ("p@5", "P_5"), ("mrr", "recip_rank")):
         ours = dict(zip(table.index, values[metric]))
         assert max(abs(ours[q] - reference[q][trec]) for q in reference) < 1e-9
+
+
+@pytest.mark.parametrize("layout", ["ranked", "shuffled", "reversed within queries"])
+def test_run_file_read_as_columns_scores_as_the_dict_path(tmp_path: Path, layout: str) -> None:
+    """A run file in trec_eval order takes the fast path of ``judged_positions``; shuffled lines (queries
+    interleaved) and queries in ascending score order are sorted first. Ties (scores rounded to 0.1,
+    0.0 against -0.0) are broken by document id descending in every layout."""
+    qrels, run = random_case(11)
+    run["q0"] |= {"zero": 0.0, "negative-zero": -0.0, "d-minus": -0.0}
+    qrels["q0"] |= {"zero": 1, "negative-zero": 2, "d-minus": 3}
+    lines = [(qid, doc, score) for qid, ranked in Run("r", run).rankings() for doc, score in ranked]
+    if layout == "shuffled":
+        lines = [lines[i] for i in np.random.default_rng(0).permutation(len(lines))]
+    elif layout == "reversed within queries":
+        lines = [line for qid in run for line in reversed([line for line in lines if line[0] == qid])]
+    path = tmp_path / "run.trec"
+    path.write_text("".join(f"{qid} Q0 {doc} 0 {score!r} t\n" for qid, doc, score in lines))
+    columns = read_run_columns(path)
+    assert columnar.read_run(path) is not None  # the columnar reader took it
+    metrics = ["ndcg@10", "map", "recall@20", "p@5", "mrr", "r-precision", "ndcg_exp@10", "err@10", "auc"]
+    _, values = ranking_values(columns, qrels, metrics)
+    table = score_ranking(run, qrels, metrics)[0]
+    for metric in metrics:
+        assert values[metric].tolist() == table[metric].tolist(), metric
+    assert columns.to_run("r").scores == run
 
 
 def read_trec_run(scores: dict):

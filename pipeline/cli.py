@@ -135,10 +135,12 @@ def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> int:
 
 def command_compare(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.compare import run_compare
+    from ragtrack.pipeline.comparison import TEXT_WIDTH
 
     uri = args.tracking_uri or default_tracking_uri()
     comparison, text = run_compare(uri, args.experiment, args.sweep, args.metric, args.baseline,
-                                   args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log)
+                                   args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log,
+                                   width=None if args.wide else TEXT_WIDTH)
     print(text, end="")
     if args.plot:
         print(f"ragtrack: wrote the comparison plot to {args.plot}", file=sys.stderr)
@@ -209,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("-m", "--metric", action="append", help="metric such as ndcg@10 (repeatable; default ndcg@10, recall@100)")
     compare.add_argument("--baseline", help="row label, system name or run id (default: bm25, else the first row)")
     compare.add_argument("--format", default="table", choices=["table", "markdown", "csv", "json", "latex"])
+    compare.add_argument("--wide", action="store_true", help="--format table as one wide table (default: blocks of 100 columns)")
     compare.add_argument("--plot", help="also write the comparison figure (PNG) to this file")
     compare.add_argument("--seed", type=int, default=0, help="seed of the randomization test and the bootstrap CIs")
     compare.add_argument("--resamples", type=int, default=10_000, help="randomization test resamples (exact when 2^n is fewer)")

@@ -30,7 +30,7 @@ from ragtrack.core.runs import read_trec
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
                                       TAG_DATASET_HASH, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, metric_key)
-from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, Comparison, SystemRun, compare_systems, find_baseline,
+from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, TEXT_WIDTH, Comparison, SystemRun, compare_systems, find_baseline,
                                           render, write_comparison)
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,8 @@ def load_job_dataset(client, job, folder: Path) -> tuple[Dataset | None, int]:
 
 def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | None = None, metrics: Sequence[str] | None = None,
                 baseline: str | None = None, fmt: str = "table", plot_file: str | None = None, seed: int = 0,
-                resamples: int = 10_000, failures: int = 10, log_to_mlflow: bool = True) -> tuple[Comparison, str]:
+                resamples: int = 10_000, failures: int = 10, log_to_mlflow: bool = True,
+                width: int | None = TEXT_WIDTH) -> tuple[Comparison, str]:
     """Load, compare, render; write the plot; log everything as a comparison run. Returns (comparison, text)."""
     from mlflow.tracking import MlflowClient
 
@@ -172,7 +173,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         dataset, threshold = load_job_dataset(client, next(iter(jobs.values())), folder)
         queries = None if dataset is None else [q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values())]
         comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), queries, seed, resamples)
-        text = render(comparison, fmt)
+        text = render(comparison, fmt, width)
         outputs = folder / "comparison"
         trec = ({s.run_id: read_trec(download_artifact(client, s.run_id, RUN_FILE, folder / s.run_id)) for s in systems}
                 if dataset is not None and failures > 0 else None)

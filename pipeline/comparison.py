@@ -14,6 +14,7 @@ import base64
 import html
 import json
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from ragtrack.pipeline.slices import COLUMN_PREFIX as SLICE_COLUMN_PREFIX
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100")
 FORMATS = ("table", "markdown", "csv", "json", "latex")
+TEXT_WIDTH = 100  # characters of the terminal table (``ragtrack compare --wide``: one wide table)
 
 
 @dataclass
@@ -134,8 +136,9 @@ def _latex_escape(text: str) -> str:
     return re.sub(r"([&%$#_{}])", r"\\\1", text).replace("Δ", r"$\Delta$")
 
 
-def render(comparison: Comparison, fmt: str) -> str:
-    """The comparison as ``table`` (text), ``markdown``, ``latex``, ``csv`` or ``json`` (full precision)."""
+def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> str:
+    """The comparison as ``table`` (text; column blocks and notes wrapped at ``width`` characters, None:
+    one wide table), ``markdown``, ``latex``, ``csv`` or ``json`` (full precision)."""
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if fmt == "csv":
@@ -159,7 +162,9 @@ def render(comparison: Comparison, fmt: str) -> str:
                   for label, row in zip(wide.index, wide.to_numpy())]
         return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n"
     wide = wide_table(comparison)
-    return wide.to_string() + f"\n\n{footer} (*)\n" + slice_section(comparison, fmt)
+    note = f"{footer} (*)"
+    return (wide.to_string(line_width=width) + "\n\n" + (textwrap.fill(note, width) if width else note) + "\n"
+            + slice_section(comparison, fmt, width))
 
 
 def slice_table(comparison: Comparison) -> pd.DataFrame | None:
@@ -185,7 +190,7 @@ def slice_table(comparison: Comparison) -> pd.DataFrame | None:
     return pd.DataFrame(rows).set_index(["metric", "slice", "n"])
 
 
-def slice_section(comparison: Comparison, fmt: str) -> str:
+def slice_section(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> str:
     """:func:`slice_table` for the ``table`` and ``markdown`` formats (csv, json and latex keep their
     single table); "" without slices."""
     table = slice_table(comparison) if fmt in ("table", "markdown") else None
@@ -195,7 +200,7 @@ def slice_section(comparison: Comparison, fmt: str) -> str:
         lines = ["| metric | slice | n | " + " | ".join(table.columns) + " |", "|---|---|---:|" + "---|" * len(table.columns)]
         lines += ["| " + " | ".join([*map(str, index), *row]) + " |" for index, row in zip(table.index, table.to_numpy())]
         return "\n## Slices\n\n" + "\n".join(lines) + "\n\nmean [95% bootstrap CI] over each slice's queries\n"
-    return "\nSlices: mean [95% bootstrap CI] over each slice's queries\n" + table.to_string() + "\n"
+    return "\nSlices: mean [95% bootstrap CI] over each slice's queries\n" + table.to_string(line_width=width) + "\n"
 
 
 # --------------------------------------------------------------------------- plots

@@ -226,7 +226,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         tracker.finish(exc)
         raise
     tracker.finish()
-    print_report(report["table"], tracker, output_dir)
+    print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0))
     return {**report["results"], "mlflow_run_id": tracker.run_id}
 
 
@@ -470,10 +470,21 @@ def link_or_copy(source: Path, target: Path) -> None:
         shutil.copy(source, target)
 
 
-def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path) -> None:
-    """The systems x metrics table, then where the outputs and the MLflow runs are."""
+def report_table(table: pd.DataFrame, width: int = 100) -> str:
+    """``table`` (metrics x systems) as text, 4 decimals, the largest value of each row marked ``*``,
+    split into column blocks that fit ``width`` characters."""
+    best = table.max(axis=1)
+    cells = pd.DataFrame({system: [("" if pd.isna(v) else f"{v:.4f}{'*' if v == best[m] else ' '}") for m, v in column.items()]
+                          for system, column in table.items()}, index=table.index)
+    return cells.to_string(line_width=width)
+
+
+def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int) -> None:
+    """The metrics x systems table (the best value of each metric marked ``*``; columns wrapped at 100
+    characters), the number of queries, then where the outputs and the MLflow runs are."""
     print()
-    print(table.to_string(float_format=lambda v: f"{v:.4f}"))
+    print(report_table(table))
+    print(f"{queries} queries; mean per query; * best of each metric")
     print()
     print(f"Output folder: {output_dir}")
     for line in tracker.where():

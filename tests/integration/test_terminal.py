@@ -34,6 +34,11 @@ def test_a_run_ends_with_its_output_folder_run_id_and_run_page(tmp_path: Path) -
     assert job.info.status == "FINISHED" and "mlflow.parentRunId" not in job.data.tags
     page = f"http://127.0.0.1:5000/#/experiments/{job.info.experiment_id}/runs/{run_id}"
     assert f"Run page:      {page}" in lines and any(f"ragtrack ui --tracking-uri sqlite:///{tmp_path}/mlruns/mlflow.db" in line for line in lines)
+    ndcg = next(line for line in lines if line.startswith("ndcg@10 "))
+    assert ndcg.split() == ["ndcg@10", "0.9201", "0.9617*", "0.9617*"]  # bm25, dense, hybrid: the best marked
+    header = next(i for i, line in enumerate(lines) if line.split() == ["bm25", "dense", "hybrid"])
+    footer = lines.index("6 queries; mean per query; * best of each metric")
+    assert max(map(len, lines[header:footer + 1])) <= 100
 
 
 def test_mlflow_tracking_uri_is_honoured_by_run_and_compare(tmp_path: Path) -> None:
@@ -158,7 +163,10 @@ def test_compare_says_what_it_wrote_and_where_it_logged(toy_sweep, tmp_path: Pat
     run_id = re.search(r"logged the comparison \(tables, plot, failure analysis\) as MLflow run (\w+) \(comparison vs ", err).group(1)
     assert MlflowClient(toy_sweep.uri).get_run(run_id).data.tags["ragtrack.comparison"] == "true"
     assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "-m", "ndcg@10", "--no-log"]) == 0
-    assert "logged" not in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "logged" not in out.err and max(map(len, out.out.splitlines())) <= 100  # fits 100 columns
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "-m", "ndcg@10", "--no-log", "--wide"]) == 0
+    assert max(map(len, capsys.readouterr().out.splitlines())) > 100  # one wide table
 
 
 def test_a_quick_job_prints_no_debug_lines_no_progress_bars_and_no_empty_stages(tmp_path: Path) -> None:

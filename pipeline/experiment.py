@@ -414,6 +414,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
                     findings: Findings | None = None) -> None:
     if not tracker.enabled:
         return
+    key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
     with stage("log to MLflow"):
         parent_metrics = {}
         for name, result in results.items():
@@ -423,14 +424,35 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             text = _scored.get((result.per_query,), ("csv", name), lambda: per_query_table(name, result.per_query).to_csv(index=False))
             write_atomically(folder / layout.PER_QUERY_FILE, text)
             metrics = _system_metrics(result) | (findings.system_metrics.get(name, {}) if findings else {})
-            tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=_curves(result, dataset, cfg))
+            tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=_curves(result, dataset, cfg),
+                               table=queries_table(result, dataset, key_metrics, int(OmegaConf.select(cfg, "tracking.per_query_table", default=10))))
             parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS] + (findings.artifacts if findings else [])
         parent_metrics |= findings.parent_metrics if findings else {}
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
-        key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
         tracker.log_parent(parent_metrics, artifacts, summary_note(results, key_metrics, dataset, tracker.run_name))
+
+
+def queries_table(result: SystemResult, dataset: Dataset, key_metrics: list[str], top: int) -> pd.DataFrame | None:
+    """What the system did for each query, for MLflow's table view (None when ``top`` is 0): the query,
+    its top ``top`` documents as ``rank. id [grade] score title`` lines, the relevant documents, the
+    generated answer (if any) and the key metrics."""
+    if top == 0:
+        return None
+    titles = dict(zip(dataset.corpus.ids, dataset.corpus.titles))
+    metrics = [m for m in key_metrics if m in result.per_query.columns]
+    rows = []
+    for qid in result.per_query.index:
+        judged = dataset.qrels.get(qid, {})
+        ranked = [f"{rank}. {doc} [{judged[doc] if doc in judged else '-'}] {score:.4f} {titles.get(doc, '')[:80]}"
+                  for rank, (doc, score) in enumerate(result.run.ranking(qid)[:top], start=1)]
+        row = {"qid": qid, "query": dataset.queries.get(qid, ""), "retrieved": "\n".join(ranked) or "(nothing retrieved)",
+               "relevant": " ".join(f"{doc}[{grade}]" for doc, grade in sorted(judged.items(), key=lambda item: (-item[1], item[0])) if grade > 0)}
+        if "generated_answer" in result.per_query.columns:
+            row["answer"] = str(result.per_query.at[qid, "generated_answer"])
+        rows.append(row | {m: float(result.per_query.at[qid, m]) for m in metrics})
+    return pd.DataFrame(rows)
 
 
 def job_name(choices: Mapping, typed: list[str]) -> str:

@@ -49,6 +49,7 @@ PER_QUERY_FILE = "per_query.csv"
 CONFIG_FILE = "config.yaml"
 RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.csv"
+QUERIES_TABLE = "queries.json"  # a system run's per-query table (MlflowClient.log_table): query, top documents, answer, metrics
 COMPARISON_DIR = "comparison"  # the job's systems side by side: comparison.md/.png, failures/, report.html (pipeline.comparison)
 JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE, COMPARISON_DIR)
 

@@ -141,6 +141,7 @@ class TrackingSettings(Section):
     artifact_location: Text | None = None
     experiment: Text | None = None
     key_metrics: Annotated[list[MetricName], Field(min_length=1)] | None = None
+    per_query_table: NonNegativeInt = 10
     timeout: Positive = 10
     retries: NonNegativeInt = 2
 

@@ -20,14 +20,17 @@ import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
-from ragtrack.pipeline.layout import (EXPERIMENT_KIND, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS, TAG_SYSTEM,
-                                      child_run_name)
+from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
+                                      TAG_SYSTEM, child_run_name)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +245,7 @@ class Tracker:
 
     def start(self, run_name: str, tags: dict, params: dict) -> None: ...
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
-                   steps: dict[str, dict[int, float]] | None = None) -> None: ...
+                   steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None: ...
     def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None: ...
     def finish(self, error: BaseException | None = None) -> None: ...
 
@@ -276,11 +279,14 @@ class MlflowTracker(Tracker):
         log.info("MLflow: experiment %s, run %s (%s)", self.experiment_id, run_name, self.run_id)
 
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
-                   steps: dict[str, dict[int, float]] | None = None) -> None:
+                   steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None:
+        """``table``: logged with ``MlflowClient.log_table`` as :data:`QUERIES_TABLE` (the UI's table view)."""
         tags = {TAG_PARENT: self.run_id, TAG_SYSTEM: system, TAG_PROCESS: self.process, **(tags or {})}
         with reported_as_one_line():
             run = self.client.create_run(self.experiment_id, run_name=child_run_name(system, self.run_name), tags={k: str(v) for k, v in tags.items()})
             self._log_artifacts(run.info.run_id, artifacts)  # first: finding a run's artifact store reads the whole run
+            if table is not None:
+                self.client.log_table(run.info.run_id, table, QUERIES_TABLE)
             self._log(run.info.run_id, params=params, metrics=metrics, steps=steps)
             self.client.set_terminated(run.info.run_id, "FINISHED")
 

@@ -75,7 +75,7 @@ def test_mlflow_layout(toy_job) -> None:
         keys = keys or quality
         assert quality == keys  # identical metric keys across systems
         assert {"ndcg_at_10", "ndcg_at_10_std", "ndcg_at_10_ci_low", "recall_at_100", "mrr", "map"} <= quality
-        assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"run.trec", "per_query.csv"}
+        assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"run.trec", "per_query.csv", "queries.json"}
     assert children[0].data.params  # each system's config
 
 

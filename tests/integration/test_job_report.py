@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support import TOY_JOB, ragtrack
@@ -35,3 +36,37 @@ def test_a_job_writes_and_logs_its_comparison_and_report(tmp_path: Path) -> None
     (parent,) = [r for r in client.search_runs([experiment.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "comparison")}
     assert {"comparison/report.html", "comparison/comparison.md", "comparison/comparison.png", "comparison/failures"} <= logged
+
+
+def test_each_system_run_logs_what_it_retrieved_per_query_as_an_mlflow_table(tmp_path: Path) -> None:
+    done = ragtrack(tmp_path, *TOY_JOB, "hydra.run.dir=outputs/job", "tracking.per_query_table=3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    experiment = client.get_experiment_by_name("ragtrack-toy")
+    children = [r for r in client.search_runs([experiment.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    per_query = {row["qid"]: row for row in _csv_rows(tmp_path / "outputs" / "job" / "per_query.csv") if row["system"] == "bm25"}
+    for run in children:
+        table = json.loads(Path(client.download_artifacts(run.info.run_id, "queries.json", str(tmp_path / run.info.run_id))).read_text())
+        assert table["columns"][:4] == ["qid", "query", "retrieved", "relevant"] and "ndcg@10" in table["columns"]
+        assert len(table["data"]) == 6
+        if run.data.tags["ragtrack.system"] == "bm25":
+            for row in table["data"]:
+                record = dict(zip(table["columns"], row))
+                assert len(record["retrieved"].splitlines()) <= 3 and record["retrieved"].startswith("1. ")
+                assert record["ndcg@10"] == pytest.approx(float(per_query[record["qid"]]["ndcg@10"]), abs=1e-9)  # MLflow writes 10 decimals
+
+
+def test_the_per_query_table_can_be_switched_off(tmp_path: Path) -> None:
+    done = ragtrack(tmp_path, *TOY_JOB, "tracking.per_query_table=0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    experiment = client.get_experiment_by_name("ragtrack-toy")
+    children = [r for r in client.search_runs([experiment.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    assert children and all("queries.json" not in {a.path for a in client.list_artifacts(r.info.run_id)} for r in children)
+
+
+def _csv_rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))

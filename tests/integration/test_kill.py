@@ -37,7 +37,8 @@ from pathlib import Path
 from ragtrack.pipeline import experiment, tracking
 from ragtrack.pipeline.cli import main
 
-kind, name, where = os.environ["RAGTRACK_TEST_KILL_AT"].split(":")
+kind, rest = os.environ["RAGTRACK_TEST_KILL_AT"].split(":", 1)
+name, where = rest.rsplit(":", 1)  # stage names hold a colon ("bm25: index")
 marker, stall = Path(os.environ["RAGTRACK_TEST_KILL_MARKER"]), bool(os.environ.get("RAGTRACK_TEST_STALL"))
 
 def reached():
@@ -95,7 +96,7 @@ FAST_POINTS = [
 ]
 SLOW_POINTS = [
     KillPoint("store", "", "start", delay=0.3),               # MLflow is creating the tables
-    KillPoint("store", "", "start", delay=5.0),               # late in the migrations
+    KillPoint("store", "", "start", delay=1.0),               # in the migrations
     KillPoint("store", "", "end", stall=True),                # the store is in place, write-ahead logging not yet set
     KillPoint("stage", "load dataset", "start", stall=True),
     KillPoint("stage", "bm25: index", "end", stall=True),     # the BM25 index is cached, its run not yet

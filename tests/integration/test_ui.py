@@ -119,7 +119,8 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
 
 def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path) -> None:
     """A toy job, then the run page its last lines name: the description table holds the three
-    systems' nDCG@10 (mean [95% CI]) as results.json has them."""
+    systems' nDCG@10 (mean [95% CI]) as results.json has them; so does the job's report.html, opened
+    from the run's artifacts on the same server."""
     import json
     import re
 
@@ -150,11 +151,18 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
                     page.get_by_text(cell, exact=True).first.wait_for()
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOTS / "mlflow_run_page.png"))
+                page.goto(link.replace("http://127.0.0.1:5000", url) + "/artifacts/comparison/report.html", wait_until="domcontentloaded")
+                report = page.frame_locator("iframe").first  # the UI shows an HTML artifact in a frame
+                report.get_by_role("heading", level=1).filter(has_text="toy").wait_for()
+                for system, cell in cells.items():
+                    report.get_by_role("cell", name=system, exact=True).first.wait_for()
+                    report.get_by_role("cell", name=cell, exact=True).first.wait_for()
+                page.screenshot(path=str(SCREENSHOTS / "report.png"), full_page=False)
             finally:
                 browser.close()
     finally:
         stop_group(server)
-    assert (SCREENSHOTS / "mlflow_run_page.png").stat().st_size > 10_000
+    assert (SCREENSHOTS / "mlflow_run_page.png").stat().st_size > 10_000 and (SCREENSHOTS / "report.png").stat().st_size > 10_000
 
 
 class _NoBrowser:

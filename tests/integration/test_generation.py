@@ -253,7 +253,7 @@ def test_qa_xquad_end_to_end(tmp_path: Path) -> None:
     assert {r.data.tags["ragtrack.system"] for r in children} == {"bm25", "dense", "hybrid"}
     child = children[0]
     assert {"answer_f1", "exact_match", "rougeL", "context_recall_at_3", "generation_failures"} <= set(child.data.metrics)
-    assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"generation.json", "per_query.csv", "run.trec"}
+    assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"generation.json", "per_query.csv", "run.trec", "queries.json"}
     twin = _read_csv(Path(client.download_artifacts(child.info.run_id, "per_query.csv", str(tmp_path / "twin"))))
     assert list(twin[0])[:5] == ["system", "qid", "question", "gold_answers", "generated_answer"]
     assert twin[0]["system"] == child.data.tags["ragtrack.system"]

@@ -195,19 +195,25 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None, t
 
 
 @contextlib.contextmanager
-def store_faults(uri: str) -> Any:
-    """A fault while opening or creating the store as one line naming the store (tracking.uri)."""
+def faults_as_one_line(what: str, mlflow_refusals: bool = False) -> Any:
+    """A fault (:func:`describe_fault`) as one line ``<what>: <message>``; with ``mlflow_refusals``,
+    MLflow's own refusals (a bad URI, an old schema) too. What is not a fault (a bug) keeps its traceback."""
     try:
         yield
     except RagtrackError:
         raise
     except Exception as exc:
         message = describe_fault(exc)
-        if message is None and type(exc).__module__.startswith("mlflow"):  # MLflow's own refusal (bad URI, old schema)
+        if message is None and mlflow_refusals and type(exc).__module__.startswith("mlflow"):
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if message is None:
             raise
-        raise RagtrackError(f"MLflow store {uri} (tracking.uri): {message}") from None
+        raise RagtrackError(f"{what}: {message}") from None
+
+
+def store_faults(uri: str) -> Any:
+    """A fault while opening or creating the store as one line naming the store (tracking.uri)."""
+    return faults_as_one_line(f"MLflow store {uri} (tracking.uri)", mlflow_refusals=True)
 
 
 def mark_killed_runs(client: Any, experiment_id: str) -> list[str]:
@@ -222,19 +228,9 @@ def mark_killed_runs(client: Any, experiment_id: str) -> list[str]:
     return [run.info.run_id for run in stale]
 
 
-@contextlib.contextmanager
 def reported_as_one_line() -> Any:
-    """MLflow's failures (store unreachable, disk full, a folder that is a file) as one-line errors;
-    what :func:`describe_fault` does not know (a bug) keeps its traceback."""
-    try:
-        yield
-    except RagtrackError:
-        raise
-    except Exception as exc:
-        message = describe_fault(exc)
-        if message is None:
-            raise
-        raise RagtrackError(f"MLflow logging failed: {message}") from None
+    """MLflow's failures while logging (store unreachable, disk full, a folder that is a file) as one line."""
+    return faults_as_one_line("MLflow logging failed")
 
 
 class Tracker:

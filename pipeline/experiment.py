@@ -432,6 +432,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
         tracker.log_parent(parent_metrics, artifacts, summary_note(results, key_metrics, dataset, tracker.run_name))
+        tracker.share_runs_view(key_metrics)
 
 
 def queries_table(result: SystemResult, dataset: Dataset, key_metrics: list[str], top: int) -> pd.DataFrame | None:

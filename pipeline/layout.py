@@ -49,6 +49,7 @@ PER_QUERY_FILE = "per_query.csv"
 CONFIG_FILE = "config.yaml"
 RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.csv"
+TAG_VIEW_PREFIX = "mlflow.sharedViewState."  # MLflow UI's own: an experiment tag holding a shared runs-table view
 QUERIES_TABLE = "queries.json"  # a system run's per-query table (MlflowClient.log_table): query, top documents, answer, metrics
 COMPARISON_DIR = "comparison"  # the job's systems side by side: comparison.md/.png, failures/, report.html (pipeline.comparison)
 JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE, COMPARISON_DIR)
@@ -106,3 +107,8 @@ def child_run_name(system: str, job_name: str) -> str:
 def default_tracking_uri(root: str | Path) -> str:
     """The SQLite store of the default tracking config under ``root``."""
     return f"sqlite:///{Path(root) / STORE_FOLDER / STORE_FILE}"
+
+
+def runs_table_page(experiment_id: str, view: str) -> str:
+    """The UI route of a shared runs-table view (experiment tag :data:`TAG_VIEW_PREFIX` + ``view``)."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import sqlite3
@@ -27,7 +28,7 @@ from filelock import FileLock
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
-                                      TAG_SYSTEM, child_run_name)
+                                      TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, runs_table_page)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -243,6 +244,7 @@ class Tracker:
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
                    steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None: ...
     def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None: ...
+    def share_runs_view(self, key_metrics: list[str]) -> None: ...
     def finish(self, error: BaseException | None = None) -> None: ...
 
     def where(self) -> list[str]:
@@ -265,6 +267,7 @@ class MlflowTracker(Tracker):
         self.process = process_tag()
         self.run_id = None
         self.run_name = ""
+        self.view_shared = False
 
     def start(self, run_name: str, tags: dict, params: dict) -> None:
         tags = {**tags, TAG_PROCESS: self.process}
@@ -302,13 +305,27 @@ class MlflowTracker(Tracker):
                 self.client.set_tag(self.run_id, TAG_ERROR, f"{type(error).__name__}: {error}"[:5000])
             self.client.set_terminated(self.run_id, "FAILED" if error is not None else "FINISHED")
 
+    def share_runs_view(self, key_metrics: list[str]) -> None:
+        """The job's systems in the runs table with the key metric columns showing, stored the way the
+        MLflow UI stores a shared view (an experiment tag :data:`TAG_VIEW_PREFIX` + the job's run id,
+        opened by ``?viewStateShareKey=``): filtered on the job, sorted by the first key metric."""
+        columns = [f"metrics.`{metric_key(m)}`" for m in key_metrics]
+        state = {"searchFilter": f"tags.`{TAG_PARENT}` = '{self.run_id}'", "orderByKey": columns[0], "orderByAsc": False,
+                 "selectedColumns": columns, "columnOrder": columns, "columnWidths": {c: 170 for c in columns}}
+        with reported_as_one_line():
+            self.client.set_experiment_tag(self.experiment_id, f"{TAG_VIEW_PREFIX}{self.run_id}", json.dumps(state))
+        self.view_shared = True
+
     def where(self) -> list[str]:
-        """The run id and the run's page: on the tracking server, or in ``ragtrack ui`` for a local store."""
-        page = f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
-        if not is_local_store(self.uri):
-            return [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})", f"Run page:      {self.uri.rstrip('/')}/{page}"]
-        return [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})",
-                f"Run page:      {UI_URL}/{page}", f"               after: ragtrack ui --tracking-uri {self.uri}"]
+        """The run id, the run's page and (after :meth:`share_runs_view`) its systems' runs table: on the
+        tracking server, or in ``ragtrack ui`` for a local store."""
+        local = is_local_store(self.uri)
+        base = UI_URL if local else self.uri.rstrip("/")
+        lines = [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})",
+                 f"Run page:      {base}/#/experiments/{self.experiment_id}/runs/{self.run_id}"]
+        if self.view_shared:
+            lines.append(f"Runs table:    {base}/{runs_table_page(self.experiment_id, self.run_id)}")
+        return lines + ([f"               after: ragtrack ui --tracking-uri {self.uri}"] if local else [])
 
     def _log(self, run_id: str, params: dict | None = None, metrics: dict | None = None, steps: dict | None = None) -> None:
         """``steps``: ``{key: {step: value}}``, metrics MLflow draws against the step (e.g. recall by k)."""

@@ -151,6 +151,12 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
                     page.get_by_text(cell, exact=True).first.wait_for()
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOTS / "mlflow_run_page.png"))
+                table_link = re.search(r"^Runs table:\s+(http://127\.0\.0\.1:5000/\S+)$", done.stdout, re.MULTILINE).group(1)
+                page.goto(table_link.replace("http://127.0.0.1:5000", url), wait_until="domcontentloaded")
+                for system in ("bm25", "dense", "hybrid"):  # the job's system runs, with their key metric columns
+                    page.get_by_text(f"{system} · ", exact=False).first.wait_for()
+                page.get_by_text("ndcg_at_10", exact=False).first.wait_for()
+                page.screenshot(path=str(SCREENSHOTS / "mlflow_runs_table.png"))
                 page.goto(link.replace("http://127.0.0.1:5000", url) + "/artifacts/comparison/report.html", wait_until="domcontentloaded")
                 report = page.frame_locator("iframe").first  # the UI shows an HTML artifact in a frame
                 report.get_by_role("heading", level=1).filter(has_text="toy").wait_for()

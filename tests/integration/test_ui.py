@@ -119,8 +119,9 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
 
 def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path) -> None:
     """A toy job, then the run page its last lines name: the description table holds the three
-    systems' nDCG@10 (mean [95% CI]) as results.json has them; so does the job's report.html, opened
-    from the run's artifacts on the same server."""
+    systems' nDCG@10 (mean [95% CI]) as results.json has them; a system run's queries.json opens as a
+    table of queries; the job's report.html, opened from the run's artifacts on the same server, holds
+    the same nDCG@10 cells."""
     import json
     import re
 
@@ -164,11 +165,22 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
                     report.get_by_role("cell", name=system, exact=True).first.wait_for()
                     report.get_by_role("cell", name=cell, exact=True).first.wait_for()
                 page.screenshot(path=str(SCREENSHOTS / "report.png"), full_page=False)
+                bm25 = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db").search_runs(
+                    [re.search(r"/experiments/(\w+)/", link).group(1)], filter_string="tags.`ragtrack.system` = 'bm25'")[0]
+                page.goto(f"{url}/#/experiments/{bm25.info.experiment_id}/runs/{bm25.info.run_id}/artifacts/queries.json", wait_until="domcontentloaded")
+                page.get_by_text("View as table").first.wait_for()  # log_table's file opens as a table, one row per query
+                for header in ("query", "retrieved", "relevant", "ndcg@10"):  # the grid's headers are buttons titled by column
+                    page.get_by_title(header, exact=True).first.wait_for()
+                page.get_by_role("cell", name="how do plants make glucose from sunlight", exact=True).first.wait_for()
+                page.get_by_role("cell").filter(has_text="1. d1 [2]").first.click()  # rank, id, grade, score, title
+                page.get_by_text("Preview", exact=True).first.wait_for()  # a clicked cell opens whole, one document per line
+                page.screenshot(path=str(SCREENSHOTS / "mlflow_queries_table.png"))
             finally:
                 browser.close()
     finally:
         stop_group(server)
-    assert (SCREENSHOTS / "mlflow_run_page.png").stat().st_size > 10_000 and (SCREENSHOTS / "report.png").stat().st_size > 10_000
+    for shot in ("mlflow_run_page.png", "report.png", "mlflow_queries_table.png"):
+        assert (SCREENSHOTS / shot).stat().st_size > 10_000, shot
 
 
 class _NoBrowser:

@@ -21,6 +21,8 @@ rationale, error) in the system's output folder, which is logged to MLflow with 
 
 from __future__ import annotations
 
+import functools
+
 import json
 import logging
 import re
@@ -72,11 +74,22 @@ class Rubric:
 def load_rubric(spec: str) -> Rubric:
     """A built-in rubric by name (``correctness``) or a rubric YAML file by path; :class:`InputError`
     names the file and what is wrong."""
+    if spec in BUILT_IN_RUBRICS:
+        return _built_in_rubric(spec)
+    if not (spec.endswith((".yaml", ".yml")) or "/" in spec):
+        raise RagtrackError(f"llm_judge: unknown rubric {spec!r}; built-in: {', '.join(BUILT_IN_RUBRICS)}, or give a YAML file's path")
+    return _read_rubric(Path(spec).expanduser())
+
+
+@functools.cache
+def _built_in_rubric(name: str) -> Rubric:
+    """Read once per process: the built-ins are package data (every metric lookup lists them)."""
+    return _read_rubric(RUBRICS_DIR / f"{name}.yaml")
+
+
+def _read_rubric(path: Path) -> Rubric:
     import yaml
 
-    path = RUBRICS_DIR / f"{spec}.yaml" if spec in BUILT_IN_RUBRICS else Path(spec).expanduser()
-    if spec not in BUILT_IN_RUBRICS and not (spec.endswith((".yaml", ".yml")) or "/" in spec):
-        raise RagtrackError(f"llm_judge: unknown rubric {spec!r}; built-in: {', '.join(BUILT_IN_RUBRICS)}, or give a YAML file's path")
     if not path.is_file():
         raise InputError(path, "rubric file not found")
     try:

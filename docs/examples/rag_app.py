@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
             mlflow.log_params({"dataset": "scifact", "encoder": args.encoder, "questions": len(rows), "depth": args.depth,
                                "rrf_k": args.rrf_k, "metrics": ",".join(METRICS)})
             result = mlflow.genai.evaluate(data=rows, predict_fn=app, scorers=evaluation_scorers())
+            mlflow.flush_trace_async_logging()  # every trace is in the store before the run ends (a loaded machine lost some)
     finally:
         app.close()
     metrics = {name: float(value) for name, value in sorted(result.metrics.items())}

@@ -43,10 +43,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.progress import Progress
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -243,9 +243,10 @@ class BertScoreEvaluator(GoldAnswerEvaluator):
         if self._loaded is None:
             from transformers import AutoModel, AutoTokenizer
 
-            from ragtrack.core.models import resolve_model
+            from ragtrack.core.models import quiet_model_loading, resolve_model
 
             location = resolve_model(self.model_name)
+            quiet_model_loading()
             try:
                 self._loaded = AutoTokenizer.from_pretrained(location), AutoModel.from_pretrained(location, use_safetensors=True).train(False)  # inference mode, safetensors only
             except Exception as exc:
@@ -258,16 +259,18 @@ class BertScoreEvaluator(GoldAnswerEvaluator):
 
         todo = sorted({t for t in texts if t not in self._vectors}, key=len)  # similar lengths pad less
         tokenizer, model = self._load() if todo else (None, None)
-        with torch.inference_mode():
-            for start in tqdm(range(0, len(todo), self.batch_size), desc="bertscore", unit="batch", leave=False, delay=1):
-                batch = tokenizer(todo[start:start + self.batch_size], padding=True, truncation=True,
+        with torch.inference_mode(), Progress("bertscore: embed", len(todo), "texts") as progress:
+            for start in range(0, len(todo), self.batch_size):
+                chunk = todo[start:start + self.batch_size]
+                batch = tokenizer(chunk, padding=True, truncation=True,
                                   max_length=self.max_length, return_tensors="pt", return_special_tokens_mask=True)
                 special = batch.pop("special_tokens_mask").bool()
                 states = model(**batch, output_hidden_states=True).hidden_states[self.layer]
                 states = torch.nn.functional.normalize(states, dim=-1)
                 keep = batch["attention_mask"].bool() & ~special
-                for row, text in enumerate(todo[start:start + self.batch_size]):
+                for row, text in enumerate(chunk):
                     self._vectors[text] = states[row][keep[row]].numpy()
+                progress.update(len(chunk))
         return [self._vectors[t] for t in texts]
 
     def score(self, data: EvalInput, qids: list[str]) -> np.ndarray:

@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from ragtrack.chunking import Chunker, ChunkPlan, plan_chunks
 from ragtrack.core.cache import Cache, IdentityMemo
 from ragtrack.core.data import Corpus, Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
+from ragtrack.core.progress import track
 from ragtrack.core.runs import Run, trec_text, write_trec
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.pairwise import PairwiseJudge
@@ -148,7 +148,7 @@ def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth
         retriever.index(dataset.corpus, cache)
     scores, latencies = {}, {}
     with stage(f"{name}: search {len(dataset.queries)} queries"):
-        for qid, text in tqdm(dataset.queries.items(), desc=f"{name}: search", unit="query", leave=False, delay=1):
+        for qid, text in track(dataset.queries.items(), f"{name}: search", "queries"):
             started = time.perf_counter()
             scores |= retriever.search({qid: text}, depth).scores
             latencies[qid] = time.perf_counter() - started

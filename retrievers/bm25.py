@@ -28,11 +28,11 @@ import time
 from importlib.metadata import version
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ragtrack.core.cache import Cache, folder_size
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.progress import bars_shown, track
 from ragtrack.core.runs import Run
 from ragtrack.core.text import EncodedTexts, Tokenizer
 from ragtrack.retrievers.base import Retriever, top_documents
@@ -40,7 +40,7 @@ from ragtrack.retrievers.base import Retriever, top_documents
 log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
 
 BACKENDS = ("bm25s", "rank_bm25")
-PROGRESS_FROM_DOCUMENTS = 100_000  # bm25s's four indexing bars, only where indexing takes seconds
+PROGRESS_FROM_DOCUMENTS = 100_000  # bm25s's four indexing bars, only where indexing takes seconds and on a terminal
 INDEX_FORMAT = 2  # 2: terms numbered in sorted order; ragtrack's own arrays for lucene and robertson
 OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b + b·|d|/avgdl))
     "lucene": lambda df, n: math.log(1 + (n - df + 0.5) / (df + 0.5)),
@@ -131,7 +131,7 @@ class BM25Retriever(Retriever):
 
         model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
         ids = [encoded.ids[start:end].tolist() for start, end in zip(encoded.offsets[:-1].tolist(), encoded.offsets[1:].tolist())]
-        model.index((ids, {term: i for i, term in enumerate(encoded.terms)}), show_progress=n_docs >= PROGRESS_FROM_DOCUMENTS,
+        model.index((ids, {term: i for i, term in enumerate(encoded.terms)}), show_progress=n_docs >= PROGRESS_FROM_DOCUMENTS and bars_shown(),
                     leave_progress=False)
         return model
 
@@ -170,7 +170,7 @@ class BM25Retriever(Retriever):
         everything = np.arange(len(self._doc_ids))
         return Run(self.name, {
             qid: top_documents(self._doc_ids[everything], score_all(query), k)
-            for qid, query in zip(qids, tqdm(tokens, desc=f"{self.name}: search", unit="query", leave=False, delay=1))
+            for qid, query in zip(qids, track(tokens, f"{self.name}: search", "queries"))
         })
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:

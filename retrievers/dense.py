@@ -35,12 +35,12 @@ from pathlib import Path
 
 import numpy as np
 from filelock import FileLock
-from tqdm.auto import tqdm
 
 from ragtrack.core.cache import Cache, cache_key, folder_size
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.processes import process_alive, process_tag
+from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
 from ragtrack.retrievers.base import Retriever, top_documents
 from ragtrack.retrievers.encoders import Encoder
@@ -137,7 +137,7 @@ class DenseRetriever(Retriever):
 
         def build(folder: Path) -> None:
             log.info("%s: encoding %d documents", self.name, len(corpus))
-            vectors = self.encoder.encode(corpus.full_texts(), kind="document", progress=True)
+            vectors = self.encoder.encode(corpus.full_texts(), kind="document", progress=f"{self.name}: encode")
             np.save(folder / EMBEDDINGS, vectors, allow_pickle=False)
 
         return cache.entry("embeddings", parts, build, label=f"{self.name} embeddings"), parts
@@ -152,8 +152,11 @@ class DenseRetriever(Retriever):
         def fill(collection, client) -> None:
             vectors = np.load(embeddings_folder / EMBEDDINGS, allow_pickle=False)
             batch = client.get_max_batch_size()
-            for start in tqdm(range(0, len(corpus), batch), desc=f"{self.name}: chroma add", unit="batch", leave=False, delay=1):
-                collection.add(ids=corpus.ids[start:start + batch], embeddings=vectors[start:start + batch])
+            with Progress(f"{self.name}: chroma add", len(corpus), "documents") as progress:
+                for start in range(0, len(corpus), batch):
+                    ids = corpus.ids[start:start + batch]
+                    collection.add(ids=ids, embeddings=vectors[start:start + batch])
+                    progress.update(len(ids))
 
         if self.chroma["mode"] == "http":
             self._client = self._http_client()

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,10 @@ class _EncodeBlock:
         return {"row": batch["row"], "vector": self.encoder.encode(batch["text"].tolist(), kind=self.kind)}
 
 
-def encode_on_ray(encoder, texts: list[str], kind: str, actors: int | None = None) -> np.ndarray:
+def encode_on_ray(encoder, texts: list[str], kind: str, progress: Progress, actors: int | None = None) -> np.ndarray:
     """Unit-length embeddings of ``texts`` (row i for text i) by ``actors`` Ray actors (default: one per
-    CPU of the cluster), each running a copy of ``encoder`` with ``distributed`` off."""
+    CPU of the cluster), each running a copy of ``encoder`` with ``distributed`` off; ``progress``
+    counts the rows as they come back."""
     try:
         import pyarrow as pa
         import ray
@@ -65,6 +67,7 @@ def encode_on_ray(encoder, texts: list[str], kind: str, actors: int | None = Non
             vectors = np.empty((len(texts), batch["vector"].shape[1]), dtype=np.float32)
         vectors[batch["row"]] = batch["vector"]
         filled[batch["row"]] = True
+        progress.update(len(batch["row"]))
     if vectors is None or not filled.all():
         raise RagtrackError(f"Ray returned {int(filled.sum())} of {len(texts)} embeddings")
     return vectors

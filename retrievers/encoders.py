@@ -22,10 +22,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.models import model_fingerprint, resolve_model
+from ragtrack.core.models import model_fingerprint, quiet_model_loading, resolve_model
+from ragtrack.core.progress import Progress
 from ragtrack.core.text import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -61,16 +61,20 @@ class Encoder(ABC):
         """Fetch or build cached artifacts the encoder needs (an exported model); called before encoding."""
 
     @abstractmethod
-    def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
-        """Raw embeddings; ``kind`` is ``query`` or ``document``."""
+    def _encode(self, texts: list[str], kind: str, progress: Progress) -> np.ndarray:
+        """Raw embeddings; ``kind`` is ``query`` or ``document``; ``progress.update(n)`` as texts are done."""
 
-    def encode(self, texts: Sequence[str], kind: str = "document", progress: bool = False) -> np.ndarray:
-        if self.distributed == "ray" and kind == "document":
-            from ragtrack.retrievers.distributed import encode_on_ray
+    def encode(self, texts: Sequence[str], kind: str = "document", progress: bool | str = False) -> np.ndarray:
+        """``progress``: True, or a label such as ``dense: encode``, shows how far the encoding is
+        (:mod:`ragtrack.core.progress`)."""
+        label = progress if isinstance(progress, str) else "encode"
+        with Progress(label, len(texts), "texts", show=bool(progress)) as counter:
+            if self.distributed == "ray" and kind == "document":
+                from ragtrack.retrievers.distributed import encode_on_ray
 
-            return encode_on_ray(self, list(texts), kind, self.actors)
-        Encoder.calls += len(texts)
-        vectors = np.asarray(self._encode(list(texts), kind, progress), dtype=np.float32)
+                return encode_on_ray(self, list(texts), kind, counter, self.actors)
+            Encoder.calls += len(texts)
+            vectors = np.asarray(self._encode(list(texts), kind, counter), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.where(norms > 0, norms, 1.0)
 
@@ -105,6 +109,7 @@ class SentenceTransformerEncoder(Encoder):
             from sentence_transformers import SentenceTransformer
 
             torch.set_num_threads(self.threads or os.cpu_count() or 1)
+            quiet_model_loading()
             try:
                 self._model = SentenceTransformer(self._location, device=torch_device(self.device))
             except Exception as exc:
@@ -113,23 +118,35 @@ class SentenceTransformerEncoder(Encoder):
                 self._model.max_seq_length = self.max_seq_length
         return self._model
 
-    def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
-        """Batches of ``batch_size`` (default 64 on a CPU, 256 on a GPU), halved while the device runs out
-        of memory."""
+    def _encode(self, texts: list[str], kind: str, progress: Progress) -> np.ndarray:
+        """Batches of ``batch_size`` (default 64 on a CPU, 256 on a GPU) longest first, the batches
+        sentence-transformers forms itself, encoded one call each so progress shows; the batch size is
+        halved while the device runs out of memory."""
         import torch
 
         model = self._load()
         prefix = self.query_prefix if kind == "query" else self.document_prefix
+        inputs = [prefix + t for t in texts]
+        order = np.argsort([-len(t) for t in inputs])  # sentence-transformers' own order (length in characters)
         batch_size = self.batch_size or (64 if model.device.type == "cpu" else 256)
-        while True:
+        vectors, start = None, 0
+        while start < len(inputs):
+            rows = order[start:start + batch_size]
             try:
-                return model.encode([prefix + t for t in texts], batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True)
+                batch = model.encode([inputs[r] for r in rows], batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True)
             except torch.OutOfMemoryError:
                 if batch_size == 1:
                     raise RagtrackError(f"{self.model_name}: out of memory on {model.device} even one text at a time") from None
                 batch_size //= 2
                 torch.cuda.empty_cache()
                 log.warning("%s: out of memory on %s; batch size now %d", self.model_name, model.device, batch_size)
+                continue
+            if vectors is None:
+                vectors = np.empty((len(inputs), batch.shape[-1]), dtype=np.float32)
+            vectors[rows] = batch
+            start += len(rows)
+            progress.update(len(rows))
+        return vectors if vectors is not None else np.empty((0, 0), dtype=np.float32)
 
 
 PRECISIONS = ("fp32", "int8")
@@ -147,6 +164,7 @@ def _export_onnx(location: str, folder: Path) -> None:
     import torch
     from transformers import AutoModel
 
+    quiet_model_loading()
     model = AutoModel.from_pretrained(location, attn_implementation="eager")
     model.train(False)  # inference mode (no dropout)
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in inspect.signature(model.forward).parameters]
@@ -249,28 +267,27 @@ class OnnxEncoder(Encoder):
         gpu = self.device.startswith("cuda") or (self.device == "auto" and "CUDAExecutionProvider" in onnxruntime.get_available_providers())
         return ["CUDAExecutionProvider", "CPUExecutionProvider"] if gpu else ["CPUExecutionProvider"]
 
-    def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
+    def _encode(self, texts: list[str], kind: str, progress: Progress) -> np.ndarray:
         session = self._load()
         prefix = self.query_prefix if kind == "query" else self.document_prefix
         token_ids = [e.ids for e in self._tokenizer.encode_batch([prefix + t for t in texts])]
         order = np.argsort([-len(ids) for ids in token_ids], kind="stable")  # longest first: peak memory shows at once
         inputs = {i.name for i in session.get_inputs()}
         vectors = None
-        with tqdm(total=len(texts), desc="encode", unit="text", disable=not progress, leave=False, delay=1) as bar:
-            for start in range(0, len(texts), self.batch_size):
-                rows = order[start:start + self.batch_size]
-                width = max(len(token_ids[r]) for r in rows)
-                ids = np.zeros((len(rows), width), dtype=np.int64)
-                mask = np.zeros_like(ids)
-                for i, r in enumerate(rows):
-                    ids[i, :len(token_ids[r])] = token_ids[r]
-                    mask[i, :len(token_ids[r])] = 1
-                feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-                hidden = session.run(None, {k: v for k, v in feeds.items() if k in inputs})[0]
-                if vectors is None:
-                    vectors = np.empty((len(texts), hidden.shape[-1]), dtype=np.float32)
-                vectors[rows] = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
-                bar.update(len(rows))
+        for start in range(0, len(texts), self.batch_size):
+            rows = order[start:start + self.batch_size]
+            width = max(len(token_ids[r]) for r in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for i, r in enumerate(rows):
+                ids[i, :len(token_ids[r])] = token_ids[r]
+                mask[i, :len(token_ids[r])] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            hidden = session.run(None, {k: v for k, v in feeds.items() if k in inputs})[0]
+            if vectors is None:
+                vectors = np.empty((len(texts), hidden.shape[-1]), dtype=np.float32)
+            vectors[rows] = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+            progress.update(len(rows))
         return vectors if vectors is not None else np.empty((0, 0), dtype=np.float32)
 
 
@@ -287,7 +304,7 @@ class HashingEncoder(Encoder):
     def fingerprint(self) -> dict:
         return {"encoder": "hashing", "dim": self.dim, "tokenizer": self._tokenize.settings()}
 
-    def _encode(self, texts: list[str], kind: str, progress: bool) -> np.ndarray:
+    def _encode(self, texts: list[str], kind: str, progress: Progress) -> np.ndarray:
         self._tokenize = self._tokenize or Tokenizer()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, tokens in enumerate(self._tokenize(texts)):

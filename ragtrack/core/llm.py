@@ -18,12 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from ragtrack.core.cache import cache_key
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
+from ragtrack.core.progress import track
 from ragtrack.core.runs import Run
 from ragtrack.core.secrets import check_variable_name, mask
 
@@ -95,7 +94,7 @@ class ChatClient:
         replies, failures = {}, {}
         with httpx.Client(timeout=self.timeout) as http, ThreadPoolExecutor(self.concurrency) as pool:
             futures = {pool.submit(self.complete, prompt, http): pid for pid, prompt in prompts.items()}
-            for future in tqdm(futures, desc=label, unit="request", leave=False, delay=1):
+            for future in track(futures, label, "requests"):
                 pid = futures[future]
                 try:
                     replies[pid] = future.result()

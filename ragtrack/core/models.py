@@ -1,11 +1,14 @@
 """Where a model's files are: the shipped all-MiniLM-L6-v2 for its usual names, else the name or path
-as given (for sentence-transformers and Hugging Face loaders); and a fingerprint of those files for
-cache keys. Shared by the encoders, the tokens chunker and BERTScore."""
+as given (for sentence-transformers and Hugging Face loaders); a fingerprint of those files for cache
+keys; and transformers' loading bars turned off. Shared by the encoders, the tokens chunker and
+BERTScore."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+
+from ragtrack.core.progress import bars_shown
 
 SHIPPED_MODEL_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 
@@ -28,3 +31,15 @@ def model_fingerprint(location: str) -> str:
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         digest.update(f"{file.relative_to(path)}:{file.stat().st_size}\n".encode())
     return digest.hexdigest()
+
+
+def quiet_model_loading() -> None:
+    """Before loading a model with transformers: its "Loading weights" bar (a fraction of a second, drawn
+    at once) stays off; the Hugging Face Hub's download bars show on a terminal only."""
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    downloads_shown = not are_progress_bars_disabled()
+    transformers_logging.disable_progress_bar()  # the hub's bars too
+    if downloads_shown and bars_shown():
+        enable_progress_bars()

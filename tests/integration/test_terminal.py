@@ -1,6 +1,7 @@
-"""What a user meets in the terminal: the end of a run says where its outputs and MLflow runs are,
-MLflow's own MLFLOW_TRACKING_URI is honoured, `ragtrack metrics` aligns its columns, and `ragtrack ui`
-leaves no process behind when it is stopped."""
+"""What a user meets in the terminal: a job's output in a file has no DEBUG lines, no carriage returns
+and plain progress lines only for a slow step; the end of a run says where its outputs and MLflow runs
+are, MLflow's own MLFLOW_TRACKING_URI is honoured, `ragtrack metrics` aligns its columns, and
+`ragtrack ui` leaves no process behind when it is stopped."""
 
 from __future__ import annotations
 
@@ -169,11 +170,32 @@ def test_compare_says_what_it_wrote_and_where_it_logged(toy_sweep, tmp_path: Pat
     assert max(map(len, capsys.readouterr().out.splitlines())) > 100  # one wide table
 
 
-def test_a_quick_job_prints_no_debug_lines_no_progress_bars_and_no_empty_stages(tmp_path: Path) -> None:
-    done = ragtrack(tmp_path, *TOY_JOB, "tracking=none")
+# ``ragtrack`` whose BM25 searches take 0.3 s a query, with the progress intervals shortened so the
+# 6-query search of the toy job (about 2 s) logs its estimate and progress lines
+SLOW_SEARCH = """
+import sys, time
+from ragtrack.core import progress
+from ragtrack.retrievers.bm25 import BM25Retriever
+from ragtrack.pipeline.cli import main
+progress.ESTIMATE_FROM, progress.LINE_EVERY = 1.0, 0.5
+search = BM25Retriever.search
+BM25Retriever.search = lambda self, *args: (time.sleep(0.3), search(self, *args))[1]
+sys.exit(main())
+"""
+
+
+def test_a_job_logs_no_debug_lines_no_carriage_returns_and_progress_only_for_its_slow_step(tmp_path: Path) -> None:
+    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", SLOW_SEARCH, *TOY_JOB, "tracking=none"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr
-    assert "[DEBUG]" not in output and "it/s]" not in output and "query/s]" not in output and "batch/s]" not in output
+    assert "[DEBUG]" not in output and "\r" not in output and "/s]" not in output
     assert "generate answers" not in output  # generator=none: no stage to report
+    assert re.search(r"\] - bm25: search 6 queries: about \d+ s \(estimated from the first \d\)$", done.stdout, re.MULTILINE)
+    assert re.search(r"\] - bm25: search \d/6 queries \(\d+%\), \d+ s elapsed, about \d+ s left$", done.stdout, re.MULTILINE)
+    progress = [line for line in output.splitlines() if "elapsed" in line or "estimated from" in line]
+    assert progress and all("] - bm25: search " in line for line in progress)  # the quick steps show nothing
     (log,) = (tmp_path / "outputs" / "runs").glob("*/ragtrack.log")
     assert "[DEBUG]" not in log.read_text() and "bm25: index done" in log.read_text()
+    assert "bm25: search 6 queries done, " in log.read_text()

@@ -1,10 +1,11 @@
 """Progress of long loops, the one way ragtrack shows it (encoding, indexing, searching, scoring).
 
-A step shorter than ``SHOW_AFTER`` seconds shows nothing. Past that, a step estimated to take at least
-``ESTIMATE_FROM`` seconds in all logs one line with its size and that estimate, once: the time so far
-plus the rest at the rate measured since the first batch (which also pays for loading a model). Then, on a terminal, a tqdm bar (cleared at the end); anywhere else (a pipe, a file, CI) no
-carriage returns but a plain log line each time both ``LINE_EVERY`` seconds and ``LINE_STEP`` of the
-work have passed since the last one: at most about ten lines a step, at most two a minute. A step that
+A step shorter than ``SHOW_AFTER`` seconds shows nothing. A step estimated to take ``ESTIMATE_FROM``
+seconds or more logs one line with its size and that estimate, once: the time so far plus the rest at
+the rate measured since the first batch (which also pays for loading a model). Then, on a terminal, a
+tqdm bar, cleared at the end (a widget in Jupyter). Anywhere else (a pipe, a file, CI): no carriage
+returns, but a plain log line each time both ``LINE_EVERY`` seconds and ``LINE_STEP`` of the work have
+passed since the last one, so at most about ten lines a step and at most two a minute. A step that
 logged anything ends with a ``done`` line. ``TQDM_DISABLE`` (any value, as for tqdm) turns the bar and
 the periodic lines off. Progress only counts: it never changes what a loop computes.
 """
@@ -44,7 +45,7 @@ class Progress:
         stream = stream or sys.stderr
         self.bar = None
         if show and bars_shown(stream):
-            from tqdm import tqdm
+            from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total, desc=label, unit=unit, file=stream, leave=False, delay=SHOW_AFTER)
         self.lines = show and self.bar is None and not os.environ.get("TQDM_DISABLE")
@@ -93,16 +94,14 @@ class Progress:
         if self.bar is None:
             log.info(message)
             return
-        from tqdm import tqdm
-
-        with tqdm.external_write_mode():  # the line goes above the bar, not through it
+        with self.bar.external_write_mode():  # the line goes above the bar, not through it
             log.info(message)
 
 
 def bars_shown(stream: TextIO | None = None) -> bool:
-    """Whether a progress bar may draw on ``stream`` (stderr): a terminal, and no ``TQDM_DISABLE``.
-    Also the switch for a library's own bars (bm25s's)."""
-    return not os.environ.get("TQDM_DISABLE") and (stream or sys.stderr).isatty()
+    """Whether a progress bar may draw: ``stream`` (stderr) is a terminal or this is a Jupyter kernel
+    (tqdm.auto draws a widget there), and no ``TQDM_DISABLE``. Also the switch for a library's own bars."""
+    return not os.environ.get("TQDM_DISABLE") and ((stream or sys.stderr).isatty() or "ipykernel" in sys.modules)
 
 
 def track(items: Iterable[T], label: str, unit: str, total: int | None = None, **options) -> Iterator[T]:

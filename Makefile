@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/ragtrack run $(ARGS)
 
+# Two pytest workers (the CI machine's 2 cores), a test file per worker (docs/development.md).
 test: setup chromium
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile $(ARGS)
 
 # The browser tests (tests/integration/test_ui.py) use Debian's chromium: installed with apt-get when
 # missing and run as root (as CI does); otherwise playwright's own Chromium (needs the internet); else

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,10 +123,12 @@ class RssSampler(threading.Thread):
         return max(inside) if inside else (before[-1] if before else 0.0)
 
 
-def run_job(corpus: Path, root: Path, overrides: list[str]) -> tuple[dict[str, tuple[float, float]], float, float]:
-    """Stage -> (seconds, peak MB), the whole job's wall seconds and peak MB (os.wait4)."""
+def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tuple[dict[str, tuple[float, float]], float, float]:
+    """Stage -> (seconds, peak MB), the whole job's wall seconds and peak MB (os.wait4). ``cache`` is
+    emptied before the job, so every index is built, and removed after it."""
+    shutil.rmtree(cache, ignore_errors=True)
     command = [sys.executable, "-m", "ragtrack", "run", "dataset=beir", f"dataset.path={corpus}", "encoder=hashing",
-               f"paths.cache_dir={root / 'cache'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
+               f"paths.cache_dir={cache}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
                f"hydra.run.dir={root / 'outputs' / corpus.name}", *overrides]
     env = {**os.environ, "TQDM_DISABLE": "1"}
     started = time.perf_counter()
@@ -146,6 +149,7 @@ def run_job(corpus: Path, root: Path, overrides: list[str]) -> tuple[dict[str, t
             stages[match["stage"]] = (float(match["seconds"]), sampler.peak_between(begin, now))
     _, status, usage = os.wait4(child.pid, 0)
     sampler.done.set()
+    shutil.rmtree(cache, ignore_errors=True)
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"failed: {' '.join(command)}\n{''.join(log[-40:])}")
     return stages, time.perf_counter() - started, usage.ru_maxrss / 1024
@@ -213,6 +217,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000", help="corpus sizes, comma-separated (add 1000000 for the 1M case)")
     parser.add_argument("--root", type=Path, help="working folder (corpora, cache, store); default: a temporary one")
+    parser.add_argument("--cache", type=Path, help="where each job's cache goes, emptied before and removed after it; default: ROOT/cache")
     parser.add_argument("--table", type=Path, help="also write the markdown table here")
     parser.add_argument("--plot", type=Path, help="also draw the log-log plot here")
     parser.add_argument("overrides", nargs="*", help="extra ragtrack run overrides")
@@ -227,7 +232,7 @@ def main() -> None:
                 started = time.perf_counter()
                 write_corpus(corpus, size)
                 print(f"{size:,} documents written in {time.perf_counter() - started:.1f} s", flush=True)
-            results[size] = run_job(corpus, root, args.overrides)
+            results[size] = run_job(corpus, root, (args.cache or root / 'cache').resolve(), args.overrides)
             print(f"{size:,} documents: job {results[size][1]:.1f} s, peak {results[size][2]:,.0f} MB", flush=True)
     text = f"Machine: {cpu_model()}, {os.cpu_count()} cores.\n\n{table(results)}\n"
     print(text)

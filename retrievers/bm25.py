@@ -47,7 +47,7 @@ OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b 
     "robertson": lambda df, n: math.log(max((n - df + 0.5) / (df + 0.5), 1.0)),  # bm25s clamps negative idf to 0
 }
 ARRAYS = ("data", "indices", "indptr")  # of S in CSR layout (rows: terms), as .npy files; terms.json beside them
-CHUNK_DOCUMENTS = 65_536  # documents counted per np.unique call: bounds the memory of an index build
+CHUNK_DOCUMENTS = 16_384  # documents counted per np.unique call: bounds the memory of an index build
 
 
 class BM25Retriever(Retriever):
@@ -72,7 +72,7 @@ class BM25Retriever(Retriever):
 
     def index(self, corpus: Corpus, cache: Cache) -> None:
         started = time.perf_counter()
-        self._doc_ids = np.asarray(corpus.ids, dtype=object)
+        self._doc_ids = corpus.id_array()
         if self.backend == "rank_bm25":  # its index can only be pickled, so it is rebuilt (seconds)
             from rank_bm25 import BM25Okapi
 
@@ -100,29 +100,40 @@ class BM25Retriever(Retriever):
     def _score_matrix(self, encoded: EncodedTexts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """S as CSR arrays (rows: terms, columns: documents ascending), computed as bm25s computes it:
         tfc in float64 from float32 term counts, idf with ``math.log`` stored as float32, their
-        product rounded to float32."""
+        product rounded to float32. Memory: the (document, term) pairs are counted a chunk of
+        documents at a time (kept as int32 terms, float32 counts), then scored chunk by chunk into
+        one preallocated array, so the full-size temporaries are S itself and its transpose."""
         from scipy import sparse
 
         n_docs, n_terms = len(encoded), len(encoded.terms)
         lengths = encoded.lengths()
         norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
-        documents, terms, counts = [], [], []
+        chunks, df = [], np.zeros(n_terms, dtype=np.int64)
         for first in range(0, n_docs, CHUNK_DOCUMENTS):  # (document, term) pairs counted chunk by chunk
             last = min(first + CHUNK_DOCUMENTS, n_docs)
             ids = encoded.ids[encoded.offsets[first]:encoded.offsets[last]].astype(np.int64)
             ids += np.repeat(np.arange(last - first, dtype=np.int64) * n_terms, lengths[first:last])
             pairs, tf = np.unique(ids, return_counts=True)
-            documents.append((pairs // n_terms + first).astype(np.int32))
-            terms.append((pairs % n_terms).astype(np.int32))
-            counts.append(tf.astype(np.float32).astype(np.float64))
-        documents, terms, counts = (np.concatenate(parts) if parts else np.empty(0) for parts in (documents, terms, counts))
-        df = np.bincount(terms, minlength=n_terms)
+            del ids
+            terms = (pairs % n_terms).astype(np.int32)
+            df += np.bincount(terms, minlength=n_terms)
+            chunks.append((np.bincount(pairs // n_terms, minlength=last - first), terms, tf.astype(np.float32)))
         idf_of = OWN_BUILD[self.method]
         distinct, position = np.unique(df, return_inverse=True)
         idf = np.array([idf_of(int(d), n_docs) for d in distinct.tolist()], dtype=np.float32)[position]
-        scores = (idf[terms].astype(np.float64) * (counts / (norms[documents] + counts))).astype(np.float32)
-        by_document = sparse.csr_matrix((scores, terms, np.concatenate([[0], np.cumsum(np.bincount(documents, minlength=n_docs))])),
-                                        shape=(n_docs, n_terms))
+        per_document = np.concatenate([chunk[0] for chunk in chunks]) if chunks else np.zeros(0, dtype=np.int64)
+        indptr = np.concatenate([[0], np.cumsum(per_document)])
+        scores, columns = np.empty(indptr[-1], dtype=np.float32), np.empty(indptr[-1], dtype=np.int32)
+        for number, first in enumerate(range(0, n_docs, CHUNK_DOCUMENTS)):
+            pairs_per_document, terms, tf = chunks[number]
+            chunks[number] = None  # freed as S fills
+            begin, end = indptr[first], indptr[first] + len(terms)
+            documents = np.repeat(np.arange(first, first + len(pairs_per_document)), pairs_per_document)
+            counts = tf.astype(np.float64)
+            scores[begin:end] = (idf[terms].astype(np.float64) * (counts / (norms[documents] + counts))).astype(np.float32)
+            columns[begin:end] = terms
+        by_document = sparse.csr_matrix((scores, columns, indptr), shape=(n_docs, n_terms))
+        del scores, columns
         by_term = by_document.T.tocsr()  # a counting sort: within a term, documents ascending
         return by_term.data, by_term.indices, by_term.indptr
 

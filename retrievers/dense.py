@@ -172,7 +172,7 @@ class DenseRetriever(Retriever):
             self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
             self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
             self.stats.size_bytes = folder_size(folder) + folder_size(embeddings_folder)
-        self._doc_ids = np.asarray(corpus.ids, dtype=object)
+        self._doc_ids = corpus.id_array()
         self._embeddings_file = embeddings_folder / EMBEDDINGS
         self._exact = None if self.approximate else self._exact_index()
         self.stats.from_cache = len(cache.builds) == builds_before

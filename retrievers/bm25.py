@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from importlib.metadata import version
 
 import numpy as np
@@ -48,6 +49,17 @@ OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b 
 }
 ARRAYS = ("data", "indices", "indptr")  # of S in CSR layout (rows: terms), as .npy files; terms.json beside them
 CHUNK_DOCUMENTS = 16_384  # documents counted per np.unique call: bounds the memory of an index build
+
+
+@dataclass
+class PairCounts:
+    """Per chunk of documents: pairs per document, term ids (int32) and counts (float32) of the
+    (document, term) pairs in document then term order; ``df`` per term."""
+
+    lengths: np.ndarray  # tokens per document
+    n_terms: int
+    chunks: list
+    df: np.ndarray
 
 
 class BM25Retriever(Retriever):
@@ -84,9 +96,11 @@ class BM25Retriever(Retriever):
             log.info("%s: indexing %d documents", self.name, len(corpus))
             encoded = self.tokenizer.encode(corpus.full_texts())
             if self.method in OWN_BUILD:
-                for name, values in zip(ARRAYS, self._score_matrix(encoded)):
-                    np.save(folder / f"{name}.npy", values, allow_pickle=False)
                 (folder / "terms.json").write_text(json.dumps(encoded.terms))
+                counts = self._count_pairs(encoded)
+                del encoded  # the token ids: no longer needed while S is built
+                for name, values in zip(ARRAYS, self._scores(counts)):
+                    np.save(folder / f"{name}.npy", values, allow_pickle=False)
             else:
                 self._bm25s_build(encoded, len(corpus)).save(str(folder), allow_pickle=False)
 
@@ -100,26 +114,36 @@ class BM25Retriever(Retriever):
     def _score_matrix(self, encoded: EncodedTexts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """S as CSR arrays (rows: terms, columns: documents ascending), computed as bm25s computes it:
         tfc in float64 from float32 term counts, idf with ``math.log`` stored as float32, their
-        product rounded to float32. Memory: the (document, term) pairs are counted a chunk of
-        documents at a time (kept as int32 terms, float32 counts), then scored chunk by chunk into
-        one preallocated array, so the full-size temporaries are S itself and its transpose."""
-        from scipy import sparse
+        product rounded to float32."""
+        return self._scores(self._count_pairs(encoded))
 
+    def _count_pairs(self, encoded: EncodedTexts) -> "PairCounts":
+        """The (document, term) pairs of ``encoded`` and their counts, a chunk of documents at a time
+        (``np.unique``), kept as int32 term ids and float32 counts: 8 bytes per pair."""
         n_docs, n_terms = len(encoded), len(encoded.terms)
         lengths = encoded.lengths()
-        norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
-        chunks, df = [], np.zeros(n_terms, dtype=np.int64)
-        for first in range(0, n_docs, CHUNK_DOCUMENTS):  # (document, term) pairs counted chunk by chunk
+        counts = PairCounts(lengths, n_terms, [], np.zeros(n_terms, dtype=np.int64))
+        for first in range(0, n_docs, CHUNK_DOCUMENTS):
             last = min(first + CHUNK_DOCUMENTS, n_docs)
             ids = encoded.ids[encoded.offsets[first]:encoded.offsets[last]].astype(np.int64)
             ids += np.repeat(np.arange(last - first, dtype=np.int64) * n_terms, lengths[first:last])
             pairs, tf = np.unique(ids, return_counts=True)
             del ids
             terms = (pairs % n_terms).astype(np.int32)
-            df += np.bincount(terms, minlength=n_terms)
-            chunks.append((np.bincount(pairs // n_terms, minlength=last - first), terms, tf.astype(np.float32)))
+            counts.df += np.bincount(terms, minlength=n_terms)
+            counts.chunks.append((np.bincount(pairs // n_terms, minlength=last - first), terms, tf.astype(np.float32)))
+        return counts
+
+    def _scores(self, counts: "PairCounts") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """S from the pair counts (see :meth:`_score_matrix`): scored chunk by chunk into one
+        preallocated array (each chunk freed once scored), then transposed by scipy into term rows."""
+        from scipy import sparse
+
+        lengths, n_terms, chunks = counts.lengths, counts.n_terms, counts.chunks
+        n_docs = len(lengths)
+        norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
         idf_of = OWN_BUILD[self.method]
-        distinct, position = np.unique(df, return_inverse=True)
+        distinct, position = np.unique(counts.df, return_inverse=True)
         idf = np.array([idf_of(int(d), n_docs) for d in distinct.tolist()], dtype=np.float32)[position]
         per_document = np.concatenate([chunk[0] for chunk in chunks]) if chunks else np.zeros(0, dtype=np.int64)
         indptr = np.concatenate([[0], np.cumsum(per_document)])
@@ -129,8 +153,8 @@ class BM25Retriever(Retriever):
             chunks[number] = None  # freed as S fills
             begin, end = indptr[first], indptr[first] + len(terms)
             documents = np.repeat(np.arange(first, first + len(pairs_per_document)), pairs_per_document)
-            counts = tf.astype(np.float64)
-            scores[begin:end] = (idf[terms].astype(np.float64) * (counts / (norms[documents] + counts))).astype(np.float32)
+            tf = tf.astype(np.float64)
+            scores[begin:end] = (idf[terms].astype(np.float64) * (tf / (norms[documents] + tf))).astype(np.float32)
             columns[begin:end] = terms
         by_document = sparse.csr_matrix((scores, columns, indptr), shape=(n_docs, n_terms))
         del scores, columns

@@ -1,18 +1,22 @@
 """ragtrack end to end at 10k, 100k (and by flag 1M) documents: each stage's time and peak memory,
 and how they grow with the corpus.
 
-    python bench/scale.py [--sizes 10000,100000] [--root DIR] [--plot docs/scale.png] [--table docs/scale.md]
-    python bench/scale.py --sizes 10000,100000,1000000           # the 1M case (about an hour on 2 cores)
+    python bench/scale.py [--sizes 10000,100000] [--root DIR] [--json FILE] [--plot docs/scale.png] [--table FILE]
+    python bench/scale.py --sizes 100000,1000000 --root DIR     # the 1M case (about an hour on 2 cores)
 
 Each corpus is synthetic and seeded (the same bytes on every machine): a Zipf(1.1) vocabulary of
 200,000 pseudo-words, document lengths drawn from SciFact's (title + abstract, in words), and 1,000
 queries, each made from 6 words of one document, which is its one relevant document (grade 1).
+Corpora are written once into ``--root`` and reused.
 
 Every size runs ``ragtrack run`` as a child process on that corpus with the hashing encoder, so model
-time is left out: BM25, dense into Chroma, RRF, ranking evaluation, MLflow. A stage's time comes from
-the job's own log (``<stage> done in X s``); its peak memory is the child's largest resident set while
-the stage ran, sampled from /proc every 20 ms. The growth exponent of a stage between two sizes n1 < n2
-is log(t2 / t1) / log(n2 / n1): 1.0 is linear.
+time is left out: BM25, dense into Chroma, RRF, ranking evaluation, MLflow. The job's cache is emptied
+first, so every index is built. A stage's wall time comes from the job's own log (``<stage> done in
+X s``); its CPU seconds (user + system, all threads) and peak memory (largest resident set) come from
+/proc, sampled every 20 ms while the stage ran. The growth exponent of a stage between two sizes
+n1 < n2 is log(c2 / c1) / log(n2 / n1) of its CPU seconds c (1.0 is linear): CPU time, unlike wall
+time, hardly changes with what else a shared machine runs. ``--json`` merges the measures into a file
+and reports every size it holds, so a 1M run adds to an earlier 10k + 100k run.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -97,40 +103,54 @@ def write_corpus(folder: Path, documents: int, seed: int = 0) -> None:
         qrels.writelines(f"q{number}\td{doc}\t1\n" for number, doc in enumerate(relevant))
 
 
-class RssSampler(threading.Thread):
-    """The resident set of process ``pid``, sampled every 20 ms; :meth:`peak_since` reads the largest
-    sample since a moment."""
+@dataclass
+class Measure:
+    """Wall seconds, CPU seconds (user + system, all threads) and peak resident MB of a stage or job."""
+
+    seconds: float
+    cpu: float
+    peak: float
+
+
+class Sampler(threading.Thread):
+    """The resident set and CPU time of process ``pid``, sampled every 20 ms."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.pid, self.samples, self.done = pid, [], threading.Event()
 
     def run(self) -> None:
-        status = Path(f"/proc/{self.pid}/status")
+        status, stat = Path(f"/proc/{self.pid}/status"), Path(f"/proc/{self.pid}/stat")
+        tick = os.sysconf("SC_CLK_TCK")
         while not self.done.wait(0.02):
             try:
                 rss_kb = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmRSS:"))
+                fields = stat.read_text().rsplit(")", 1)[1].split()
             except (OSError, StopIteration):
                 continue
-            self.samples.append((time.perf_counter(), rss_kb / 1024))
+            self.samples.append((time.perf_counter(), rss_kb / 1024, (int(fields[11]) + int(fields[12])) / tick))  # utime, stime
 
-    def peak_between(self, start: float, end: float) -> float:
-        """The largest sample between ``start`` and ``end``, or the last one before ``end`` when the
-        stage was shorter than the sampling interval."""
-        inside = [mb for t, mb in self.samples if start <= t <= end]
-        before = [mb for t, mb in self.samples if t <= end]
-        return max(inside) if inside else (before[-1] if before else 0.0)
+    def measure(self, start: float, end: float) -> Measure:
+        """The stage from ``start`` to ``end``: its CPU seconds and its largest sample (the last one
+        before ``end`` when the stage was shorter than the sampling interval)."""
+        inside = [mb for t, mb, _ in self.samples if start <= t <= end]
+        before = [(mb, cpu) for t, mb, cpu in self.samples if t <= end]
+        cpu_at = lambda moment: max((cpu for t, _, cpu in self.samples if t <= moment), default=0.0)  # noqa: E731
+        peak = max(inside) if inside else (before[-1][0] if before else 0.0)
+        return Measure(end - start, cpu_at(end) - cpu_at(start), peak)
 
 
-def run_job(corpus: Path, root: Path, overrides: list[str]) -> tuple[dict[str, tuple[float, float]], float, float]:
-    """Stage -> (seconds, peak MB), the whole job's wall seconds and peak MB (os.wait4)."""
+def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tuple[dict[str, Measure], Measure]:
+    """Stage -> its measure, and the whole job's (CPU and peak from os.wait4). ``cache`` is emptied
+    before the job, so every index is built, and removed after it."""
+    shutil.rmtree(cache, ignore_errors=True)
     command = [sys.executable, "-m", "ragtrack", "run", "dataset=beir", f"dataset.path={corpus}", "encoder=hashing",
-               f"paths.cache_dir={root / 'cache'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
+               f"paths.cache_dir={cache}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
                f"hydra.run.dir={root / 'outputs' / corpus.name}", *overrides]
     env = {**os.environ, "TQDM_DISABLE": "1"}
     started = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=root)
-    sampler = RssSampler(child.pid)
+    sampler = Sampler(child.pid)
     sampler.start()
     stages, opened, log = {}, {}, []
     for line in child.stdout:
@@ -142,13 +162,13 @@ def run_job(corpus: Path, root: Path, overrides: list[str]) -> tuple[dict[str, t
         if match["seconds"] is None:
             opened[match["stage"]] = now
         else:
-            begin = opened.pop(match["stage"], now - float(match["seconds"]))
-            stages[match["stage"]] = (float(match["seconds"]), sampler.peak_between(begin, now))
+            stages[stage_name(match["stage"])] = sampler.measure(opened.pop(match["stage"], now - float(match["seconds"])), now)
     _, status, usage = os.wait4(child.pid, 0)
     sampler.done.set()
+    shutil.rmtree(cache, ignore_errors=True)
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"failed: {' '.join(command)}\n{''.join(log[-40:])}")
-    return stages, time.perf_counter() - started, usage.ru_maxrss / 1024
+    return stages, Measure(time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
 def stage_name(stage: str) -> str:
@@ -161,33 +181,47 @@ def exponent(small: tuple[int, float], large: tuple[int, float]) -> float:
     return math.log(t2 / t1) / math.log(n2 / n1) if t1 > 0 and t2 > 0 else float("nan")
 
 
-def table(results: dict[int, tuple[dict, float, float]]) -> str:
-    """Markdown: per stage, seconds and peak MB at every size, and the exponent between the two largest."""
+Results = dict[int, tuple[dict[str, Measure], Measure]]
+
+
+def rows(results: Results) -> dict[str, dict[int, Measure]]:
+    """Stage (and ``whole job``) -> size -> measure, stages in job order."""
+    table: dict[str, dict[int, Measure]] = {}
+    for size in sorted(results):
+        for stage, measure in results[size][0].items():
+            table.setdefault(stage, {})[size] = measure
+    table["whole job"] = {size: results[size][1] for size in sorted(results)}
+    return table
+
+
+def table(results: Results) -> str:
+    """Markdown: per stage, wall seconds, CPU seconds and peak MB at every size, and the exponent of
+    CPU seconds between the two largest sizes (CPU time, unlike wall time, hardly depends on what
+    else the machine runs)."""
     sizes = sorted(results)
-    stages = list(dict.fromkeys(stage_name(s) for size in sizes for s in results[size][0]))
-    per_size = {size: {stage_name(s): v for s, v in results[size][0].items()} for size in sizes}
-    header = ["stage", *[f"{size:,} docs: s / peak MB" for size in sizes]]
+    header = ["stage", *[f"{size:,} docs: s / CPU s / peak MB" for size in sizes]]
     if len(sizes) > 1:
-        header.append(f"exponent {sizes[-2]:,}→{sizes[-1]:,}")
-    rows = [header, ["---"] * len(header)]
-    for stage in stages + ["whole job"]:
-        cells, times = [stage], []
+        header.append(f"exponent (CPU) {sizes[-2]:,}→{sizes[-1]:,}")
+    lines = [header, ["---"] * len(header)]
+    for stage, by_size in rows(results).items():
+        cells = [stage]
         for size in sizes:
-            seconds, peak = (results[size][1], results[size][2]) if stage == "whole job" else per_size[size].get(stage, (float("nan"), 0.0))
-            times.append(seconds)
-            cells.append(f"{seconds:.2f} / {peak:,.0f}")
+            m = by_size.get(size)
+            cells.append(f"{m.seconds:.2f} / {m.cpu:.2f} / {m.peak:,.0f}" if m else "—")
         if len(sizes) > 1:
-            if min(times[-2:]) < 0.05:  # too short to time: the ratio is noise
+            small, large = by_size.get(sizes[-2]), by_size.get(sizes[-1])
+            if not small or not large or min(small.cpu, large.cpu) < 0.5:  # too short to time: the ratio is noise
                 cells.append("—")
             else:
-                growth = exponent((sizes[-2], times[-2]), (sizes[-1], times[-1]))
-                cells.append(f"{growth:.2f}{'' if growth <= EXPONENT_TARGET or times[-1] < 1.0 else ' (above 1.15)'}")
-        rows.append(cells)
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+                growth = exponent((sizes[-2], small.cpu), (sizes[-1], large.cpu))
+                cells.append(f"{growth:.2f}{'' if growth <= EXPONENT_TARGET else ' (above 1.15)'}")
+        lines.append(cells)
+    return "\n".join("| " + " | ".join(row) + " |" for row in lines)
 
 
-def plot(results: dict[int, tuple[dict, float, float]], path: Path) -> None:
-    """Log-log seconds against documents, one line per stage that takes at least 0.5 s at the largest size."""
+def plot(results: Results, path: Path) -> None:
+    """Log-log CPU seconds against documents, one line per stage that takes at least 1 CPU second at
+    the largest size, the whole job, and a linear reference."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,29 +229,43 @@ def plot(results: dict[int, tuple[dict, float, float]], path: Path) -> None:
 
     sizes = sorted(results)
     figure, axes = plt.subplots(figsize=(8, 5))
-    per_size = {size: {stage_name(s): v[0] for s, v in results[size][0].items()} for size in sizes}
-    for stage in dict.fromkeys(stage_name(s) for s in results[sizes[-1]][0]):
-        if per_size[sizes[-1]].get(stage, 0.0) >= 0.5:
-            axes.plot(sizes, [per_size[size].get(stage, float("nan")) for size in sizes], marker="o", label=stage)
-    axes.plot(sizes, [results[size][1] for size in sizes], marker="s", color="black", label="whole job")
-    reference = [results[sizes[0]][1] * size / sizes[0] for size in sizes]
-    axes.plot(sizes, reference, linestyle="--", color="grey", label="linear (from the smallest whole job)")
-    axes.set(xscale="log", yscale="log", xlabel="documents", ylabel="seconds",
+    for stage, by_size in rows(results).items():
+        if by_size.get(sizes[-1], Measure(0, 0, 0)).cpu >= 1.0:
+            style = {"marker": "s", "color": "black"} if stage == "whole job" else {"marker": "o"}
+            axes.plot(sizes, [by_size[size].cpu if size in by_size else float("nan") for size in sizes], label=stage, **style)
+    job = rows(results)["whole job"]
+    axes.plot(sizes, [job[sizes[0]].cpu * size / sizes[0] for size in sizes], linestyle="--", color="grey",
+              label="linear (from the smallest whole job)")
+    axes.set(xscale="log", yscale="log", xlabel="documents", ylabel="CPU seconds",
              title=f"ragtrack run at scale (hashing encoder), {cpu_model()}")
     axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
 
+def save(results: Results, path: Path) -> None:
+    """Merge ``results`` into the JSON file ``path`` (sizes measured now replace stored ones)."""
+    stored = json.loads(path.read_text()) if path.is_file() else {}
+    stored |= {str(size): {"stages": {s: asdict(m) for s, m in stages.items()}, "job": asdict(job)} for size, (stages, job) in results.items()}
+    path.write_text(json.dumps(stored, indent=1))
+
+
+def load(path: Path) -> Results:
+    return {int(size): ({s: Measure(**m) for s, m in entry["stages"].items()}, Measure(**entry["job"]))
+            for size, entry in json.loads(path.read_text()).items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000", help="corpus sizes, comma-separated (add 1000000 for the 1M case)")
+    parser.add_argument("--sizes", default="10000,100000", help="corpus sizes, comma-separated (add 1000000 for the 1M case); empty: only report --json")
     parser.add_argument("--root", type=Path, help="working folder (corpora, cache, store); default: a temporary one")
+    parser.add_argument("--cache", type=Path, help="where each job's cache goes, emptied before and removed after it; default: ROOT/cache")
+    parser.add_argument("--json", type=Path, help="merge the measures into this file and report every size it holds")
     parser.add_argument("--table", type=Path, help="also write the markdown table here")
     parser.add_argument("--plot", type=Path, help="also draw the log-log plot here")
     parser.add_argument("overrides", nargs="*", help="extra ragtrack run overrides")
     args = parser.parse_args()
-    sizes = sorted(int(size) for size in args.sizes.split(","))
+    sizes = sorted(int(size) for size in args.sizes.split(",") if size)
     with tempfile.TemporaryDirectory(prefix="ragtrack-scale-") as scratch:
         root = (args.root or Path(scratch)).resolve()
         results = {}
@@ -227,8 +275,13 @@ def main() -> None:
                 started = time.perf_counter()
                 write_corpus(corpus, size)
                 print(f"{size:,} documents written in {time.perf_counter() - started:.1f} s", flush=True)
-            results[size] = run_job(corpus, root, args.overrides)
-            print(f"{size:,} documents: job {results[size][1]:.1f} s, peak {results[size][2]:,.0f} MB", flush=True)
+            results[size] = run_job(corpus, root, (args.cache or root / "cache").resolve(), args.overrides)
+            job = results[size][1]
+            print(f"{size:,} documents: job {job.seconds:.1f} s ({job.cpu:.1f} CPU s), peak {job.peak:,.0f} MB", flush=True)
+            if args.json:
+                save({size: results[size]}, args.json)
+    if args.json:
+        results = load(args.json)
     text = f"Machine: {cpu_model()}, {os.cpu_count()} cores.\n\n{table(results)}\n"
     print(text)
     if args.table:

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from importlib.metadata import version
 
 import numpy as np
@@ -47,7 +48,18 @@ OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b 
     "robertson": lambda df, n: math.log(max((n - df + 0.5) / (df + 0.5), 1.0)),  # bm25s clamps negative idf to 0
 }
 ARRAYS = ("data", "indices", "indptr")  # of S in CSR layout (rows: terms), as .npy files; terms.json beside them
-CHUNK_DOCUMENTS = 65_536  # documents counted per np.unique call: bounds the memory of an index build
+CHUNK_DOCUMENTS = 16_384  # documents counted per np.unique call: bounds the memory of an index build
+
+
+@dataclass
+class PairCounts:
+    """Per chunk of documents: pairs per document, term ids (int32) and counts (float32) of the
+    (document, term) pairs in document then term order; ``df`` per term."""
+
+    lengths: np.ndarray  # tokens per document
+    n_terms: int
+    chunks: list
+    df: np.ndarray
 
 
 class BM25Retriever(Retriever):
@@ -72,7 +84,7 @@ class BM25Retriever(Retriever):
 
     def index(self, corpus: Corpus, cache: Cache) -> None:
         started = time.perf_counter()
-        self._doc_ids = np.asarray(corpus.ids, dtype=object)
+        self._doc_ids = corpus.id_array()
         if self.backend == "rank_bm25":  # its index can only be pickled, so it is rebuilt (seconds)
             from rank_bm25 import BM25Okapi
 
@@ -84,9 +96,11 @@ class BM25Retriever(Retriever):
             log.info("%s: indexing %d documents", self.name, len(corpus))
             encoded = self.tokenizer.encode(corpus.full_texts())
             if self.method in OWN_BUILD:
-                for name, values in zip(ARRAYS, self._score_matrix(encoded)):
-                    np.save(folder / f"{name}.npy", values, allow_pickle=False)
                 (folder / "terms.json").write_text(json.dumps(encoded.terms))
+                counts = self._count_pairs(encoded)
+                del encoded  # the token ids: no longer needed while S is built
+                for name, values in zip(ARRAYS, self._scores(counts)):
+                    np.save(folder / f"{name}.npy", values, allow_pickle=False)
             else:
                 self._bm25s_build(encoded, len(corpus)).save(str(folder), allow_pickle=False)
 
@@ -101,28 +115,49 @@ class BM25Retriever(Retriever):
         """S as CSR arrays (rows: terms, columns: documents ascending), computed as bm25s computes it:
         tfc in float64 from float32 term counts, idf with ``math.log`` stored as float32, their
         product rounded to float32."""
-        from scipy import sparse
+        return self._scores(self._count_pairs(encoded))
 
+    def _count_pairs(self, encoded: EncodedTexts) -> "PairCounts":
+        """The (document, term) pairs of ``encoded`` and their counts, a chunk of documents at a time
+        (``np.unique``), kept as int32 term ids and float32 counts: 8 bytes per pair."""
         n_docs, n_terms = len(encoded), len(encoded.terms)
         lengths = encoded.lengths()
-        norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
-        documents, terms, counts = [], [], []
-        for first in range(0, n_docs, CHUNK_DOCUMENTS):  # (document, term) pairs counted chunk by chunk
+        counts = PairCounts(lengths, n_terms, [], np.zeros(n_terms, dtype=np.int64))
+        for first in range(0, n_docs, CHUNK_DOCUMENTS):
             last = min(first + CHUNK_DOCUMENTS, n_docs)
             ids = encoded.ids[encoded.offsets[first]:encoded.offsets[last]].astype(np.int64)
             ids += np.repeat(np.arange(last - first, dtype=np.int64) * n_terms, lengths[first:last])
             pairs, tf = np.unique(ids, return_counts=True)
-            documents.append((pairs // n_terms + first).astype(np.int32))
-            terms.append((pairs % n_terms).astype(np.int32))
-            counts.append(tf.astype(np.float32).astype(np.float64))
-        documents, terms, counts = (np.concatenate(parts) if parts else np.empty(0) for parts in (documents, terms, counts))
-        df = np.bincount(terms, minlength=n_terms)
+            del ids
+            terms = (pairs % n_terms).astype(np.int32)
+            counts.df += np.bincount(terms, minlength=n_terms)
+            counts.chunks.append((np.bincount(pairs // n_terms, minlength=last - first), terms, tf.astype(np.float32)))
+        return counts
+
+    def _scores(self, counts: "PairCounts") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """S from the pair counts (see :meth:`_score_matrix`): scored chunk by chunk into one
+        preallocated array (each chunk freed once scored), then transposed by scipy into term rows."""
+        from scipy import sparse
+
+        lengths, n_terms, chunks = counts.lengths, counts.n_terms, counts.chunks
+        n_docs = len(lengths)
+        norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
         idf_of = OWN_BUILD[self.method]
-        distinct, position = np.unique(df, return_inverse=True)
+        distinct, position = np.unique(counts.df, return_inverse=True)
         idf = np.array([idf_of(int(d), n_docs) for d in distinct.tolist()], dtype=np.float32)[position]
-        scores = (idf[terms].astype(np.float64) * (counts / (norms[documents] + counts))).astype(np.float32)
-        by_document = sparse.csr_matrix((scores, terms, np.concatenate([[0], np.cumsum(np.bincount(documents, minlength=n_docs))])),
-                                        shape=(n_docs, n_terms))
+        per_document = np.concatenate([chunk[0] for chunk in chunks]) if chunks else np.zeros(0, dtype=np.int64)
+        indptr = np.concatenate([[0], np.cumsum(per_document)])
+        scores, columns = np.empty(indptr[-1], dtype=np.float32), np.empty(indptr[-1], dtype=np.int32)
+        for number, first in enumerate(range(0, n_docs, CHUNK_DOCUMENTS)):
+            pairs_per_document, terms, tf = chunks[number]
+            chunks[number] = None  # freed as S fills
+            begin, end = indptr[first], indptr[first] + len(terms)
+            documents = np.repeat(np.arange(first, first + len(pairs_per_document)), pairs_per_document)
+            tf = tf.astype(np.float64)
+            scores[begin:end] = (idf[terms].astype(np.float64) * (tf / (norms[documents] + tf))).astype(np.float32)
+            columns[begin:end] = terms
+        by_document = sparse.csr_matrix((scores, columns, indptr), shape=(n_docs, n_terms))
+        del scores, columns
         by_term = by_document.T.tocsr()  # a counting sort: within a term, documents ascending
         return by_term.data, by_term.indices, by_term.indptr
 

@@ -31,6 +31,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,20 @@ def normalized(vectors: np.ndarray) -> np.ndarray:
         norms = np.sqrt((block * block).sum(axis=1, keepdims=True))
         np.divide(block, norms, out=block, where=norms > 0)
     return vectors
+
+
+def row_blocks(path: Path, rows: int) -> Iterator[np.ndarray]:
+    """The rows of a 2-d ``.npy`` file, ``rows`` at a time, read from the file as they are needed (the
+    whole array is never in memory)."""
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        (count, width), fortran_order, dtype = read_header(handle)
+        if fortran_order:
+            raise RagtrackError(f"{path}: expected rows in C order")
+        for start in range(0, count, rows):
+            size = min(rows, count - start)
+            yield np.fromfile(handle, dtype=dtype, count=size * width).reshape(size, width)
 
 
 class ExactIndex:
@@ -150,12 +165,11 @@ class DenseRetriever(Retriever):
         parts = {"embeddings": cache_key("embeddings", embedding_parts), **self._collection_settings()}
 
         def fill(collection, client) -> None:
-            vectors = np.load(embeddings_folder / EMBEDDINGS, allow_pickle=False)
-            batch = client.get_max_batch_size()
+            batch = client.get_max_batch_size()  # batch size hardly matters (docs/scale.md): the fewest calls
             with Progress(f"{self.name}: chroma add", len(corpus), "documents") as progress:
-                for start in range(0, len(corpus), batch):
+                for start, vectors in zip(range(0, len(corpus), batch), row_blocks(embeddings_folder / EMBEDDINGS, batch)):
                     ids = corpus.ids[start:start + batch]
-                    collection.add(ids=ids, embeddings=vectors[start:start + batch])
+                    collection.add(ids=ids, embeddings=vectors)
                     progress.update(len(ids))
 
         if self.chroma["mode"] == "http":
@@ -172,7 +186,7 @@ class DenseRetriever(Retriever):
             self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
             self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
             self.stats.size_bytes = folder_size(folder) + folder_size(embeddings_folder)
-        self._doc_ids = np.asarray(corpus.ids, dtype=object)
+        self._doc_ids = corpus.id_array()
         self._embeddings_file = embeddings_folder / EMBEDDINGS
         self._exact = None if self.approximate else self._exact_index()
         self.stats.from_cache = len(cache.builds) == builds_before

@@ -31,6 +31,7 @@ from ragtrack.core.text import Tokenizer
 log = logging.getLogger(__name__)
 
 DISTRIBUTED = ("none", "ray")
+HASHING_BLOCK = 65_536  # texts the hashing encoder tokenizes at once
 
 
 class Encoder(ABC):
@@ -61,7 +62,7 @@ class Encoder(ABC):
         """Fetch or build cached artifacts the encoder needs (an exported model); called before encoding."""
 
     @abstractmethod
-    def _encode(self, texts: list[str], kind: str, progress: Progress) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
         """Raw embeddings; ``kind`` is ``query`` or ``document``; ``progress.update(n)`` as texts are done."""
 
     def encode(self, texts: Sequence[str], kind: str = "document", progress: bool | str = False) -> np.ndarray:
@@ -74,9 +75,9 @@ class Encoder(ABC):
 
                 return encode_on_ray(self, list(texts), kind, counter, self.actors)
             Encoder.calls += len(texts)
-            vectors = np.asarray(self._encode(list(texts), kind, counter), dtype=np.float32)
+            vectors = np.asarray(self._encode(texts, kind, counter), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return vectors / np.where(norms > 0, norms, 1.0)
+        return np.divide(vectors, np.where(norms > 0, norms, 1.0), out=vectors)
 
 
 def torch_device(device: str) -> str:
@@ -118,7 +119,7 @@ class SentenceTransformerEncoder(Encoder):
                 self._model.max_seq_length = self.max_seq_length
         return self._model
 
-    def _encode(self, texts: list[str], kind: str, progress: Progress) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
         """Batches of ``batch_size`` (default 64 on a CPU, 256 on a GPU) longest first, the batches
         sentence-transformers forms itself, encoded one call each so progress shows; the batch size is
         halved while the device runs out of memory."""
@@ -267,7 +268,7 @@ class OnnxEncoder(Encoder):
         gpu = self.device.startswith("cuda") or (self.device == "auto" and "CUDAExecutionProvider" in onnxruntime.get_available_providers())
         return ["CUDAExecutionProvider", "CPUExecutionProvider"] if gpu else ["CPUExecutionProvider"]
 
-    def _encode(self, texts: list[str], kind: str, progress: Progress) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
         session = self._load()
         prefix = self.query_prefix if kind == "query" else self.document_prefix
         token_ids = [e.ids for e in self._tokenizer.encode_batch([prefix + t for t in texts])]
@@ -304,11 +305,16 @@ class HashingEncoder(Encoder):
     def fingerprint(self) -> dict:
         return {"encoder": "hashing", "dim": self.dim, "tokenizer": self._tokenize.settings()}
 
-    def _encode(self, texts: list[str], kind: str, progress: Progress) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
+        """Each token adds +1 (crc32 bit 31 set) or -1 to bucket crc32 mod ``dim``; integer sums, so
+        exact in any order. Texts are tokenized a block at a time to bound memory."""
         self._tokenize = self._tokenize or Tokenizer()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, tokens in enumerate(self._tokenize(texts)):
-            for token in tokens:
-                code = zlib.crc32(token.encode())
-                vectors[row, code % self.dim] += 1.0 if code & 1 << 31 else -1.0
+        for start in range(0, len(texts), HASHING_BLOCK):
+            encoded = self._tokenize.encode(texts[start:start + HASHING_BLOCK])
+            codes = np.array([zlib.crc32(term.encode()) for term in encoded.terms], dtype=np.int64)
+            cells = np.repeat(np.arange(len(encoded), dtype=np.int64) * self.dim, encoded.lengths()) + (codes % self.dim)[encoded.ids]
+            signs = np.where(codes & 1 << 31, 1.0, -1.0)[encoded.ids]
+            vectors[start:start + len(encoded)] = np.bincount(cells, signs, minlength=len(encoded) * self.dim).reshape(-1, self.dim)
+            progress.update(len(encoded))
         return vectors

@@ -17,14 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from ragtrack.core import columnar
 from ragtrack.core.errors import InputError
 from ragtrack.core.fields import BEIR_HEADER, check_id, check_text, parse_grade, split_columns
 from ragtrack.core.files import open_bytes, read_lines
+from ragtrack.core.strings import JoinedTexts, Strings, StringsBuilder
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +36,32 @@ Qrels = dict[str, dict[str, int]]
 
 @dataclass(frozen=True)
 class Corpus:
-    """Documents in file order; ``hash`` is the sha256 of the corpus content."""
+    """Documents in file order; ``hash`` is the sha256 of the corpus content. ``ids``, ``titles`` and
+    ``texts`` are compact columns (:class:`~ragtrack.core.strings.Strings`: one UTF-8 buffer each),
+    read like lists of strings; lists given to the constructor are converted."""
 
-    ids: list[str]
-    titles: list[str]
-    texts: list[str]
+    ids: Sequence[str]
+    titles: Sequence[str]
+    texts: Sequence[str]
     hash: str
+
+    def __post_init__(self) -> None:
+        for name in ("ids", "titles", "texts"):
+            object.__setattr__(self, name, Strings(getattr(self, name)))
+        if not len(self.ids) == len(self.titles) == len(self.texts):
+            raise ValueError(f"corpus columns differ in length: {len(self.ids)} ids, {len(self.titles)} titles, {len(self.texts)} texts")
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def full_texts(self) -> list[str]:
-        """Title and text joined by a space, as BEIR feeds them to BM25 and dense encoders."""
-        return [f"{title} {text}".strip() for title, text in zip(self.titles, self.texts)]
+    def full_texts(self) -> Sequence[str]:
+        """Title and text joined by a space, as BEIR feeds them to BM25 and dense encoders (computed
+        as read: indexing gives a ``str``, slicing a list)."""
+        return JoinedTexts(self.titles, self.texts)
+
+    def id_array(self) -> np.ndarray:
+        """The ids as a numpy object array (for indexing by position)."""
+        return np.fromiter(self.ids, dtype=object, count=len(self.ids))
 
 
 @dataclass(frozen=True)
@@ -65,7 +81,7 @@ class Dataset:
         return sum(any(g >= threshold for g in docs.values()) for docs in self.qrels.values())
 
 
-def _read_jsonl(path: Path, digest: "hashlib._Hash") -> Iterator[tuple[int, dict]]:
+def _read_jsonl(path: Path, digest: "hashlib._Hash | None") -> Iterator[tuple[int, dict]]:
     for number, text in read_lines(path, digest):
         try:
             record = json.loads(text)
@@ -92,10 +108,10 @@ def _string_field(record: dict, key: str, path: Path, line: int, required: bool)
 
 
 def load_corpus(path: Path) -> Corpus:
-    """Read a BEIR ``corpus.jsonl(.gz)``."""
+    """Read a BEIR ``corpus.jsonl(.gz)`` into compact columns."""
     digest = hashlib.sha256()
-    ids, titles, texts = [], [], []
-    first_line: dict[str, int] = {}
+    ids, titles, texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
+    seen: set[str] = set()
     for number, record in _read_jsonl(path, digest):
         doc_id = check_id(record.get("_id"), path, number) if "_id" in record else None
         if doc_id is None:
@@ -104,15 +120,21 @@ def load_corpus(path: Path) -> Corpus:
         title = _string_field(record, "title", path, number, required=False)
         if not text.strip() and not title.strip():
             raise InputError(path, f"document {doc_id!r} has an empty title and text", number)
-        if doc_id in first_line:
-            raise InputError(path, f"duplicate document id {doc_id!r} (first on line {first_line[doc_id]})", number)
-        first_line[doc_id] = number
+        if doc_id in seen:
+            raise InputError(path, f"duplicate document id {doc_id!r} (first on line {_first_line(path, doc_id)})", number)
+        seen.add(doc_id)
         ids.append(doc_id)
         titles.append(title)
         texts.append(text)
-    if not ids:
+    if not seen:
         raise InputError(path, "corpus is empty")
-    return Corpus(ids=ids, titles=titles, texts=texts, hash=digest.hexdigest())
+    return Corpus(ids=Strings.from_builder(ids), titles=Strings.from_builder(titles), texts=Strings.from_builder(texts),
+                  hash=digest.hexdigest())
+
+
+def _first_line(path: Path, doc_id: str) -> int:
+    """The line of the first document with id ``doc_id`` (read again: only a duplicate needs it)."""
+    return next(number for number, record in _read_jsonl(path, None) if record.get("_id") == doc_id)
 
 
 def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str, dict[str, dict]]:

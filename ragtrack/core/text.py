@@ -18,6 +18,7 @@ import Stemmer
 
 from ragtrack.core.errors import RagtrackError
 
+BLOCK_TOKENS = 1 << 22  # word numbers per numpy block in Tokenizer.encode (16 MB)
 STOPWORD_LISTS = {"en": "STOPWORDS_EN"}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba)
 
 
@@ -87,14 +88,20 @@ class Tokenizer:
         return self.encode(texts).tokens()
 
     def encode(self, texts: Iterable[str]) -> EncodedTexts:
-        """The token ids of all ``texts`` (see module docstring)."""
+        """The token ids of all ``texts`` (see module docstring). Word numbers are gathered in blocks
+        of :data:`BLOCK_TOKENS`, then mapped to term ids block by block into one array, so memory
+        peaks near 8 bytes per token."""
         split, lowercase = self._split, self.lowercase
         numbering = _Numbering()
         number_of = numbering.__getitem__
-        numbers, ends = array("i"), array("q", [0])
+        blocks, numbers, ends, done = [], array("i"), array("q", [0]), 0
         for text in texts:
             numbers.extend(map(number_of, split(text.lower() if lowercase else text)))
-            ends.append(len(numbers))
+            ends.append(done + len(numbers))
+            if len(numbers) >= BLOCK_TOKENS:
+                blocks.append(np.frombuffer(numbers, dtype=np.int32))
+                done, numbers = done + len(numbers), array("i")
+        blocks.append(np.frombuffer(numbers, dtype=np.int32))
         stopwords = self.stopwords
         kept = [word for word in numbering if word not in stopwords]  # dicts keep insertion order: word numbers
         stems = self.stemmer.stemWords(kept) if self.stemmer is not None else kept
@@ -103,6 +110,14 @@ class Tokenizer:
         table = np.full(len(numbering), -1, dtype=np.int32)
         table[np.fromiter(map(numbering.__getitem__, kept), dtype=np.int64, count=len(kept))] = \
             np.fromiter(map(term_id.__getitem__, stems), dtype=np.int32, count=len(stems))
-        mapped = table[np.frombuffer(numbers, dtype=np.int32)] if numbers else np.empty(0, dtype=np.int32)
-        kept_so_far = np.concatenate([[0], np.cumsum(mapped >= 0, dtype=np.int64)])
-        return EncodedTexts(ids=mapped[mapped >= 0], offsets=kept_so_far[np.frombuffer(ends, dtype=np.int64)], terms=terms)
+        ids = np.empty(sum(int(np.count_nonzero(table[block] >= 0)) for block in blocks), dtype=np.int32)
+        dropped, filled, position = [np.empty(0, dtype=np.int64)], 0, 0
+        for number, block in enumerate(blocks):
+            blocks[number] = None  # freed as ids fill
+            mapped = table[block]
+            keep = mapped >= 0
+            ids[filled:filled + int(keep.sum())] = mapped[keep]
+            dropped.append(np.flatnonzero(~keep) + position)
+            filled, position = filled + int(keep.sum()), position + len(block)
+        ends = np.frombuffer(ends, dtype=np.int64)
+        return EncodedTexts(ids=ids, offsets=ends - np.searchsorted(np.concatenate(dropped), ends), terms=terms)

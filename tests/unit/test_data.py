@@ -58,6 +58,8 @@ BAD_INPUTS = [
     ("corpus.jsonl", '{"text": "a"}\n', "corpus.jsonl:1: missing field '_id'"),
     ("corpus.jsonl", '{"_id": "d1"}\n', "corpus.jsonl:1: missing field 'text'"),
     ("corpus.jsonl", CORPUS_OK + '{"_id": "d1", "text": "y"}\n', "corpus.jsonl:2: duplicate document id 'd1' (first on line 1)"),
+    ("corpus.jsonl", '\n{"_id": "d0", "text": "w"}\n' + CORPUS_OK + '{"_id": "d2", "text": "z"}\n{"_id": "d1", "text": "y"}\n',
+     "corpus.jsonl:5: duplicate document id 'd1' (first on line 3)"),
     ("corpus.jsonl", '{"_id": "d 1", "text": "y"}\n', "corpus.jsonl:1: id 'd 1' contains whitespace"),
     ("corpus.jsonl", '{"_id": 7, "text": "y"}\n', "corpus.jsonl:1: '_id' must be a non-empty string, got 7"),
     ("corpus.jsonl", '{"_id": "d1", "title": "", "text": "  "}\n', "corpus.jsonl:1: document 'd1' has an empty title and text"),

@@ -8,7 +8,7 @@ from threadpoolctl import threadpool_limits
 
 from ragtrack.core.runs import rank_documents
 from ragtrack.retrievers.base import top_documents
-from ragtrack.retrievers.dense import ExactIndex, normalized
+from ragtrack.retrievers.dense import ExactIndex, normalized, row_blocks
 
 
 def vectors(count: int, dimension: int = 48, seed: int = 0) -> np.ndarray:
@@ -48,3 +48,13 @@ def test_equal_vectors_tie_by_document_id_descending() -> None:
     documents[5] *= -1  # the one document pointing away
     found = index_of(documents).search(documents[:1], 3)[0]
     assert [d for d, _ in rank_documents(found)] == ["d00004", "d00003", "d00002"]
+
+
+def test_row_blocks_read_a_saved_array_back_in_pieces(tmp_path) -> None:
+    """Chroma is filled from the embeddings file block by block: the blocks join to the array saved."""
+    for count, rows in ((10, 3), (10, 10), (10, 64), (0, 4)):
+        saved = vectors(count, dimension=5)
+        np.save(tmp_path / "e.npy", saved)
+        blocks = list(row_blocks(tmp_path / "e.npy", rows))
+        assert [len(block) for block in blocks] == [min(rows, count - start) for start in range(0, count, rows)]
+        assert np.array_equal(np.concatenate(blocks) if blocks else np.empty((0, 5), np.float32), saved)

@@ -2,7 +2,7 @@
 and how they grow with the corpus.
 
     python bench/scale.py [--sizes 10000,100000] [--root DIR] [--json FILE] [--plot docs/scale.png] [--table FILE]
-    python bench/scale.py --sizes 100000,1000000 --root DIR     # the 1M case (about an hour on 2 cores)
+    python bench/scale.py --sizes 100000,1000000 --root DIR     # the 1M case (82 min wall on 2 loaded cores; mostly Chroma)
 
 Each corpus is synthetic and seeded (the same bytes on every machine): a Zipf(1.1) vocabulary of
 200,000 pseudo-words, document lengths drawn from SciFact's (title + abstract, in words), and 1,000

@@ -146,7 +146,7 @@ def test_mlflow_server_gives_the_embedded_metrics(tmp_path, embedded) -> None:
     assert experiment.artifact_location.startswith("mlflow-artifacts:")
     assert (tmp_path / "server-artifacts" / experiment.experiment_id / parent.info.run_id / "artifacts" / "results.json").exists()
     assert not (tmp_path / "mlruns").exists()
-    logged = {key: value for key, value in parent.data.metrics.items()}
+    logged = {key: value for key, value in parent.data.metrics.items() if "/latency/" not in key}  # quantiles: not in results.json's systems
     assert logged == {f"{system}/{metric.replace('@', '_at_')}": value
                       for system, metrics in embedded.items() for metric, value in metrics.items()}
     assert systems(tmp_path / "outputs" / "job") == embedded

@@ -134,10 +134,13 @@ class Sampler(threading.Thread):
         """The stage from ``start`` to ``end``: its CPU seconds and its largest sample (the last one
         before ``end`` when the stage was shorter than the sampling interval)."""
         inside = [mb for t, mb, _ in self.samples if start <= t <= end]
-        before = [(mb, cpu) for t, mb, cpu in self.samples if t <= end]
-        cpu_at = lambda moment: max((cpu for t, _, cpu in self.samples if t <= moment), default=0.0)  # noqa: E731
-        peak = max(inside) if inside else (before[-1][0] if before else 0.0)
-        return Measure(end - start, cpu_at(end) - cpu_at(start), peak)
+        before = [mb for t, mb, _ in self.samples if t <= end]
+        peak = max(inside) if inside else (before[-1] if before else 0.0)
+        return Measure(end - start, self._cpu_at(end) - self._cpu_at(start), peak)
+
+    def _cpu_at(self, moment: float) -> float:
+        """The process's CPU seconds at its last sample before ``moment`` (0 before the first)."""
+        return max((cpu for t, _, cpu in self.samples if t <= moment), default=0.0)
 
 
 def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tuple[dict[str, Measure], Measure]:
@@ -229,11 +232,12 @@ def plot(results: Results, path: Path) -> None:
 
     sizes = sorted(results)
     figure, axes = plt.subplots(figsize=(8, 5))
-    for stage, by_size in rows(results).items():
+    by_stage = rows(results)
+    for stage, by_size in by_stage.items():
         if by_size.get(sizes[-1], Measure(0, 0, 0)).cpu >= 1.0:
             style = {"marker": "s", "color": "black"} if stage == "whole job" else {"marker": "o"}
             axes.plot(sizes, [by_size[size].cpu if size in by_size else float("nan") for size in sizes], label=stage, **style)
-    job = rows(results)["whole job"]
+    job = by_stage["whole job"]
     axes.plot(sizes, [job[sizes[0]].cpu * size / sizes[0] for size in sizes], linestyle="--", color="grey",
               label="linear (from the smallest whole job)")
     axes.set(xscale="log", yscale="log", xlabel="documents", ylabel="CPU seconds",

@@ -22,7 +22,6 @@ rationale, error) in the system's output folder, which is logged to MLflow with 
 from __future__ import annotations
 
 import functools
-
 import json
 import logging
 import re

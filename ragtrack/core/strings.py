@@ -9,9 +9,10 @@ equals any sequence of the same texts in the same order (a list, say), so code w
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from array import array
-from itertools import islice
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 
 import numpy as np
 
@@ -23,8 +24,9 @@ class TextSequence(Sequence[str]):
 
     __slots__ = ()
 
+    @abstractmethod
     def _text(self, index: int) -> str:
-        raise NotImplementedError
+        """Text ``index`` (0 <= index < len)."""
 
     def _texts(self, start: int, stop: int) -> Iterator[str]:
         return map(self._text, range(start, stop))

@@ -116,8 +116,9 @@ class Tokenizer:
             blocks[number] = None  # freed as ids fill
             mapped = table[block]
             keep = mapped >= 0
-            ids[filled:filled + int(keep.sum())] = mapped[keep]
+            kept = int(np.count_nonzero(keep))
+            ids[filled:filled + kept] = mapped[keep]
             dropped.append(np.flatnonzero(~keep) + position)
-            filled, position = filled + int(keep.sum()), position + len(block)
+            filled, position = filled + kept, position + len(block)
         ends = np.frombuffer(ends, dtype=np.int64)
         return EncodedTexts(ids=ids, offsets=ends - np.searchsorted(np.concatenate(dropped), ends), terms=terms)

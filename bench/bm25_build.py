@@ -8,6 +8,7 @@ stopwords followed by random words, document lengths drawn from SciFact's (title
 215 words on average) or, with ``--lengths short``, 5-15 words (bench/sparse.py's synthetic corpus).
 
     python bench/bm25_build.py [--docs 1000000] [--lengths scifact|short] [--repeats 1]
+    python bench/bm25_build.py --beir ROOT/synthetic-1000000     # bench/scale.py's corpus instead
 """
 
 from __future__ import annotations
@@ -22,28 +23,14 @@ import bm25s
 import numpy as np
 import Stemmer
 
+from machine import cpu_model  # bench/ scripts share the machine line
+
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 SCIFACT = Path(__file__).resolve().parent.parent / "data" / "scifact"
 LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-
-
-def cpu_name() -> str:
-    """The CPU model and its AVX2 / AVX-512 VNNI flags, from /proc/cpuinfo."""
-    model, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    named = [flag for flag in ("avx2", "avx512f", "avx512_vnni") if flag in flags]
-    return f"{model} ({', '.join(named) or 'no AVX2'})"
 
 
 def synthetic_corpus(docs: int, lengths_from: str = "scifact", vocabulary_size: int = 200_000, seed: int = 0) -> Corpus:
@@ -76,7 +63,7 @@ def build_ragtrack(corpus: Corpus) -> float:
 
 
 def build_bm25s(corpus: Corpus) -> float:
-    texts = corpus.full_texts()  # ragtrack's index() joins title and text itself; joined outside the timing here
+    texts = list(corpus.full_texts())  # ragtrack's index() joins title and text itself; joined outside the timing here
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         tokens = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
@@ -91,12 +78,13 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=100_000, help="synthetic corpus size (default 100k; the issue's case is 1000000)")
     parser.add_argument("--lengths", choices=("scifact", "short"), default="scifact", help="document lengths")
     parser.add_argument("--repeats", type=int, default=1, help="builds per library; the fastest counts")
+    parser.add_argument("--beir", type=Path, help="build on this BEIR folder's corpus (e.g. one bench/scale.py wrote) instead")
     args = parser.parse_args()
-    print(f"CPU: {cpu_name()}")
+    print(f"CPU: {cpu_model()}")
     started = time.perf_counter()
-    corpus = synthetic_corpus(args.docs, args.lengths)
+    corpus = load_beir(args.beir).corpus if args.beir else synthetic_corpus(args.docs, args.lengths)
     words = sum(len(text.split()) for text in corpus.texts)
-    print(f"corpus: {len(corpus):,} documents, {words:,} words (generated in {time.perf_counter() - started:.1f} s)")
+    print(f"corpus: {len(corpus):,} documents, {words:,} words (ready in {time.perf_counter() - started:.1f} s)")
     times = {"ragtrack": [], "bm25s": []}
     for _ in range(args.repeats):  # interleaved, so a busy spell of the machine hits both
         for name, build in (("ragtrack", build_ragtrack), ("bm25s", build_bm25s)):

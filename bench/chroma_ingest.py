@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from end_to_end import cpu_model  # noqa: E402
+from machine import cpu_model  # noqa: E402  (bench/ scripts share the machine line)
 
 HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}  # conf/retriever/dense.yaml
 

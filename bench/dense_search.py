@@ -15,6 +15,8 @@ import chromadb
 import numpy as np
 from chromadb.config import Settings
 
+from machine import cpu_model  # bench/ scripts share the machine line
+
 from ragtrack.retrievers.dense import ExactIndex
 
 K = 100
@@ -28,14 +30,12 @@ def per_query_ms(search, queries: np.ndarray) -> tuple[float, list[set[str]]]:
 
 
 def main() -> None:
-    from bm25_build import cpu_name
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, nargs="+", default=[5000, 20_000], help="corpus sizes (docs/determinism.md: 5000 100000)")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--dim", type=int, default=384)
     args = parser.parse_args()
-    print(f"CPU: {cpu_name()}; {args.queries} queries, top {K}, dimension {args.dim}")
+    print(f"CPU: {cpu_model()}; {args.queries} queries, top {K}, dimension {args.dim}")
     rng = np.random.default_rng(0)
     for docs in args.docs:
         vectors = rng.standard_normal((docs, args.dim)).astype(np.float32)

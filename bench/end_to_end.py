@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from machine import cpu_model  # bench/ scripts share the machine line
+
 TARGETS = {"cold": 180.0, "warm": 15.0}
 SWEEP_RATIO_TARGET = 2.5  # a 10-job sweep on warm caches, against one warm job
 RRF_KS = ",".join(str(k) for k in range(10, 101, 10))
@@ -46,15 +48,6 @@ def import_seconds(module: str) -> tuple[float, list[str]]:
     return total / 1e6, [f"{name.strip()} {us / 1e6:.2f} s" for us, name in heaviest]
 
 
-def cpu_model() -> str:
-    """The CPU's model name and whether it has AVX-512 (figures differ between such machines)."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "unknown CPU")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return f"{model} ({vector}{', VNNI' if 'avx512_vnni' in flags else ''})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-cold", action="store_true", help="reuse --root's cache (warm and sweep only)")
@@ -80,7 +73,7 @@ def main() -> None:
     table["target"] = [f"<= {TARGETS[n]:.0f} s" if n in TARGETS else f"<= {SWEEP_RATIO_TARGET} x warm" for n in table.index]
     table["met"] = [table.loc[n, "seconds"] <= TARGETS[n] if n in TARGETS else table.loc[n, "x warm job"] <= SWEEP_RATIO_TARGET for n in table.index]
     print(f"\nDefault experiment ({' '.join(args.overrides) or 'no overrides'}), RAGTRACK_ROOT={root}, load {os.getloadavg()[0]:.1f}")
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores")
+    print(f"CPU: {cpu_model()}")
     print(table.to_string(float_format=lambda v: f"{v:,.2f}"))
 
 

@@ -38,6 +38,8 @@ os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="ragtrack-bench
 
 import numpy as np
 
+from machine import cpu_model  # bench/ scripts share the machine line
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -184,14 +186,6 @@ for name in names:
 """
 
 
-def cpu_name() -> str:
-    """The CPU's model name and whether it has AVX2 and AVX-512 VNNI (Linux /proc/cpuinfo)."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "unknown CPU")
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
-    return f"{model}, {os.cpu_count()} CPUs, " + ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in ("avx2", "avx512_vnni"))
-
-
 def write_trec_files(folder: Path, queries: int = 2000, depth: int = 1000, seed: int = 0) -> tuple[Path, Path]:
     """BEIR qrels (with header) and a TREC run of ``synthetic(queries, depth, seed)``."""
     qrels, run = synthetic(queries, depth, seed)
@@ -249,7 +243,7 @@ def whole_process(repeats: int = 5) -> float:
     walls = {name: statistics.median(wall for wall, _ in values) for name, values in times.items()}
     cpus = {name: statistics.median(cpu for _, cpu in values) for name, values in times.items()}
     ratio = walls["ragtrack eval"] / walls["pytrec_eval script"]
-    print(f"\nwhole process, 2,000 queries x 1,000 documents (2M run lines), {len(WHOLE_MEASURES)} measures, median of {repeats}; {cpu_name()}")
+    print(f"\nwhole process, 2,000 queries x 1,000 documents (2M run lines), {len(WHOLE_MEASURES)} measures, median of {repeats}; {cpu_model()}")
     for name, values in times.items():
         print(f"  {name:<20} wall {walls[name]:.2f} s, CPU {cpus[name]:.2f} s   (runs, wall/CPU: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in values)})")
     print(f"  ragtrack eval / pytrec_eval script: wall {ratio:.2f}x (target <= 0.5x), CPU {cpus['ragtrack eval'] / cpus['pytrec_eval script']:.2f}x; "

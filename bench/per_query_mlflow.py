@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from end_to_end import cpu_model  # noqa: E402  (bench/ scripts share the CPU line)
+from machine import cpu_model  # noqa: E402  (bench/ scripts share the machine line)
 
 METRICS = ("ndcg@10", "recall@100", "mrr")
 
@@ -112,7 +112,7 @@ def main() -> None:
     queries = synthetic_queries(args.queries, args.top)
     per_thousand = 1000 / args.queries
     results = {kind: measure(kind, queries) for kind in ("table", "traces", "traces+assessments")}
-    print(f"Machine: {cpu_model()}, {os.cpu_count()} cores. {args.queries:,} queries x top {args.top}, per 1,000 queries:")
+    print(f"Machine: {cpu_model()}. {args.queries:,} queries x top {args.top}, per 1,000 queries:")
     for kind, (seconds, size) in results.items():
         print(f"  {kind:<19} {seconds * per_thousand:8.2f} s  {size * per_thousand / 1e6:7.2f} MB")
     seconds, size = results["table"]

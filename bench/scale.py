@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from end_to_end import cpu_model  # noqa: E402  (bench/ scripts share the CPU line)
+from machine import cpu_model  # noqa: E402  (bench/ scripts share the machine line)
 
 REPO = Path(__file__).resolve().parent.parent
 SCIFACT_CORPUS = REPO / "data" / "scifact" / "corpus.jsonl.gz"
@@ -286,7 +286,7 @@ def main() -> None:
                 save({size: results[size]}, args.json)
     if args.json:
         results = load(args.json)
-    text = f"Machine: {cpu_model()}, {os.cpu_count()} cores.\n\n{table(results)}\n"
+    text = f"Machine: {cpu_model()}.\n\n{table(results)}\n"
     print(text)
     if args.table:
         args.table.write_text(text)

@@ -93,7 +93,7 @@ def test_chunking_changes_every_index_key(tmp_path: Path) -> None:
         dataset, plan = chunked(cfg)
         _run_systems(cfg, dataset, cache, 10, [registry.build("evaluators", cfg.evaluator.ranking)], plan)
         builds.append(sorted(entry.split("/")[0] for entry in cache.builds))
-    assert builds[:3] == [["bm25", "chroma", "embeddings", "run", "run"]] * 3 and builds[3] == []
+    assert builds[:3] == [["bm25", "embeddings", "run", "run"]] * 3 and builds[3] == []
 
 
 def test_mixed_judgments_fail_naming_the_qrels_file(tmp_path: Path) -> None:

@@ -48,13 +48,14 @@ def test_killed_while_encoding(tmp_path: Path, reference: dict) -> None:
 
 
 def test_killed_while_writing_the_chroma_index(tmp_path: Path, reference: dict) -> None:
-    run_until_stalled(tmp_path, "index", *TOY_JOB, "tracking=none", "hydra.run.dir=outputs/killed")
+    build = "retriever.dense.chroma.build=always"  # exact search alone would not build the collection
+    run_until_stalled(tmp_path, "index", *TOY_JOB, build, "tracking=none", "hydra.run.dir=outputs/killed")
     cache = tmp_path / ".cache" / "ragtrack"
     assert len(_entries(cache, "embeddings")[0]) == 1  # encoding had finished: a complete entry
     complete, partial = _entries(cache, "chroma")
     assert complete == [] and len(partial) == 1
 
-    rerun = ragtrack(tmp_path, *TOY_JOB, "tracking=none", "hydra.run.dir=outputs/rerun")
+    rerun = ragtrack(tmp_path, *TOY_JOB, build, "tracking=none", "hydra.run.dir=outputs/rerun")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert systems(tmp_path / "outputs" / "rerun") == reference
     log = (tmp_path / "outputs" / "rerun" / "ragtrack.log").read_text()

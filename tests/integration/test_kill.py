@@ -27,6 +27,8 @@ from mlflow.tracking import MlflowClient
 from ragtrack.core.cache import MANIFEST
 from tests.support import TOY_JOB, ragtrack, systems
 
+TOY_JOB = (*TOY_JOB, "retriever.dense.chroma.build=always")  # so a kill can land in the Chroma write
+
 REPO = Path(__file__).resolve().parents[2]
 
 # The CLI with a marker at $RAGTRACK_TEST_KILL_AT = "<kind>:<name>:<start|end>"; with $RAGTRACK_TEST_STALL

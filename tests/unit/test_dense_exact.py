@@ -1,14 +1,21 @@
 """Exact dense search: the top k of fixed-order cosine scores, the same bits however queries are
-batched and however many BLAS threads run; ties by document id descending."""
+batched and however many BLAS threads run; ties by document id descending. The Chroma collection is
+built only when something uses it."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from threadpoolctl import threadpool_limits
 
+from ragtrack.core.cache import Cache
+from ragtrack.core.data import load_beir
+from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import rank_documents
 from ragtrack.retrievers.base import top_documents
-from ragtrack.retrievers.dense import ExactIndex, normalized, row_blocks
+from ragtrack.retrievers.dense import DenseRetriever, ExactIndex, normalized, row_blocks
+from ragtrack.retrievers.encoders import HashingEncoder
+from tests.support import TOY
 
 
 def vectors(count: int, dimension: int = 48, seed: int = 0) -> np.ndarray:
@@ -58,3 +65,30 @@ def test_row_blocks_read_a_saved_array_back_in_pieces(tmp_path) -> None:
         blocks = list(row_blocks(tmp_path / "e.npy", rows))
         assert [len(block) for block in blocks] == [min(rows, count - start) for start in range(0, count, rows)]
         assert np.array_equal(np.concatenate(blocks) if blocks else np.empty((0, 5), np.float32), saved)
+
+
+def _indexed(cache_dir, **options) -> tuple[list[str], dict]:
+    """The cache entries a toy-corpus dense index builds, and its run's scores."""
+    dataset, cache = load_beir(TOY), Cache(cache_dir)
+    retriever = DenseRetriever(HashingEncoder(), **options)
+    retriever.index(dataset.corpus, cache)
+    try:
+        return sorted(entry.split("/")[0] for entry in cache.builds), retriever.search(dataset.queries, 10).scores
+    finally:
+        retriever.close()
+
+
+def test_the_chroma_collection_is_built_only_when_used(tmp_path) -> None:
+    """Exact search reads the embeddings entry: no collection unless ``chroma.build=always`` asks for
+    one, and then the run is the same bits; approximate search builds it."""
+    exact_builds, exact = _indexed(tmp_path / "a")
+    always_builds, always = _indexed(tmp_path / "b", chroma={"build": "always"})
+    approximate_builds, _ = _indexed(tmp_path / "c", search="approximate")
+    assert exact_builds == ["embeddings"] and not (tmp_path / "a" / "chroma").exists()
+    assert always_builds == approximate_builds == ["chroma", "embeddings"]
+    assert always == exact
+
+
+def test_an_unknown_chroma_build_mode_is_refused() -> None:
+    with pytest.raises(RagtrackError, match="chroma build 'never' is not known; use one of when_used, always"):
+        DenseRetriever(HashingEncoder(), chroma={"build": "never"})

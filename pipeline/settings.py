@@ -252,6 +252,7 @@ class HnswSettings(Section):
 
 class ChromaSettings(Section):
     mode: Literal["persistent", "http"] = "persistent"
+    build: Literal["when_used", "always"] = "when_used"
     host: Text = "localhost"
     port: Port = 8000
     ssl: Flag = False

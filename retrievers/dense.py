@@ -14,6 +14,12 @@ Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint). The 
 
 Chroma's own embedding function is never used: vectors are always supplied. Space is cosine.
 
+The collection is built when it is used (``chroma.build: when_used``, the default): when
+``search=approximate`` queries it, or when ``chroma.mode=http`` shares it with other jobs. Exact
+search in the embedded store never reads it, so it is not built then, unless ``chroma.build: always``
+asks for it: at a million documents its HNSW build is most of the job and grows faster than the
+corpus (docs/scale.md).
+
 ``search`` picks how queries are answered:
 
 - ``exact`` (default; what BEIR and MTEB report): every document is scored, score = cosine
@@ -53,11 +59,12 @@ EMBEDDINGS = "embeddings.npy"
 COMPLETE = "ragtrack.complete"
 BUILDER = "ragtrack.process"
 SEARCH_MODES = ("exact", "approximate")
+BUILD_MODES = ("when_used", "always")
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
 ROWS_PER_BLOCK = 65_536  # vectors normalized per numpy call
 SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): queries per block = this / documents
-CHROMA_DEFAULTS = {"mode": "persistent", "hnsw": {}, "host": "localhost", "port": 8000, "ssl": False, "headers": {},
-                   "token_env": None, "token_header": "Authorization"}
+CHROMA_DEFAULTS = {"mode": "persistent", "build": "when_used", "hnsw": {}, "host": "localhost", "port": 8000, "ssl": False,
+                   "headers": {}, "token_env": None, "token_header": "Authorization"}
 
 
 def _chroma_settings():
@@ -136,8 +143,12 @@ class DenseRetriever(Retriever):
         self.chroma = {**CHROMA_DEFAULTS, **(chroma or {})}
         if self.chroma["mode"] not in ("persistent", "http"):
             raise RagtrackError(f"chroma mode {self.chroma['mode']!r} is not supported; use 'persistent' or 'http'")
+        if self.chroma["build"] not in BUILD_MODES:
+            raise RagtrackError(f"chroma build {self.chroma['build']!r} is not known; use one of {', '.join(BUILD_MODES)}")
+        self.builds_collection = self.approximate or self.chroma["mode"] == "http" or self.chroma["build"] == "always"
         self._collection = None
         self._client = None
+        self._count: int | None = None
 
     def index_settings(self) -> dict:
         return {**self._collection_settings(), "search": self.search_mode}
@@ -172,7 +183,9 @@ class DenseRetriever(Retriever):
                     collection.add(ids=ids, embeddings=vectors)
                     progress.update(len(ids))
 
-        if self.chroma["mode"] == "http":
+        if not self.builds_collection:
+            self.stats.size_bytes = folder_size(embeddings_folder)
+        elif self.chroma["mode"] == "http":
             self._client = self._http_client()
             name = f"ragtrack-{cache_key('chroma', parts)}"
             self._collection, built = self._server_collection(name, len(corpus), fill, cache.root / "chroma-server")
@@ -285,7 +298,7 @@ class DenseRetriever(Retriever):
                 self._client.delete_collection(collection.name)
 
     def search(self, queries: dict[str, str], depth: int) -> Run:
-        if self._collection is None:
+        if self._count is None:
             raise RuntimeError("index() must be called before search()")
         qids = list(queries)
         vectors = self.encoder.encode([queries[q] for q in qids], kind="query")

@@ -2,7 +2,8 @@
 and how they grow with the corpus.
 
     python bench/scale.py [--sizes 10000,100000] [--root DIR] [--json FILE] [--plot docs/scale.png] [--table FILE]
-    python bench/scale.py --sizes 100000,1000000 --root DIR     # the 1M case (82 min wall on 2 loaded cores; mostly Chroma)
+    python bench/scale.py --sizes 100000,1000000 --root DIR     # the 1M case
+    python bench/scale.py --sizes 100000,1000000 --root DIR retriever.dense.chroma.build=always   # with Chroma's HNSW build
 
 Each corpus is synthetic and seeded (the same bytes on every machine): a Zipf(1.1) vocabulary of
 200,000 pseudo-words, document lengths drawn from SciFact's (title + abstract, in words), and 1,000
@@ -10,7 +11,9 @@ queries, each made from 6 words of one document, which is its one relevant docum
 Corpora are written once into ``--root`` and reused.
 
 Every size runs ``ragtrack run`` as a child process on that corpus with the hashing encoder, so model
-time is left out: BM25, dense into Chroma, RRF, ranking evaluation, MLflow. The job's cache is emptied
+time is left out: BM25, dense (exact search over the cached embeddings; the Chroma collection too when
+an override such as ``retriever.dense.chroma.build=always`` asks for it), RRF, ranking evaluation,
+MLflow. The job's cache is emptied
 first, so every index is built. A stage's wall time comes from the job's own log (``<stage> done in
 X s``); its CPU seconds (user + system, all threads) and peak memory (largest resident set) come from
 /proc, sampled every 20 ms while the stage ran. The growth exponent of a stage between two sizes

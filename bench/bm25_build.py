@@ -75,11 +75,14 @@ def build_bm25s(corpus: Corpus) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=100_000, help="synthetic corpus size (default 100k; the issue's case is 1000000)")
-    parser.add_argument("--lengths", choices=("scifact", "short"), default="scifact", help="document lengths")
+    parser.add_argument("--docs", type=int, help="synthetic corpus size (default 100000)")
+    parser.add_argument("--lengths", choices=("scifact", "short"), help="synthetic document lengths (default scifact)")
     parser.add_argument("--repeats", type=int, default=1, help="builds per library; the fastest counts")
     parser.add_argument("--beir", type=Path, help="build on this BEIR folder's corpus (e.g. one bench/scale.py wrote) instead")
     args = parser.parse_args()
+    if args.beir and (args.docs or args.lengths):
+        parser.error("--beir builds on that folder's corpus: --docs and --lengths describe a synthetic one")
+    args.docs, args.lengths = args.docs or 100_000, args.lengths or "scifact"
     print(f"CPU: {cpu_model()}")
     started = time.perf_counter()
     corpus = load_beir(args.beir).corpus if args.beir else synthetic_corpus(args.docs, args.lengths)

@@ -1,4 +1,4 @@
-"""Dense retrieval: an encoder embeds title + text, Chroma stores the vectors and answers queries.
+"""Dense retrieval: an encoder embeds title + text; exact search over the cached vectors, or Chroma's HNSW.
 
 Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint). The Chroma collection
 (key: embeddings key + HNSW settings) lives, by ``chroma.mode``:
@@ -14,11 +14,11 @@ Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint). The 
 
 Chroma's own embedding function is never used: vectors are always supplied. Space is cosine.
 
-The collection is built when it is used (``chroma.build: when_used``, the default): when
-``search=approximate`` queries it, or when ``chroma.mode=http`` shares it with other jobs. Exact
-search in the embedded store never reads it, so it is not built then, unless ``chroma.build: always``
-asks for it: at a million documents its HNSW build is most of the job and grows faster than the
-corpus (docs/scale.md).
+When the dense index is built (its run is not cached yet), the collection is built if it is used
+(``chroma.build: when_used``, the default): if ``search=approximate`` queries it, or if
+``chroma.mode=http`` shares it with other jobs. Exact search in the embedded store never reads it, so
+it is not built then, unless ``chroma.build: always`` asks for it: at a million documents its HNSW
+build is most of the job and grows faster than the corpus (docs/scale.md).
 
 ``search`` picks how queries are answered:
 
@@ -144,7 +144,7 @@ class DenseRetriever(Retriever):
         if self.chroma["mode"] not in ("persistent", "http"):
             raise RagtrackError(f"chroma mode {self.chroma['mode']!r} is not supported; use 'persistent' or 'http'")
         if self.chroma["build"] not in BUILD_MODES:
-            raise RagtrackError(f"chroma build {self.chroma['build']!r} is not known; use one of {', '.join(BUILD_MODES)}")
+            raise RagtrackError(f"dense retriever {name!r}: chroma build {self.chroma['build']!r} is not known; use one of {', '.join(BUILD_MODES)}")
         self.builds_collection = self.approximate or self.chroma["mode"] == "http" or self.chroma["build"] == "always"
         self._collection = None
         self._client = None
@@ -183,22 +183,20 @@ class DenseRetriever(Retriever):
                     collection.add(ids=ids, embeddings=vectors)
                     progress.update(len(ids))
 
-        if not self.builds_collection:
-            self.stats.size_bytes = folder_size(embeddings_folder)
-        elif self.chroma["mode"] == "http":
+        self.stats.size_bytes = folder_size(embeddings_folder)
+        if self.builds_collection and self.chroma["mode"] == "http":
             self._client = self._http_client()
             name = f"ragtrack-{cache_key('chroma', parts)}"
             self._collection, built = self._server_collection(name, len(corpus), fill, cache.root / "chroma-server")
             if built:
                 cache.builds.append(f"chroma-server/{name}")
-            self.stats.size_bytes = folder_size(embeddings_folder)
-        else:
+        elif self.builds_collection:
             import chromadb  # here, not at the top: a job whose runs are cached never loads chromadb
 
             folder = cache.entry("chroma", parts, lambda folder: self._build_folder(folder, fill), label=f"{self.name} chroma")
             self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
             self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
-            self.stats.size_bytes = folder_size(folder) + folder_size(embeddings_folder)
+            self.stats.size_bytes += folder_size(folder)
         self._doc_ids = corpus.id_array()
         self._embeddings_file = embeddings_folder / EMBEDDINGS
         self._exact = None if self.approximate else self._exact_index()
@@ -326,6 +324,8 @@ class DenseRetriever(Retriever):
         return {"approximate_recall": float(np.mean(recalls)) if recalls else 1.0}
 
     def close(self) -> None:
+        """Release the Chroma client; search() needs index() again afterwards."""
+        self._count = None
         if self._client is not None:
             self._client.close()
             self._client = self._collection = None

@@ -89,6 +89,15 @@ def test_the_chroma_collection_is_built_only_when_used(tmp_path) -> None:
     assert always == exact
 
 
+def test_the_build_mode_decides_the_collection_but_not_the_run_key() -> None:
+    """``chroma.build`` changes whether the collection is built, never the run: it is left out of
+    ``index_settings`` (the run's cache key). A Chroma server's collection is built to be shared."""
+    default, always = DenseRetriever(HashingEncoder()), DenseRetriever(HashingEncoder(), chroma={"build": "always"})
+    assert not default.builds_collection and always.builds_collection
+    assert DenseRetriever(HashingEncoder(), chroma={"mode": "http"}).builds_collection
+    assert default.index_settings() == always.index_settings()
+
+
 def test_an_unknown_chroma_build_mode_is_refused() -> None:
-    with pytest.raises(RagtrackError, match="chroma build 'never' is not known; use one of when_used, always"):
+    with pytest.raises(RagtrackError, match="dense retriever 'dense': chroma build 'never' is not known; use one of when_used, always"):
         DenseRetriever(HashingEncoder(), chroma={"build": "never"})

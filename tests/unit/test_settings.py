@@ -81,6 +81,8 @@ HOSTILE = {
     "depth quoted number": (["depth='10'"], "depth: '10' is not allowed: an integer >= 1"),
     "depth null": (["depth=null"], "depth: null is not allowed: an integer >= 1"),
     "seed negative": (["seed=-1"], "seed: -1 is not allowed: an integer >= 0"),
+    "chroma build unknown": (["retriever.dense.chroma.build=never"],
+                             "retriever.dense.chroma.build: 'never' is not allowed: one of when_used, always"),
     "seed float": (["seed=1.5"], "seed: 1.5 is not allowed: an integer >= 0"),
     "rrf k text": (["fusion.rrf.k=abc"], "fusion.rrf.k: 'abc' is not allowed: a finite number >= 0"),
     "rrf k negative": (["fusion.rrf.k=-1"], "fusion.rrf.k: -1 is not allowed: a finite number >= 0"),

@@ -19,7 +19,8 @@ X s``); its CPU seconds (user + system, all threads) and peak memory (largest re
 /proc, sampled every 20 ms while the stage ran. The growth exponent of a stage between two sizes
 n1 < n2 is log(c2 / c1) / log(n2 / n1) of its CPU seconds c (1.0 is linear): CPU time, unlike wall
 time, hardly changes with what else a shared machine runs. ``--json`` merges the measures into a file
-and reports every size it holds, so a 1M run adds to an earlier 10k + 100k run.
+and reports every size it holds, so a 1M run adds to an earlier 10k + 100k run; the file records the
+jobs' overrides and takes no job run with others.
 """
 
 from __future__ import annotations
@@ -250,16 +251,24 @@ def plot(results: Results, path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def save(results: Results, path: Path) -> None:
+OVERRIDES = "overrides"  # the JSON file's one key that is not a size: the jobs' extra overrides
+
+
+def stored_overrides(path: Path) -> list[str] | None:
+    """The overrides of the jobs the JSON file ``path`` holds (None: no file yet)."""
+    return json.loads(path.read_text()).get(OVERRIDES, []) if path.is_file() else None
+
+
+def save(results: Results, path: Path, overrides: list[str]) -> None:
     """Merge ``results`` into the JSON file ``path`` (sizes measured now replace stored ones)."""
     stored = json.loads(path.read_text()) if path.is_file() else {}
     stored |= {str(size): {"stages": {s: asdict(m) for s, m in stages.items()}, "job": asdict(job)} for size, (stages, job) in results.items()}
-    path.write_text(json.dumps(stored, indent=1))
+    path.write_text(json.dumps({**stored, OVERRIDES: overrides}, indent=1))
 
 
 def load(path: Path) -> Results:
     return {int(size): ({s: Measure(**m) for s, m in entry["stages"].items()}, Measure(**entry["job"]))
-            for size, entry in json.loads(path.read_text()).items()}
+            for size, entry in json.loads(path.read_text()).items() if size != OVERRIDES}
 
 
 def main() -> None:
@@ -273,6 +282,10 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra ragtrack run overrides")
     args = parser.parse_args()
     sizes = sorted(int(size) for size in args.sizes.split(",") if size)
+    earlier = stored_overrides(args.json) if args.json else None
+    if sizes and earlier is not None and earlier != args.overrides:
+        sys.exit(f"{args.json}: its jobs ran with overrides {earlier or 'none'}, these would run with "
+                 f"{args.overrides or 'none'}; measure them into another --json file")
     with tempfile.TemporaryDirectory(prefix="ragtrack-scale-") as scratch:
         root = (args.root or Path(scratch)).resolve()
         results = {}
@@ -286,10 +299,12 @@ def main() -> None:
             job = results[size][1]
             print(f"{size:,} documents: job {job.seconds:.1f} s ({job.cpu:.1f} CPU s), peak {job.peak:,.0f} MB", flush=True)
             if args.json:
-                save({size: results[size]}, args.json)
+                save({size: results[size]}, args.json, args.overrides)
+    overrides = args.overrides
     if args.json:
-        results = load(args.json)
-    text = f"Machine: {cpu_model()}.\n\n{table(results)}\n"
+        results, overrides = load(args.json), stored_overrides(args.json) or []
+    setting = f" Overrides: {' '.join(overrides)}." if overrides else ""
+    text = f"Machine: {cpu_model()}.{setting}\n\n{table(results)}\n"
     print(text)
     if args.table:
         args.table.write_text(text)

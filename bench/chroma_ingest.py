@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model  # noqa: E402  (bench/ scripts share the machine line)
+from machine import cpu_model  # bench/ scripts share the machine line
 
 HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}  # conf/retriever/dense.yaml
 

@@ -23,13 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model  # noqa: E402  (bench/ scripts share the machine line)
+from machine import cpu_model  # bench/ scripts share the machine line
 
 METRICS = ("ndcg@10", "recall@100", "mrr")
 

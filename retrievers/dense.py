@@ -317,7 +317,7 @@ class DenseRetriever(Retriever):
         depth|, averaged over the queries (approximate search only)."""
         if not self.approximate or not queries:
             return {}
-        exact = ExactIndex(np.load(self._embeddings_file, allow_pickle=False), self._doc_ids)
+        exact = self._exact_index()
         qids = list(queries)
         found = exact.search(self.encoder.encode([queries[q] for q in qids], kind="query"), min(depth, self._count))
         recalls = [len(run.scores.get(qid, {}).keys() & best.keys()) / len(best) for qid, best in zip(qids, found) if best]

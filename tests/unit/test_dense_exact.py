@@ -101,3 +101,17 @@ def test_the_build_mode_decides_the_collection_but_not_the_run_key() -> None:
 def test_an_unknown_chroma_build_mode_is_refused() -> None:
     with pytest.raises(RagtrackError, match="dense retriever 'dense': chroma build 'never' is not known; use one of when_used, always"):
         DenseRetriever(HashingEncoder(), chroma={"build": "never"})
+
+
+def test_approximate_recall_is_one_when_every_document_is_returned(tmp_path) -> None:
+    """``search_checks`` compares the approximate top ``depth`` with the exact one: with depth at least
+    the corpus size both hold every document."""
+    dataset = load_beir(TOY)
+    retriever = DenseRetriever(HashingEncoder(), search="approximate")
+    retriever.index(dataset.corpus, Cache(tmp_path))
+    try:
+        depth = len(dataset.corpus)
+        run = retriever.search(dataset.queries, depth)
+        assert retriever.search_checks(dataset.queries, run, depth) == {"approximate_recall": 1.0}
+    finally:
+        retriever.close()

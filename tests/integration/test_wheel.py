@@ -70,6 +70,31 @@ def test_the_wheel_holds_one_package_with_its_configs_and_datasets(installed) ->
         assert expected in names, expected
 
 
+PACKAGE_DIRS = {"ragtrack/pipeline/": "pipeline/", "ragtrack/retrievers/": "retrievers/", "ragtrack/evaluators/": "evaluators/",
+                "ragtrack/conf/": "conf/", "ragtrack/datasets/": "data/", "ragtrack/": "ragtrack/"}  # pyproject's package-dir
+
+
+def test_every_file_of_the_wheel_is_one_tracked_file_and_no_link(installed) -> None:
+    """The checkout holds each source file once (no symlinks: git, grep and editors see it once), and the
+    wheel is exactly the tracked files of the mapped folders that setuptools packages."""
+    _, wheel = installed
+    listed = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True).stdout.splitlines()
+    if not listed:
+        pytest.skip("not a git checkout")
+    links = [line.split("\t")[1] for line in listed if line.startswith("120000")]
+    assert links == []
+    tracked = {line.split("\t")[1] for line in listed}
+    in_wheel = [name for name in zipfile.ZipFile(wheel).namelist() if not name.split("/")[0].endswith(".dist-info")]
+    sources = []
+    for name in in_wheel:
+        prefix = next(p for p in PACKAGE_DIRS if name.startswith(p))
+        sources.append(PACKAGE_DIRS[prefix] + name[len(prefix):])
+    assert len(set(sources)) == len(sources) and set(sources) <= tracked, sorted(set(sources) - tracked)[:5]
+    code = [folder for folder in PACKAGE_DIRS.values() if folder != "data/"]  # data/ also holds the datasets' build scripts
+    python = {path for path in tracked if path.endswith(".py") and path.startswith(tuple(code))}
+    assert python <= set(sources), sorted(python - set(sources))[:5]
+
+
 def test_only_ragtrack_is_importable(installed, tmp_path: Path) -> None:
     bin_dir, _ = installed
     for generic in ("pipeline", "retrievers", "evaluators", "conf"):

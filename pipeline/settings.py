@@ -36,85 +36,13 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import annotated_types
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, Strict, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
+from ragtrack.core.settings import (ChatSettings, ComponentSettings, Count, EnvName, Flag, Fraction, Integer, ItemError, MetricName, NonNegative,
+                                    NonNegativeInt, Normalization, Open, Port, Positive, Section, SystemName, Text, TokenizerSettings)
 from ragtrack.pipeline.redaction import SECRET_KEY
-
-# ----------------------------------------------------------------------------- value types
-# Each type reads as its own description in error messages and in the table of docs/configuration.md.
-Count = Annotated[int, Strict(), Field(ge=1)]
-NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
-Integer = Annotated[int, Strict()]
-NonNegative = Annotated[float, Strict(), Field(ge=0)]
-Positive = Annotated[float, Strict(), Field(gt=0)]
-Fraction = Annotated[float, Strict(), Field(ge=0, le=1)]
-Flag = Annotated[bool, Strict()]
-Text = Annotated[str, Field(min_length=1)]
-Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
-EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                               description="the NAME of an environment variable (letters, digits, _), e.g. OPENAI_API_KEY")]
-SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
-                                  description="a system name (letters, digits, _ . -, starting with a letter or digit)")]
-MetricName = Annotated[str, Field(min_length=1, description="a metric name (ragtrack metrics lists them)")]
-Normalization = Literal["none", "minmax", "zscore", "max"]
-
-
-class ItemError(ValueError):
-    """A problem with item ``index`` of a list-valued key (the message names that item)."""
-
-    def __init__(self, index: int, allowed: str):
-        super().__init__(allowed)
-        self.index = index
-
-
-class Section(BaseModel):
-    """A block of settings: every key declared, numbers finite; a number typed where text belongs is
-    read as text (``run_name=2024``)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, coerce_numbers_to_str=True)
-
-
-class Open(Section):
-    """A plugin's block: the common keys are checked, any other key is the plugin's."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-# ----------------------------------------------------------------------------- shared blocks
-class TokenizerSettings(Section):
-    lowercase: Flag = True
-    stopwords: Literal["en"] | list[str] | None = "en"
-    stemmer: Text | None = Field("english", description="a PyStemmer language (e.g. english) or null")
-    pattern: Text = r"(?u)\b\w\w+\b"
-
-    @field_validator("stemmer")
-    @classmethod
-    def _known_stemmer(cls, stemmer: str | None) -> str | None:
-        import Stemmer
-
-        if stemmer is not None and stemmer not in Stemmer.algorithms():
-            raise ValueError(f"a PyStemmer language (one of {len(Stemmer.algorithms())}, e.g. english) or null{did_you_mean(stemmer, Stemmer.algorithms())}")
-        return stemmer
-
-
-class ChatSettings(Section):
-    """An OpenAI-compatible endpoint (ragtrack.core.llm.ChatClient)."""
-
-    base_url: Annotated[str, Field(pattern=r"^https?://\S+$", description="an http:// or https:// URL")]
-    model: Text
-    api_key_env: EnvName | None = None
-    timeout: Positive = 60.0
-    max_retries: NonNegativeInt = 4
-    backoff: NonNegative = 1.0
-    max_backoff: NonNegative = 30.0
-    concurrency: Count = 4
-    parameters: dict[str, Any] = {}
-    cache_dir: Text | None = None
-    system_prompt: str | None = None
-    prompt: Text
-
 
 # ----------------------------------------------------------------------------- top-level blocks
 class PathsSettings(Section):
@@ -224,13 +152,6 @@ ENCODERS: dict[str, type[Section]] = {model.model_fields["target"].annotation.__
 
 
 # ----------------------------------------------------------------------------- components (by type)
-class ComponentSettings(Open):
-    """Keys every component may have: ``type`` (an entry point) or a ``_target_``."""
-
-    type: Text | None = None
-    target: Text | None = Field(None, alias="_target_")
-
-
 class RetrieverSettings(ComponentSettings):
     """A retriever plugin's common keys."""
 

@@ -1,15 +1,22 @@
-"""The retriever interface: index a corpus (through the shared cache), answer queries with a Run."""
+"""The retriever interface: index a corpus (through the shared cache), answer queries with a Run.
+
+A retriever is the first stage of a system (``ragtrack.core.stages``): it reads no other system. Its
+run is cached by the chain key (corpus, index settings, queries, depth); a hit touches no index."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
+
+import resource
+from collections.abc import Mapping
 
 import numpy as np
 
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus
 from ragtrack.core.runs import Run
+from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
 
 
 @dataclass
@@ -22,21 +29,51 @@ class IndexStats:
     extra: dict = field(default_factory=dict)
 
 
-class Retriever(ABC):
+class Retriever(Stage):
     """A system: ``index(corpus, cache)`` once, then ``search(queries, depth)``.
 
     ``approximate`` is true where search may miss documents an exhaustive search would return
     (e.g. an HNSW index); such a retriever reports how much it misses in ``search_checks``."""
 
-    approximate: bool = False
+    kind = "retriever"
 
     def __init__(self, name: str):
-        self.name = name
+        super().__init__(name)
         self.stats = IndexStats()
+        self._indexed: str | None = None  # the corpus hash the index holds
 
     @abstractmethod
     def index_settings(self) -> dict:
         """Everything that changes the index (part of its cache key)."""
+
+    def identity(self) -> dict:
+        return self.index_settings()
+
+    def ready(self, corpus: Corpus, cache: Cache) -> None:
+        """The index of ``corpus`` loaded (from the cache, or built there), once per corpus."""
+        if self._indexed != corpus.hash:
+            self.index(corpus, cache)
+            self._indexed = corpus.hash
+
+    def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
+        """Index, then search one query per call so latencies are per query (mean, p50, p95 in the
+        efficiency figures); peak memory is the process's peak resident set size so far (getrusage);
+        then ``search_checks`` (e.g. ``approximate_recall``), outside the timing. The whole is cached
+        by the chain key: a hit touches no index."""
+        key = chain_key(self, inputs, context)
+
+        def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
+            self.ready(context.dataset.corpus, context.cache)
+            scores, seconds = timed_per_query(context.dataset.queries, lambda qid, text: self.search({qid: text}, context.search_depth).scores.get(qid, {}),
+                                              f"{self.name}: search")
+            run = Run(self.name, {qid: ranked for qid, ranked in scores.items() if ranked})
+            return run, {**self.search_checks(context.dataset.queries, run, context.search_depth), **latency_figures(seconds),
+                         "index_seconds": self.stats.build_seconds, "index_bytes": self.stats.size_bytes,
+                         "index_from_cache": float(self.stats.from_cache),
+                         "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}, seconds
+
+        passage_run, efficiency, latency_ms = cached_run(context, key, self.name, compute)
+        return StageOutput(context.judged(passage_run), passage_run, key, self, efficiency, latency_ms, self.approximate)
 
     @abstractmethod
     def index(self, corpus: Corpus, cache: Cache) -> None:

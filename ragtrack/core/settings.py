@@ -1,0 +1,112 @@
+"""Typed settings, the base of every component's settings model: value types that read as their own
+description in errors and in docs/configuration.md, :class:`Section` (every key declared, numbers
+finite), :class:`Open` (a plugin's block), the shared blocks (tokenizer, chat endpoint) and
+:class:`ComponentSettings`, the keys every component has.
+
+Each component declares its settings model beside its class (``settings_schema``): that model is the one
+home of its defaults, and the validated model is what builds it (``ragtrack.pipeline.registry``). The
+job-level checks, with their one-line errors, are ``ragtrack.pipeline.settings``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+
+from ragtrack.core.errors import did_you_mean
+
+# ----------------------------------------------------------------------------- value types
+# Each type reads as its own description in error messages and in the table of docs/configuration.md.
+Count = Annotated[int, Strict(), Field(ge=1)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+Integer = Annotated[int, Strict()]
+NonNegative = Annotated[float, Strict(), Field(ge=0)]
+Positive = Annotated[float, Strict(), Field(gt=0)]
+Fraction = Annotated[float, Strict(), Field(ge=0, le=1)]
+Flag = Annotated[bool, Strict()]
+Text = Annotated[str, Field(min_length=1)]
+Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                               description="the NAME of an environment variable (letters, digits, _), e.g. OPENAI_API_KEY")]
+SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+                                  description="a system name (letters, digits, _ . -, starting with a letter or digit)")]
+MetricName = Annotated[str, Field(min_length=1, description="a metric name (ragtrack metrics lists them)")]
+Normalization = Literal["none", "minmax", "zscore", "max"]
+
+
+class ItemError(ValueError):
+    """A problem with item ``index`` of a list-valued key (the message names that item)."""
+
+    def __init__(self, index: int, allowed: str):
+        super().__init__(allowed)
+        self.index = index
+
+
+class Section(BaseModel):
+    """A block of settings: every key declared, numbers finite; a number typed where text belongs is
+    read as text (``run_name=2024``)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, coerce_numbers_to_str=True)
+
+
+class Open(Section):
+    """A plugin's block: the common keys are checked, any other key is the plugin's."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# ----------------------------------------------------------------------------- shared blocks
+class TokenizerSettings(Section):
+    lowercase: Flag = True
+    stopwords: Literal["en"] | list[str] | None = "en"
+    stemmer: Text | None = Field("english", description="a PyStemmer language (e.g. english) or null")
+    pattern: Text = r"(?u)\b\w\w+\b"
+
+    @field_validator("stemmer")
+    @classmethod
+    def _known_stemmer(cls, stemmer: str | None) -> str | None:
+        import Stemmer
+
+        if stemmer is not None and stemmer not in Stemmer.algorithms():
+            raise ValueError(f"a PyStemmer language (one of {len(Stemmer.algorithms())}, e.g. english) or null{did_you_mean(stemmer, Stemmer.algorithms())}")
+        return stemmer
+
+
+class ChatSettings(Section):
+    """An OpenAI-compatible endpoint (ragtrack.core.llm.ChatClient)."""
+
+    base_url: Annotated[str, Field(pattern=r"^https?://\S+$", description="an http:// or https:// URL")]
+    model: Text
+    api_key_env: EnvName | None = None
+    timeout: Positive = 60.0
+    max_retries: NonNegativeInt = 4
+    backoff: NonNegative = 1.0
+    max_backoff: NonNegative = 30.0
+    concurrency: Count = 4
+    parameters: dict[str, Any] = {}
+    cache_dir: Text | None = None
+    system_prompt: str | None = None
+    prompt: Text
+
+
+
+# ----------------------------------------------------------------------------- components
+class ComponentSettings(Open):
+    """Keys every component may have: ``type`` (an entry point) or a ``_target_``."""
+
+    type: Text | None = None
+    target: Text | None = Field(None, alias="_target_")
+
+
+class StageSettings(ComponentSettings):
+    """A stage that reads one system (a reranker, a rewriter): ``input`` names it; ``system`` names the
+    new system (default ``<input>+<config key>``, e.g. ``bm25+cross_encoder``)."""
+
+    input: SystemName
+    system: SystemName | None = None
+
+
+def settings_of(model: type[BaseModel], values: dict[str, Any]) -> BaseModel:
+    """``values`` validated by ``model``, the fields a component reads (``type`` and ``_target_`` dropped)."""
+    return model.model_validate({k: v for k, v in values.items() if k not in ("type", "_target_", "_convert_")})

@@ -1,0 +1,145 @@
+"""Systems as chains of stages: the one interface the experiment runs.
+
+A system is what gets scored. Each system is made by one stage from the outputs of the systems it
+reads (its ``inputs``): a retriever reads none (it indexes the corpus and searches), a query rewriter
+reads one retriever (it searches that retriever's index with rewritten queries), a fusion reads its
+members, a reranker reads one system and re-scores its top ``depth``. The experiment runs the stages in
+dependency order with one loop and no per-kind branch: ``stage.produce(inputs, context)``.
+
+Each output carries ``key``, the identity of the chain that made it: sha256 over the stage's validated
+settings (:meth:`Stage.identity`), the corpus, the queries, the depth and the keys of its inputs
+(:func:`chain_key`). Every cache entry of a stage is keyed by it, so a change of a downstream stage's
+settings never recomputes an upstream stage, and a change upstream recomputes everything below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from ragtrack.core.cache import Cache, cache_key
+from ragtrack.core.data import Corpus, Dataset
+from ragtrack.core.runs import Run, read_trec, write_trec
+
+RUN_FILE = "run.trec"  # a run cache entry's run (TREC, full-precision scores)
+EFFICIENCY_FILE = "efficiency.json"  # its efficiency figures as measured when it was built
+LATENCY_FILE = "latency.json"  # its per-query latencies (ms)
+
+
+@dataclass
+class StageContext:
+    """What every stage of a job sees.
+
+    ``dataset``: what retrievers index and search (its corpus holds the passages: chunks when the job
+    chunks, else the documents); ``judged_corpus``: the texts of the ids that ``StageOutput.run`` ranks
+    (documents, or chunks when judgments are per chunk), which rerankers read; ``depth``: documents per
+    query in a system's run; ``search_depth``: passages a retriever returns per query (more than
+    ``depth`` when chunks are folded into documents); ``judged(run)``: a retriever's passage run at the
+    judged level, cut at ``depth``; ``passages(run, inputs)``: the passage run a generator reads for a
+    run made from the inputs' passage runs."""
+
+    dataset: Dataset
+    judged_corpus: Corpus
+    cache: Cache
+    depth: int
+    search_depth: int
+    judged: Callable[[Run], Run] = lambda run: run
+    passages: Callable[[Run, Mapping[str, Run]], Run] = lambda run, inputs: run
+
+    def queries_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.dataset.queries, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class StageOutput:
+    """A system's result: ``run`` at the judged level, ``passage_run`` what a generator reads,
+    ``key`` the chain's identity, efficiency figures, per-query latencies (ms) and whether the search
+    was approximate somewhere up the chain; ``stage`` is the stage that made it, ready to use (a
+    rewriter searches its input retriever through it)."""
+
+    run: Run
+    passage_run: Run
+    key: str
+    stage: "Stage"
+    efficiency: dict[str, float] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    approximate: bool = False
+
+
+class Stage(ABC):
+    """One step of a system. ``name`` is the system it makes, ``inputs`` the systems it reads;
+    ``kind`` names the config group (``retriever``, ``rewriter``, ``fusion``, ``reranker``)."""
+
+    kind: ClassVar[str] = "stage"
+    approximate: bool = False  # true where the stage may miss what an exhaustive one would return
+
+    def __init__(self, name: str, inputs: list[str] | tuple[str, ...] = ()):
+        self.name = name
+        self.inputs = list(inputs)
+
+    @abstractmethod
+    def identity(self) -> dict:
+        """Everything in this stage's settings that changes its output (part of every downstream key)."""
+
+    @abstractmethod
+    def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
+        """This stage's system, from its inputs' outputs (by system name)."""
+
+
+def chain_key(stage: Stage, inputs: Mapping[str, StageOutput], context: StageContext) -> str:
+    """The identity of ``stage``'s output: sha256 over its class, its settings, the corpus, the
+    queries, the depths and its inputs' keys."""
+    return cache_key("system", {"class": f"{type(stage).__module__}.{type(stage).__qualname__}", "stage": stage.identity(),
+                                "corpus": context.dataset.corpus.hash, "queries": context.queries_hash(),
+                                "depth": context.depth, "search_depth": context.search_depth,
+                                "inputs": [inputs[name].key for name in stage.inputs]})
+
+
+def cached_run(context: StageContext, key: str, label: str,
+               compute: Callable[[], tuple[Run, dict[str, float], dict[str, float]]]) -> tuple[Run, dict[str, float], dict[str, float]]:
+    """A stage's run from the run cache (entry ``run/<key>``), or ``compute()``d and stored there with
+    its efficiency figures and per-query latencies (seconds from ``compute``, kept in ms). Returns the
+    run, the efficiency (``run_from_cache`` 1 on a hit) and the latencies in ms."""
+
+    def build(folder: Path) -> None:
+        run, efficiency, latencies = compute()
+        write_trec(run, folder / RUN_FILE, tag=label)
+        (folder / EFFICIENCY_FILE).write_text(json.dumps(efficiency))
+        (folder / LATENCY_FILE).write_text(json.dumps({qid: seconds * 1000 for qid, seconds in latencies.items()}))
+
+    builds_before = len(context.cache.builds)
+    folder = context.cache.entry("run", {"system": key}, build, label=f"{label} run")
+    efficiency = json.loads((folder / EFFICIENCY_FILE).read_text())
+    latency_ms = json.loads((folder / LATENCY_FILE).read_text()) if (folder / LATENCY_FILE).exists() else {}
+    run = Run(label, {}) if (folder / RUN_FILE).stat().st_size == 0 else read_trec(folder / RUN_FILE, name=label)
+    return run, {**efficiency, "run_from_cache": float(len(context.cache.builds) == builds_before)}, latency_ms
+
+
+def timed_per_query(queries: Mapping[str, object], answer: Callable[[str, object], dict[str, float]], label: str,
+                    unit: str = "queries") -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """``answer(qid, query)`` for every query, timed one by one: the scores by query and the seconds by query."""
+    from ragtrack.core.progress import track
+
+    scores, seconds = {}, {}
+    for qid, query in track(queries.items(), label, unit):
+        started = time.perf_counter()
+        scores[qid] = answer(qid, query)
+        seconds[qid] = time.perf_counter() - started
+    return scores, seconds
+
+
+def latency_figures(seconds: Mapping[str, float]) -> dict[str, float]:
+    """Total, throughput, mean, p50 and p95 of per-query seconds (the efficiency figures of a search)."""
+    total = sum(seconds.values())
+    p50, p95 = np.percentile(list(seconds.values()), [50, 95]) if seconds else (0.0, 0.0)
+    return {"search_seconds": total, "queries_per_second": len(seconds) / total if total else 0.0,
+            "latency_mean_seconds": total / len(seconds) if seconds else 0.0, "latency_p50_seconds": float(p50),
+            "latency_p95_seconds": float(p95)}

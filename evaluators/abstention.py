@@ -25,10 +25,19 @@ import pandas as pd
 
 from ragtrack.core.llm import is_abstention
 from ragtrack.evaluators.base import EvalInput, Evaluator
+from ragtrack.core.settings import Text
+from ragtrack.evaluators.base import EvaluatorSettings
+
+
+class AbstentionSettings(EvaluatorSettings, extra="forbid"):
+    """Abstention metrics."""
+
+    no_answer: Text = "unanswerable"
 
 
 class AbstentionEvaluator(Evaluator):
     """Abstention precision, recall and rate (module docstring); needs generated answers and gold answer lists."""
+    settings_schema = AbstentionSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:

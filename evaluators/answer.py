@@ -47,6 +47,8 @@ import pandas as pd
 from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.progress import Progress
+from ragtrack.core.settings import Count, Integer, Text
+from ragtrack.evaluators.base import EvaluatorSettings
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -132,6 +134,19 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 BLEU_PARTS = ("bleu_p1", "bleu_p2", "bleu_p3", "bleu_p4", "bleu_bp")
 
 
+class AnswerSettings(EvaluatorSettings, extra="forbid"):
+    """Answer metrics against the gold answers (no keys of their own)."""
+
+
+class BertScoreSettings(EvaluatorSettings, extra="forbid"):
+    """BERTScore of answers."""
+
+    model: Text = "all-MiniLM-L6-v2"
+    layer: Integer = -1
+    batch_size: Count = 64
+    max_length: Count = 256
+
+
 class GoldAnswerEvaluator(Evaluator):
     """Shared shape: one row per query, NaN for queries without gold answers, which are not counted."""
 
@@ -159,6 +174,7 @@ class GoldAnswerEvaluator(Evaluator):
 class AnswerEvaluator(GoldAnswerEvaluator):
     """Lexical answer metrics: SQuAD F1 and EM, token-set F1, ROUGE-1/2/L precision, recall and F,
     sentence BLEU and its parts (see module docstring)."""
+    settings_schema = AnswerSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:
@@ -222,6 +238,7 @@ class AnswerEvaluator(GoldAnswerEvaluator):
 
 class BertScoreEvaluator(GoldAnswerEvaluator):
     """BERTScore precision/recall/F1 from token embeddings of a local transformer (module docstring)."""
+    settings_schema = BertScoreSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:
@@ -307,6 +324,7 @@ class ContextRecallEvaluator(GoldAnswerEvaluator):
     """Context metrics with answer containment as relevance (needs no generator): whether the top-k
     passages contain a gold answer, and ragas' context precision over them. The passages are those a
     generator reads (``EvalInput.context``: chunks of a chunked corpus)."""
+    settings_schema = AnswerSettings
 
     needs_generated = False
 

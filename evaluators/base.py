@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 import unicodedata
 
-from typing import TYPE_CHECKING
+from typing import Annotated, TYPE_CHECKING
 
 import numpy as np
+
+from pydantic import Field
 
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run
+from ragtrack.core.settings import ComponentSettings, MetricName
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where a table is built: `ragtrack eval` scores without pandas
@@ -60,8 +63,16 @@ class EvalInput:
         return self.context_run or self.run
 
 
+class EvaluatorSettings(ComponentSettings):
+    """An evaluator plugin's common keys; each metric must be one the evaluator provides (checked by the
+    job's validation, which knows the evaluator)."""
+
+    metrics: Annotated[list[MetricName], Field(min_length=1)] | None = None
+
+
 class Evaluator(ABC):
     """Base class of every evaluator; ``metrics`` are the names requested in the config."""
+    settings_schema = EvaluatorSettings
 
     def __init__(self, metrics: Sequence[str] | None = None):
         self.metrics = list(metrics) if metrics else self.default_metrics()

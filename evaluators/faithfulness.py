@@ -18,15 +18,20 @@ Queries without gold answers are left out of the means, as for every answer metr
 
 from __future__ import annotations
 
+from typing import Annotated
 import re
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
+from pydantic import Field, Strict
+
 from ragtrack.core.errors import RagtrackError
 from ragtrack.evaluators.answer import GoldAnswerEvaluator, normalize_answer
 from ragtrack.evaluators.base import EvalInput
+from ragtrack.core.settings import Count
+from ragtrack.evaluators.base import EvaluatorSettings
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -62,8 +67,16 @@ def sentence_support(answer: str, passages: Sequence[str], threshold: float) -> 
     return sum(max((covered(s, bag) for bag in bags), default=0.0) >= threshold for s in sentences) / len(sentences)
 
 
+class FaithfulnessSettings(EvaluatorSettings, extra="forbid"):
+    """Lexical faithfulness of answers to the retrieved passages."""
+
+    top_k: Count = 3
+    support_threshold: Annotated[float, Strict(), Field(gt=0, le=1)] = 0.5
+
+
 class FaithfulnessEvaluator(GoldAnswerEvaluator):
     """Knowledge precision, answer recall and sentence support by token overlap (module docstring)."""
+    settings_schema = FaithfulnessSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:

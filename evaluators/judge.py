@@ -21,6 +21,7 @@ rationale, error) in the system's output folder, which is logged to MLflow with 
 
 from __future__ import annotations
 
+from typing import Annotated
 import functools
 import json
 import logging
@@ -32,10 +33,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pydantic import Field
+
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.llm import ChatClient, check_template, numbered_passages, retrieved_passages
 from ragtrack.core.files import write_atomically
+from ragtrack.core.settings import ChatSettings, Count, Text
+from ragtrack.evaluators.base import EvaluatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +188,17 @@ def parse_judgement(reply: str, criteria: Sequence[str], bounds: dict[str, tuple
     return scores, rationale.group(1).strip() if rationale else ""
 
 
+class JudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
+    """An LLM judge with rubrics."""
+
+    rubrics: Annotated[list[Text], Field(min_length=1)] | None = None
+    top_k: Count = 3
+    output_dir: Text | None = None
+
+
 class LLMJudge(Evaluator):
     """Grades generated answers with a chat model on rubrics (module docstring); needs generated answers."""
+    settings_schema = JudgeSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:

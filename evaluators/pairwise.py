@@ -21,6 +21,7 @@ once every system has answered (``conf/evaluator/pairwise_judge.yaml``).
 
 from __future__ import annotations
 
+from typing import Annotated
 import json
 import logging
 import re
@@ -29,11 +30,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from pydantic import Field
+
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.llm import ChatClient, check_template
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.evaluators.judge import load_rubric
+from ragtrack.core.settings import ChatSettings, SystemName, Text
+from ragtrack.evaluators.base import EvaluatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +83,18 @@ def wilson(successes: int, trials: int) -> tuple[float, float]:
     return float(interval.low), float(interval.high)
 
 
+class PairwiseJudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
+    """An LLM judge comparing two systems' answers."""
+
+    baseline: SystemName | None = None
+    pairs: list[Annotated[list[SystemName], Field(min_length=2, max_length=2, description="a pair [first, second] of system names")]] | None = None
+    rubric: Text = "correctness"
+    output_dir: Text | None = None
+
+
 class PairwiseJudge(Evaluator):
     """Judges pairs of systems' answers with position swapping (module docstring)."""
+    settings_schema = PairwiseJudgeSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:

@@ -25,9 +25,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pydantic import field_validator
+
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import RunColumns
 from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels, parse_cutoff
+from ragtrack.core.settings import Count, ItemError, NonNegativeInt
+from ragtrack.evaluators.base import EvaluatorSettings
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where a table is built: `ragtrack eval` scores without pandas
@@ -408,9 +412,29 @@ def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics:
     return pd.DataFrame(values, index=pd.Index(m.qids, name="qid")), m.num_rel
 
 
+class RankingSettings(EvaluatorSettings, extra="forbid"):
+    """The rank metrics (metrics.md)."""
+
+    relevance_threshold: NonNegativeInt = 1
+    max_grade: Count | None = None
+
+    @field_validator("metrics")
+    @classmethod
+    def _parsed(cls, metrics: list[str] | None) -> list[str] | None:
+        from ragtrack.evaluators.ranking import parse_metric
+
+        for index, metric in enumerate(metrics or ()):
+            try:
+                parse_metric(metric)
+            except RagtrackError as exc:
+                raise ItemError(index, str(exc)) from None
+        return metrics
+
+
 class RankingEvaluator(Evaluator):
     """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``;
     ``max_grade`` is ERR's g_max (default: the largest grade in the qrels)."""
+    settings_schema = RankingSettings
 
     def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1, max_grade: int | None = None):
         super().__init__(metrics)

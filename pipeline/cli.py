@@ -177,7 +177,7 @@ def command_regress(args: argparse.Namespace) -> int:
 def run_hydra(overrides: list[str]) -> int:
     from ragtrack.pipeline.app import run_app
     from ragtrack.pipeline.redaction import check_run_arguments, config_dirs
-    from ragtrack.pipeline.settings import composition_errors_explained
+    from ragtrack.pipeline.config import composition_errors_explained
 
     try:  # Hydra writes .hydra/ and the log before the job runs: a key given as a variable name stops here
         check_run_arguments(overrides)

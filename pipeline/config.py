@@ -11,13 +11,18 @@ into every job of a sweep), which keeps the output folders of jobs started in th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
 
 CONFIG_MODULE = "ragtrack.conf"
 CONFIG_NAME = "config"
@@ -53,8 +58,6 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None)
     from hydra import initialize_config_module
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    from ragtrack.pipeline.settings import explain_composition_error
-
     register_resolvers()
     extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
@@ -62,3 +65,63 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None)
             return hydra_compose(CONFIG_NAME, overrides=[*extra, *overrides])
         except (ConfigCompositionException, OverrideParseException) as exc:  # one line, with a did-you-mean
             raise explain_composition_error(exc, [config_dir] if config_dir else []) from None
+
+
+# ----------------------------------------------------------------------------- Hydra's composition errors
+@contextlib.contextmanager
+def composition_errors_explained(config_dirs: Sequence[str | Path] = ()) -> Iterator[None]:
+    """Hydra's composition errors (an unknown key or group option, an override that does not parse)
+    as one-line :class:`RagtrackError` s with a did-you-mean; ``config_dirs``: the user's config
+    folders. Hydra prints its own errors and exits unless ``HYDRA_FULL_ERROR`` is set (its documented
+    switch to raise them), so it is set meanwhile."""
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    except (ConfigCompositionException, OverrideParseException) as exc:
+        raise explain_composition_error(exc, config_dirs) from None
+    finally:
+        if previous is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
+
+
+def explain_composition_error(exc: Exception, config_dirs: Sequence[str | Path] = ()) -> RagtrackError:
+    """One line for a Hydra composition error. A group's options are the YAML files of that group in
+    the installed configs and in ``config_dirs`` (the user's ``--config-dir`` folders)."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    from ragtrack.pipeline.settings import key_hint  # the settings models import every component: only when needed
+
+    cause = exc.__cause__
+    if isinstance(exc, OverrideParseException):
+        return RagtrackError(f"{exc.override}: not a valid override: {str(exc).splitlines()[0]}")
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
+        group, _, option = exc.missing_cfg_file.rpartition("/")
+        options = sorted(set(group_options(group, config_dirs)) | set(exc.options or ()))
+        return InputError(group, f"{option!r} is not allowed: one of {', '.join(options) or '(none found)'}{did_you_mean(option, options)}")
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None) and str(exc).startswith("Could not override"):
+        wanted = str(exc).split("'")[1]
+        parent = cause.parent_node
+        siblings = [str(k) for k in parent.keys()] if isinstance(parent, DictConfig) else []
+        if cause.full_key != wanted:
+            return InputError(wanted, f"no such key ({cause.full_key} is not set in this config)")
+        return InputError(wanted, "no such key" + key_hint(wanted, wanted.rpartition(".")[0], str(cause.key), siblings))
+    return RagtrackError("; ".join(line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("\t")))
+
+
+def group_options(group: str, config_dirs: Sequence[str | Path] = ()) -> list[str]:
+    """The options of a config group: its YAML files in the installed configs and in ``config_dirs``."""
+    from importlib.resources import files
+
+    options = {entry.name.removesuffix(".yaml") for entry in _entries(files(CONFIG_MODULE).joinpath(group))}
+    for folder in config_dirs:
+        options |= {entry.name.removesuffix(".yaml") for entry in _entries(Path(folder) / group)}
+    return sorted(options)
+
+
+def _entries(folder: Any) -> list:
+    return [entry for entry in folder.iterdir() if entry.name.endswith(".yaml")] if folder.is_dir() else []

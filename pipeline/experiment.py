@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import os
-import resource
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -27,17 +26,18 @@ from ragtrack.core.cache import Cache, IdentityMemo
 from ragtrack.core.data import Corpus, Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
-from ragtrack.core.progress import track
-from ragtrack.core.runs import Run, trec_text, write_trec
+from ragtrack.core.runs import Run, trec_text
+from ragtrack.core.stages import StageContext, StageOutput
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness
 from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseline, write_comparison
-from ragtrack.pipeline.inputs import load_dataset, read_cached_run
+from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
+from ragtrack.pipeline.systems import plan_systems
 from ragtrack.pipeline.slices import Attribute, Findings, annotate, query_attributes, summarize
 from ragtrack.pipeline.tracking import MlflowTracker, Tracker, tracking_target
 
@@ -75,7 +75,6 @@ def stage(name: str) -> Iterator[None]:
     log.info("%s done in %.2f s", name, time.perf_counter() - started)
 
 
-LATENCY_FILE = "latency.json"  # a run cache entry's per-query search times (ms)
 _scored = IdentityMemo()  # evaluations and cutoff curves of runs the jobs of a multirun share
 
 
@@ -90,10 +89,10 @@ def build_chunker(cfg: Mapping | None) -> tuple[Chunker | None, int]:
     """The chunker a ``chunking`` config names by ``type`` (a ``ragtrack.chunkers`` plugin; ``none``:
     no chunking) and its ``oversample``."""
     settings = dict(OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else (cfg or {}))
-    oversample = settings.pop("oversample", 1)
     if settings.get("type", "none") == "none":
         return None, 1
-    return registry.build("chunkers", settings), oversample
+    chunker = registry.build("chunkers", settings)
+    return chunker, getattr(chunker, "oversample", settings.get("oversample", 1))
 
 
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None,
@@ -116,52 +115,6 @@ def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: 
     if not tables:
         raise RagtrackError("no evaluator applies to this dataset")
     return pd.concat(tables, axis=1), pd.concat(summaries), pd.concat(masks, axis=1)
-
-
-def _search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict, dict[str, float]]:
-    """The run of ``retriever`` from the run cache (key: corpus, index settings, queries, depth), or
-    indexed, searched and stored there with its efficiency and per-query latencies (ms; a run from the
-    cache has those measured when it was built, none if the entry predates them); a hit touches no index."""
-    queries_hash = hashlib.sha256(json.dumps(dataset.queries, sort_keys=True).encode()).hexdigest()
-    parts = {"corpus": dataset.corpus.hash, "index": retriever.index_settings(), "queries": queries_hash, "depth": depth}
-
-    def build(folder: Path) -> None:
-        run, efficiency, latencies = _measured_search(name, retriever, dataset, cache, depth)
-        write_trec(run, folder / layout.RUN_FILE, tag=name)
-        (folder / "efficiency.json").write_text(json.dumps(efficiency))
-        (folder / LATENCY_FILE).write_text(json.dumps({qid: seconds * 1000 for qid, seconds in latencies.items()}))
-
-    builds_before = len(cache.builds)
-    folder = cache.entry("run", parts, build, label=f"{name} run")
-    efficiency = json.loads((folder / "efficiency.json").read_text())
-    latency_ms = json.loads((folder / LATENCY_FILE).read_text()) if (folder / LATENCY_FILE).exists() else {}
-    return (read_cached_run(folder / layout.RUN_FILE, name), {**efficiency, "run_from_cache": float(len(cache.builds) == builds_before)},
-            latency_ms)
-
-
-def _measured_search(name: str, retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict, dict[str, float]]:
-    """Index, then search one query per call so latencies are per query (returned in seconds by query
-    id; mean, p50, p95 in the efficiency figures); peak memory is the process's peak resident set size
-    so far (getrusage); then the retriever's ``search_checks`` (e.g. ``approximate_recall``), outside
-    the timing."""
-    with stage(f"{name}: index"):
-        retriever.index(dataset.corpus, cache)
-    scores, latencies = {}, {}
-    with stage(f"{name}: search {len(dataset.queries)} queries"):
-        for qid, text in track(dataset.queries.items(), f"{name}: search", "queries"):
-            started = time.perf_counter()
-            scores |= retriever.search({qid: text}, depth).scores
-            latencies[qid] = time.perf_counter() - started
-    seconds = sum(latencies.values())
-    p50, p95 = np.percentile(list(latencies.values()), [50, 95]) if latencies else (0.0, 0.0)
-    stats = retriever.stats
-    run = Run(name, scores)
-    return run, {**retriever.search_checks(dataset.queries, run, depth),
-        "index_seconds": stats.build_seconds, "index_bytes": stats.size_bytes, "index_from_cache": float(stats.from_cache),
-        "search_seconds": seconds, "queries_per_second": len(latencies) / seconds if seconds else 0.0,
-        "latency_mean_seconds": seconds / len(latencies) if latencies else 0.0, "latency_p50_seconds": float(p50),
-        "latency_p95_seconds": float(p95), "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    }, latencies
 
 
 def with_latency(per_query: pd.DataFrame, retrieval_ms: Mapping[str, float], generation_ms: float | None) -> pd.DataFrame:
@@ -238,65 +191,54 @@ def hydra_records(job: JobInfo) -> list[Path]:
     return records
 
 
+def run_stages(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, plan: ChunkPlan) -> tuple[dict[str, StageOutput], dict[str, dict]]:
+    """Every system of ``cfg`` (``pipeline.systems``) made by its stage, inputs first: the outputs and the
+    parameters (the stage's config, flattened, and the chunking) by system name."""
+    indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
+    context = StageContext(indexed, plan.judged_corpus(dataset.corpus), cache, depth, plan.search_depth(depth),
+                           judged=lambda run: plan.evaluated(run, depth), passages=plan.passages)
+    outputs: dict[str, StageOutput] = {}
+    params: dict[str, dict] = {}
+    for system in plan_systems(cfg):
+        stage_object = registry.build(system.group, system.config, name=system.name)
+        with stage(f"{system.name}: {system.section}" + (f" of {', '.join(system.inputs)}" if system.inputs else "")):
+            outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
+        params[system.name] = flatten(OmegaConf.to_container(system.config, resolve=True)) | plan.params()
+    return outputs, params
+
+
 def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:
     plan = plan or ChunkPlan()
-    runs: dict[str, Run] = {}
-    passage_runs: dict[str, Run] = {}
-    efficiency: dict[str, dict] = {}
-    retrieval_ms: dict[str, dict[str, float]] = {}
-    params: dict[str, dict] = {}
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
-    searches: dict[str, str] = {}  # system -> "exact" or "approximate" (a fusion with an approximate member is approximate)
-    for name, rcfg in (cfg.get("retriever") or {}).items():
-        retriever = registry.build("retrievers", rcfg, name=name)
-        searches[name] = "approximate" if retriever.approximate else "exact"
-        passage_runs[name], efficiency[name], retrieval_ms[name] = _search(name, retriever, indexed, cache, plan.search_depth(depth))
-        runs[name] = plan.evaluated(passage_runs[name], depth)
-        params[name] = flatten(OmegaConf.to_container(rcfg, resolve=True)) | plan.params()
-    for fcfg in (cfg.get("fusion") or {}).values():
-        fuse = registry.build("fusions", {**OmegaConf.to_container(fcfg, resolve=True), "_partial_": True})
-        system = fcfg.system
-        if system in runs:
-            raise RagtrackError(f"fusion system name {system!r} is already used by another system")
-        started = time.perf_counter()
-        with stage(f"{system}: fuse {', '.join(fcfg.members)}"):
-            runs[system] = fuse(runs)
-        passage_runs[system] = plan.passages(runs[system], {member: passage_runs[member] for member in fcfg.members})
-        seconds = time.perf_counter() - started
-        efficiency[system] = {"fusion_seconds": seconds}
-        searches[system] = "approximate" if "approximate" in {searches.get(m) for m in fcfg.members} else "exact"
-        retrieval_ms[system] = {q: sum(retrieval_ms[m].get(q, np.nan) for m in fcfg.members) + seconds * 1000 / len(dataset.queries)
-                                for q in dataset.queries}  # members' search times + an even share of the batch fusion
-        params[system] = flatten(OmegaConf.to_container(fcfg, resolve=True)) | plan.params()
-    if not runs:
-        raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
+    outputs, params = run_stages(cfg, dataset, cache, depth, plan)
     generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
     evaluation = ("evaluate", OmegaConf.to_yaml(cfg.get("evaluator") or {}, resolve=True), int(cfg.seed))
     results = {}
-    for name, run in runs.items():
+    for name, output in outputs.items():
+        run, passage_run, efficiency = output.run, output.passage_run, dict(output.efficiency)
         answers, generation_ms = None, None
         if generator is not None and not isinstance(generator, NoGenerator):
             with stage(f"{name}: generate answers"):
                 started = time.perf_counter()
-                answers = answer_questions(generator, passage_runs[name], indexed, Path(cfg.paths.output_dir) / "systems" / name)
+                answers = answer_questions(generator, passage_run, indexed, Path(cfg.paths.output_dir) / "systems" / name)
                 generation_ms = (time.perf_counter() - started) * 1000 / len(dataset.queries)  # generators answer a batch
         with stage(f"{name}: evaluate"):
             if answers:
-                per_query, summary, counted = evaluate_run(run, indexed, evaluators, int(cfg.seed), answers.texts, passage_runs[name])
+                per_query, summary, counted = evaluate_run(run, indexed, evaluators, int(cfg.seed), answers.texts, passage_run)
             else:  # a run the jobs of a multirun share (a cached retriever run) is scored once
-                key = (run, passage_runs[name], indexed.qrels, indexed.queries, indexed.answers, indexed.corpus)
+                key = (run, passage_run, indexed.qrels, indexed.queries, indexed.answers, indexed.corpus)
                 per_query, summary, counted = _scored.get(key, evaluation,
-                                                 lambda: evaluate_run(run, indexed, evaluators, int(cfg.seed), None, passage_runs[name]))
+                                                 lambda: evaluate_run(run, indexed, evaluators, int(cfg.seed), None, passage_run))
         if answers:
-            per_query, efficiency[name] = answers.annotate(per_query, dataset), efficiency[name] | answers.efficiency
-        per_query = with_latency(per_query, retrieval_ms[name], generation_ms)
-        efficiency[name] |= latency_quantiles(per_query)
+            per_query, efficiency = answers.annotate(per_query, dataset), efficiency | answers.efficiency
+        per_query = with_latency(per_query, output.latency_ms, generation_ms)
+        efficiency |= latency_quantiles(per_query)
         without_hits = sum(1 for qid in dataset.queries if not run.scores.get(qid))
         if without_hits:
             log.warning("%s: %d of %d queries have no hits (they score 0 on every metric)", name, without_hits, len(dataset.queries))
         results[name] = SystemResult(name, run, per_query, summary,
-                                     {**efficiency[name], "queries_without_hits": float(without_hits), **plan.stats(dataset.corpus)},
-                                     params[name] | {"search": searches[name]}, passage_runs[name], indexed.corpus, counted)
+                                     {**efficiency, "queries_without_hits": float(without_hits), **plan.stats(dataset.corpus)},
+                                     params[name] | {"search": "approximate" if output.approximate else "exact"}, passage_run, indexed.corpus, counted)
     return results
 
 

@@ -1,5 +1,5 @@
-"""Datasets and cached runs, read once per process: the jobs of a multirun that runs in one process
-share the (frozen) dataset and every run file read from the cache."""
+"""Datasets, read once per process: the jobs of a multirun that runs in one process share the (frozen)
+dataset (and, through ``ragtrack.core.stages``, every run file read from the cache)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ragtrack.core.data import Dataset, load_beir
-from ragtrack.core.runs import Run, read_trec
 
 
 def load_dataset(cfg: Mapping, check_documents: bool = True) -> Dataset:
@@ -19,12 +18,3 @@ def load_dataset(cfg: Mapping, check_documents: bool = True) -> Dataset:
 @functools.lru_cache(maxsize=2)
 def _load_beir_once(path: str, split: str, name: str | None, qrels_file: str | None, check_documents: bool) -> Dataset:
     return load_beir(path, split=split, name=name, qrels_file=qrels_file, check_documents=check_documents)
-
-
-@functools.lru_cache(maxsize=16)
-def read_cached_run(path: Path, name: str) -> Run:
-    """A run file of a complete cache entry (entries never change once complete). An empty file is
-    the valid run of a retriever that found nothing for any query (e.g. every query out of vocabulary)."""
-    if path.stat().st_size == 0:
-        return Run(name, {})
-    return read_trec(path, name=name)

@@ -1,10 +1,12 @@
 """Plugins by entry point, constructed by Hydra.
 
-Entry-point groups ``ragtrack.retrievers``, ``ragtrack.fusions``, ``ragtrack.evaluators`` and
-``ragtrack.generators`` name the plugins (built-ins are registered there like any third-party
-package); a config names one by ``type`` (or gives a ``_target_``), and :func:`instantiate` - the only
-caller of ``hydra.utils.instantiate`` - constructs it. A plugin that fails to import is a warning when
-listing, an error only when it is asked for.
+Entry-point groups ``ragtrack.<group>`` (retrievers, rewriters, fusions, rerankers, evaluators,
+generators, chunkers) name the plugins (built-ins are registered there like any third-party package);
+a config names one by ``type`` (or gives a ``_target_``), and :func:`instantiate` - the only caller of
+``hydra.utils.instantiate`` - constructs it. A plugin whose class declares ``settings_schema`` (a
+pydantic model, the one home of its defaults) is built from that model's validated values: every key,
+defaults filled in. A plugin that fails to import is a warning when listing, an error only when it is
+asked for.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate as hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
+from pydantic import ValidationError
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("retrievers", "fusions", "evaluators", "generators", "chunkers")
+GROUPS = ("retrievers", "rewriters", "fusions", "rerankers", "evaluators", "generators", "chunkers")
 
 
 def installed(group: str) -> dict[str, EntryPoint]:
@@ -71,7 +74,8 @@ def instantiate(config: Mapping | DictConfig, **kwargs: Any) -> Any:
 
 
 def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
-    """Construct the plugin a config names by ``type`` (entry point) unless it gives a ``_target_``."""
+    """Construct the plugin a config names by ``type`` (entry point) unless it gives a ``_target_``;
+    where the plugin declares ``settings_schema``, from that model's validated values."""
     settings = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
     kind = settings.pop("type", None)
     if "_target_" not in settings:
@@ -80,6 +84,14 @@ def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
         found = installed(group)
         if kind not in found:
             raise RagtrackError(f"unknown {group[:-1]} type {kind!r}; installed: {', '.join(sorted(found)) or 'none'}{did_you_mean(str(kind), found)}")
+        schema = getattr(load(group, kind), "settings_schema", None)
+        if schema is not None:
+            try:
+                settings = schema.model_validate(settings).model_dump(exclude={"type", "target"})
+            except ValidationError as exc:  # a caller that skipped pipeline.settings.validate: the first problem, one line
+                error = exc.errors()[0]
+                where = ".".join(map(str, error["loc"]))
+                raise RagtrackError(f"cannot construct {found[kind].value}: {where}: {error['msg']}") from None
         settings["_target_"] = found[kind].value.replace(":", ".")
     settings.setdefault("_convert_", "all")
     return instantiate(settings, **kwargs)

@@ -1,35 +1,31 @@
-"""Typed settings: every config key has a type and a valid range, declared once here as pydantic
-models, and :func:`validate` checks a composed job config against them before anything is built or
-logged. A bad value stops the job with one line naming the key, the value and what is allowed::
+"""Typed settings: every config key has a type and a valid range, declared once as pydantic models
+(the job's keys here, each component's beside its class), and :func:`validate` checks a composed job
+config against them before anything is built or logged. A bad value stops the job with one line naming the key, the value and what is allowed::
 
     depth: 'abc' is not allowed: an integer >= 1
     fusion.rrf.kk: no such key; did you mean 'fusion.rrf.k'?
 
 The job itself keeps reading its ``DictConfig``; the models only check it.
 
-Components are chosen by ``type`` (retrievers, fusions, evaluators, generators, chunkers: entry points
-of ``ragtrack.<group>``) or by ``_target_`` (encoders). A shipped component is checked strictly (every
-key declared, no other key allowed). A plugin's component is checked against the model its entry
-point object declares as ``settings_schema`` (a subclass of the group's common model, e.g.
-:class:`RetrieverSettings`), else on the group's common keys only; its other keys are the plugin's
-business. An encoder or component given by a ``_target_`` that ragtrack does not ship is checked on
-the common keys only.
+Components are chosen by ``type`` (retrievers, rewriters, fusions, rerankers, evaluators, generators,
+chunkers: entry points of ``ragtrack.<group>``) or by ``_target_`` (encoders). Each is checked against
+the model its class declares as ``settings_schema``, beside the class (shipped models declare every key
+and allow no other); a plugin without one is checked on its group's common keys (:data:`COMMON`), its
+other keys being the plugin's business, and so is a component given by a ``_target_``. Then the
+systems' graph is checked (``pipeline.systems``: every input a system of the job, no cycle).
 
-Helpers for the command line: :func:`composition_errors_explained` turns Hydra's composition errors
-(an unknown key or group option, an override that does not parse) into the same kind of one-line
-error, with a did-you-mean; :func:`discard_job_folder` removes the folder Hydra made for a job that
+A helper for the command line: :func:`discard_job_folder` removes the folder Hydra made for a job that
 stopped at validation. ``python -m ragtrack.pipeline.settings`` prints the table of every key
 (docs/configuration.md holds it).
 """
 
 from __future__ import annotations
 
-import contextlib
+import importlib
 import math
-import os
 import shutil
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -39,10 +35,20 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, Field, Strict, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
-from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
-from ragtrack.core.settings import (ChatSettings, ComponentSettings, Count, EnvName, Flag, Fraction, Integer, ItemError, MetricName, NonNegative,
-                                    NonNegativeInt, Normalization, Open, Port, Positive, Section, SystemName, Text, TokenizerSettings)
+from ragtrack.core.errors import InputError, did_you_mean
+from ragtrack.chunking import ChunkerSettings, NoChunkingSettings
+from ragtrack.core.settings import (Count, Flag, ItemError, MetricName, NonNegative, NonNegativeInt, Normalization, Positive, Section, StageSettings,
+                                    SystemName, Text)
+from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.generation import GeneratorSettings
+from ragtrack.pipeline import registry
 from ragtrack.pipeline.redaction import SECRET_KEY
+from ragtrack.pipeline.systems import STAGE_SECTIONS, plan_systems
+from ragtrack.retrievers.base import RetrieverSettings
+from ragtrack.retrievers.dense import DenseSettings
+from ragtrack.retrievers.encoders import Encoder, EncoderSettings
+from ragtrack.retrievers.fusion import FusionSettings
+from ragtrack.retrievers.rerankers import RerankerSettings
 
 # ----------------------------------------------------------------------------- top-level blocks
 class PathsSettings(Section):
@@ -109,278 +115,22 @@ class JobSettings(Section):
     dataset: DatasetSettings
     encoder: dict[str, Any] | None = None
     retriever: dict[SystemName, dict[str, Any]] | None = None
+    rewriter: dict[Text, dict[str, Any]] | None = None
     fusion: dict[SystemName, dict[str, Any]] | None = None
+    reranker: dict[Text, dict[str, Any]] | None = None
     evaluator: dict[Text, dict[str, Any]] | None = None
     generator: dict[str, Any] | None = None
     chunking: dict[str, Any] | None = None
     tracking: TrackingSettings
 
 
-# ----------------------------------------------------------------------------- encoders (by _target_)
-class EncoderSettings(Open):
-    target: Text = Field(alias="_target_")
-    device: Text = "auto"
-    distributed: Literal["none", "ray"] = "none"
-    actors: Count | None = None
 
 
-class HashingEncoderSettings(EncoderSettings, extra="forbid"):
-    target: Literal["ragtrack.retrievers.encoders.HashingEncoder"] = Field(alias="_target_")
-    dim: Count = 256
 
-
-class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
-    model: Text = "all-MiniLM-L6-v2"
-    batch_size: Count | None = 32
-    max_seq_length: Count | None = None
-    query_prefix: str = ""
-    document_prefix: str = ""
-    threads: Count | None = None
-
-
-class SentenceTransformerSettings(TransformerEncoderSettings, extra="forbid"):
-    target: Literal["ragtrack.retrievers.encoders.SentenceTransformerEncoder"] = Field(alias="_target_")
-
-
-class OnnxEncoderSettings(TransformerEncoderSettings, extra="forbid"):
-    target: Literal["ragtrack.retrievers.encoders.OnnxEncoder"] = Field(alias="_target_")
-    precision: Literal["fp32", "int8"] = "int8"
-
-
-ENCODERS: dict[str, type[Section]] = {model.model_fields["target"].annotation.__args__[0]: model
-                                      for model in (HashingEncoderSettings, SentenceTransformerSettings, OnnxEncoderSettings)}
-
-
-# ----------------------------------------------------------------------------- components (by type)
-class RetrieverSettings(ComponentSettings):
-    """A retriever plugin's common keys."""
-
-
-class BM25Settings(RetrieverSettings, extra="forbid"):
-    type: Literal["bm25"]
-    backend: Literal["bm25s", "rank_bm25"] = "bm25s"
-    k1: NonNegative = 0.9
-    b: Fraction = 0.4
-    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
-    tokenizer: TokenizerSettings = TokenizerSettings()
-
-
-class HnswSettings(Section):
-    ef_construction: Count = 200
-    ef_search: Count = 200
-    max_neighbors: Count = 32
-
-
-class ChromaSettings(Section):
-    mode: Literal["persistent", "http"] = "persistent"
-    build: Literal["when_used", "always"] = "when_used"
-    host: Text = "localhost"
-    port: Port = 8000
-    ssl: Flag = False
-    headers: dict[str, str] = {}
-    token_env: EnvName | None = None
-    token_header: Text = "Authorization"
-    hnsw: HnswSettings = HnswSettings()
-
-
-class DenseSettings(RetrieverSettings, extra="forbid"):
-    type: Literal["dense"]
-    encoder: dict[str, Any]  # checked as an encoder (by its _target_)
-    search: Literal["exact", "approximate"] = "exact"
-    chroma: ChromaSettings = ChromaSettings()
-
-
-class FusionSettings(ComponentSettings):
-    """A fusion plugin's common keys: the pipeline reads ``system`` and ``members``."""
-
-    system: SystemName
-    members: Annotated[list[SystemName], Field(min_length=1)]
-    depth: Count = 100
-    weights: list[NonNegative] | None = None
-
-    @field_validator("members")
-    @classmethod
-    def _known_systems(cls, members: list[str], info: ValidationInfo) -> list[str]:
-        systems = (info.context or {}).get("systems")
-        for index, member in enumerate(members):
-            if systems is not None and member not in systems:
-                raise ItemError(index, f"a system defined before this fusion ({', '.join(systems) or 'none'}){did_you_mean(member, systems)}")
-        return members
-
-    @field_validator("weights")
-    @classmethod
-    def _one_per_member(cls, weights: list[float] | None, info: ValidationInfo) -> list[float] | None:
-        members = info.data.get("members")
-        if weights is not None and members is not None and len(weights) != len(members):
-            raise ValueError(f"null or one weight per member ({len(members)}: {', '.join(members)})")
-        return weights
-
-
-class RRFSettings(FusionSettings, extra="forbid"):
-    type: Literal["rrf"]
-    k: NonNegative = 60
-
-
-class CombSettings(FusionSettings, extra="forbid"):
-    type: Literal["combsum", "combmnz"]
-    normalization: Normalization = "minmax"
-
-
-class LinearSettings(FusionSettings, extra="forbid"):
-    type: Literal["linear"]
-    normalization: Normalization = "minmax"
-
-    @field_validator("weights")
-    @classmethod
-    def _positive_sum(cls, weights: list[float] | None) -> list[float] | None:
-        if weights is not None and not sum(weights) > 0:
-            raise ValueError("weights >= 0 with a positive sum")
-        return weights
-
-
-class EvaluatorSettings(ComponentSettings):
-    """An evaluator plugin's common keys; each metric must be one the evaluator provides."""
-
-    metrics: Annotated[list[MetricName], Field(min_length=1)] | None = None
-
-    @field_validator("metrics")
-    @classmethod
-    def _provided(cls, metrics: list[str] | None, info: ValidationInfo) -> list[str] | None:
-        from ragtrack.pipeline import registry
-
-        kind = info.data.get("type")
-        if metrics is None or kind not in registry.installed("evaluators"):
-            return metrics
-        evaluator = registry.load("evaluators", kind)
-        for index, metric in enumerate(metrics):
-            base, at, cutoff = metric.partition("@")
-            if not evaluator.handles(metric):
-                raise ItemError(index, f"a metric of the {kind!r} evaluator (ragtrack metrics lists them){did_you_mean(metric, evaluator.provides())}")
-            if at and not (cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1):
-                raise ItemError(index, f"a cutoff that is an integer >= 1, e.g. {base}@10")
-        return metrics
-
-
-class RankingSettings(EvaluatorSettings, extra="forbid"):
-    type: Literal["ranking"]
-    relevance_threshold: NonNegativeInt = 1
-    max_grade: Count | None = None
-
-    @field_validator("metrics")
-    @classmethod
-    def _parsed(cls, metrics: list[str] | None) -> list[str] | None:
-        from ragtrack.evaluators.ranking import parse_metric
-
-        for index, metric in enumerate(metrics or ()):
-            try:
-                parse_metric(metric)
-            except RagtrackError as exc:
-                raise ItemError(index, str(exc)) from None
-        return metrics
-
-
-class AnswerSettings(EvaluatorSettings, extra="forbid"):
-    type: Literal["answer", "context_recall"]
-
-
-class AbstentionSettings(EvaluatorSettings, extra="forbid"):
-    type: Literal["abstention"]
-    no_answer: Text = "unanswerable"
-
-
-class FaithfulnessSettings(EvaluatorSettings, extra="forbid"):
-    type: Literal["faithfulness"]
-    top_k: Count = 3
-    support_threshold: Annotated[float, Strict(), Field(gt=0, le=1)] = 0.5
-
-
-class BertScoreSettings(EvaluatorSettings, extra="forbid"):
-    type: Literal["bertscore"]
-    model: Text = "all-MiniLM-L6-v2"
-    layer: Integer = -1
-    batch_size: Count = 64
-    max_length: Count = 256
-
-
-class JudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
-    type: Literal["llm_judge"]
-    rubrics: Annotated[list[Text], Field(min_length=1)] | None = None
-    top_k: Count = 3
-    output_dir: Text | None = None
-
-
-class PairwiseJudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
-    type: Literal["pairwise_judge"]
-    baseline: SystemName | None = None
-    pairs: list[Annotated[list[SystemName], Field(min_length=2, max_length=2, description="a pair [first, second] of system names")]] | None = None
-    rubric: Text = "correctness"
-    output_dir: Text | None = None
-
-
-class GeneratorSettings(ComponentSettings):
-    """A generator plugin's common keys."""
-
-
-class NoGeneratorSettings(GeneratorSettings, extra="forbid"):
-    type: Literal["none"]
-
-
-class ExtractiveSettings(GeneratorSettings, extra="forbid"):
-    type: Literal["extractive"]
-    top_k: Count = 1
-    unit: Literal["span", "sentence"] = "span"
-    tokenizer: TokenizerSettings = TokenizerSettings()
-    no_answer: Text | None = None
-    abstain_below: Fraction = 0.0
-
-
-class OpenAISettings(GeneratorSettings, ChatSettings, extra="forbid"):
-    type: Literal["openai"]
-    top_k: Count = 3
-    no_answer: Text | None = None
-
-
-class ChunkerSettings(ComponentSettings):
-    """A chunker plugin's common keys."""
-
-    oversample: Count = 1
-
-
-class NoChunkingSettings(ChunkerSettings, extra="forbid"):
-    type: Literal["none"]
-
-
-class WindowSettings(ChunkerSettings, extra="forbid"):
-    type: Literal["sentences", "chars"]
-    size: Count
-    overlap: Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")] = 0
-    repeat_title: Flag = True
-
-    @field_validator("overlap")
-    @classmethod
-    def _below_size(cls, overlap: float, info: ValidationInfo) -> float:
-        size = info.data.get("size")
-        if size is not None and not (0 < overlap < 1) and not (overlap == int(overlap) and overlap < size):
-            raise ValueError(f"an integer below size ({size}), or a fraction of size in (0, 1)")
-        return overlap
-
-
-class TokenWindowSettings(WindowSettings, extra="forbid"):
-    type: Literal["tokens"]
-    model: Text | None = None
-
-
-SHIPPED: dict[str, dict[str, type[ComponentSettings]]] = {
-    "retrievers": {"bm25": BM25Settings, "dense": DenseSettings},
-    "fusions": {"rrf": RRFSettings, "combsum": CombSettings, "combmnz": CombSettings, "linear": LinearSettings},
-    "evaluators": {"ranking": RankingSettings, "answer": AnswerSettings, "context_recall": AnswerSettings,
-                   "bertscore": BertScoreSettings, "llm_judge": JudgeSettings,
-                   "abstention": AbstentionSettings, "faithfulness": FaithfulnessSettings, "pairwise_judge": PairwiseJudgeSettings},
-    "generators": {"none": NoGeneratorSettings, "extractive": ExtractiveSettings, "openai": OpenAISettings},
-    "chunkers": {"none": NoChunkingSettings, "tokens": TokenWindowSettings, "sentences": WindowSettings, "chars": WindowSettings},
-}
-COMMON: dict[str, type[ComponentSettings]] = {"retrievers": RetrieverSettings, "fusions": FusionSettings, "evaluators": EvaluatorSettings,
-                                              "generators": GeneratorSettings, "chunkers": ChunkerSettings}
+# The common keys of each group: what a plugin without its own ``settings_schema`` is checked on.
+COMMON: dict[str, type[Section]] = {"retrievers": RetrieverSettings, "rewriters": StageSettings, "fusions": FusionSettings,
+                                    "rerankers": RerankerSettings, "evaluators": EvaluatorSettings, "generators": GeneratorSettings,
+                                    "chunkers": ChunkerSettings}
 
 
 # ----------------------------------------------------------------------------- validation
@@ -392,21 +142,18 @@ def validate(cfg: DictConfig | Mapping) -> None:
     _check(JobSettings, settings, "")
     if settings.get("encoder") is not None:
         _check(_encoder_model(settings["encoder"], "encoder"), settings["encoder"], "encoder")
-    systems: list[str] = []
-    for name, retriever in (settings.get("retriever") or {}).items():
-        path = f"retriever.{name}"
-        _check(_component_model("retrievers", retriever, path), retriever, path)
-        if isinstance(retriever.get("encoder"), Mapping):
-            _check(_encoder_model(retriever["encoder"], f"{path}.encoder"), retriever["encoder"], f"{path}.encoder")
-        systems.append(name)
-    for name, fusion in (settings.get("fusion") or {}).items():
-        path = f"fusion.{name}"
-        _check(_component_model("fusions", fusion, path), fusion, path, {"systems": list(systems)})
-        if fusion["system"] in systems:
-            raise InputError(f"{path}.system", f"{fusion['system']!r} is not allowed: a name no other system has ({', '.join(systems)})")
-        systems.append(fusion["system"])
+    for section, group in STAGE_SECTIONS.items():
+        for name, component in (settings.get(section) or {}).items():
+            path = f"{section}.{name}"
+            _check(_component_model(group, component, path), component, path)
+            if isinstance(component.get("encoder"), Mapping):
+                _check(_encoder_model(component["encoder"], f"{path}.encoder"), component["encoder"], f"{path}.encoder")
+    if not plan_systems(settings):
+        raise InputError("retriever", "no systems configured: select at least one retriever (e.g. retriever=[bm25])")
     for name, evaluator in (settings.get("evaluator") or {}).items():
-        _check(_component_model("evaluators", evaluator, f"evaluator.{name}"), evaluator, f"evaluator.{name}")
+        model = _component_model("evaluators", evaluator, f"evaluator.{name}")
+        _check_metrics(evaluator, f"evaluator.{name}")
+        _check(model, evaluator, f"evaluator.{name}")
     for group, section in (("generators", "generator"), ("chunkers", "chunking")):
         if settings.get(section) is not None:
             _check(_component_model(group, settings[section], section), settings[section], section)
@@ -442,24 +189,29 @@ def _plain(node: DictConfig | ListConfig, path: str) -> Any:
 
 
 def _encoder_model(settings: Mapping, path: str) -> type[Section]:
-    target = settings.get("_target_") if isinstance(settings, Mapping) else None
-    return ENCODERS.get(str(target), EncoderSettings)
+    """The model of an encoder config: the ``settings_schema`` of the class its ``_target_`` names, else
+    the common keys (a target that does not import fails when the job builds it, with its own error)."""
+    target = str(settings.get("_target_")) if isinstance(settings, Mapping) else ""
+    module, _, name = target.rpartition(".")
+    try:
+        schema = getattr(importlib.import_module(module), name).settings_schema
+    except (ImportError, AttributeError, ValueError):
+        return EncoderSettings
+    return schema if isinstance(schema, type) and issubclass(schema, EncoderSettings) else EncoderSettings
 
 
 def _component_model(group: str, settings: Any, path: str) -> type[Section]:
-    """The model of a component: the shipped one for its ``type``, else the plugin's own
-    ``settings_schema``, else the group's common keys. An unknown ``type`` is an error here."""
+    """The model of a component: the ``settings_schema`` its plugin class declares, else the group's
+    common keys (a plugin without one, or a ``_target_``). An unknown ``type`` is an error here."""
     if not isinstance(settings, Mapping):
         return COMMON[group]
     kind = settings.get("type")
-    if kind in SHIPPED[group]:
-        return SHIPPED[group][kind]
+    if group == "chunkers" and kind == "none":
+        return NoChunkingSettings
     if kind is None or settings.get("_target_") is not None:
         if kind is None and settings.get("_target_") is None:
             raise InputError(f"{path}.type", f"a value is required: {_known_types(group)}")
         return COMMON[group]
-    from ragtrack.pipeline import registry
-
     installed = registry.installed(group)
     if kind not in installed:
         raise InputError(f"{path}.type", f"{_shown(kind)} is not allowed: {_known_types(group)}{did_you_mean(str(kind), installed)}")
@@ -468,10 +220,23 @@ def _component_model(group: str, settings: Any, path: str) -> type[Section]:
 
 
 def _known_types(group: str) -> str:
-    from ragtrack.pipeline import registry
-
-    known = sorted(set(registry.installed(group)) | set(SHIPPED[group]))
+    known = sorted(registry.installed(group)) + (["none"] if group == "chunkers" else [])
     return f"one of {', '.join(known)} (the installed {group})"
+
+
+def _check_metrics(evaluator: Mapping, path: str) -> None:
+    """Each metric an evaluator is given must be one it provides; a cutoff is an integer >= 1."""
+    kind = evaluator.get("type")
+    if not isinstance(evaluator.get("metrics"), list) or kind not in registry.installed("evaluators"):
+        return
+    plugin = registry.load("evaluators", kind)
+    for index, metric in enumerate(evaluator["metrics"]):
+        base, at, cutoff = str(metric).partition("@")
+        if not plugin.handles(metric):
+            raise InputError(f"{path}.metrics[{index}]", f"{_shown(metric)} is not allowed: a metric of the {kind!r} evaluator "
+                                                         f"(ragtrack metrics lists them){did_you_mean(str(metric), plugin.provides())}")
+        if at and not (cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1):
+            raise InputError(f"{path}.metrics[{index}]", f"{_shown(metric)} is not allowed: a cutoff that is an integer >= 1, e.g. {base}@10")
 
 
 def _check(model: type[Section], settings: Any, path: str, context: dict | None = None) -> None:
@@ -496,7 +261,7 @@ def _one_line(model: type[Section], settings: Any, path: str, error: dict) -> In
     annotation, description, siblings = _declared(model, keys)
     if error["type"] == "extra_forbidden":
         parent = _join(path, keys[:-1])
-        return InputError(where, "no such key" + _key_hint(where, parent, str(keys[-1]), siblings))
+        return InputError(where, "no such key" + key_hint(where, parent, str(keys[-1]), siblings))
     allowed = description or _describe(annotation)
     if error["type"] == "missing":
         return InputError(where, f"a value is required: {allowed}")
@@ -511,7 +276,7 @@ def _one_line(model: type[Section], settings: Any, path: str, error: dict) -> In
     return InputError(where, f"{shown} is not allowed: {allowed}")
 
 
-def _key_hint(where: str, parent: str, key: str, siblings: list[str]) -> str:
+def key_hint(where: str, parent: str, key: str, siblings: list[str]) -> str:
     """``; did you mean 'fusion.rrf.k'?`` when a sibling key is close to ``key`` (matched on the last
     part, printed as a full path), else the keys that are allowed there."""
     if did_you_mean(key, siblings):
@@ -623,12 +388,13 @@ def settings_table() -> str:
     (a component's ``type``/``_target_`` picks its rows: the "where" column)."""
     rows: dict[tuple[str, str], list[str]] = {}
 
-    components = ("encoder", "retriever", "fusion", "evaluator", "generator", "chunking")  # their own rows below
+    components = ("encoder", *STAGE_SECTIONS, "evaluator", "generator", "chunking")  # their own rows below
 
     def add(prefix: str, model: type[BaseModel], where: str) -> None:
         for name, info in model.model_fields.items():
             key = info.alias or name
-            if key in ("type", "_target_") and where or key in components and model in (JobSettings, DenseSettings):
+            if key in ("type", "_target_") and where or key in components and model in (JobSettings, DenseSettings) and where != "" or \
+                    key in components and model is JobSettings:
                 continue
             annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
             inner = _without_null(annotation)
@@ -639,77 +405,34 @@ def settings_table() -> str:
                 rows.setdefault((f"`{prefix}{key}`", allowed), []).append(where)
 
     add("", JobSettings, "")
-    for target, model in ENCODERS.items():
-        add("encoder.", model, f"`_target_: ...{target.rsplit('.', 1)[1]}`")
-    for section, group in (("retriever", "retrievers"), ("fusion", "fusions"), ("evaluator", "evaluators")):
-        for kind, model in SHIPPED[group].items():
-            add(f"{section}.{kind}.", model, f"`type: {kind}`")
+    for encoder in _shipped_encoders():
+        add("encoder.", encoder.settings_schema, f"`_target_: ...{encoder.__name__}`")
+    for section, group in (*STAGE_SECTIONS.items(), ("evaluator", "evaluators")):
+        for kind, plugin in _shipped(group).items():
+            add(f"{section}.{kind}.", plugin.settings_schema, f"`type: {kind}`")
     for section, group in (("generator", "generators"), ("chunking", "chunkers")):
-        for kind, model in SHIPPED[group].items():
-            add(f"{section}.", model, f"`type: {kind}`")
+        for kind, plugin in _shipped(group).items():
+            add(f"{section}.", plugin.settings_schema, f"`type: {kind}`")
     lines = ["| key | where | allowed |", "|---|---|---|"]
     lines += [f"| {key} | {', '.join(dict.fromkeys(wheres))} | {allowed} |" for (key, allowed), wheres in rows.items()]
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- Hydra's composition errors
-@contextlib.contextmanager
-def composition_errors_explained(config_dirs: Sequence[str | Path] = ()) -> Iterator[None]:
-    """Hydra's composition errors (an unknown key or group option, an override that does not parse)
-    as one-line :class:`RagtrackError` s with a did-you-mean; ``config_dirs``: the user's config
-    folders. Hydra prints its own errors and exits unless ``HYDRA_FULL_ERROR`` is set (its documented
-    switch to raise them), so it is set meanwhile."""
-    from hydra.errors import ConfigCompositionException, OverrideParseException
-
-    previous = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        yield
-    except (ConfigCompositionException, OverrideParseException) as exc:
-        raise explain_composition_error(exc, config_dirs) from None
-    finally:
-        if previous is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = previous
+def _shipped(group: str) -> dict[str, Any]:
+    """The plugins ragtrack itself registers in ``group`` (third-party ones are their own docs' business)."""
+    return {kind: plugin for kind, plugin in registry.load_all(group).items()
+            if registry.installed(group)[kind].value.startswith("ragtrack.") and getattr(plugin, "settings_schema", None)}
 
 
-def explain_composition_error(exc: Exception, config_dirs: Sequence[str | Path] = ()) -> RagtrackError:
-    """One line for a Hydra composition error. A group's options are the YAML files of that group in
-    the installed configs and in ``config_dirs`` (the user's ``--config-dir`` folders)."""
-    from hydra.errors import MissingConfigException, OverrideParseException
-
-    cause = exc.__cause__
-    if isinstance(exc, OverrideParseException):
-        return RagtrackError(f"{exc.override}: not a valid override: {str(exc).splitlines()[0]}")
-    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
-        group, _, option = exc.missing_cfg_file.rpartition("/")
-        options = sorted(set(group_options(group, config_dirs)) | set(exc.options or ()))
-        return InputError(group, f"{option!r} is not allowed: one of {', '.join(options) or '(none found)'}{did_you_mean(option, options)}")
-    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None) and str(exc).startswith("Could not override"):
-        wanted = str(exc).split("'")[1]
-        parent = cause.parent_node
-        siblings = [str(k) for k in parent.keys()] if isinstance(parent, DictConfig) else []
-        if cause.full_key != wanted:
-            return InputError(wanted, f"no such key ({cause.full_key} is not set in this config)")
-        return InputError(wanted, "no such key" + _key_hint(wanted, wanted.rpartition(".")[0], str(cause.key), siblings))
-    return RagtrackError("; ".join(line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("\t")))
-
-
-def group_options(group: str, config_dirs: Sequence[str | Path] = ()) -> list[str]:
-    """The options of a config group: its YAML files in the installed configs and in ``config_dirs``."""
-    from importlib.resources import files
-
-    from ragtrack.pipeline.config import CONFIG_MODULE
-
-    options = {entry.name.removesuffix(".yaml") for entry in _entries(files(CONFIG_MODULE).joinpath(group))}
-    for folder in config_dirs:
-        options |= {entry.name.removesuffix(".yaml") for entry in _entries(Path(folder) / group)}
-    return sorted(options)
-
-
-def _entries(folder: Any) -> list:
-    return [entry for entry in folder.iterdir() if entry.name.endswith(".yaml")] if folder.is_dir() else []
+def _shipped_encoders() -> list[type]:
+    """The encoder classes ragtrack ships with their own settings (every subclass of ``Encoder``)."""
+    found, waiting = [], list(Encoder.__subclasses__())
+    while waiting:
+        encoder = waiting.pop(0)
+        waiting += encoder.__subclasses__()
+        if encoder.settings_schema is not EncoderSettings:
+            found.append(encoder)
+    return sorted(found, key=lambda encoder: encoder.__name__)
 
 
 # ----------------------------------------------------------------------------- a job that stopped at validation

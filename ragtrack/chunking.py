@@ -39,6 +39,7 @@ votes), chunk runs for chunk judgments. Generators read chunk texts through :met
 
 from __future__ import annotations
 
+from typing import Annotated
 import hashlib
 import json
 import logging
@@ -48,11 +49,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import Field, Strict, ValidationInfo, field_validator
+
 from ragtrack.core.data import Corpus, Dataset, Qrels, check_judged_documents
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.models import model_fingerprint, resolve_model
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
+from ragtrack.core.settings import ComponentSettings, Count, Flag, Text
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +82,51 @@ def windows(count: int, size: int, overlap: int) -> list[Span]:
     return found
 
 
-class Chunker(ABC):
-    """Splits texts into chunk spans (character offsets into each text)."""
+class ChunkerSettings(ComponentSettings):
+    """A chunker plugin's common keys."""
 
+    oversample: Count = 1
+
+
+class NoChunkingSettings(ChunkerSettings, extra="forbid"):
+    """No chunking: documents are indexed whole."""
+
+
+class WindowSettings(ChunkerSettings, extra="forbid"):
+    """Sentence or character windows."""
+
+    size: Count
+    overlap: Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")] = 0
+    repeat_title: Flag = True
+
+    @field_validator("overlap")
+    @classmethod
+    def _below_size(cls, overlap: float, info: ValidationInfo) -> float:
+        size = info.data.get("size")
+        if size is not None and not (0 < overlap < 1) and not (overlap == int(overlap) and overlap < size):
+            raise ValueError(f"an integer below size ({size}), or a fraction of size in (0, 1)")
+        return overlap
+
+
+class TokenWindowSettings(WindowSettings, extra="forbid"):
+    """Token windows (of a model's tokenizer, or the lexical tokenizer)."""
+
+    model: Text | None = None
+
+
+class Chunker(ABC):
+    """Splits texts into chunk spans (character offsets into each text); ``values`` are its
+    ``settings_schema`` (validated here, defaults there)."""
+
+    settings_schema: type[WindowSettings] = WindowSettings
     method = ""
 
-    def __init__(self, size: int, overlap: float = 0, repeat_title: bool = True):
-        self.size = int(size)
-        self.overlap = resolve_overlap(self.size, overlap)
-        self.repeat_title = bool(repeat_title)
+    def __init__(self, **values):
+        self.options = self.settings_schema.model_validate(values)
+        self.size = self.options.size
+        self.overlap = resolve_overlap(self.size, self.options.overlap)
+        self.repeat_title = self.options.repeat_title
+        self.oversample = self.options.oversample  # chunks searched per document wanted: not a chunk setting
 
     def settings(self) -> dict:
         """Everything that changes the chunks (enters the chunked corpus hash)."""
@@ -128,10 +168,12 @@ class UnitChunker(Chunker):
 class TokenChunker(UnitChunker):
     """Tokens of the Hugging Face tokenizer of ``model`` (a name or path), or words of the lexical tokenizer without one."""
 
+    settings_schema = TokenWindowSettings
     method = "tokens"
 
-    def __init__(self, size: int, overlap: float = 0, repeat_title: bool = True, model: str | None = None):
-        super().__init__(size, overlap, repeat_title)
+    def __init__(self, **values):
+        super().__init__(**values)
+        model = self.options.model
         self.model_path = resolve_model(model) if model else None
         self.model_fingerprint = model_fingerprint(self.model_path) if self.model_path else None
         self._tokenizer = None
@@ -174,6 +216,7 @@ def sentence_spans(text: str) -> list[Span]:
 
 
 class SentenceChunker(UnitChunker):
+    settings_schema = WindowSettings
     method = "sentences"
 
     def units(self, texts: Sequence[str]) -> list[list[Span]]:
@@ -181,6 +224,7 @@ class SentenceChunker(UnitChunker):
 
 
 class CharChunker(Chunker):
+    settings_schema = WindowSettings
     method = "chars"
 
     def spans(self, texts: Sequence[str]) -> list[list[Span]]:
@@ -260,6 +304,10 @@ class ChunkPlan:
     def corpus(self, documents: Corpus) -> Corpus:
         """What retrievers index."""
         return self.chunked.corpus if self.chunked else documents
+
+    def judged_corpus(self, documents: Corpus) -> Corpus:
+        """The texts of the ids that evaluated runs rank: the chunks when judged per chunk, else the documents."""
+        return self.chunked.corpus if self.chunked and self.level == "chunk" else documents
 
     def search_depth(self, depth: int) -> int:
         return depth * self.oversample if self.chunked and self.level == "document" else depth

@@ -17,6 +17,7 @@ and writes ``generation.json`` (failure count and the failed queries) into the s
 
 from __future__ import annotations
 
+from typing import Literal
 import json
 import logging
 import math
@@ -37,12 +38,39 @@ from ragtrack.core.files import write_atomically
 from ragtrack.core.llm import ChatClient, check_template, is_abstention, numbered_passages, retrieved_passages
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
+from ragtrack.core.settings import ChatSettings, ComponentSettings, Count, Fraction, Text, TokenizerSettings
 
 log = logging.getLogger(__name__)
 
 
+class GeneratorSettings(ComponentSettings):
+    """A generator plugin's common keys."""
+
+
+class NoGeneratorSettings(GeneratorSettings, extra="forbid"):
+    """No answers: retrieval only."""
+
+
+class ExtractiveSettings(GeneratorSettings, extra="forbid"):
+    """Extractive answers from the top passages."""
+
+    top_k: Count = 1
+    unit: Literal["span", "sentence"] = "span"
+    tokenizer: TokenizerSettings = TokenizerSettings()
+    no_answer: Text | None = None
+    abstain_below: Fraction = 0.0
+
+
+class OpenAISettings(GeneratorSettings, ChatSettings, extra="forbid"):
+    """Answers from an OpenAI-compatible chat endpoint."""
+
+    top_k: Count = 3
+    no_answer: Text | None = None
+
+
 class Generator(ABC):
     """``generate(queries, contexts)`` -> answer per query id; unanswerable queries go to ``failures``."""
+    settings_schema = GeneratorSettings
 
     top_k: int = 0  # passages per query handed to generate()
     no_answer: str | None = None  # the answer that abstains (None: the generator never abstains)
@@ -57,6 +85,7 @@ class Generator(ABC):
 
 class NoGenerator(Generator):
     """Generates nothing: retrieval-only runs stay as fast as before."""
+    settings_schema = NoGeneratorSettings
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
         return {}
@@ -92,6 +121,7 @@ class ExtractiveGenerator(Generator):
     On XQuAD-en given the *gold* passage (top_k=1): span F1 0.280 / EM 0.153, sentence F1 0.161 / EM 0.
     A heuristic baseline that needs no model, not a reader: plug in ``openai`` for real answers.
     """
+    settings_schema = ExtractiveSettings
 
     def __init__(self, top_k: int = 1, unit: str = "span", tokenizer: dict | None = None, no_answer: str | None = None,
                  abstain_below: float = 0.0):
@@ -210,6 +240,7 @@ def _expected_type(question: str):
 class OpenAIGenerator(Generator):
     """Answers with an OpenAI-compatible chat model; ``prompt`` has ``{question}`` and ``{context}``;
     the other settings (``base_url``, ``model``, ``api_key_env``, ...) are :class:`ChatClient`'s."""
+    settings_schema = OpenAISettings
 
     def __init__(self, prompt: str, top_k: int = 3, no_answer: str | None = None, **client):
         """``no_answer``: the reply that abstains, given to the prompt as ``{no_answer}``."""

@@ -17,6 +17,7 @@ from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus
 from ragtrack.core.runs import Run
 from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
+from ragtrack.core.settings import ComponentSettings
 
 
 @dataclass
@@ -29,11 +30,16 @@ class IndexStats:
     extra: dict = field(default_factory=dict)
 
 
+class RetrieverSettings(ComponentSettings):
+    """A retriever plugin's common keys."""
+
+
 class Retriever(Stage):
     """A system: ``index(corpus, cache)`` once, then ``search(queries, depth)``.
 
     ``approximate`` is true where search may miss documents an exhaustive search would return
     (e.g. an HNSW index); such a retriever reports how much it misses in ``search_checks``."""
+    settings_schema = RetrieverSettings
 
     kind = "retriever"
 

@@ -4,7 +4,7 @@
 Lucene BM25 (Robertson et al. 1994; Lin et al. 2016 variant):
 score(q, d) = Σ_{t ∈ q} idf(t) · tf(t,d) / (tf(t,d) + k1 · (1 − b + b·|d|/avgdl)),
 idf(t) = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5)).
-Defaults k1=0.9, b=0.4 are Anserini/Pyserini's BEIR settings.
+The defaults (:class:`BM25Settings`) are Anserini/Pyserini's BEIR settings.
 
 The index is bm25s's: per (term, document) the precomputed score idf(t) · tfc(t, d) as a sparse term
 × document matrix S (float32). For ``method`` lucene and robertson ragtrack builds S itself on whole
@@ -27,20 +27,21 @@ import math
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
+from typing import Literal
 
 import numpy as np
 
 from ragtrack.core.cache import Cache, folder_size
 from ragtrack.core.data import Corpus
-from ragtrack.core.errors import RagtrackError
 from ragtrack.core.progress import bars_shown, track
 from ragtrack.core.runs import Run
 from ragtrack.core.text import EncodedTexts, Tokenizer
 from ragtrack.retrievers.base import Retriever, top_documents
+from ragtrack.core.settings import Fraction, NonNegative, TokenizerSettings
+from ragtrack.retrievers.base import RetrieverSettings
 
 log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
 
-BACKENDS = ("bm25s", "rank_bm25")
 PROGRESS_FROM_DOCUMENTS = 100_000  # bm25s's four indexing bars, only where indexing takes seconds and on a terminal
 INDEX_FORMAT = 2  # 2: terms numbered in sorted order; ragtrack's own arrays for lucene and robertson
 OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b + b·|d|/avgdl))
@@ -62,14 +63,26 @@ class PairCounts:
     df: np.ndarray
 
 
+class BM25Settings(RetrieverSettings, extra="forbid"):
+    """BM25 (the defaults are Anserini/Pyserini's BEIR settings: k1=0.9, b=0.4, Lucene idf)."""
+
+    backend: Literal["bm25s", "rank_bm25"] = "bm25s"
+    k1: NonNegative = 0.9
+    b: Fraction = 0.4
+    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
+    tokenizer: TokenizerSettings = TokenizerSettings()
+
+
 class BM25Retriever(Retriever):
-    def __init__(self, name: str = "bm25", backend: str = "bm25s", k1: float = 0.9, b: float = 0.4,
-                 method: str = "lucene", tokenizer: dict | None = None):
+    """BM25 over the corpus; ``values`` are :class:`BM25Settings` (validated here, defaults there)."""
+
+    settings_schema = BM25Settings
+
+    def __init__(self, name: str = "bm25", **values):
         super().__init__(name)
-        if backend not in BACKENDS:
-            raise RagtrackError(f"unknown BM25 backend {backend!r}; known: {', '.join(BACKENDS)}")
-        self.backend, self.k1, self.b, self.method = backend, float(k1), float(b), method
-        self.tokenizer = Tokenizer(**(tokenizer or {}))
+        settings = self.settings_schema.model_validate(values)
+        self.backend, self.k1, self.b, self.method = settings.backend, settings.k1, settings.b, settings.method
+        self.tokenizer = Tokenizer(**settings.tokenizer.model_dump())
         self._doc_ids = np.empty(0, dtype=object)
         self._model = None
         self._term_scores = None  # scipy.sparse.csr_matrix of terms × documents (bm25s backend)

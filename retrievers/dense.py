@@ -33,6 +33,7 @@ build is most of the job and grows faster than the corpus (docs/scale.md).
 
 from __future__ import annotations
 
+from typing import Any, Literal
 import logging
 import os
 import time
@@ -51,6 +52,10 @@ from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
 from ragtrack.retrievers.base import Retriever, top_documents
 from ragtrack.retrievers.encoders import Encoder
+from pydantic import Field
+
+from ragtrack.core.settings import Count, EnvName, Flag, Port, Section, Text
+from ragtrack.retrievers.base import RetrieverSettings
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +63,9 @@ COLLECTION = "corpus"
 EMBEDDINGS = "embeddings.npy"
 COMPLETE = "ragtrack.complete"
 BUILDER = "ragtrack.process"
-SEARCH_MODES = ("exact", "approximate")
-BUILD_MODES = ("when_used", "always")
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
 ROWS_PER_BLOCK = 65_536  # vectors normalized per numpy call
 SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): queries per block = this / documents
-CHROMA_DEFAULTS = {"mode": "persistent", "build": "when_used", "hnsw": {}, "host": "localhost", "port": 8000, "ssl": False,
-                   "headers": {}, "token_env": None, "token_header": "Authorization"}
 
 
 def _chroma_settings():
@@ -94,6 +95,36 @@ def row_blocks(path: Path, rows: int) -> Iterator[np.ndarray]:
         for start in range(0, count, rows):
             size = min(rows, count - start)
             yield np.fromfile(handle, dtype=dtype, count=size * width).reshape(size, width)
+
+
+class HnswSettings(Section):
+    """The HNSW graph of the Chroma collection (queried by search=approximate)."""
+
+    ef_construction: Count = 200
+    ef_search: Count = 200
+    max_neighbors: Count = 32
+
+
+class ChromaSettings(Section):
+    """Where the Chroma collection lives and when it is built (module docstring)."""
+
+    mode: Literal["persistent", "http"] = "persistent"
+    build: Literal["when_used", "always"] = "when_used"
+    host: Text = "localhost"
+    port: Port = 8000
+    ssl: Flag = False
+    headers: dict[str, str] = {}
+    token_env: EnvName | None = None
+    token_header: Text = "Authorization"
+    hnsw: HnswSettings = HnswSettings()
+
+
+class DenseSettings(RetrieverSettings, extra="forbid"):
+    """Dense retrieval: the encoder (checked by its _target_), exact or approximate search, the Chroma collection."""
+
+    encoder: Any = Field(description="an encoder: a mapping with its _target_ (checked by that encoder's settings)")
+    search: Literal["exact", "approximate"] = "exact"
+    chroma: ChromaSettings = ChromaSettings()
 
 
 class ExactIndex:
@@ -129,22 +160,22 @@ class ExactIndex:
 
 
 class DenseRetriever(Retriever):
-    def __init__(self, encoder: Encoder, name: str = "dense", search: str = "exact", chroma: dict | None = None):
+    """Dense retrieval with ``encoder`` (an :class:`Encoder`); ``values`` are :class:`DenseSettings`
+    (validated here, defaults there)."""
+
+    settings_schema = DenseSettings
+
+    def __init__(self, name: str = "dense", **values):
         super().__init__(name)
-        if not isinstance(encoder, Encoder):
+        settings = self.settings_schema.model_validate(values)
+        if not isinstance(settings.encoder, Encoder):
             raise RagtrackError(f"dense retriever {name!r}: 'encoder' must construct a ragtrack.retrievers.encoders.Encoder")
-        if search not in SEARCH_MODES:
-            raise RagtrackError(f"dense retriever {name!r}: search {search!r} is not known; use one of {', '.join(SEARCH_MODES)}")
-        self.encoder = encoder
-        self.search_mode = search
-        self.approximate = search == "approximate"
+        self.encoder = settings.encoder
+        self.search_mode = settings.search
+        self.approximate = settings.search == "approximate"
         self._exact: ExactIndex | None = None
         self._embeddings_file: Path | None = None
-        self.chroma = {**CHROMA_DEFAULTS, **(chroma or {})}
-        if self.chroma["mode"] not in ("persistent", "http"):
-            raise RagtrackError(f"chroma mode {self.chroma['mode']!r} is not supported; use 'persistent' or 'http'")
-        if self.chroma["build"] not in BUILD_MODES:
-            raise RagtrackError(f"dense retriever {name!r}: chroma build {self.chroma['build']!r} is not known; use one of {', '.join(BUILD_MODES)}")
+        self.chroma = settings.chroma.model_dump()
         self.builds_collection = self.approximate or self.chroma["mode"] == "http" or self.chroma["build"] == "always"
         self._collection = None
         self._client = None

@@ -10,6 +10,7 @@ encoder (signed feature hashing) for tests and smoke runs: no model, no download
 
 from __future__ import annotations
 
+from typing import Literal
 import inspect
 import json
 import logging
@@ -23,15 +24,56 @@ from pathlib import Path
 
 import numpy as np
 
+from pydantic import Field
+
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.models import model_fingerprint, quiet_model_loading, resolve_model
 from ragtrack.core.progress import Progress
 from ragtrack.core.text import Tokenizer
+from ragtrack.core.settings import Count, Open, Text
 
 log = logging.getLogger(__name__)
 
 DISTRIBUTED = ("none", "ray")
 HASHING_BLOCK = 65_536  # texts the hashing encoder tokenizes at once
+
+
+class EncoderSettings(Open):
+    """An encoder plugin's common keys (any ``_target_``)."""
+
+    target: Text = Field(alias="_target_")
+    device: Text = "auto"
+    distributed: Literal["none", "ray"] = "none"
+    actors: Count | None = None
+
+
+class HashingEncoderSettings(EncoderSettings, extra="forbid"):
+    """The offline hashing encoder (tests and smoke runs)."""
+
+    dim: Count = 256
+
+
+class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
+    """A transformer sentence encoder."""
+
+    model: Text = "all-MiniLM-L6-v2"
+    batch_size: Count | None = 32
+    max_seq_length: Count | None = None
+    query_prefix: str = ""
+    document_prefix: str = ""
+    threads: Count | None = None
+
+
+class SentenceTransformerSettings(TransformerEncoderSettings, extra="forbid"):
+    """sentence-transformers on PyTorch."""
+
+
+class OnnxEncoderSettings(TransformerEncoderSettings, extra="forbid"):
+    """A transformer sentence encoder run by ONNX Runtime."""
+
+    precision: Literal["fp32", "int8"] = "int8"
+
+
 
 
 class Encoder(ABC):
@@ -42,6 +84,7 @@ class Encoder(ABC):
     (documents encoded by a pool of ``actors`` Ray actors, :mod:`ragtrack.retrievers.distributed`). Neither
     changes the embeddings beyond float rounding, so neither is part of the fingerprint (the cache key).
     """
+    settings_schema = EncoderSettings
 
     calls = 0  # texts encoded by this process, for tests that prove caching
     _runtime: tuple[str, ...] = ()  # loaded models and sessions: rebuilt where a copy is unpickled (Ray actors)
@@ -90,6 +133,7 @@ def torch_device(device: str) -> str:
 
 
 class SentenceTransformerEncoder(Encoder):
+    settings_schema = SentenceTransformerSettings
     _runtime = ("_model",)
 
     def __init__(self, model: str = "all-MiniLM-L6-v2", batch_size: int | None = None, max_seq_length: int | None = None,
@@ -203,6 +247,7 @@ class OnnxEncoder(Encoder):
     by length and batched so each batch pads only to its longest member; pooling averages the hidden
     states of real tokens, as sentence-transformers does. ``threads`` defaults to every core.
     """
+    settings_schema = OnnxEncoderSettings
 
     _runtime = ("_session", "_tokenizer")
 
@@ -294,6 +339,7 @@ class OnnxEncoder(Encoder):
 
 class HashingEncoder(Encoder):
     """Signed feature hashing of stemmed unigrams into ``dim`` buckets (crc32, deterministic)."""
+    settings_schema = HashingEncoderSettings
 
     _runtime = ("_tokenize",)
 

@@ -27,10 +27,17 @@ then combines them:
 from __future__ import annotations
 
 import math
+import time
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, rank_documents
+from ragtrack.core.settings import ComponentSettings, Count, NonNegative, Normalization, SystemName
+from ragtrack.core.stages import Stage, StageContext, StageOutput, chain_key
 
 
 def _members(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None) -> list[tuple[Run, float]]:
@@ -142,3 +149,107 @@ def linear_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str =
         fused[qid] = {doc_id: sum(alpha * scores.get(doc_id, min(scores.values(), default=0.0)) for scores, alpha in lists)
                       for doc_id in documents}
     return _top(system, fused, depth)
+
+
+# ----------------------------------------------------------------------------- fusion as a stage
+class FusionSettings(ComponentSettings):
+    """A fusion's common keys: the system it makes, the systems it fuses (any systems of the job:
+    retrievers, rewriters, rerankers, other fusions), how deep each is read, one weight per member."""
+
+    system: SystemName
+    members: Annotated[list[SystemName], Field(min_length=1)]
+    depth: Count = 100
+    weights: list[NonNegative] | None = None
+
+    @field_validator("weights")
+    @classmethod
+    def _one_per_member(cls, weights: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        members = info.data.get("members")
+        if weights is not None and members is not None and len(weights) != len(members):
+            raise ValueError(f"null or one weight per member ({len(members)}: {', '.join(members)})")
+        return weights
+
+
+class RRFSettings(FusionSettings, extra="forbid"):
+    k: NonNegative = 60
+
+
+class CombSettings(FusionSettings, extra="forbid"):
+    normalization: Normalization = "minmax"
+
+
+class LinearSettings(CombSettings, extra="forbid"):
+    @field_validator("weights")
+    @classmethod
+    def _positive_sum(cls, weights: list[float] | None) -> list[float] | None:
+        if weights is not None and not sum(weights) > 0:
+            raise ValueError("weights >= 0 with a positive sum")
+        return weights
+
+
+class Fusion(Stage):
+    """A stage that fuses the runs of ``members`` into the system ``system``. Built from its settings
+    (``settings_schema``; keyword arguments, validated; ``name`` is the system's, which ``system``
+    gives); subclasses give :meth:`fuse`. A query's latency
+    is the sum of its members' plus an even share of the batch fusion."""
+
+    kind = "fusion"
+    settings_schema: type[FusionSettings] = FusionSettings
+
+    def __init__(self, name: str | None = None, **values):
+        self.settings = self.settings_schema.model_validate(values)
+        super().__init__(self.settings.system, self.settings.members)
+
+    def identity(self) -> dict:
+        return self.settings.model_dump(exclude={"type", "target"})
+
+    @abstractmethod
+    def fuse(self, runs: Mapping[str, Run]) -> Run:
+        """The fused run of ``runs`` (by member name)."""
+
+    def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
+        started = time.perf_counter()
+        run = self.fuse({member: inputs[member].run for member in self.inputs})
+        seconds = time.perf_counter() - started
+        share = seconds * 1000 / max(len(context.dataset.queries), 1)
+        latency_ms = {qid: sum(inputs[m].latency_ms.get(qid, math.nan) for m in self.inputs) + share for qid in context.dataset.queries}
+        return StageOutput(run, context.passages(run, {m: inputs[m].passage_run for m in self.inputs}), chain_key(self, inputs, context), self,
+                           {"fusion_seconds": seconds}, latency_ms, any(inputs[m].approximate for m in self.inputs))
+
+
+class RRF(Fusion):
+    """Reciprocal Rank Fusion (:func:`reciprocal_rank_fusion`)."""
+
+    settings_schema = RRFSettings
+
+    def fuse(self, runs: Mapping[str, Run]) -> Run:
+        s = self.settings
+        return reciprocal_rank_fusion(runs, s.members, s.system, s.k, s.depth, s.weights)
+
+
+class CombSUM(Fusion):
+    """CombSUM of normalized scores (:func:`combsum`)."""
+
+    settings_schema = CombSettings
+
+    def fuse(self, runs: Mapping[str, Run]) -> Run:
+        s = self.settings
+        return combsum(runs, s.members, s.system, s.depth, s.weights, s.normalization)
+
+
+class CombMNZ(CombSUM):
+    """CombMNZ (:func:`combmnz`)."""
+
+    def fuse(self, runs: Mapping[str, Run]) -> Run:
+        s = self.settings
+        return combmnz(runs, s.members, s.system, s.depth, s.weights, s.normalization)
+
+
+class LinearFusion(Fusion):
+    """Convex combination of normalized scores (:func:`linear_fusion`)."""
+
+    settings_schema = LinearSettings
+
+    def fuse(self, runs: Mapping[str, Run]) -> Run:
+        s = self.settings
+        return linear_fusion(runs, s.members, s.system, s.depth, s.weights, s.normalization)

@@ -47,8 +47,9 @@ class Reranker(Stage):
     kind = "reranker"
     settings_schema: type[RerankerSettings] = RerankerSettings
 
-    def __init__(self, settings: RerankerSettings):
-        super().__init__(settings.system or f"{settings.input}+{settings.type or 'reranker'}", [settings.input])
+    def __init__(self, name: str | None = None, **values):
+        settings = self.settings_schema.model_validate(values)
+        super().__init__(settings.system or name or f"{settings.input}+{self.kind}", [settings.input])
         self.settings = settings
         self.input, self.depth, self.batch_size = settings.input, settings.depth, settings.batch_size
 

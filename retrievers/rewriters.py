@@ -28,8 +28,9 @@ class Rewriter(Stage):
     kind = "rewriter"
     settings_schema: type[StageSettings] = StageSettings
 
-    def __init__(self, settings: StageSettings):
-        super().__init__(settings.system or f"{settings.input}+{settings.type or 'rewriter'}", [settings.input])
+    def __init__(self, name: str | None = None, **values):
+        settings = self.settings_schema.model_validate(values)
+        super().__init__(settings.system or name or f"{settings.input}+{self.kind}", [settings.input])
         self.settings = settings
         self.input = settings.input
 

@@ -14,6 +14,7 @@ settings never recomputes an upstream stage, and a change upstream recomputes ev
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -119,8 +120,17 @@ def cached_run(context: StageContext, key: str, label: str,
     folder = context.cache.entry("run", {"system": key}, build, label=f"{label} run")
     efficiency = json.loads((folder / EFFICIENCY_FILE).read_text())
     latency_ms = json.loads((folder / LATENCY_FILE).read_text()) if (folder / LATENCY_FILE).exists() else {}
-    run = Run(label, {}) if (folder / RUN_FILE).stat().st_size == 0 else read_trec(folder / RUN_FILE, name=label)
-    return run, {**efficiency, "run_from_cache": float(len(context.cache.builds) == builds_before)}, latency_ms
+    return read_cached_run(folder / RUN_FILE, label), {**efficiency, "run_from_cache": float(len(context.cache.builds) == builds_before)}, latency_ms
+
+
+@functools.lru_cache(maxsize=16)
+def read_cached_run(path: Path, name: str) -> Run:
+    """A run file of a complete cache entry, read once per process (entries never change once complete,
+    and the jobs of a multirun in one process share the run object, so its scores are computed once).
+    An empty file is the valid run of a system that found nothing for any query."""
+    if path.stat().st_size == 0:
+        return Run(name, {})
+    return read_trec(path, name=name)
 
 
 def timed_per_query(queries: Mapping[str, object], answer: Callable[[str, object], dict[str, float]], label: str,

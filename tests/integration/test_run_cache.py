@@ -1,4 +1,4 @@
-"""Retrieval runs are cached per (corpus, index settings, queries, depth) with their efficiency."""
+"""Retrieval runs are cached by their chain key (corpus, index settings, queries, depth) with their efficiency."""
 
 from __future__ import annotations
 
@@ -6,12 +6,20 @@ import dataclasses
 from pathlib import Path
 
 from ragtrack.core.cache import Cache
-from ragtrack.core.data import load_beir
-from ragtrack.pipeline.experiment import _search
+from ragtrack.core.data import Dataset, load_beir
+from ragtrack.core.runs import Run
+from ragtrack.core.stages import StageContext
+from ragtrack.retrievers.base import Retriever
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 EFFICIENCY = {"index_seconds", "index_bytes", "search_seconds", "queries_per_second", "latency_mean_seconds",
               "latency_p50_seconds", "latency_p95_seconds", "peak_memory_bytes", "run_from_cache"}
+
+
+def _search(retriever: Retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict, dict[str, float]]:
+    """The retriever's stage output as (run, efficiency, per-query latency in ms)."""
+    output = retriever.produce({}, StageContext(dataset, dataset.corpus, cache, depth, depth))
+    return output.run, output.efficiency, output.latency_ms
 
 
 class CountingBM25(BM25Retriever):
@@ -24,11 +32,11 @@ class CountingBM25(BM25Retriever):
 
 def test_a_hit_returns_the_same_run_without_searching(toy_path: Path, tmp_path: Path) -> None:
     dataset, cache = load_beir(toy_path), Cache(tmp_path)
-    first, efficiency, latency = _search("bm25", CountingBM25(), dataset, cache, depth=5)
+    first, efficiency, latency = _search(CountingBM25(), dataset, cache, depth=5)
     assert CountingBM25.calls == len(dataset.queries)  # one query per call: per-query latency
     assert EFFICIENCY <= efficiency.keys() and efficiency["run_from_cache"] == 0.0
     assert efficiency["latency_p50_seconds"] <= efficiency["latency_p95_seconds"] and efficiency["peak_memory_bytes"] > 0
-    second, again, cached_latency = _search("bm25", CountingBM25(), dataset, cache, depth=5)
+    second, again, cached_latency = _search(CountingBM25(), dataset, cache, depth=5)
     assert CountingBM25.calls == len(dataset.queries) and second.scores == first.scores and second.name == "bm25"
     assert again["run_from_cache"] == 1.0 and again["latency_p95_seconds"] == efficiency["latency_p95_seconds"]
     assert set(latency) == set(dataset.queries) and cached_latency == latency  # per-query ms, measured when the run was built
@@ -36,9 +44,9 @@ def test_a_hit_returns_the_same_run_without_searching(toy_path: Path, tmp_path: 
 
 def test_depth_settings_and_queries_are_in_the_key(toy_path: Path, tmp_path: Path) -> None:
     dataset, cache = load_beir(toy_path), Cache(tmp_path)
-    _search("bm25", BM25Retriever(), dataset, cache, depth=5)
-    _search("bm25", BM25Retriever(), dataset, cache, depth=3)
-    _search("bm25", BM25Retriever(k1=1.2), dataset, cache, depth=3)
+    _search(BM25Retriever(), dataset, cache, depth=5)
+    _search(BM25Retriever(), dataset, cache, depth=3)
+    _search(BM25Retriever(k1=1.2), dataset, cache, depth=3)
     dataset = dataclasses.replace(dataset, queries=dict(list(dataset.queries.items())[:2]))
-    _search("bm25", BM25Retriever(k1=1.2), dataset, cache, depth=3)
+    _search(BM25Retriever(k1=1.2), dataset, cache, depth=3)
     assert len([b for b in cache.builds if b.startswith("run/")]) == 4

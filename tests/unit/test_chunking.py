@@ -39,7 +39,7 @@ def units_inside(units: list[tuple[int, int]], span: tuple[int, int]) -> set[int
 
 @pytest.fixture(scope="module")
 def minilm_chunker_factory():
-    return lambda size, overlap: TokenChunker(size, overlap, model="all-MiniLM-L6-v2")
+    return lambda size, overlap: TokenChunker(size=size, overlap=overlap, model="all-MiniLM-L6-v2")
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -64,7 +64,7 @@ def test_unit_chunkers_share_exactly_the_overlap_and_cover_every_unit(kind: str,
     rng = random.Random(seed)
     size = rng.randint(1, 12 if kind == "sentences" else 40)
     overlap = rng.randint(0, size - 1)
-    chunker = {"minilm": minilm_chunker_factory, "words": TokenChunker, "sentences": SentenceChunker}[kind](size, overlap)
+    chunker = {"minilm": minilm_chunker_factory, "words": TokenChunker, "sentences": SentenceChunker}[kind](size=size, overlap=overlap)
     texts = [random_text(rng) for _ in range(5)]
     for text, units, spans in zip(texts, chunker.units(texts), chunker.spans(texts)):
         inside = [units_inside(units, span) for span in spans]
@@ -83,7 +83,7 @@ def test_char_chunks_fit_the_size_share_at_most_the_overlap_and_cover_the_text(s
     size = rng.randint(1, 300)
     overlap = rng.randint(0, size - 1)
     text = random_text(rng)
-    spans = CharChunker(size, overlap).char_spans(text)
+    spans = CharChunker(size=size, overlap=overlap).char_spans(text)
     covered = set()
     for start, end in spans:
         assert 0 < end - start <= size and text[start:end] == text[start:end].strip()
@@ -94,9 +94,9 @@ def test_char_chunks_fit_the_size_share_at_most_the_overlap_and_cover_the_text(s
 
 
 def test_char_chunks_break_at_whitespace() -> None:
-    assert [("one two three four five")[s:e] for s, e in CharChunker(10, 0).char_spans("one two three four five")] == \
+    assert [("one two three four five")[s:e] for s, e in CharChunker(size=10).char_spans("one two three four five")] == \
         ["one two", "three four", "five"]
-    assert CharChunker(4, 0).char_spans("abcdefghij") == [(0, 4), (4, 8), (8, 10)]  # no whitespace: hard cuts
+    assert CharChunker(size=4).char_spans("abcdefghij") == [(0, 4), (4, 8), (8, 10)]  # no whitespace: hard cuts
 
 
 def test_sentence_splitter() -> None:

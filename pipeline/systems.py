@@ -1,0 +1,89 @@
+"""The systems of a job: one record per stage config, in dependency order.
+
+A job's systems come from the config sections of the stage kinds, in this order: ``retriever``,
+``rewriter``, ``fusion``, ``reranker`` (:data:`STAGE_SECTIONS`, each with its entry-point group). A
+stage config names the systems it reads by ``input`` (a rewriter, a reranker) or ``members`` (a
+fusion), and the system it makes by ``system`` (a retriever's system is its config key; a rewriter's
+or reranker's default is ``<input>+<config key>``, e.g. ``bm25+cross_encoder``).
+
+:func:`plan_systems` checks the graph before anything runs (every input is a system of the job, no
+name is used twice, no cycle) and orders it: inputs first, otherwise in config order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ragtrack.core.errors import InputError, did_you_mean
+
+STAGE_SECTIONS = {"retriever": "retrievers", "rewriter": "rewriters", "fusion": "fusions", "reranker": "rerankers"}
+
+
+@dataclass
+class PlannedSystem:
+    """One stage config: where it is (``section.key``), the system it makes and the systems it reads."""
+
+    section: str
+    key: str
+    name: str
+    inputs: list[str]
+    config: Any  # the stage's config node (plain mapping or DictConfig)
+
+    @property
+    def group(self) -> str:
+        return STAGE_SECTIONS[self.section]
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+def _inputs(config: Mapping) -> tuple[list[str], str]:
+    """The systems a stage config reads and the key that names them."""
+    if config.get("members") is not None:
+        return [str(m) for m in config["members"]], "members"
+    if config.get("input") is not None:
+        return [str(config["input"])], "input"
+    return [], ""
+
+
+def plan_systems(cfg: Mapping) -> list[PlannedSystem]:
+    """Every stage config of ``cfg`` as a :class:`PlannedSystem`, inputs before the stages that read
+    them (config order otherwise). An unknown input, a name used twice or a cycle raises
+    :class:`InputError` naming the key."""
+    planned, where = [], {}
+    for section in STAGE_SECTIONS:
+        for key, config in (cfg.get(section) or {}).items():
+            inputs, _ = _inputs(config)
+            name = str(config.get("system") or (f"{inputs[0]}+{key}" if section in ("rewriter", "reranker") and inputs else key))
+            if name in where:
+                raise InputError(f"{section}.{key}.system" if section != "retriever" else f"{section}.{key}",
+                                 f"{name!r} is not allowed: a name no other system has ({where[name]} makes it)")
+            where[name] = f"{section}.{key}"
+            planned.append(PlannedSystem(section, str(key), name, inputs, config))
+    for system in planned:
+        _, named_by = _inputs(system.config)
+        for index, name in enumerate(system.inputs):
+            if name not in where:
+                at = f"{system.path}.{named_by}" + (f"[{index}]" if named_by == "members" else "")
+                known = [n for n in where if n != system.name]
+                raise InputError(at, f"{name!r} is not allowed: a system of this job ({', '.join(known) or 'none'}){did_you_mean(name, known)}")
+    return _ordered(planned)
+
+
+def _ordered(planned: list[PlannedSystem]) -> list[PlannedSystem]:
+    """Kahn's order, stable: of the systems whose inputs are done, the first in config order goes next."""
+    done: set[str] = set()
+    ordered: list[PlannedSystem] = []
+    waiting = list(planned)
+    while waiting:
+        ready = next((s for s in waiting if set(s.inputs) <= done), None)
+        if ready is None:
+            cycle = " -> ".join(s.name for s in waiting)
+            raise InputError(f"{waiting[0].path}", f"the systems {cycle} read each other in a cycle: a system may read only systems made before it")
+        waiting.remove(ready)
+        done.add(ready.name)
+        ordered.append(ready)
+    return ordered

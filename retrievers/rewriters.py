@@ -2,7 +2,9 @@
 
 A rewriter makes the system ``system`` from the retriever ``input``: it rewrites every query (RM3
 pseudo-relevance feedback, HyDE passages, ...), then searches the input retriever's index with the
-rewritten queries. The input's own run is at hand (feedback documents come from it).
+rewritten queries. The input's own run is at hand (feedback documents come from it). Built-ins (entry
+points ``ragtrack.rewriters``): ``rm3`` (:class:`RM3Rewriter`, BM25 inputs) and ``llm`` (:class:`LLMRewriter`,
+HyDE, any input).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import re
 import time
 from abc import abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.llm import ChatClient, check_template
 from ragtrack.core.runs import Run
-from ragtrack.core.settings import Count, Fraction, StageSettings
+from ragtrack.core.settings import ChatSettings, Count, Fraction, StageSettings, Text
 from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
 from ragtrack.retrievers.base import Retriever
 from ragtrack.retrievers.bm25 import BM25Retriever
@@ -187,3 +190,63 @@ class RM3Rewriter(Rewriter):
 
     def search(self, retriever: BM25Retriever, qid: str, query: dict[str, float], depth: int) -> dict[str, float]:
         return retriever.search_weighted({qid: query}, depth).scores.get(qid, {})
+
+
+# ----------------------------------------------------------------------------- LLM (HyDE)
+LLM_FORMAT = 1  # bump when the rewritten queries change for the same settings
+HYDE_PROMPT = "Please write a passage to answer the question.\nQuestion: {query}\nPassage:"  # Gao et al. 2022, web search
+
+
+class LLMRewriterSettings(StageSettings, ChatSettings, extra="forbid"):
+    """An OpenAI-compatible endpoint (:class:`~ragtrack.core.settings.ChatSettings`), the ``prompt``
+    (``{query}`` is the query text) and ``mode``: ``replace`` searches the generated passage,
+    ``append`` the query and the passage."""
+
+    prompt: Text = HYDE_PROMPT
+    mode: Literal["replace", "append"] = "replace"
+
+
+class LLMRewriter(Rewriter):
+    """HyDE (Gao et al. 2022, "Precise Zero-Shot Dense Retrieval without Relevance Labels"): a chat
+    model writes a hypothetical passage p(q) = LLM(prompt(q)) per query, and the input retriever (any:
+    BM25 or dense) searches it with its own ``search``: the text searched is p(q) (``replace``) or
+    q + "\\n" + p(q) (``append``). Replies are cached by the :class:`ChatClient` (``cache_dir``): a
+    rerun sends nothing. A query whose request fails, or whose reply is blank, keeps its own text;
+    such queries are counted (``failed_queries``) and logged once.
+
+    Deviation from the paper: one passage per query, searched as text, where HyDE averages the
+    embeddings of several passages and the query (with ``append``, one text holds both)."""
+
+    settings_schema = LLMRewriterSettings
+
+    def __init__(self, settings: LLMRewriterSettings):
+        super().__init__(settings)
+        check_template(settings.prompt, {"query"}, f"rewriter {self.name}")
+        self.prompt, self.mode = settings.prompt, settings.mode
+        self.client = ChatClient(**settings.model_dump(include=set(ChatSettings.model_fields) - {"prompt"}))
+
+    def rewrite_identity(self) -> dict:
+        client = self.client
+        return {"format": LLM_FORMAT, "model": client.model, "base_url": client.base_url, "parameters": client.parameters,
+                "system_prompt": client.system_prompt, "prompt": self.prompt, "mode": self.mode}
+
+    def rewrite(self, retriever: Retriever, first: StageOutput, context: StageContext) -> tuple[dict[str, str], dict[str, float]]:
+        """The text searched for every query (see the class docstring)."""
+        queries = context.dataset.queries
+        sent_before = self.client.requests_sent
+        replies, failures = self.client.complete_all({qid: self.prompt.format(query=text) for qid, text in queries.items()},
+                                                     label=f"{self.name}: rewrite")
+        passages = {qid: reply.strip() for qid, reply in replies.items() if reply.strip()}
+        failures |= {qid: "blank reply" for qid in replies if qid not in passages}
+        if failures:
+            first_failed = next(qid for qid in queries if qid in failures)
+            log.warning("%s: %d of %d queries keep their own text (no passage generated); first: %s: %s",
+                        self.name, len(failures), len(queries), first_failed, failures[first_failed])
+        rewritten = {qid: self.searched_text(text, passages.get(qid)) for qid, text in queries.items()}
+        return rewritten, {"failed_queries": float(len(failures)), "chat_requests": float(self.client.requests_sent - sent_before)}
+
+    def searched_text(self, query: str, passage: str | None) -> str:
+        """What is searched for ``query`` given its generated ``passage`` (``None``: none was generated)."""
+        if passage is None:
+            return query
+        return passage if self.mode == "replace" else f"{query}\n{passage}"

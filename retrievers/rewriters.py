@@ -104,13 +104,15 @@ def top_terms(weights: Mapping[str, float], k: int) -> dict[str, float]:
     return dict(sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:k])
 
 
-def feedback_vector(counts: Mapping[str, int], df: Mapping[str, int], documents: int, fb_terms: int) -> dict[str, float]:
-    """P(t|d) of one feedback document: its term counts tf(t, d) restricted to the terms Anserini keeps
-    (2 to 20 characters of [a-z0-9], df(t) ≤ 0.1 · N), cut to its ``fb_terms`` most frequent terms,
-    L1-normalised."""
-    kept = {term: count for term, count in counts.items()
-            if FEEDBACK_TERM.fullmatch(term) and df[term] <= MAX_FEEDBACK_DF * documents}
-    return l1_normalized(top_terms(kept, fb_terms))
+def feedback_terms(df: Mapping[str, int], documents: int) -> frozenset[str]:
+    """The terms Anserini lets into feedback: 2 to 20 characters of [a-z0-9], df(t) ≤ 0.1 · N."""
+    return frozenset(term for term, count in df.items() if FEEDBACK_TERM.fullmatch(term) and count <= MAX_FEEDBACK_DF * documents)
+
+
+def feedback_vector(counts: Mapping[str, int], allowed: frozenset[str], fb_terms: int) -> dict[str, float]:
+    """P(t|d) of one feedback document: its term counts tf(t, d) restricted to the ``allowed`` terms,
+    cut to its ``fb_terms`` most frequent, L1-normalised."""
+    return l1_normalized(top_terms({term: count for term, count in counts.items() if term in allowed}, fb_terms))
 
 
 def relevance_model(feedback: list[tuple[Mapping[str, float], float]], fb_terms: int) -> dict[str, float]:
@@ -179,8 +181,8 @@ class RM3Rewriter(Rewriter):
         position = {doc: i for i, doc in enumerate(corpus.ids)}
         texts = corpus.full_texts()
         counts = dict(zip(wanted, retriever.term_counts(texts[position[doc]] for doc in wanted)))
-        df = retriever.document_frequencies(sorted({term for terms in counts.values() for term in terms}))
-        vectors = {doc: feedback_vector(terms, df, len(corpus), self.fb_terms) for doc, terms in counts.items()}
+        allowed = feedback_terms(retriever.document_frequencies(sorted({term for terms in counts.values() for term in terms})), len(corpus))
+        vectors = {doc: feedback_vector(terms, allowed, self.fb_terms) for doc, terms in counts.items()}
         expanded = {}
         for qid, query_counts in zip(queries, retriever.term_counts(queries.values())):
             rm1 = relevance_model([(vectors[doc], score) for doc, score in feedback[qid]], self.fb_terms)

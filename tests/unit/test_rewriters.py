@@ -230,8 +230,8 @@ def test_shipped_config_equals_the_defaults(name: str, model) -> None:
         if key in ("type", "target", "input"):
             continue
         assert key in config, key
-        if key == "cache_dir":
-            assert config[key] == "${paths.cache_dir}"  # as the generator and the judges
+        if key in ("cache_dir", "base_url"):  # as the generator: the shared cache, a local server
+            assert config[key] == {"cache_dir": "${paths.cache_dir}", "base_url": "http://127.0.0.1:8000/v1"}[key]
         elif field.is_required():
             assert config[key] == "???", key
         else:

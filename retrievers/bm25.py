@@ -25,6 +25,8 @@ import json
 import logging
 import math
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Literal
@@ -236,8 +238,54 @@ class BM25Retriever(Retriever):
             counts = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, columns)),
                                        shape=(min(batch, len(tokens) - start), self._term_scores.shape[0]))
             counts.sum_duplicates()  # canonical: each row's terms in id order, the order the product sums them in
-            scores = (counts @ self._term_scores).tocsr()
-            for row in range(scores.shape[0]):
-                begin, end = scores.indptr[row], scores.indptr[row + 1]
-                results.append(top_documents(self._doc_ids[scores.indices[begin:end]], scores.data[begin:end], k))
+            results += self._top_of_product(counts, k)
         return results
+
+    def _top_of_product(self, queries, k: int) -> list[dict[str, float]]:
+        """Top ``k`` of ``queries · S`` per row of ``queries`` (a sparse queries × terms matrix), from
+        each row's non-zero scores."""
+        scores = (queries @ self._term_scores).tocsr()
+        return [top_documents(self._doc_ids[scores.indices[begin:end]], scores.data[begin:end], k)
+                for begin, end in zip(scores.indptr[:-1].tolist(), scores.indptr[1:].tolist())]
+
+    def _weighted_index(self):
+        """S, for searches with weighted terms (RM3); only the bm25s backend keeps it."""
+        if self._model is None and self._term_scores is None:
+            raise RuntimeError("index() must be called before search()")
+        if self._term_scores is None:
+            raise RagtrackError(f"{self.name}: weighted-term search (RM3) needs backend bm25s with a method other than bm25l or bm25+ "
+                                f"(this index: backend {self.backend}, method {self.method})")
+        return self._term_scores
+
+    def term_counts(self, texts: Iterable[str]) -> list[dict[str, int]]:
+        """Each text's analyzed terms (this index's tokenizer, as documents are indexed) and their
+        counts, terms in sorted order."""
+        return [dict(sorted(Counter(tokens).items())) for tokens in self.tokenizer(texts)]
+
+    def document_frequencies(self, terms: Iterable[str]) -> dict[str, int]:
+        """df(t), the indexed documents containing ``t`` (entries of S's row), per term; 0 for a term
+        the index does not know."""
+        rows = self._weighted_index().indptr
+        return {term: int(rows[i + 1] - rows[i]) if (i := self._vocabulary.get(term)) is not None else 0 for term in terms}
+
+    def search_weighted(self, queries: dict[str, dict[str, float]], depth: int, batch: int = 4096) -> Run:
+        """Top ``depth`` documents per query of weighted terms: score(d) = Σ_t w(t) · S[t, d] in float64
+        (terms the index does not know score nothing), in batches of queries as :meth:`search`;
+        documents sharing no term with the query are not returned, ties at the cut by ``top_documents``'s rule."""
+        from scipy import sparse
+
+        index, vocabulary = self._weighted_index(), self._vocabulary
+        qids, k, results = list(queries), min(depth, len(self._doc_ids)), []
+        for start in range(0, len(qids), batch):
+            rows, columns, weights = [], [], []
+            for row, qid in enumerate(qids[start:start + batch]):
+                for term, weight in queries[qid].items():
+                    if term in vocabulary:
+                        rows.append(row)
+                        columns.append(vocabulary[term])
+                        weights.append(float(weight))
+            matrix = sparse.csr_matrix((np.array(weights, dtype=np.float64), (rows, columns)),
+                                       shape=(min(batch, len(qids) - start), index.shape[0]))
+            matrix.sum_duplicates()  # canonical: each row's terms in id order, the order the product sums them in
+            results += self._top_of_product(matrix, k)
+        return Run(self.name, dict(zip(qids, results)))

@@ -5,6 +5,8 @@ LLM reranker (pointwise grades and RankGPT-style windows) against the local chat
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -12,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from ragtrack.core.cache import Cache
+from ragtrack.core.cache import Cache, cache_key
 from ragtrack.core.data import Corpus, Dataset, load_beir
 from ragtrack.core.pairs import PairScores
 from ragtrack.core.runs import Run, rank_documents
 from ragtrack.core.stages import StageContext, StageOutput
-from ragtrack.retrievers.rerankers import CrossEncoderReranker, CrossEncoderSettings
-from tests.support import TOY
+from ragtrack.retrievers.rerankers import (CrossEncoderReranker, CrossEncoderSettings, LLMReranker, LLMRerankerSettings,
+                                          parse_grade, parse_permutation, sliding_windows)
+from tests.support import TOY, ChatServer
 
 INPUT = "bm25"
 
@@ -54,7 +57,7 @@ def input_run(dataset: Dataset) -> Run:
 def rerank(reranker, dataset: Dataset, cache_root: Path, run: Run | None = None) -> StageOutput:
     run = run or input_run(dataset)
     context = StageContext(dataset=dataset, judged_corpus=dataset.corpus, cache=Cache(cache_root), depth=12, search_depth=12)
-    return reranker.produce({INPUT: StageOutput(run, run, f"key of {run.name}", None)}, context)
+    return reranker.produce({INPUT: StageOutput(run, run, cache_key("input", run.scores), None)}, context)
 
 
 def cross_encoder(folder: Path, **settings) -> CrossEncoderReranker:
@@ -134,3 +137,111 @@ def test_an_unloadable_model_is_one_line_naming_the_setting(toy: Dataset, tmp_pa
     assert "\n" not in message and "Traceback" not in done.stderr
     assert message.startswith("reranker.cross_encoder.model: cannot load 'cross-encoder/not-on-this-machine'")
     assert message.endswith("offline, give the path of a local model folder")
+
+
+# ----------------------------------------------------------------------------- LLM
+WORDS = ["alpha", "beta", "gamma"]
+
+
+def graded_dataset(documents: int = 25) -> Dataset:
+    """Document i holds the first ``i % 4`` of WORDS (the chat server's relevance for query "alpha beta
+    gamma"); "p" asks the same with [unparsable], "f" with [down] (always HTTP 500)."""
+    ids = [f"d{i:02d}" for i in range(documents)]
+    texts = [" ".join([*WORDS[:i % 4], f"filler{i}"]) for i in range(documents)]
+    queries = {"q": "alpha beta gamma", "p": "alpha beta gamma [unparsable]", "f": "alpha beta gamma [down]"}
+    return Dataset("graded", Corpus(ids, [""] * documents, texts, "graded"), queries, {qid: {"d03": 1} for qid in queries})
+
+
+def relevance(doc: str) -> int:
+    return int(doc[1:]) % 4
+
+
+def llm(server: ChatServer, tmp_path: Path, **settings) -> LLMReranker:
+    return LLMReranker(LLMRerankerSettings(input=INPUT, base_url=server.url, model="m", max_retries=0, backoff=0.0,
+                                           cache_dir=str(tmp_path / "chat"), **settings))
+
+
+def test_windows_and_reply_parsing() -> None:
+    assert sliding_windows(25, 20, 10) == [(5, 25), (0, 20)]  # the top window starts at the top
+    assert sliding_windows(100, 20, 10)[:2] == [(80, 100), (70, 90)] and len(sliding_windows(100, 20, 10)) == 9
+    assert sliding_windows(5, 20, 10) == [(0, 5)] and sliding_windows(1, 20, 10) == []
+    assert parse_permutation("[3] > [1] > [3] > [9] > [0]", 4) == [2, 0, 1, 3]
+    assert parse_permutation("Ranking: 2 > 1", 3) == [1, 0, 2] and parse_permutation("I cannot tell.", 3) is None
+    assert [parse_grade(reply) for reply in ("3", "Grade: 2.", "grade 1 of 3", "10", "2.5", "none")] == [3, 2, 1, None, None, None]
+
+
+def test_llm_settings_check_the_prompt_and_the_windows() -> None:
+    with pytest.raises(ValueError, match="pointwise prompt must show {document}"):
+        LLMRerankerSettings(input=INPUT, base_url="http://x/v1", model="m", mode="pointwise", prompt="{query}?")
+    with pytest.raises(ValueError, match="unknown fields"):
+        LLMRerankerSettings(input=INPUT, base_url="http://x/v1", model="m", prompt="{query} {passages} {documents}")
+    with pytest.raises(ValueError, match="step < window"):
+        LLMRerankerSettings(input=INPUT, base_url="http://x/v1", model="m", window=4, step=4)
+
+
+def test_pointwise_grades_with_input_rank_tie_break(chat_server: ChatServer, tmp_path: Path, caplog) -> None:
+    dataset = graded_dataset(8)
+    with caplog.at_level(logging.WARNING):
+        out = rerank(llm(chat_server, tmp_path, mode="pointwise"), dataset, tmp_path / "cache", input_run(dataset))
+    ids = list(dataset.corpus.ids)
+    assert out.run.scores["q"] == {doc: min(3, relevance(doc)) - rank / 8 for rank, doc in enumerate(ids)}
+    assert order(out.run, "q") == sorted(ids, key=lambda doc: (-relevance(doc), ids.index(doc)))
+    for qid in ("p", "f"):  # an unparsable reply, a failed request: the input order
+        assert order(out.run, qid) == ids
+    assert (out.efficiency["unparsed_queries"], out.efficiency["failed_queries"], out.efficiency["prompts"]) == (1, 1, 24)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "keep their input order" in r.getMessage()]
+    assert len(warnings) == 1 and "2 of 3 queries" in warnings[0]
+
+
+def test_listwise_one_window_sorts_by_the_replies(chat_server: ChatServer, tmp_path: Path) -> None:
+    dataset = graded_dataset(8)
+    out = rerank(llm(chat_server, tmp_path), dataset, tmp_path / "cache", input_run(dataset))
+    ids = list(dataset.corpus.ids)
+    assert order(out.run, "q") == sorted(ids, key=lambda doc: (-relevance(doc), ids.index(doc)))
+    assert order(out.run, "p") == ids and order(out.run, "f") == ids
+    assert (out.efficiency["unparsed_queries"], out.efficiency["failed_queries"]) == (1, 1)
+
+
+def test_listwise_windows_slide_from_the_bottom(chat_server: ChatServer, tmp_path: Path) -> None:
+    dataset = graded_dataset(25)
+    ids = list(dataset.corpus.ids)
+    bottom_up = Run(INPUT, {"q": {doc: float(i) for i, doc in enumerate(ids)}})  # d24 first, ..., d00 last
+    reranker = llm(chat_server, tmp_path, window=6, step=3)
+    before = len(chat_server.requests)
+    out = rerank(reranker, dataset, tmp_path / "cache", bottom_up)
+    assert len(chat_server.requests) - before == len(sliding_windows(25, 6, 3)) == 8
+    ranked = order(out.run, "q")
+    assert sorted(ranked) == sorted(ids)
+    assert ranked[:3] == ["d23", "d19", "d15"]  # the best (relevance 3) carried up through the windows, in input order
+    others = [doc for doc in ids if relevance(doc) < 3]
+    best_last = Run(INPUT, {"q": {doc: -float(i) for i, doc in enumerate([*others, "d03"])}})
+    assert order(rerank(reranker, dataset, tmp_path / "cache", best_last).run, "q")[0] == "d03"  # from the bottom to the top
+    before = len(chat_server.requests)
+
+    again = rerank(llm(chat_server, tmp_path, window=6, step=3), dataset, tmp_path / "other cache", bottom_up)  # new run cache, same replies
+    assert len(chat_server.requests) == before and again.efficiency["chat_requests"] == 0
+    assert again.run.scores == out.run.scores
+
+
+def test_llm_key_only_from_the_environment(chat_server: ChatServer, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RERANK_TEST_KEY", "sk-rerank-secret")
+    dataset = graded_dataset(4)
+    reranker = llm(chat_server, tmp_path, api_key_env="RERANK_TEST_KEY")
+    out = rerank(reranker, dataset, tmp_path / "cache", input_run(dataset))
+    assert chat_server.requests[-1]["auth"] == "Bearer sk-rerank-secret"
+    written = json.dumps([reranker.identity(), out.efficiency]) + "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.*") if p.is_file())
+    assert "sk-rerank-secret" not in written and "RERANK_TEST_KEY" not in json.dumps(reranker.identity())
+
+
+@pytest.mark.parametrize("name, schema", [("cross_encoder", CrossEncoderSettings), ("llm", LLMRerankerSettings)])
+def test_shipped_configs_hold_the_defaults(name: str, schema) -> None:
+    import yaml
+    from importlib.metadata import entry_points
+    from importlib.resources import files
+
+    values = yaml.safe_load((Path(str(files("ragtrack.conf"))) / "reranker" / f"{name}.yaml").read_text())[name]
+    fields = {field: info for field, info in schema.model_fields.items() if field != "target"}
+    assert set(values) == set(fields) and values["type"] == name and values["input"] == INPUT
+    assert {key: value for key, value in values.items() if not fields[key].is_required()} == \
+           {field: info.get_default(call_default_factory=True) for field, info in fields.items() if not info.is_required()} | {"type": name}
+    assert entry_points(group="ragtrack.rerankers")[name].load().settings_schema is schema

@@ -237,12 +237,12 @@ def sliding_windows(count: int, window: int, step: int) -> list[tuple[int, int]]
     """RankGPT's windows over ``count`` ranked passages, bottom first: ``[count - window, count)``,
     then ``step`` higher each time, the last one moved down to start at the top so that every window
     holds ``min(window, count)`` passages and the top ones are compared too."""
+    if count < 2:
+        return []
     windows, end = [], count
-    while count > 1:
+    while not windows or windows[-1][0] > 0:
         start = max(end - window, 0)
         windows.append((start, min(start + window, count)))
-        if start == 0:
-            break
         end -= step
     return windows
 

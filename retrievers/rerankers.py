@@ -8,13 +8,29 @@ retriever sees it (title and text joined, ``Corpus.full_texts``) and the origina
 
 from __future__ import annotations
 
+import functools
+import logging
+import re
+import string
 import time
 from abc import abstractmethod
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
 
+from pydantic import model_validator
+
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.llm import ChatClient, check_template, numbered_passages
+from ragtrack.core.models import model_fingerprint, quiet_model_loading
+from ragtrack.core.pairs import Pair, PairScores
+from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
-from ragtrack.core.settings import Count, StageSettings
+from ragtrack.core.settings import ChatSettings, Count, StageSettings, Text
 from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key
+from ragtrack.retrievers.encoders import torch_device
+
+log = logging.getLogger(__name__)
 
 
 def reranked(run: Run, new_scores: Mapping[str, Mapping[str, float]], depth: int) -> Run:
@@ -86,3 +102,248 @@ class Reranker(Stage):
         latency_ms = {qid: upstream.latency_ms.get(qid, 0.0) + ms for qid, ms in latency_ms.items()}  # the chain's time per query
         return StageOutput(run, context.passages(run, {self.input: upstream.passage_run}), key, self, efficiency, latency_ms,
                            upstream.approximate)
+
+
+# ----------------------------------------------------------------------------- cross-encoder
+class CrossEncoderSettings(RerankerSettings):
+    """``model``: a Hugging Face cross-encoder by name or a local folder; ``max_length``: tokens per
+    pair (default: the model's); ``device``: ``auto`` (a GPU where torch sees one, else the CPU),
+    ``cpu``, ``cuda``, ``cuda:N``."""
+
+    model: Text = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    max_length: Count | None = None
+    device: Text = "auto"
+
+
+class CrossEncoderReranker(Reranker):
+    """Scores each (query, document) pair with a sentence-transformers ``CrossEncoder``: the model's
+    raw output (for a one-label model its logit, whatever activation the model's config names).
+
+    Pairs already in the scorer's :class:`~ragtrack.core.pairs.PairScores` are not scored again (a
+    depth sweep scores only the new ones); the rest go in batches of ``batch_size``, longest first,
+    each stored as it is done. The model is loaded only when a pair needs scoring."""
+
+    settings_schema = CrossEncoderSettings
+    _model = None  # loaded on first use
+
+    @property
+    def location(self) -> str:
+        """The model's local folder, or its Hugging Face name."""
+        folder = Path(self.settings.model).expanduser()
+        return str(folder) if folder.is_dir() else self.settings.model
+
+    def scorer_identity(self) -> dict:
+        return {"class": f"{type(self).__module__}.{type(self).__qualname__}", "weights": model_fingerprint(self.location),
+                "max_length": self.settings.max_length}
+
+    def rerank_scores(self, heads: Mapping[str, list[str]], queries: Mapping[str, str], texts: Mapping[str, str],
+                      context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+        store = PairScores(context.cache, self.scorer_identity())
+        pairs = list(dict.fromkeys((queries[qid], texts[doc]) for qid, docs in heads.items() for doc in docs))
+        known = store.lookup(pairs)
+        missing = [pair for pair in pairs if pair not in known]
+        started = time.perf_counter()
+        known |= self._score(missing, store)
+        efficiency = {"pairs_scored": float(len(missing)), "pairs_from_cache": float(len(pairs) - len(missing)),
+                      "score_seconds": time.perf_counter() - started,
+                      "on_gpu": float(self._model is not None and self._model.device.type == "cuda")}
+        return {qid: {doc: known[queries[qid], texts[doc]] for doc in docs} for qid, docs in heads.items()}, efficiency
+
+    def _score(self, pairs: list[Pair], store: PairScores) -> dict[Pair, float]:
+        """Scores of ``pairs`` in batches longest first (less padding), each stored once done."""
+        if not pairs:
+            return {}
+        from torch.nn import Identity
+
+        model = self._load()
+        longest_first = sorted(pairs, key=lambda pair: -len(pair[0]) - len(pair[1]))
+        scores = {}
+        with Progress(f"{self.name}: score", len(pairs), "pairs") as progress:
+            for start in range(0, len(pairs), self.batch_size):
+                batch = longest_first[start:start + self.batch_size]
+                raw = model.predict(batch, batch_size=len(batch), activation_fn=Identity(), show_progress_bar=False, convert_to_numpy=True)
+                batch_scores = {pair: float(score) for pair, score in zip(batch, raw)}
+                store.store(batch_scores)
+                scores |= batch_scores
+                progress.update(len(batch))
+        return scores
+
+    def _load(self):
+        """The model, loaded once; a model that cannot be loaded is one line naming the setting."""
+        if self._model is None:
+            from sentence_transformers import CrossEncoder
+
+            setting = f"reranker.{self.settings.type or 'cross_encoder'}.model"
+            quiet_model_loading()
+            try:
+                model = CrossEncoder(self.location, device=torch_device(self.settings.device), max_length=self.settings.max_length)
+            except Exception as exc:
+                reason = " ".join(str(exc).split())[:200]
+                raise RagtrackError(f"{setting}: cannot load {self.settings.model!r} ({type(exc).__name__}: {reason}); "
+                                    "offline, give the path of a local model folder") from None
+            if model.num_labels != 1:
+                raise RagtrackError(f"{setting}: {self.settings.model!r} gives {model.num_labels} scores per pair; "
+                                    "a reranker needs a one-label cross-encoder")
+            self._model = model
+        return self._model
+
+
+# ----------------------------------------------------------------------------- LLM
+PROMPTS_FILE = Path(__file__).parent / "rerank_prompts.yaml"
+PROMPT_FIELDS = {"pointwise": {"query", "document"}, "listwise": {"query", "count", "passages"}}
+CHAT_CLIENT_KEYS = set(ChatSettings.model_fields) - {"prompt", "cache_dir"}
+
+
+@functools.cache
+def built_in_prompts() -> dict[str, str]:
+    """The prompt of each mode, from ``rerank_prompts.yaml`` (package data)."""
+    import yaml
+
+    return yaml.safe_load(PROMPTS_FILE.read_text(encoding="utf-8"))
+
+
+class LLMRerankerSettings(RerankerSettings, ChatSettings):
+    """A chat model on an OpenAI-compatible endpoint (the :class:`ChatSettings` keys). ``mode``:
+    ``pointwise`` (a grade 0-3 per pair) or ``listwise`` (RankGPT windows of ``window`` passages,
+    ``step`` apart, from the bottom up); ``prompt``: null for the mode's built-in one
+    (``retrievers/rerank_prompts.yaml``); ``max_words``: words of each document shown (null: all);
+    ``cache_dir``: null for the job's cache."""
+
+    mode: Literal["pointwise", "listwise"] = "listwise"
+    window: Count = 20
+    step: Count = 10
+    max_words: Count | None = 300
+    parameters: dict[str, Any] = {"temperature": 0.0}
+    prompt: Text | None = None
+
+    @property
+    def template(self) -> str:
+        return self.prompt or built_in_prompts()[self.mode]
+
+    @model_validator(mode="after")
+    def _usable(self) -> "LLMRerankerSettings":
+        if self.mode == "listwise" and self.step >= self.window:
+            raise ValueError(f"listwise windows must overlap (step < window), got window {self.window}, step {self.step}")
+        try:
+            check_template(self.template, PROMPT_FIELDS[self.mode], f"{self.mode} reranker")
+        except RagtrackError as exc:
+            raise ValueError(str(exc)) from None
+        missing = PROMPT_FIELDS[self.mode] - {"count"} - {name for _, name, _, _ in string.Formatter().parse(self.template)}
+        if missing:
+            raise ValueError(f"the {self.mode} prompt must show {', '.join('{' + name + '}' for name in sorted(missing))}")
+        return self
+
+
+def sliding_windows(count: int, window: int, step: int) -> list[tuple[int, int]]:
+    """RankGPT's windows over ``count`` ranked passages, bottom first: ``[count - window, count)``,
+    then ``step`` higher each time, the last one moved down to start at the top so that every window
+    holds ``min(window, count)`` passages and the top ones are compared too."""
+    if count < 2:
+        return []
+    windows, end = [], count
+    while not windows or windows[-1][0] > 0:
+        start = max(end - window, 0)
+        windows.append((start, min(start + window, count)))
+        end -= step
+    return windows
+
+
+def parse_permutation(reply: str, count: int) -> list[int] | None:
+    """Positions (0-based) in the order of a reply such as ``[3] > [1] > [2]`` (bare numbers too when
+    no bracketed ones); repeated and out-of-range numbers are ignored and the missing positions
+    follow in their prior order; ``None`` when no number from 1 to ``count`` is found."""
+    named = re.findall(r"\[(\d+)\]", reply) or re.findall(r"\d+", reply)
+    chosen = dict.fromkeys(int(number) - 1 for number in named if 1 <= int(number) <= count)
+    return [*chosen, *(position for position in range(count) if position not in chosen)] if chosen else None
+
+
+def parse_grade(reply: str) -> int | None:
+    """The first stand-alone digit 0-3 of a reply (``2``, ``Grade: 3.``), else ``None``."""
+    match = re.search(r"(?<![\d.])([0-3])(?!\.?\d)", reply)
+    return int(match.group(1)) if match else None
+
+
+def in_order(documents: list[str]) -> dict[str, float]:
+    """Scores that rank ``documents`` as listed: ``-position / len(documents)``, in (-1, 0]."""
+    return {doc: -position / len(documents) for position, doc in enumerate(documents)}
+
+
+class LLMReranker(Reranker):
+    """Reranks with a chat model (:class:`~ragtrack.core.llm.ChatClient`: retries, concurrency and a
+    reply cache under ``cache_dir/chat/``, so a rerun sends nothing).
+
+    ``pointwise``: one prompt per (query, document) asks for a grade 0-3; score = grade − (r − 1)/n
+    for the document at input rank r of n, so equal grades keep their input order. ``listwise``:
+    RankGPT (Sun et al., "Is ChatGPT Good at Search?", EMNLP 2023): windows of the current ranking
+    from the bottom up (:func:`sliding_windows`), each reordered by the model's reply
+    (:func:`parse_permutation`); score = −(r − 1)/n at final rank r. A query with a failed request or
+    an unparsable reply keeps its input order (counted as ``failed_queries`` and ``unparsed_queries``,
+    and one warning)."""
+
+    settings_schema = LLMRerankerSettings
+
+    def scorer_identity(self) -> dict:
+        settings = self.settings
+        return {"model": settings.model, "base_url": settings.base_url, "mode": settings.mode, "window": settings.window,
+                "step": settings.step, "parameters": settings.parameters, "prompt": settings.template,
+                "system_prompt": settings.system_prompt, "max_words": settings.max_words}
+
+    def rerank_scores(self, heads: Mapping[str, list[str]], queries: Mapping[str, str], texts: Mapping[str, str],
+                      context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+        settings = self.settings
+        client = ChatClient(**settings.model_dump(include=CHAT_CLIENT_KEYS), cache_dir=settings.cache_dir or str(context.cache.root))
+        shown = {doc: " ".join(text.split()[:settings.max_words]) if settings.max_words else text for doc, text in texts.items()}
+        rerank = self._pointwise if settings.mode == "pointwise" else self._listwise
+        scores, problems, prompts = rerank(client, heads, queries, shown)
+        for qid in problems:
+            scores[qid] = in_order(heads[qid])
+        failed = sum(kind == "failed" for kind, _ in problems.values())
+        if problems:
+            qid, (kind, detail) = next(iter(problems.items()))
+            log.warning("%s: %d of %d queries keep their input order: %d failed requests, %d unparsable replies; first: query %s, %s: %s",
+                        self.name, len(problems), len(heads), failed, len(problems) - failed, qid, kind, " ".join(detail.split())[:200])
+        return scores, {"prompts": float(prompts), "chat_requests": float(client.requests_sent),
+                        "failed_queries": float(failed), "unparsed_queries": float(len(problems) - failed)}
+
+    def _pointwise(self, client: ChatClient, heads: Mapping[str, list[str]], queries: Mapping[str, str], shown: Mapping[str, str]):
+        """Scores by query, problems by query (kind, detail) and the number of prompts."""
+        template = self.settings.template
+        prompts = {(qid, doc): template.format(query=queries[qid], document=shown[doc]) for qid, docs in heads.items() for doc in docs}
+        replies, failures = client.complete_all(prompts, label=f"{self.name}: grade")
+        scores, problems = {}, {}
+        for qid, docs in heads.items():
+            grades = {doc: parse_grade(replies[qid, doc]) for doc in docs if (qid, doc) in replies}
+            failure = next(((qid, doc) for doc in docs if (qid, doc) in failures), None)
+            unparsed = next((doc for doc, grade in grades.items() if grade is None), None)
+            if failure:
+                problems[qid] = ("failed", failures[failure])
+            elif unparsed is not None:
+                problems[qid] = ("unparsed", replies[qid, unparsed])
+            else:
+                scores[qid] = {doc: grades[doc] + tie_break for doc, tie_break in in_order(docs).items()}
+        return scores, problems, len(prompts)
+
+    def _listwise(self, client: ChatClient, heads: Mapping[str, list[str]], queries: Mapping[str, str], shown: Mapping[str, str]):
+        """Scores by query, problems by query (kind, detail) and the number of prompts: the windows of
+        every query at once, one round per window position."""
+        settings = self.settings
+        rankings = {qid: list(docs) for qid, docs in heads.items()}
+        windows = {qid: sliding_windows(len(docs), settings.window, settings.step) for qid, docs in heads.items()}
+        problems, sent = {}, 0
+        for round_ in range(max(map(len, windows.values()), default=0)):
+            due = {qid: spans[round_] for qid, spans in windows.items() if round_ < len(spans) and qid not in problems}
+            prompts = {qid: settings.template.format(query=queries[qid], count=end - start,
+                                                     passages=numbered_passages([shown[doc] for doc in rankings[qid][start:end]]))
+                       for qid, (start, end) in due.items()}
+            replies, failures = client.complete_all(prompts, label=f"{self.name}: window {round_ + 1}")
+            sent += len(prompts)
+            for qid, (start, end) in due.items():
+                permutation = parse_permutation(replies[qid], end - start) if qid in replies else None
+                if qid in failures:
+                    problems[qid] = ("failed", failures[qid])
+                elif permutation is None:
+                    problems[qid] = ("unparsed", replies[qid])
+                else:
+                    window = rankings[qid][start:end]
+                    rankings[qid][start:end] = [window[position] for position in permutation]
+        return {qid: in_order(ranking) for qid, ranking in rankings.items()}, problems, sent

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -162,7 +163,8 @@ class ChatServer:
     prompt: [429] and [500] fail once, [slow] sleeps past the client's time-out once, [garbage] always
     answers malformed JSON, [down] always answers 500, [401] refuses, [nonnumeric] gives a judge reply
     without numbers; prompts mentioning "ATP" (a toy question) always get 500. Judge prompts (they
-    contain "GOLD ANSWERS") get JSON scores, other prompts "answer to <first prompt line>"."""
+    contain "GOLD ANSWERS") get JSON scores, reranker prompts (they contain "Search query:") a grade or
+    a ranking (:func:`rerank_reply`), other prompts "answer to <first prompt line>"."""
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
@@ -201,7 +203,9 @@ class ChatServer:
             time.sleep(2.5)
         if "[garbage]" in prompt:
             return self.send(handler, 200, b'{"choices": [{"message": {"content": "trunc')
-        if "GOLD ANSWERS" in prompt:
+        if "Search query:" in prompt:
+            content = rerank_reply(prompt)
+        elif "GOLD ANSWERS" in prompt:
             content = "Correctness: excellent, Faithfulness: good" if "[nonnumeric]" in prompt else \
                 '```json\n{"correctness": 4, "faithfulness": 5, "relevance": "3", "rationale": "close"}\n```'
         else:
@@ -222,6 +226,25 @@ class ChatServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=5)
+
+
+def rerank_reply(prompt: str) -> str:
+    """What the chat server answers a reranker: a passage's relevance is how many distinct words of the
+    search query it holds; a ``Passage:`` line gets ``Grade: <relevance, at most 3>``, numbered
+    passages ``[i] text`` their numbers, most relevant first (then by number); a query with
+    [unparsable] gets prose."""
+    query = re.search(r"Search query: (.*)", prompt).group(1)
+    if "[unparsable]" in query:
+        return "I cannot rank these passages."
+    words = set(re.findall(r"\w+", query.lower()))
+
+    def relevance(text: str) -> int:
+        return len(words & set(re.findall(r"\w+", text.lower())))
+
+    if passage := re.search(r"^Passage: (.*)$", prompt, re.MULTILINE):
+        return f"Grade: {min(3, relevance(passage.group(1)))}"
+    numbered = re.findall(r"^\[(\d+)\] (.*)$", prompt, re.MULTILINE)
+    return " > ".join(f"[{number}]" for number, _ in sorted(numbered, key=lambda item: (-relevance(item[1]), int(item[0]))))
 
 
 def assert_equal_per_query(ours: pd.DataFrame, reference: pd.DataFrame) -> None:

@@ -21,7 +21,7 @@ rationale, error) in the system's output folder, which is logged to MLflow with 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 import functools
 import json
 import logging
@@ -190,6 +190,9 @@ def parse_judgement(reply: str, criteria: Sequence[str], bounds: dict[str, tuple
 
 class JudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     """An LLM judge with rubrics."""
+
+    parameters: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256}
+    system_prompt: str | None = "You are a strict grader of answers to reading-comprehension questions."
 
     rubrics: Annotated[list[Text], Field(min_length=1)] | None = None
     top_k: Count = 3

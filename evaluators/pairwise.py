@@ -21,7 +21,7 @@ once every system has answered (``conf/evaluator/pairwise_judge.yaml``).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 import json
 import logging
 import re
@@ -85,6 +85,9 @@ def wilson(successes: int, trials: int) -> tuple[float, float]:
 
 class PairwiseJudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     """An LLM judge comparing two systems' answers."""
+
+    parameters: dict[str, Any] = {"temperature": 0.0, "max_tokens": 128}
+    system_prompt: str | None = "You are an impartial judge of answers to reading-comprehension questions."
 
     baseline: SystemName | None = None
     pairs: list[Annotated[list[SystemName], Field(min_length=2, max_length=2, description="a pair [first, second] of system names")]] | None = None

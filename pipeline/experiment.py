@@ -199,7 +199,10 @@ def run_stages(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, plan
                            judged=lambda run: plan.evaluated(run, depth), passages=plan.passages)
     outputs: dict[str, StageOutput] = {}
     params: dict[str, dict] = {}
-    for system in plan_systems(cfg):
+    planned = plan_systems(cfg)
+    if not planned:
+        raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
+    for system in planned:
         stage_object = registry.build(system.group, system.config, name=system.name)
         with stage(f"{system.name}: {system.section}" + (f" of {', '.join(system.inputs)}" if system.inputs else "")):
             outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
@@ -265,7 +268,7 @@ def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], d
     pairs = {pair: summary for judge in judges for pair, summary in judge.compare(answers, dataset.queries, dataset.answers).items()}
     if not pairs:
         return Findings()
-    metrics = {f"pairwise/{s['first']}_vs_{s['second']}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
+    metrics = {f"pairwise/{layout.system_key(s['first'])}_vs_{layout.system_key(s['second'])}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
     return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()])
 
 

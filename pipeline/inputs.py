@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from pathlib import Path
 
 from ragtrack.core.data import Dataset, load_beir
 

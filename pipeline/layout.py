@@ -65,8 +65,14 @@ def metric_key(name: str) -> str:
 
 
 def system_metric_key(system: str, metric: str) -> str:
-    """A parent run's key for one system's metric: ``hybrid/ndcg_at_10``."""
-    return f"{system}/{metric_key(metric)}"
+    """A parent run's key for one system's metric: ``hybrid/ndcg_at_10``; a chain's ``+`` (not allowed in
+    MLflow keys) becomes ``_``: ``bm25+cross_encoder/ndcg_at_10`` is logged as ``bm25_cross_encoder/ndcg_at_10``."""
+    return f"{system_key(system)}/{metric_key(metric)}"
+
+
+def system_key(system: str) -> str:
+    """A system name as an MLflow key segment (``bm25+rm3`` -> ``bm25_rm3``)."""
+    return system.replace("+", "_")
 
 
 SUMMARY_SUFFIXES = {"": "mean", "_std": "std", "_ci_low": "ci_low", "_ci_high": "ci_high"}  # key suffix -> summary column

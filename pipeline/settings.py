@@ -148,8 +148,7 @@ def validate(cfg: DictConfig | Mapping) -> None:
             _check(_component_model(group, component, path), component, path)
             if isinstance(component.get("encoder"), Mapping):
                 _check(_encoder_model(component["encoder"], f"{path}.encoder"), component["encoder"], f"{path}.encoder")
-    if not plan_systems(settings):
-        raise InputError("retriever", "no systems configured: select at least one retriever (e.g. retriever=[bm25])")
+    plan_systems(settings)
     for name, evaluator in (settings.get("evaluator") or {}).items():
         model = _component_model("evaluators", evaluator, f"evaluator.{name}")
         _check_metrics(evaluator, f"evaluator.{name}")

@@ -88,7 +88,7 @@ class ChunkerSettings(ComponentSettings):
     oversample: Count = 1
 
 
-class NoChunkingSettings(ChunkerSettings, extra="forbid"):
+class NoChunkingSettings(ComponentSettings, extra="forbid"):
     """No chunking: documents are indexed whole."""
 
 
@@ -98,6 +98,7 @@ class WindowSettings(ChunkerSettings, extra="forbid"):
     size: Count
     overlap: Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")] = 0
     repeat_title: Flag = True
+    oversample: Count = 5
 
     @field_validator("overlap")
     @classmethod
@@ -106,6 +107,18 @@ class WindowSettings(ChunkerSettings, extra="forbid"):
         if size is not None and not (0 < overlap < 1) and not (overlap == int(overlap) and overlap < size):
             raise ValueError(f"an integer below size ({size}), or a fraction of size in (0, 1)")
         return overlap
+
+
+class SentenceWindowSettings(WindowSettings, extra="forbid"):
+    """Windows of sentences; neighbours share one sentence by default."""
+
+    overlap: Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")] = 1
+
+
+class CharWindowSettings(WindowSettings, extra="forbid"):
+    """Windows of characters, cut at whitespace; neighbours share 100 characters by default."""
+
+    overlap: Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")] = 100
 
 
 class TokenWindowSettings(WindowSettings, extra="forbid"):
@@ -216,7 +229,7 @@ def sentence_spans(text: str) -> list[Span]:
 
 
 class SentenceChunker(UnitChunker):
-    settings_schema = WindowSettings
+    settings_schema = SentenceWindowSettings
     method = "sentences"
 
     def units(self, texts: Sequence[str]) -> list[list[Span]]:
@@ -224,7 +237,7 @@ class SentenceChunker(UnitChunker):
 
 
 class CharChunker(Chunker):
-    settings_schema = WindowSettings
+    settings_schema = CharWindowSettings
     method = "chars"
 
     def spans(self, texts: Sequence[str]) -> list[list[Span]]:

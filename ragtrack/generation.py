@@ -17,7 +17,7 @@ and writes ``generation.json`` (failure count and the failed queries) into the s
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 import json
 import logging
 import math
@@ -57,7 +57,7 @@ class ExtractiveSettings(GeneratorSettings, extra="forbid"):
     top_k: Count = 1
     unit: Literal["span", "sentence"] = "span"
     tokenizer: TokenizerSettings = TokenizerSettings()
-    no_answer: Text | None = None
+    no_answer: Text | None = "unanswerable"
     abstain_below: Fraction = 0.0
 
 
@@ -65,7 +65,9 @@ class OpenAISettings(GeneratorSettings, ChatSettings, extra="forbid"):
     """Answers from an OpenAI-compatible chat endpoint."""
 
     top_k: Count = 3
-    no_answer: Text | None = None
+    no_answer: Text | None = "unanswerable"
+    parameters: dict[str, Any] = {"temperature": 0.0, "max_tokens": 64}
+    system_prompt: str | None = "You answer questions from the given passages with a short phrase, as in reading-comprehension datasets."
 
 
 class Generator(ABC):

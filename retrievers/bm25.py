@@ -35,6 +35,7 @@ import numpy as np
 
 from ragtrack.core.cache import Cache, folder_size
 from ragtrack.core.data import Corpus
+from ragtrack.core.errors import RagtrackError
 from ragtrack.core.progress import bars_shown, track
 from ragtrack.core.runs import Run
 from ragtrack.core.text import EncodedTexts, Tokenizer

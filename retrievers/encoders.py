@@ -57,7 +57,6 @@ class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
     """A transformer sentence encoder."""
 
     model: Text = "all-MiniLM-L6-v2"
-    batch_size: Count | None = 32
     max_seq_length: Count | None = None
     query_prefix: str = ""
     document_prefix: str = ""
@@ -67,13 +66,14 @@ class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
 class SentenceTransformerSettings(TransformerEncoderSettings, extra="forbid"):
     """sentence-transformers on PyTorch."""
 
+    batch_size: Count | None = None  # null: 64 on a CPU, 256 on a GPU
+
 
 class OnnxEncoderSettings(TransformerEncoderSettings, extra="forbid"):
     """A transformer sentence encoder run by ONNX Runtime."""
 
-    precision: Literal["fp32", "int8"] = "int8"
-
-
+    batch_size: Count | None = 32
+    precision: Literal["fp32", "int8"] = "fp32"
 
 
 class Encoder(ABC):

@@ -65,7 +65,7 @@ class Reranker(Stage):
 
     def __init__(self, name: str | None = None, **values):
         settings = self.settings_schema.model_validate(values)
-        super().__init__(settings.system or name or f"{settings.input}+{self.kind}", [settings.input])
+        super().__init__(settings.system or name or f"{settings.input}+{settings.type or self.kind}", [settings.input])
         self.settings = settings
         self.input, self.depth, self.batch_size = settings.input, settings.depth, settings.batch_size
 

@@ -38,7 +38,7 @@ class Rewriter(Stage):
 
     def __init__(self, name: str | None = None, **values):
         settings = self.settings_schema.model_validate(values)
-        super().__init__(settings.system or name or f"{settings.input}+{self.kind}", [settings.input])
+        super().__init__(settings.system or name or f"{settings.input}+{settings.type or self.kind}", [settings.input])
         self.settings = settings
         self.input = settings.input
 
@@ -159,8 +159,9 @@ class RM3Rewriter(Rewriter):
 
     settings_schema = RM3Settings
 
-    def __init__(self, settings: RM3Settings):
-        super().__init__(settings)
+    def __init__(self, name: str | None = None, **values):
+        super().__init__(name, **values)
+        settings = self.settings
         self.fb_docs, self.fb_terms = settings.fb_docs, settings.fb_terms
         self.original_query_weight = settings.original_query_weight
 
@@ -222,8 +223,9 @@ class LLMRewriter(Rewriter):
 
     settings_schema = LLMRewriterSettings
 
-    def __init__(self, settings: LLMRewriterSettings):
-        super().__init__(settings)
+    def __init__(self, name: str | None = None, **values):
+        super().__init__(name, **values)
+        settings = self.settings
         check_template(settings.prompt, {"query"}, f"rewriter {self.name}")
         self.prompt, self.mode = settings.prompt, settings.mode
         self.client = ChatClient(**settings.model_dump(include=set(ChatSettings.model_fields) - {"prompt"}))

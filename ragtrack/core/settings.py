@@ -29,8 +29,8 @@ Text = Annotated[str, Field(min_length=1)]
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                description="the NAME of an environment variable (letters, digits, _), e.g. OPENAI_API_KEY")]
-SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
-                                  description="a system name (letters, digits, _ . -, starting with a letter or digit)")]
+SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$",
+                                  description="a system name (letters, digits, _ . + -, starting with a letter or digit)")]
 MetricName = Annotated[str, Field(min_length=1, description="a metric name (ragtrack metrics lists them)")]
 Normalization = Literal["none", "minmax", "zscore", "max"]
 

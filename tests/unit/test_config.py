@@ -15,7 +15,7 @@ from omegaconf import OmegaConf, open_dict
 from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.pipeline.experiment import yaml_text
 
-MULTI_SELECT = {"retriever", "fusion", "evaluator"}
+MULTI_SELECT = {"retriever", "rewriter", "fusion", "reranker", "evaluator"}
 
 
 def _options() -> list[str]:

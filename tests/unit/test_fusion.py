@@ -95,14 +95,15 @@ def test_bad_settings_fail_with_one_line(call, message: str) -> None:
         call()
 
 
-def test_every_fusion_config_builds_its_registered_function() -> None:
+def test_every_fusion_config_builds_its_registered_stage() -> None:
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=["fusion=[rrf,combsum,combmnz,linear]", "dataset=toy"])
     systems = {}
     for name, fcfg in cfg.fusion.items():
         assert name in registry.installed("fusions")
-        fuse = registry.build("fusions", {**dict(fcfg), "_partial_": True})
-        systems[fcfg.system] = fuse(RUNS)
+        fusion = registry.build("fusions", fcfg)
+        assert fusion.name == fcfg.system and fusion.inputs == list(fcfg.members)
+        systems[fcfg.system] = fusion.fuse(RUNS)
     assert set(systems) == {"hybrid", "combsum", "combmnz", "linear"}
     assert scores(systems["combsum"]) == pytest.approx({"a": 1.0, "b": 1.5, "c": 0.5, "d": 0.0})
 

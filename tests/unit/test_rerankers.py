@@ -61,7 +61,7 @@ def rerank(reranker, dataset: Dataset, cache_root: Path, run: Run | None = None)
 
 
 def cross_encoder(folder: Path, **settings) -> CrossEncoderReranker:
-    return CrossEncoderReranker(CrossEncoderSettings(input=INPUT, model=str(folder), device="cpu", **settings))
+    return CrossEncoderReranker(input=INPUT, model=str(folder), device="cpu", **settings)
 
 
 def order(run: Run, qid: str) -> list[str]:
@@ -125,7 +125,7 @@ def test_depth_sweep_scores_each_pair_once(tiny_cross_encoder: Path, toy: Datase
 def test_an_unloadable_model_is_one_line_naming_the_setting(toy: Dataset, tmp_path: Path) -> None:
     script = ("from tests.unit.test_rerankers import *\n"
               "from ragtrack.core.errors import RagtrackError\n"
-              "reranker = CrossEncoderReranker(CrossEncoderSettings(input=INPUT, model='cross-encoder/not-on-this-machine'))\n"
+              "reranker = CrossEncoderReranker(input=INPUT, model='cross-encoder/not-on-this-machine')\n"
               "try:\n"
               f"    rerank(reranker, load_beir(TOY), Path({str(tmp_path)!r}))\n"
               "except RagtrackError as error:\n"
@@ -157,8 +157,8 @@ def relevance(doc: str) -> int:
 
 
 def llm(server: ChatServer, tmp_path: Path, **settings) -> LLMReranker:
-    return LLMReranker(LLMRerankerSettings(input=INPUT, base_url=server.url, model="m", max_retries=0, backoff=0.0,
-                                           cache_dir=str(tmp_path / "chat"), **settings))
+    return LLMReranker(input=INPUT, base_url=server.url, model="m", max_retries=0, backoff=0.0,
+                                           cache_dir=str(tmp_path / "chat"), **settings)
 
 
 def test_windows_and_reply_parsing() -> None:

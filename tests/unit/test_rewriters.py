@@ -95,7 +95,7 @@ def test_rm3_equals_reference_and_brute_force_bm25(tmp_path: Path) -> None:
     context = context_for(dataset, tmp_path / "cache")
     bm25 = BM25Retriever(name="bm25")
     first = bm25.produce({}, context)
-    rm3 = RM3Rewriter(RM3Settings(input="bm25", type="rm3", fb_docs=3, fb_terms=4, original_query_weight=0.3))
+    rm3 = RM3Rewriter(input="bm25", type="rm3", fb_docs=3, fb_terms=4, original_query_weight=0.3)
     expanded, _ = rm3.rewrite(bm25, first, context)
 
     tokens = dict(zip(dataset.corpus.ids, bm25.tokenizer(dataset.corpus.full_texts())))
@@ -122,7 +122,7 @@ def test_rm3_with_original_query_weight_1_ranks_as_bm25(tmp_path: Path) -> None:
     dataset = load_beir(write_beir(tmp_path / "hand", DOCUMENTS, QUERIES))
     context = context_for(dataset, tmp_path / "cache")
     first = BM25Retriever(name="bm25").produce({}, context)
-    output = RM3Rewriter(RM3Settings(input="bm25", original_query_weight=1.0)).produce({"bm25": first}, context)
+    output = RM3Rewriter(input="bm25", original_query_weight=1.0).produce({"bm25": first}, context)
     for qid, ranked in first.run.rankings():
         assert [d for d, _ in output.run.ranking(qid)] == [d for d, _ in ranked]
 
@@ -133,14 +133,14 @@ def test_rm3_on_toy_dataset_is_deterministic(toy_path: Path, tmp_path: Path) -> 
     for attempt in range(2):
         context = context_for(dataset, tmp_path / f"cache{attempt}")
         first = BM25Retriever(name="bm25").produce({}, context)
-        rewriter = RM3Rewriter(RM3Settings(input="bm25", type="rm3"))
+        rewriter = RM3Rewriter(input="bm25", type="rm3")
         output = rewriter.produce({"bm25": first}, context)
         assert output.run.name == "bm25+rm3" and output.efficiency["run_from_cache"] == 0.0
         assert set(output.run.scores) == set(dataset.queries)
         runs.append(output.run.scores)
     assert runs[0] == runs[1]
     assert max(len(first.passage_run.ranking(qid)) for qid in dataset.queries) < 50
-    deep = RM3Rewriter(RM3Settings(input="bm25", fb_docs=50, fb_terms=50)).produce({"bm25": first}, context)  # more than the hits
+    deep = RM3Rewriter(input="bm25", fb_docs=50, fb_terms=50).produce({"bm25": first}, context)  # more than the hits
     assert set(deep.run.scores) == set(dataset.queries)
 
 
@@ -157,7 +157,7 @@ def test_rm3_needs_a_bm25_input_with_its_sparse_index(toy_path: Path, tmp_path: 
 
     dataset = load_beir(toy_path)
     context = context_for(dataset, tmp_path / "cache")
-    rm3 = RM3Rewriter(RM3Settings(input="fixed"))
+    rm3 = RM3Rewriter(input="fixed")
     fixed = Fixed("fixed")
     with pytest.raises(RagtrackError, match=r"rewriter\.rm3\.input must name a BM25 retriever; 'fixed' is a Fixed"):
         rm3.produce({"fixed": StageOutput(Run("fixed"), Run("fixed"), "key", fixed)}, context)
@@ -167,7 +167,7 @@ def test_rm3_needs_a_bm25_input_with_its_sparse_index(toy_path: Path, tmp_path: 
 
 
 def test_rm3_identity_is_its_settings() -> None:
-    identity = RM3Rewriter(RM3Settings(input="bm25", fb_docs=5)).identity()
+    identity = RM3Rewriter(input="bm25", fb_docs=5).identity()
     assert identity == {"format": 1, "fb_docs": 5, "fb_terms": 10, "original_query_weight": 0.5}
     with pytest.raises(ValueError, match="fb_doc"):
         RM3Settings(input="bm25", fb_doc=5)
@@ -176,9 +176,9 @@ def test_rm3_identity_is_its_settings() -> None:
 # ----------------------------------------------------------------------------- HyDE
 def hyde(chat_server, tmp_path: Path, **settings) -> LLMRewriter:
     """Prompts whose first line is the query: the server answers "answer to <query>"."""
-    return LLMRewriter(LLMRewriterSettings(**{"input": "bm25", "type": "llm", "base_url": chat_server.url, "model": "m", "max_retries": 0,
+    return LLMRewriter(**{"input": "bm25", "type": "llm", "base_url": chat_server.url, "model": "m", "max_retries": 0,
                                               "backoff": 0.0, "cache_dir": str(tmp_path / "chat"), "prompt": "{query}\nWrite a passage.",
-                                              **settings}))
+                                              **settings})
 
 
 @pytest.mark.parametrize("mode", ["replace", "append"])

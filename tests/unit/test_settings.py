@@ -15,7 +15,7 @@ from ragtrack.pipeline import settings
 from ragtrack.pipeline.config import CONFIG_MODULE, compose
 from ragtrack.pipeline.settings import RetrieverSettings, settings_table, validate
 
-MULTI_SELECT = {"retriever", "fusion", "evaluator"}
+MULTI_SELECT = {"retriever", "rewriter", "fusion", "reranker", "evaluator"}
 BASE = ["dataset=toy", "encoder=hashing", "paths.output_dir=/tmp/out"]
 
 
@@ -37,7 +37,8 @@ def group_options() -> list[str]:
 
 GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "generator=openai": ["generator.model=m"],
                 "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"],
-                "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"]}
+                "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"],
+                "rewriter=[llm]": ["rewriter.llm.model=m"], "reranker=[llm]": ["reranker.llm.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"]}
 
 
 @pytest.mark.parametrize("override", group_options())
@@ -97,9 +98,9 @@ HOSTILE = {
     "fusion member not retrieved": (["retriever=[bm25]"], "fusion.rrf.members[1]: 'dense' is not allowed: a system of this job (bm25)"),
     "fusion member misspelled": (["fusion.rrf.members=[bm25,dnese]"],
                                  "fusion.rrf.members[1]: 'dnese' is not allowed: a system of this job (bm25, dense); did you mean 'dense'?"),
-    "fusion system clash": (["fusion.rrf.system=bm25"], "fusion.rrf.system: 'bm25' is not allowed: a name no other system has (retriever.bm25 makes it)"),
+    "fusion system clash": (["fusion.rrf.system=bm25"], "fusion.rrf.system: 'bm25' is not allowed: a name no other system has (retriever.bm25 makes 'bm25')"),
     "fusion system path": (["fusion.rrf.system=../x"],
-                           "fusion.rrf.system: '../x' is not allowed: a system name (letters, digits, _ . -, starting with a letter or digit)"),
+                           "fusion.rrf.system: '../x' is not allowed: a system name (letters, digits, _ . + -, starting with a letter or digit)"),
     "linear weights zero sum": (["fusion=[linear]", "fusion.linear.weights=[0,0]"], "fusion.linear.weights: [0, 0] is not allowed: weights >= 0 with a positive sum"),
     "normalization unknown": (["fusion=[combsum]", "fusion.combsum.normalization=l2"],
                               "fusion.combsum.normalization: 'l2' is not allowed: one of none, minmax, zscore, max"),
@@ -142,6 +143,31 @@ HOSTILE = {
                                    "tracking.key_metrics: [] is not allowed: a non-empty list, each a metric name (ragtrack metrics lists them) or null"),
     "tracking enabled text": (["tracking.enabled=maybe"], "tracking.enabled: 'maybe' is not allowed: true or false"),
     "optimize metric shape": (["optimize_metric=ndcg@10"], "optimize_metric: 'ndcg@10' is not allowed: '<system>/<metric>', e.g. hybrid/ndcg@10 or null"),
+    "reranker input unknown": (["reranker=[cross_encoder]", "reranker.cross_encoder.input=bm52"],
+                               "reranker.cross_encoder.input: 'bm52' is not allowed: a system of this job (bm25, dense, hybrid); did you mean 'bm25'?"),
+    "reranker depth zero": (["reranker=[cross_encoder]", "reranker.cross_encoder.depth=0"], "reranker.cross_encoder.depth: 0 is not allowed: an integer >= 1"),
+    "reranker depth negative": (["reranker=[cross_encoder]", "reranker.cross_encoder.depth=-5"], "reranker.cross_encoder.depth: -5 is not allowed: an integer >= 1"),
+    "reranker model empty": (["reranker=[cross_encoder]", "reranker.cross_encoder.model=''"], "reranker.cross_encoder.model: '' is not allowed: a non-empty string"),
+    "reranker batch zero": (["reranker=[cross_encoder]", "reranker.cross_encoder.batch_size=0"],
+                            "reranker.cross_encoder.batch_size: 0 is not allowed: an integer >= 1"),
+    "reranker system clash": (["reranker=[cross_encoder]", "reranker.cross_encoder.system=hybrid"],
+                              "reranker.cross_encoder.system: 'hybrid' is not allowed: a name no other system has (fusion.rrf makes 'hybrid')"),
+    "reranker system clashes in MLflow": (["reranker=[cross_encoder]", "reranker.cross_encoder.system=bm25_cross_encoder", "reranker=[cross_encoder,llm]",
+                                           "reranker.llm.model=m", "reranker.llm.system=bm25+cross_encoder"],
+                                          "reranker.llm.system: 'bm25+cross_encoder' is not allowed: a name no other system has "
+                                          "(reranker.cross_encoder makes 'bm25_cross_encoder')"),
+    "rerankers in a cycle": (["reranker=[cross_encoder,llm]", "reranker.llm.model=m", "reranker.cross_encoder.system=a", "reranker.cross_encoder.input=b",
+                              "reranker.llm.system=b", "reranker.llm.input=a"],
+                             "reranker.cross_encoder: the systems a -> b read each other in a cycle: a system may read only systems made before it"),
+    "fusion of itself": (["fusion.rrf.members=[bm25,hybrid]"],
+                         "fusion.rrf: the systems hybrid read each other in a cycle: a system may read only systems made before it"),
+    "rewriter input unknown": (["rewriter=[rm3]", "rewriter.rm3.input=bm"],
+                               "rewriter.rm3.input: 'bm' is not allowed: a system of this job (bm25, dense, hybrid); did you mean 'bm25'?"),
+    "rm3 weight above 1": (["rewriter=[rm3]", "rewriter.rm3.original_query_weight=1.5"],
+                           "rewriter.rm3.original_query_weight: 1.5 is not allowed: a finite number in [0, 1]"),
+    "rm3 fb_docs zero": (["rewriter=[rm3]", "rewriter.rm3.fb_docs=0"], "rewriter.rm3.fb_docs: 0 is not allowed: an integer >= 1"),
+    "llm reranker mode": (["reranker=[llm]", "reranker.llm.model=m", "reranker.llm.mode=pairwise"],
+                          "reranker.llm.mode: 'pairwise' is not allowed: one of pointwise, listwise"),
 }
 
 
@@ -222,6 +248,17 @@ def test_an_unshipped_target_is_checked_on_the_common_keys() -> None:
         validate({**_job(), "retriever": {"mine": {"alpha": 0.3}}})
 
 
+def test_systems_are_ordered_by_what_they_read() -> None:
+    """A fusion may read a reranker and a reranker a fusion: each system runs after its inputs, else in config order."""
+    from ragtrack.pipeline.systems import plan_systems
+
+    cfg = composed(["rewriter=[rm3]", "reranker=[cross_encoder]", "reranker.cross_encoder.input=hybrid",
+                    "fusion.rrf.members=[bm25+rm3,dense]"])
+    validate(cfg)
+    assert [s.name for s in plan_systems(cfg)] == ["bm25", "dense", "bm25+rm3", "hybrid", "hybrid+cross_encoder"]
+    assert [s.inputs for s in plan_systems(cfg)][-2:] == [["bm25+rm3", "dense"], ["hybrid"]]
+
+
 def test_a_preset_helper_variable_goes_under_vars() -> None:
     validate({**_job(), "vars": {"bm25_weight": 0.7}})
 
@@ -254,3 +291,64 @@ def test_the_python_api_checks_settings_before_it_makes_a_folder(tmp_path: Path)
     with pytest.raises(RagtrackError, match=r"^fusion\.rrf\.kk: no such key; did you mean 'fusion\.rrf\.k'\?$"):
         ragtrack.run_experiment(["dataset=toy", "encoder=hashing", f"paths.root_dir={tmp_path}", "fusion.rrf.kk=3"])
     assert list(tmp_path.iterdir()) == []
+
+
+def _shipped_component_configs() -> list[tuple[str, dict, type]]:
+    """(file:key, the YAML's mapping, the model it is checked on) for every component config ragtrack ships."""
+    from omegaconf import OmegaConf
+
+    from ragtrack.pipeline.settings import _component_model, _encoder_model
+    from ragtrack.pipeline.systems import STAGE_SECTIONS
+
+    conf = Path(str(files(CONFIG_MODULE)))
+    found = []
+    for section, group in {**STAGE_SECTIONS, "evaluator": "evaluators", "generator": "generators", "chunking": "chunkers"}.items():
+        for path in sorted((conf / section).glob("*.yaml")):
+            raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+            nodes = raw.items() if section not in ("generator", "chunking") else [(path.stem, raw)]
+            found += [(f"{section}/{path.name}:{key}", node, _component_model(group, node, key)) for key, node in nodes]
+    for path in sorted((conf / "encoder").glob("*.yaml")):
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        if "defaults" not in raw:  # a variant of another option (minilm_onnx_int8: minilm_onnx with int8 weights)
+            found.append((f"encoder/{path.name}", raw, _encoder_model(raw, "encoder")))
+    return found
+
+
+def _default_differences(model: type, node: dict, where: str) -> list[str]:
+    """Where a shipped YAML and its model disagree: a model key the YAML lacks (users could not override it
+    without '+'), or a value other than the model's default (interpolations and ??? are the job's to fill)."""
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    from ragtrack.pipeline import registry
+
+    problems = []
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key in ("type", "_target_"):
+            continue
+        if key not in node:
+            problems.append(f"{where}.{key}: declared by {model.__name__}, missing from the YAML")
+            continue
+        value = node[key]
+        if isinstance(value, str) and ("${" in value or value == "???"):
+            continue
+        default = info.get_default(call_default_factory=True)
+        if key == "metrics" and default is None and isinstance(value, list):  # null: the evaluator's default_metrics()
+            default = registry.load("evaluators", node["type"])().default_metrics()
+        if default is PydanticUndefined:
+            continue
+        if isinstance(default, BaseModel):
+            problems += _default_differences(type(default), value, f"{where}.{key}")
+        elif value != default:
+            problems.append(f"{where}.{key}: the YAML has {value!r}, {model.__name__} declares {default!r}")
+    return problems
+
+
+def test_every_shipped_yaml_holds_exactly_its_models_defaults() -> None:
+    """The settings model beside each component is the one home of its defaults: every shipped YAML lists
+    every key of its model with the model's default (presets override them in experiment/ files)."""
+    configs = _shipped_component_configs()
+    assert len(configs) >= 25 and {model.__name__ for _, _, model in configs} >= {"BM25Settings", "RRFSettings", "CrossEncoderSettings", "RM3Settings"}
+    problems = [problem for where, node, model in configs for problem in _default_differences(model, node, where)]
+    assert problems == []

@@ -106,10 +106,11 @@ class PairwiseJudge(Evaluator):
                 "pairwise_loss_rate": "pairwise LLM judge: share of queries where the second system's answer wins"}
 
     def __init__(self, prompt: str, rubric: str = "correctness", baseline: str | None = None, pairs: Sequence[Sequence[str]] | None = None,
-                 output_dir: str | None = None, **client):
+                 output_dir: str | None = None, metrics: Sequence[str] | None = None, **client):
         """``pairs``: ``[[a, b], ...]``; without them ``baseline`` (default: the first system that answers)
-        against each other system. ``rubric``: a built-in name or YAML path; its description is ``{rubric}``."""
-        super().__init__(list(self.provides()))
+        against each other system. ``rubric``: a built-in name or YAML path; its description is ``{rubric}``.
+        ``metrics``: the figures reported (default: all)."""
+        super().__init__(list(metrics or self.provides()))
         check_template(prompt, {"question", "gold_answers", "answer_a", "answer_b", "rubric"}, "pairwise_judge")
         self.prompt, self.criterion = prompt, load_rubric(str(rubric))
         self.baseline, self.output_dir = baseline, output_dir

@@ -12,8 +12,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,10 +23,11 @@ from omegaconf import DictConfig, OmegaConf
 from ragtrack.chunking import Chunker, ChunkPlan, plan_chunks
 from ragtrack.core.cache import Cache, IdentityMemo
 from ragtrack.core.data import Corpus, Dataset
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import write_atomically
+from ragtrack.core.progress import step
 from ragtrack.core.runs import Run, trec_text
-from ragtrack.core.stages import StageContext, StageOutput
+from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
@@ -37,8 +37,8 @@ from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseli
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
-from ragtrack.pipeline.systems import plan_systems
 from ragtrack.pipeline.slices import Attribute, Findings, annotate, query_attributes, summarize
+from ragtrack.pipeline.systems import PlannedSystem, plan_systems
 from ragtrack.pipeline.tracking import MlflowTracker, Tracker, tracking_target
 
 log = logging.getLogger(__name__)
@@ -67,12 +67,9 @@ class SystemResult:
     counted: pd.DataFrame | None = None  # queries x metrics: True where the query enters the metric's mean
 
 
-@contextmanager
-def stage(name: str) -> Iterator[None]:
-    started = time.perf_counter()
-    log.info("%s ...", name)
-    yield
-    log.info("%s done in %.2f s", name, time.perf_counter() - started)
+def stage(name: str):
+    """A step of the job, logged by this module (``ragtrack.core.progress.step``)."""
+    return step(name, log)
 
 
 _scored = IdentityMemo()  # evaluations and cutoff curves of runs the jobs of a multirun share
@@ -146,6 +143,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     chunker, oversample = build_chunker(cfg.get("chunking"))
+    stages = build_stages(cfg)
     with stage("load dataset"):
         dataset = load_dataset(cfg.dataset, check_documents=False)
         attributes = query_attributes(cfg, dataset, int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1)))
@@ -169,9 +167,9 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     name = cfg.get("run_name") or job_name(job.choices, typed)
     tracker.start(name, tags, shared)
     try:
-        results = _run_systems(cfg, dataset, cache, depth, evaluators, plan)
+        results = _run_systems(cfg, dataset, cache, depth, evaluators, plan, stages)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
-                             lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan))
+                             lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan, stages))
         findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir))
         report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results, name)
         _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings)
@@ -191,29 +189,41 @@ def hydra_records(job: JobInfo) -> list[Path]:
     return records
 
 
-def run_stages(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, plan: ChunkPlan) -> tuple[dict[str, StageOutput], dict[str, dict]]:
-    """Every system of ``cfg`` (``pipeline.systems``) made by its stage, inputs first: the outputs and the
-    parameters (the stage's config, flattened, and the chunking) by system name."""
+def build_stages(cfg: DictConfig) -> list[tuple[PlannedSystem, Stage]]:
+    """The stage of every system of ``cfg`` (``pipeline.systems``), inputs first, built and checked
+    before the job does any work: a stage's :meth:`~ragtrack.core.stages.Stage.problems` (a model that
+    cannot be found) is one line naming its setting."""
+    planned = plan_systems(cfg)
+    if not planned:
+        raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
+    stages = [(system, registry.build(system.group, system.config, name=system.name)) for system in planned]
+    for system, stage_object in stages:
+        for setting, problem in stage_object.problems().items():
+            raise InputError(f"{system.path}.{setting}", problem)
+    return stages
+
+
+def run_stages(stages: list[tuple[PlannedSystem, Stage]], dataset: Dataset, cache: Cache, depth: int,
+               plan: ChunkPlan) -> tuple[dict[str, StageOutput], dict[str, dict]]:
+    """Every system made by its stage, inputs first (one loop, whatever the stage kinds): the outputs
+    and the parameters (the stage's config, flattened, and the chunking) by system name."""
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
     context = StageContext(indexed, plan.judged_corpus(dataset.corpus), cache, depth, plan.search_depth(depth),
                            judged=lambda run: plan.evaluated(run, depth), passages=plan.passages)
     outputs: dict[str, StageOutput] = {}
     params: dict[str, dict] = {}
-    planned = plan_systems(cfg)
-    if not planned:
-        raise RagtrackError("no systems configured: select at least one retriever (e.g. retriever=[bm25])")
-    for system in planned:
-        stage_object = registry.build(system.group, system.config, name=system.name)
+    for system, stage_object in stages:
         with stage(f"{system.name}: {system.section}" + (f" of {', '.join(system.inputs)}" if system.inputs else "")):
             outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
         params[system.name] = flatten(OmegaConf.to_container(system.config, resolve=True)) | plan.params()
     return outputs, params
 
 
-def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None) -> dict[str, SystemResult]:
+def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None,
+                 stages: list[tuple[PlannedSystem, Stage]] | None = None) -> dict[str, SystemResult]:
     plan = plan or ChunkPlan()
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
-    outputs, params = run_stages(cfg, dataset, cache, depth, plan)
+    outputs, params = run_stages(stages or build_stages(cfg), dataset, cache, depth, plan)
     generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
     evaluation = ("evaluate", OmegaConf.to_yaml(cfg.get("evaluator") or {}, resolve=True), int(cfg.seed))
     results = {}

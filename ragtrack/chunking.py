@@ -56,7 +56,7 @@ from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.models import model_fingerprint, resolve_model
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
-from ragtrack.core.settings import ComponentSettings, Count, Flag, Text
+from ragtrack.core.settings import ComponentSettings, Count, Flag, Text, validated
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ def windows(count: int, size: int, overlap: int) -> list[Span]:
     return found
 
 
+Overlap = Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")]
+
+
 class ChunkerSettings(ComponentSettings):
     """A chunker plugin's common keys."""
 
@@ -92,11 +95,11 @@ class NoChunkingSettings(ComponentSettings, extra="forbid"):
     """No chunking: documents are indexed whole."""
 
 
-class WindowSettings(ChunkerSettings, extra="forbid"):
+class WindowSettings(ChunkerSettings, extra="forbid", validate_default=True):
     """Sentence or character windows."""
 
     size: Count
-    overlap: Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")] = 0
+    overlap: Overlap = 0
     repeat_title: Flag = True
     oversample: Count = 5
 
@@ -110,20 +113,23 @@ class WindowSettings(ChunkerSettings, extra="forbid"):
 
 
 class SentenceWindowSettings(WindowSettings, extra="forbid"):
-    """Windows of sentences; neighbours share one sentence by default."""
+    """Windows of 4 sentences; neighbours share one."""
 
-    overlap: Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")] = 1
+    size: Count = 4
+    overlap: Overlap = 1
 
 
 class CharWindowSettings(WindowSettings, extra="forbid"):
-    """Windows of characters, cut at whitespace; neighbours share 100 characters by default."""
+    """Windows of 600 characters, cut at whitespace; neighbours share 100."""
 
-    overlap: Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")] = 100
+    size: Count = 600
+    overlap: Overlap = 100
 
 
 class TokenWindowSettings(WindowSettings, extra="forbid"):
-    """Token windows (of a model's tokenizer, or the lexical tokenizer)."""
+    """Windows of 128 tokens (of a model's tokenizer, or words of the lexical tokenizer)."""
 
+    size: Count = 128
     model: Text | None = None
 
 
@@ -135,7 +141,7 @@ class Chunker(ABC):
     method = ""
 
     def __init__(self, **values):
-        self.options = self.settings_schema.model_validate(values)
+        self.options = validated(self.settings_schema, values, f"{self.method or type(self).__name__} chunker")
         self.size = self.options.size
         self.overlap = resolve_overlap(self.size, self.options.overlap)
         self.repeat_title = self.options.repeat_title

@@ -8,6 +8,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass, field
 
+import logging
 import resource
 from collections.abc import Mapping
 
@@ -15,8 +16,11 @@ import numpy as np
 
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus
+from ragtrack.core.progress import step
 from ragtrack.core.runs import Run
 from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
+
+log = logging.getLogger(__name__)
 from ragtrack.core.settings import ComponentSettings
 
 
@@ -69,9 +73,11 @@ class Retriever(Stage):
         key = chain_key(self, inputs, context)
 
         def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
-            self.ready(context.dataset.corpus, context.cache)
-            scores, seconds = timed_per_query(context.dataset.queries, lambda qid, text: self.search({qid: text}, context.search_depth).scores.get(qid, {}),
-                                              f"{self.name}: search")
+            with step(f"{self.name}: index", log):
+                self.ready(context.dataset.corpus, context.cache)
+            with step(f"{self.name}: search {len(context.dataset.queries)} queries", log):
+                scores, seconds = timed_per_query(context.dataset.queries, lambda qid, text: self.search({qid: text}, context.search_depth).scores.get(qid, {}),
+                                                  f"{self.name}: search")
             run = Run(self.name, {qid: ranked for qid, ranked in scores.items() if ranked})
             return run, {**self.search_checks(context.dataset.queries, run, context.search_depth), **latency_figures(seconds),
                          "index_seconds": self.stats.build_seconds, "index_bytes": self.stats.size_bytes,

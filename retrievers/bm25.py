@@ -40,7 +40,7 @@ from ragtrack.core.progress import bars_shown, track
 from ragtrack.core.runs import Run
 from ragtrack.core.text import EncodedTexts, Tokenizer
 from ragtrack.retrievers.base import Retriever, top_documents
-from ragtrack.core.settings import Fraction, NonNegative, TokenizerSettings
+from ragtrack.core.settings import Fraction, NonNegative, TokenizerSettings, validated
 from ragtrack.retrievers.base import RetrieverSettings
 
 log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
@@ -83,7 +83,7 @@ class BM25Retriever(Retriever):
 
     def __init__(self, name: str = "bm25", **values):
         super().__init__(name)
-        settings = self.settings_schema.model_validate(values)
+        settings = validated(self.settings_schema, values, f"BM25 retriever {name!r}")
         self.backend, self.k1, self.b, self.method = settings.backend, settings.k1, settings.b, settings.method
         self.tokenizer = Tokenizer(**settings.tokenizer.model_dump())
         self._doc_ids = np.empty(0, dtype=object)

@@ -54,7 +54,7 @@ from ragtrack.retrievers.base import Retriever, top_documents
 from ragtrack.retrievers.encoders import Encoder
 from pydantic import Field
 
-from ragtrack.core.settings import Count, EnvName, Flag, Port, Section, Text
+from ragtrack.core.settings import Count, EnvName, Flag, Port, Section, Text, validated
 from ragtrack.retrievers.base import RetrieverSettings
 
 log = logging.getLogger(__name__)
@@ -165,9 +165,9 @@ class DenseRetriever(Retriever):
 
     settings_schema = DenseSettings
 
-    def __init__(self, name: str = "dense", **values):
+    def __init__(self, encoder: Encoder, name: str = "dense", **values):
         super().__init__(name)
-        settings = self.settings_schema.model_validate(values)
+        settings = validated(self.settings_schema, {"encoder": encoder, **values}, f"dense retriever {name!r}")
         if not isinstance(settings.encoder, Encoder):
             raise RagtrackError(f"dense retriever {name!r}: 'encoder' must construct a ragtrack.retrievers.encoders.Encoder")
         self.encoder = settings.encoder

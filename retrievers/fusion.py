@@ -36,7 +36,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, rank_documents
-from ragtrack.core.settings import ComponentSettings, Count, NonNegative, Normalization, SystemName
+from ragtrack.core.settings import ComponentSettings, Count, NonNegative, Normalization, SystemName, validated
 from ragtrack.core.stages import Stage, StageContext, StageOutput, chain_key
 
 
@@ -197,7 +197,7 @@ class Fusion(Stage):
     settings_schema: type[FusionSettings] = FusionSettings
 
     def __init__(self, name: str | None = None, **values):
-        self.settings = self.settings_schema.model_validate(values)
+        self.settings = validated(self.settings_schema, values, f"fusion {values.get('system', name)!r}")
         super().__init__(self.settings.system, self.settings.members)
 
     def identity(self) -> dict:

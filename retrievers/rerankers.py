@@ -22,11 +22,11 @@ from pydantic import model_validator
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.llm import ChatClient, check_template, numbered_passages
-from ragtrack.core.models import model_fingerprint, quiet_model_loading
+from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_loading
 from ragtrack.core.pairs import Pair, PairScores
 from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
-from ragtrack.core.settings import ChatSettings, Count, StageSettings, Text
+from ragtrack.core.settings import ChatSettings, Count, StageSettings, Text, validated
 from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key
 from ragtrack.retrievers.encoders import torch_device
 
@@ -64,7 +64,7 @@ class Reranker(Stage):
     settings_schema: type[RerankerSettings] = RerankerSettings
 
     def __init__(self, name: str | None = None, **values):
-        settings = self.settings_schema.model_validate(values)
+        settings = validated(self.settings_schema, values, f"reranker {values.get('system') or name or type(self).__name__}")
         super().__init__(settings.system or name or f"{settings.input}+{settings.type or self.kind}", [settings.input])
         self.settings = settings
         self.input, self.depth, self.batch_size = settings.input, settings.depth, settings.batch_size
@@ -131,6 +131,10 @@ class CrossEncoderReranker(Reranker):
         """The model's local folder, or its Hugging Face name."""
         folder = Path(self.settings.model).expanduser()
         return str(folder) if folder.is_dir() else self.settings.model
+
+    def problems(self) -> dict[str, str]:
+        reason = missing_model(self.location)
+        return {"model": f"{self.settings.model!r} is not allowed: {reason}; offline, give the path of a local model folder"} if reason else {}
 
     def scorer_identity(self) -> dict:
         return {"class": f"{type(self).__module__}.{type(self).__qualname__}", "weights": model_fingerprint(self.location),

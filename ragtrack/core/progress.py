@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TextIO, TypeVar
 
 log = logging.getLogger(__name__)
@@ -120,3 +121,12 @@ def duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60} min {seconds % 60} s"
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+@contextmanager
+def step(name: str, logger: logging.Logger = log) -> Iterator[None]:
+    """Log ``name ...`` before a step of a job and ``name done in S s`` after it."""
+    started = time.perf_counter()
+    logger.info("%s ...", name)
+    yield
+    logger.info("%s done in %.2f s", name, time.perf_counter() - started)

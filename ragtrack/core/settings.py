@@ -10,11 +10,13 @@ job-level checks, with their one-line errors, are ``ragtrack.pipeline.settings``
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 
-from ragtrack.core.errors import did_you_mean
+from ragtrack.core.errors import RagtrackError, did_you_mean
+
+M = TypeVar("M", bound=BaseModel)
 
 # ----------------------------------------------------------------------------- value types
 # Each type reads as its own description in error messages and in the table of docs/configuration.md.
@@ -107,6 +109,11 @@ class StageSettings(ComponentSettings):
     system: SystemName | None = None
 
 
-def settings_of(model: type[BaseModel], values: dict[str, Any]) -> BaseModel:
-    """``values`` validated by ``model``, the fields a component reads (``type`` and ``_target_`` dropped)."""
-    return model.model_validate({k: v for k, v in values.items() if k not in ("type", "_target_", "_convert_")})
+def validated(model: type[M], values: dict[str, Any], owner: str) -> M:
+    """``values`` validated by ``model``, for a component built from Python: the first problem is one
+    line naming ``owner`` and the key (``ragtrack run`` checks configs earlier, with the same models)."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise RagtrackError(f"{owner}: {'.'.join(map(str, error['loc']))}: {error['msg']}") from None

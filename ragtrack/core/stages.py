@@ -94,6 +94,11 @@ class Stage(ABC):
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         """This stage's system, from its inputs' outputs (by system name)."""
 
+    def problems(self) -> dict[str, str]:
+        """What would stop this stage, found before the job does any work (a model that cannot be
+        found), by setting name: what is wrong; none by default."""
+        return {}
+
 
 def chain_key(stage: Stage, inputs: Mapping[str, StageOutput], context: StageContext) -> str:
     """The identity of ``stage``'s output: sha256 over its class, its settings, the corpus, the

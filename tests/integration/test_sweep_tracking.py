@@ -44,11 +44,17 @@ def test_a_sweep_logs_every_job_and_the_same_content_when_run_again(toy_sweep, t
 
 
 def test_a_failed_sweep_job_ends_failed_with_its_error(tmp_path) -> None:
-    """(A bad setting stops a job before it logs anything: tests/integration/test_hostile_settings.py.)"""
-    done = ragtrack(tmp_path, "run", "-m", "dataset=toy", "encoder=minilm_onnx", f"encoder.model={tmp_path}/no-model,all-MiniLM-L6-v2")
-    assert done.returncode == 2 and "is not one" in done.stderr and "Traceback" not in done.stderr
+    """A model folder that exists but holds no model fails when the reranker first loads it, after the job
+    has started logging. (A bad setting, a missing model folder included, stops a job before it logs
+    anything: tests/integration/test_hostile_settings.py.)"""
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    done = ragtrack(tmp_path, "run", "-m", "dataset=toy", "retriever=[bm25]", "fusion=[]", "reranker=[cross_encoder]",
+                    f"reranker.cross_encoder.model={broken}", "reranker.cross_encoder.depth=5,10")
+    assert done.returncode == 2 and "cannot load" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     (job,) = _logged(f"sqlite:///{tmp_path}/mlruns/mlflow.db", "ragtrack-toy")  # the sweep stops at its first failed job
-    assert job["job"]["status"] == "FAILED" and "is not one" in job["job"]["tags"]["ragtrack.error"]
+    assert job["job"]["status"] == "FAILED" and "cannot load" in job["job"]["tags"]["ragtrack.error"]
 
 
 def test_a_store_that_cannot_be_written_fails_the_sweep_in_one_line(tmp_path) -> None:

@@ -94,9 +94,9 @@ def test_char_chunks_fit_the_size_share_at_most_the_overlap_and_cover_the_text(s
 
 
 def test_char_chunks_break_at_whitespace() -> None:
-    assert [("one two three four five")[s:e] for s, e in CharChunker(size=10).char_spans("one two three four five")] == \
+    assert [("one two three four five")[s:e] for s, e in CharChunker(size=10, overlap=0).char_spans("one two three four five")] == \
         ["one two", "three four", "five"]
-    assert CharChunker(size=4).char_spans("abcdefghij") == [(0, 4), (4, 8), (8, 10)]  # no whitespace: hard cuts
+    assert CharChunker(size=4, overlap=0).char_spans("abcdefghij") == [(0, 4), (4, 8), (8, 10)]  # no whitespace: hard cuts
 
 
 def test_sentence_splitter() -> None:
@@ -137,7 +137,7 @@ def test_chunk_corpus_keeps_parent_position_title_and_trec_safe_ids() -> None:
 def test_the_chunker_settings_change_the_corpus_hash() -> None:
     hashes = {build_chunker(cfg).chunk(make_corpus()).corpus.hash for cfg in (
         {"type": "tokens", "size": 3}, {"type": "tokens", "size": 4}, {"type": "tokens", "size": 4, "overlap": 1},
-        {"type": "chars", "size": 4}, {"type": "sentences", "size": 4})}
+        {"type": "chars", "size": 4, "overlap": 0}, {"type": "sentences", "size": 4})}
     assert len(hashes) == 5 and "h" not in hashes
 
 
@@ -146,7 +146,7 @@ def test_unknown_chunking_method_and_setting_fail_clearly() -> None:
     with pytest.raises(RagtrackError, match="unknown chunker type 'pages'; installed: chars, sentences, tokens"):
         build_chunker({"type": "pages"})
     with pytest.raises(RagtrackError, match="CharChunker.*stride"):
-        build_chunker({"type": "chars", "size": 10, "stride": 3})
+        build_chunker({"type": "chars", "size": 10, "overlap": 0, "stride": 3})
 
 
 def random_chunk_run(seed: int) -> tuple[dict, Run, dict]:

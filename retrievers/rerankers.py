@@ -26,8 +26,8 @@ from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_l
 from ragtrack.core.pairs import Pair, PairScores
 from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
-from ragtrack.core.settings import ChatSettings, Count, StageSettings, Text, validated
-from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key
+from ragtrack.core.settings import ChatSettings, Count, StageSettings, Text
+from ragtrack.core.stages import SingleInputStage, StageContext, StageOutput, cached_run, chain_key
 from ragtrack.retrievers.encoders import torch_device
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class RerankerSettings(StageSettings):
     batch_size: Count = 32
 
 
-class Reranker(Stage):
+class Reranker(SingleInputStage):
     """Re-scores the top ``depth`` documents of the system ``input`` for each query; makes the system
     ``system``. Built from its validated settings (``settings_schema``, a :class:`RerankerSettings`);
     subclasses implement :meth:`rerank_scores` and :meth:`scorer_identity`."""
@@ -64,10 +64,8 @@ class Reranker(Stage):
     settings_schema: type[RerankerSettings] = RerankerSettings
 
     def __init__(self, name: str | None = None, **values):
-        settings = validated(self.settings_schema, values, f"reranker {values.get('system') or name or type(self).__name__}")
-        super().__init__(settings.system or name or f"{settings.input}+{settings.type or self.kind}", [settings.input])
-        self.settings = settings
-        self.input, self.depth, self.batch_size = settings.input, settings.depth, settings.batch_size
+        super().__init__(name, **values)
+        self.depth, self.batch_size = self.settings.depth, self.settings.batch_size
 
     @abstractmethod
     def scorer_identity(self) -> dict:

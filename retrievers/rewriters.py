@@ -19,28 +19,21 @@ from typing import Any, Literal
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.llm import ChatClient, check_template
 from ragtrack.core.runs import Run
-from ragtrack.core.settings import ChatSettings, Count, Fraction, StageSettings, Text, validated
-from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
+from ragtrack.core.settings import ChatSettings, Count, Fraction, StageSettings, Text
+from ragtrack.core.stages import SingleInputStage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
 from ragtrack.retrievers.base import Retriever
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 log = logging.getLogger(__name__)
 
 
-class Rewriter(Stage):
+class Rewriter(SingleInputStage):
     """Rewrites the queries, then searches the retriever ``input`` with them. Built from its validated
     settings (``settings_schema``, a :class:`~ragtrack.core.settings.StageSettings`). Subclasses implement
     :meth:`rewrite` and :meth:`rewrite_identity`; :meth:`search` searches one rewritten query (by
     default its text, with the retriever's ``search``)."""
 
     kind = "rewriter"
-    settings_schema: type[StageSettings] = StageSettings
-
-    def __init__(self, name: str | None = None, **values):
-        settings = validated(self.settings_schema, values, f"rewriter {values.get('system') or name or type(self).__name__}")
-        super().__init__(settings.system or name or f"{settings.input}+{settings.type or self.kind}", [settings.input])
-        self.settings = settings
-        self.input = settings.input
 
     @abstractmethod
     def rewrite_identity(self) -> dict:

@@ -29,6 +29,7 @@ import numpy as np
 from ragtrack.core.cache import Cache, cache_key
 from ragtrack.core.data import Corpus, Dataset
 from ragtrack.core.runs import Run, read_trec, write_trec
+from ragtrack.core.settings import StageSettings, validated
 
 RUN_FILE = "run.trec"  # a run cache entry's run (TREC, full-precision scores)
 EFFICIENCY_FILE = "efficiency.json"  # its efficiency figures as measured when it was built
@@ -98,6 +99,19 @@ class Stage(ABC):
         """What would stop this stage, found before the job does any work (a model that cannot be
         found), by setting name: what is wrong; none by default."""
         return {}
+
+
+class SingleInputStage(Stage):
+    """A stage that reads one system, ``input``, and makes ``system`` (default ``<input>+<type>``, the
+    pipeline passes the config key's as ``name``): a reranker, a rewriter. Built from its validated
+    settings (``settings_schema``, a :class:`~ragtrack.core.settings.StageSettings`), held as ``settings``."""
+
+    settings_schema: type[StageSettings] = StageSettings
+
+    def __init__(self, name: str | None = None, **values):
+        settings = validated(self.settings_schema, values, f"{self.kind} {values.get('system') or name or type(self).__name__}")
+        super().__init__(settings.system or name or f"{settings.input}+{settings.type or self.kind}", [settings.input])
+        self.settings, self.input = settings, settings.input
 
 
 def chain_key(stage: Stage, inputs: Mapping[str, StageOutput], context: StageContext) -> str:

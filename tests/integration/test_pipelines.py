@@ -42,6 +42,10 @@ def test_a_reranker_is_a_system_of_the_job(depth_sweep) -> None:
     folder, results = jobs[-1]
     assert list(results["systems"]) == ["bm25", SYSTEM]
     assert 0 <= results["systems"][SYSTEM]["ndcg@10"] <= 1 and "ci_low" in results["aggregates"][SYSTEM]["ndcg@10"]
+    against = results["against_input"][SYSTEM]  # the paired test against the system it re-scores
+    assert against["input"] == "bm25" and 0 <= against["ndcg@10"]["p_randomization"] <= 1
+    assert against["ndcg@10"]["delta"] == pytest.approx(results["systems"][SYSTEM]["ndcg@10"] - results["systems"]["bm25"]["ndcg@10"], abs=1e-12)
+    assert list(results["against_input"]) == [SYSTEM]  # a retriever reads no system
     reranked, first = read_trec(folder / "runs" / f"{SYSTEM}.trec"), read_trec(folder / "runs" / "bm25.trec")
     for qid, ranked in first.rankings():  # the same documents, the top depth reordered, the rest in input order
         assert sorted(reranked.scores[qid]) == sorted(first.scores[qid])
@@ -52,7 +56,7 @@ def test_a_reranker_is_a_system_of_the_job(depth_sweep) -> None:
     client = MlflowClient(f"sqlite:///{root}/mlruns/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
     children = [r for r in runs if r.data.tags.get(layout.TAG_SYSTEM) == SYSTEM]
-    assert len(children) == len(DEPTHS) and all("ndcg_at_10" in r.data.metrics for r in children)
+    assert len(children) == len(DEPTHS) and all({"ndcg_at_10", "ndcg_at_10_vs_input_p"} <= set(r.data.metrics) for r in children)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert all("bm25_cross_encoder/ndcg_at_10" in r.data.metrics for r in parents)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
 from ragtrack.pipeline.experiment import JobInfo, run_experiment
-from ragtrack.pipeline.layout import JOB_ARTIFACTS, KEY_METRICS, RESULTS_FILE
+from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.redaction import redact_overrides
 from ragtrack.pipeline.settings import discard_job_folder, validate
 
@@ -48,6 +47,7 @@ def main(cfg: DictConfig) -> float | None:
         sweep=hydra_cfg.sweep.dir if multirun else None,
         hydra_dir=None if hydra_cfg.output_subdir is None else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
     )
+    before = existing_paths(Path(hydra_cfg.runtime.output_dir))
     try:
         results = run_experiment(cfg, job)
         return objective(results, cfg.get("optimize_metric"))
@@ -55,28 +55,36 @@ def main(cfg: DictConfig) -> float | None:
         message = describe_fault(exc) or (one_line(exc) if isinstance(exc, OmegaConfBaseException) else None)
         if message is None:
             raise
-        mark_failed(Path(hydra_cfg.runtime.output_dir), message)
+        mark_failed(Path(hydra_cfg.runtime.output_dir), message, before)
         fail(message)
 
 
 FAILED_MARKER = "FAILED"
-RESULT_OUTPUTS = (*JOB_ARTIFACTS, "runs", "systems")  # what a job writes into its output folder besides Hydra's records
 
 
 def one_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def mark_failed(output_dir: Path, message: str) -> None:
-    """A job that stops on a mistake or a fault keeps no half results: its result files are removed and
-    ``FAILED`` holds the error (as far as the folder can still be written: it may be the fault)."""
+def existing_paths(folder: Path) -> set[Path]:
+    """Every file and folder under ``folder`` now (none when it does not exist), links not followed."""
+    if not folder.is_dir():
+        return set()
+    return {folder, *folder.rglob("*")}
+
+
+def mark_failed(output_dir: Path, message: str, before: set[Path]) -> None:
+    """A job that stops on a mistake or a fault keeps no half results: the files and folders it made in
+    ``output_dir`` (those not in ``before``, what was there when it started) are removed, nothing else:
+    a user's own files, and what Hydra wrote before the job, stay. ``FAILED`` holds the error (as far as
+    the folder can still be written: it may be the fault)."""
     with contextlib.suppress(OSError):
-        for name in RESULT_OUTPUTS:
-            path = output_dir / name
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
+        made = sorted(existing_paths(output_dir) - before, key=lambda path: len(path.parts), reverse=True)  # deepest first
+        for path in made:
+            if path.is_symlink() or not path.is_dir():
                 path.unlink(missing_ok=True)
+            elif not any(path.iterdir()):
+                path.rmdir()
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / FAILED_MARKER).write_text(message + "\n", encoding="utf-8")
 

@@ -244,3 +244,24 @@ def test_describe_fault_finds_the_cause_inside_library_errors() -> None:
     assert describe_fault(requests.exceptions.ReadTimeout("read timed out")) == "no answer within the time-out: read timed out"
     assert describe_fault(httpx.ConnectError("[Errno 111] Connection refused")) == "cannot connect: [Errno 111] Connection refused"
     assert describe_fault(httpx.ReadTimeout("timed out")) == "no answer within the time-out: timed out"
+
+
+def test_a_failed_job_removes_only_what_it_wrote(tmp_path: Path) -> None:
+    """In a folder the user gives (``hydra.run.dir``) that already holds their files, a job that fails
+    removes what it wrote and nothing else: not their run file, not a results.json of an earlier job,
+    not the folders they made."""
+    job = tmp_path / "job"
+    (job / "runs").mkdir(parents=True)
+    (job / "runs" / "final_submission.trec").write_text("q1 Q0 d1 1 1.0 mine\n")
+    (job / "results.json").write_text('{"earlier": true}')
+    (job / "config.yaml").write_text("mine: true\n")
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")  # found, so the job starts; it fails when the reranker loads it
+    done = ragtrack(tmp_path, "run", "dataset=toy", "retriever=[bm25]", "fusion=[]", "reranker=[cross_encoder]", "tracking=none",
+                    f"reranker.cross_encoder.model={broken}", f"hydra.run.dir={job}")
+    assert done.returncode == 2 and "cannot load" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert (job / "runs" / "final_submission.trec").read_text() == "q1 Q0 d1 1 1.0 mine\n"
+    assert (job / "results.json").read_text() == '{"earlier": true}' and (job / "config.yaml").read_text() == "mine: true\n"
+    assert sorted(p.name for p in (job / "runs").iterdir()) == ["final_submission.trec"]  # the job's bm25.trec is gone
+    assert (job / "FAILED").is_file() and not (job / "systems").exists()

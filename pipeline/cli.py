@@ -270,7 +270,18 @@ def run_help() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The ``ragtrack`` command; a reader that closes the pipe early (``ragtrack metrics | head``) ends it
+    quietly, with exit code 0."""
+    try:
+        code = run_command(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush finds no closed pipe
+        return 0
+
+
+def run_command(argv: list[str]) -> int:
     if argv and argv[0] == "run":
         if {"-h", "--help"} & set(argv[1:]):
             print(run_help())

@@ -60,13 +60,23 @@ class PathsSettings(Section):
     mlflow_dir: Text
 
 
+DATASET_NAME = "a dataset name (no / or \\ or control characters, not . or ..): it names folders and the MLflow experiment"
+
+
 class DatasetSettings(Section):
-    name: Text
+    name: Annotated[str, Field(pattern=r"^[^/\\\x00-\x1f]+$", description=DATASET_NAME)]
     path: Text
     split: Text = "test"
     qrels_file: Text | None = None
     slices_file: Text | None = None
     slice_metadata: list[Text] = []
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_parent(cls, name: str) -> str:
+        if name in (".", ".."):
+            raise ValueError(DATASET_NAME)
+        return name
 
 
 class TrackingSettings(Section):

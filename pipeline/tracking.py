@@ -184,6 +184,10 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None, t
     if not is_local_store(uri) and artifact_location:
         log.info("MLflow server %s: artifacts go where the server says (artifact_location ignored)", uri)
         artifact_location = None
+    if found is not None and found.lifecycle_stage == "deleted":
+        raise RagtrackError(f"the MLflow experiment {experiment!r} was deleted (in the UI or with `mlflow experiments delete`): restore it with "
+                            f"`mlflow experiments restore --experiment-id {found.experiment_id}` against the same tracking URI, "
+                            "or log elsewhere with tracking.experiment=NAME")
     if found is None:
         try:
             experiment_id = client.create_experiment(experiment, artifact_location=artifact_location, tags={TAG_NOTE: EXPERIMENT_NOTE, TAG_EXPERIMENT_KIND: EXPERIMENT_KIND})

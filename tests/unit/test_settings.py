@@ -135,6 +135,10 @@ HOSTILE = {
     "generator url": (["generator=openai", "generator.model=m", "generator.base_url=localhost:8000"],
                       "generator.base_url: 'localhost:8000' is not allowed: an http:// or https:// URL"),
     "extractive unit": (["generator=extractive", "generator.unit=word"], "generator.unit: 'word' is not allowed: one of span, sentence"),
+    "dataset name leaves the folder": (["dataset.name=x/../../.."], "dataset.name: 'x/../../..' is not allowed: a dataset name "
+                                       "(no / or \\ or control characters, not . or ..): it names folders and the MLflow experiment"),
+    "dataset name parent": (["dataset.name=.."], "dataset.name: '..' is not allowed: a dataset name "
+                            "(no / or \\ or control characters, not . or ..): it names folders and the MLflow experiment"),
     "dataset path missing": (["dataset=beir"], "dataset.path: a value is required (the config has ???)"),
     "dataset misspelled key": (["+dataset.nme=x"], "dataset.nme: no such key; did you mean 'dataset.name'?"),
     "top-level misspelled key": (["+depht=10"], "depht: no such key; did you mean 'depth'?"),

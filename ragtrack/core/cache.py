@@ -71,12 +71,12 @@ class Cache:
         records no checksums."""
         key = cache_key(kind, parts)
         final = self.root / kind / key
-        if self._damage(final, kind) is None:
+        if _damage(final, kind) is None:
             log.info("cache hit: %s %s", label or kind, key[:12])
             return final
         final.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(final) + ".lock"):
-            damage = self._damage(final, kind)
+        with FileLock(str(_not_a_link(final.with_name(f"{key}.lock")))):
+            damage = _damage(final, kind)
             if damage is None:
                 log.info("cache hit (built by another job): %s %s", label or kind, key[:12])
                 return final
@@ -107,31 +107,35 @@ class Cache:
         log.info("cache build: %s %s (%.1f s)", label or kind, key[:12], time.perf_counter() - started)
         return final
 
-    @staticmethod
-    def _damage(final: Path, kind: str) -> str | None:
-        """``None`` for an intact entry; ``""`` for none (no folder, or one without manifest: a crashed
-        build); else what is wrong with its files. A symbolic link, or a folder or file that is not
-        ragtrack's, is refused with a :class:`RagtrackError`: never followed, never deleted."""
-        if final.is_symlink():
-            raise RagtrackError(f"{final}: a cache entry that is a symbolic link is not used (nor followed nor deleted); remove it")
-        if not final.exists() or final.is_dir() and not os.path.lexists(final / MANIFEST):
-            return ""
-        manifest = _manifest(final, kind)
-        if "files" not in manifest:
-            return "built by an older ragtrack, without checksums"
-        for name, recorded in sorted(manifest["files"].items()):
-            path = final / name
-            if path.is_symlink():
-                raise RagtrackError(f"{path}: a symbolic link inside a cache entry is not used (nor followed nor deleted); remove {final}")
-            try:
-                info = path.stat()
-            except FileNotFoundError:
-                return f"{name} is missing"
-            if info.st_size != recorded["size"]:
-                return f"{name} has {info.st_size} bytes, {recorded['size']} when built"
-            if info.st_mtime_ns != recorded["mtime_ns"] and file_sha256(path) != recorded["sha256"]:
-                return f"{name} changed since it was built (its sha256 differs)"
-        return None
+def _damage(final: Path, kind: str) -> str | None:
+    """``None`` for an intact entry; ``""`` for none (no folder, or one without manifest: a crashed
+    build); else what is wrong with its files. A symbolic link, or a folder or file that is not
+    ragtrack's, is refused with a :class:`RagtrackError`: never followed, never deleted."""
+    if not _not_a_link(final).exists() or final.is_dir() and not os.path.lexists(final / MANIFEST):
+        return ""
+    manifest = _manifest(final, kind)
+    if "files" not in manifest:
+        return "built by an older ragtrack, without checksums"
+    for name, recorded in sorted(manifest["files"].items()):
+        path = final / name
+        if path.resolve() != final.resolve() / name:  # a link on the way
+            raise RagtrackError(f"{path}: a symbolic link in the cache is not used (nor followed nor deleted); remove {final}")
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if info.st_size != recorded["size"]:
+            return f"{name} has {info.st_size} bytes, {recorded['size']} when built"
+        if info.st_mtime_ns != recorded["mtime_ns"] and file_sha256(path) != recorded["sha256"]:
+            return f"{name} changed since it was built (its sha256 differs)"
+    return None
+
+
+def _not_a_link(path: Path) -> Path:
+    """``path``, refused in one line when it is a symbolic link: the cache neither follows nor deletes one."""
+    if path.is_symlink():
+        raise RagtrackError(f"{path}: a symbolic link in the cache is not used (nor followed nor deleted); remove it")
+    return path
 
 
 def _scratch(final: Path) -> Path:

@@ -127,17 +127,22 @@ def test_a_touched_but_intact_file_is_a_hit(tmp_path: Path) -> None:
     assert _entry(cache, built) == folder and len(built) == 1
 
 
-def test_a_symlinked_entry_is_refused_and_left_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["entry", "file", "lock"])
+def test_a_symbolic_link_is_refused_and_left_alone(tmp_path: Path, where: str) -> None:
     cache, built = Cache(tmp_path / "cache"), []
     folder = _entry(cache, built)
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "precious").write_text("keep")
-    shutil.rmtree(folder)
-    folder.symlink_to(target, target_is_directory=True)
-    with pytest.raises(RagtrackError, match=f"^{re.escape(str(folder))}: a cache entry that is a symbolic link") as raised:
+    link = {"entry": folder, "file": folder / "data.bin", "lock": folder.with_name(f"{folder.name}.lock")}[where]
+    if where != "file":  # the lock is taken when the entry is built again
+        shutil.rmtree(folder)
+    link.unlink(missing_ok=True)
+    link.symlink_to(target if where == "entry" else target / "precious")
+    with pytest.raises(RagtrackError, match=f"^{re.escape(str(link))}: a symbolic link in the cache") as raised:
         _entry(cache, built)
-    assert "\n" not in str(raised.value) and folder.is_symlink() and [p.name for p in target.iterdir()] == ["precious"]
+    assert "\n" not in str(raised.value) and link.is_symlink() and len(built) == 1
+    assert [p.name for p in target.iterdir()] == ["precious"] and (target / "precious").read_text() == "keep"
 
 
 @pytest.mark.parametrize("manifest", ['{"kind": "k"}', '{"kind": "k", "parts": {"v": 2}, "schema": 1}', "not json",

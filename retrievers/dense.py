@@ -224,7 +224,7 @@ class DenseRetriever(Retriever):
         elif self.builds_collection:
             import chromadb  # here, not at the top: a job whose runs are cached never loads chromadb
 
-            folder = cache.entry("chroma", parts, lambda folder: self._build_folder(folder, fill), label=f"{self.name} chroma")
+            folder = cache.entry("chroma", parts, lambda folder: self._build_folder(folder, fill), label=f"{self.name} chroma", live=True)
             self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
             self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
             self.stats.size_bytes += folder_size(folder)

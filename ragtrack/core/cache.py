@@ -6,6 +6,13 @@ into a private temporary folder, writes ``entry.json`` last and renames the fold
 folder at the final path is always complete; a killed build leaves only a temporary folder, which the
 next build of the key removes. Builders of one key serialize on a file lock: the first builds, the
 others wait and reuse its entry.
+
+The manifest records the sha256, size and mtime of every file of the entry. A hit checks the sizes
+and mtimes (a ``stat`` per file) and hashes a file only when its mtime moved; an entry whose files are
+missing, cut short or changed is rebuilt with one warning line. (A Chroma folder is a live database
+that Chroma rewrites when it opens it: its entry records no checksums.) A symbolic link at an entry's path,
+or a folder whose manifest is not ragtrack's for that key, is refused with one line: never followed,
+never deleted.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from ragtrack.core.checksums import file_sha256, sha256_of
 from ragtrack.core.errors import RagtrackError, describe_fault
 
 log = logging.getLogger(__name__)
@@ -56,28 +64,37 @@ class Cache:
         except OSError as exc:
             raise RagtrackError(f"the cache folder cannot be written: {describe_fault(exc) or exc}") from None
 
-    def entry(self, kind: str, parts: dict, build: Callable[[Path], None], label: str | None = None) -> Path:
-        """Return the folder of a complete entry, building it with ``build(folder)`` if needed."""
+    def entry(self, kind: str, parts: dict, build: Callable[[Path], None], label: str | None = None, live: bool = False) -> Path:
+        """Return the folder of a complete, intact entry, building it with ``build(folder)`` if needed
+        (or rebuilding it, with one warning line, when its files no longer match its manifest).
+        ``live``: the entry is a database its reader rewrites (a Chroma folder), so its manifest
+        records no checksums."""
         key = cache_key(kind, parts)
         final = self.root / kind / key
-        if (final / MANIFEST).exists():
+        if _damage(final, kind) is None:
             log.info("cache hit: %s %s", label or kind, key[:12])
             return final
         final.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(final) + ".lock"):
-            if (final / MANIFEST).exists():
+        with FileLock(str(_not_a_link(final.with_name(f"{key}.lock")))):
+            damage = _damage(final, kind)
+            if damage is None:
                 log.info("cache hit (built by another job): %s %s", label or kind, key[:12])
                 return final
+            if damage:
+                log.warning("cache entry %s is damaged (%s): rebuilding it", final, damage)
             for stale in final.parent.glob(f".{key}.tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
-            if final.exists():  # a folder without manifest cannot be trusted
-                shutil.rmtree(final)
-            scratch = final.parent / f".{key}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            if final.exists():  # incomplete or damaged: moved aside at once, then removed
+                aside = _scratch(final)
+                os.rename(final, aside)
+                shutil.rmtree(aside, ignore_errors=True)
+            scratch = _scratch(final)
             scratch.mkdir()
             started = time.perf_counter()
             try:
                 build(scratch)
-                manifest = {"kind": kind, "parts": parts, "schema": SCHEMA_VERSION, "built_seconds": time.perf_counter() - started}
+                manifest = {"kind": kind, "parts": parts, "schema": SCHEMA_VERSION, "built_seconds": time.perf_counter() - started,
+                            "files": {} if live else _checksums(scratch)}
                 (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
                 os.rename(scratch, final)
             except BaseException as exc:
@@ -89,6 +106,69 @@ class Cache:
         self.builds.append(f"{kind}/{key}")
         log.info("cache build: %s %s (%.1f s)", label or kind, key[:12], time.perf_counter() - started)
         return final
+
+def _damage(final: Path, kind: str) -> str | None:
+    """``None`` for an intact entry; ``""`` for none (no folder, or one without manifest: a crashed
+    build); else what is wrong with its files. A symbolic link, or a folder or file that is not
+    ragtrack's, is refused with a :class:`RagtrackError`: never followed, never deleted."""
+    if not _not_a_link(final).exists() or final.is_dir() and not os.path.lexists(final / MANIFEST):
+        return ""
+    manifest = _manifest(final, kind)
+    if "files" not in manifest:
+        return "built by an older ragtrack, without checksums"
+    for name, recorded in sorted(manifest["files"].items()):
+        path = final / name
+        if path.resolve() != final.resolve() / name:  # a link on the way
+            raise RagtrackError(f"{path}: a symbolic link in the cache is not used (nor followed nor deleted); remove {final}")
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if info.st_size != recorded["size"]:
+            return f"{name} has {info.st_size} bytes, {recorded['size']} when built"
+        if info.st_mtime_ns != recorded["mtime_ns"] and file_sha256(path) != recorded["sha256"]:
+            return f"{name} changed since it was built (its sha256 differs)"
+    return None
+
+
+def _not_a_link(path: Path) -> Path:
+    """``path``, refused in one line when it is a symbolic link: the cache neither follows nor deletes one."""
+    if path.is_symlink():
+        raise RagtrackError(f"{path}: a symbolic link in the cache is not used (nor followed nor deleted); remove it")
+    return path
+
+
+def _scratch(final: Path) -> Path:
+    """A private name beside ``final`` that the next build of its key removes if it is left behind."""
+    return final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _checksums(folder: Path) -> dict[str, dict[str, int | str]]:
+    """sha256, size and mtime of every file under ``folder``, by relative path (a build's scratch
+    folder: not memoized, its paths are about to change)."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        info = path.stat()
+        files[path.relative_to(folder).as_posix()] = {"sha256": sha256_of(path), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    return files
+
+
+def _manifest(final: Path, kind: str) -> dict:
+    """The manifest of the entry at ``final``, if it is ragtrack's for that path; else one line."""
+    try:
+        if (final / MANIFEST).is_symlink():
+            raise ValueError("its manifest is a symbolic link")
+        manifest = json.loads((final / MANIFEST).read_text())
+        if not isinstance(manifest, dict) or not {"kind", "parts", "schema"} <= manifest.keys():
+            raise ValueError("its manifest lacks kind, parts or schema")
+        if manifest["schema"] != SCHEMA_VERSION or manifest["kind"] != kind or cache_key(kind, manifest["parts"]) != final.name:
+            raise ValueError(f"its manifest (schema {manifest['schema']!r}, kind {manifest['kind']!r}) is not the one of this key")
+        files = manifest.get("files", {})
+        if not isinstance(files, dict) or not all(isinstance(f, dict) and {"sha256", "size", "mtime_ns"} <= f.keys() for f in files.values()):
+            raise ValueError("its manifest's files are not a table of sha256, size and mtime_ns")
+    except (OSError, ValueError, UnicodeError) as exc:
+        raise RagtrackError(f"{final}: not a ragtrack cache entry ({exc}); it is left as it is: remove it or use another cache_dir") from None
+    return manifest
 
 
 def folder_size(path: Path) -> int:

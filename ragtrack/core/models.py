@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from ragtrack.core.checksums import file_sha256
 from ragtrack.core.progress import bars_shown
 
 SHIPPED_MODEL_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -43,13 +44,15 @@ def missing_model(location: str) -> str | None:
 
 
 def model_fingerprint(location: str) -> str:
-    """Hash of file names and sizes of a local model folder (or the name for hub models)."""
+    """sha256 over the relative path, size and sha256 of every file of a local model folder, in sorted
+    path order, so weights changed in place change it (file hashes are memoized by
+    :func:`~ragtrack.core.checksums.file_sha256`: a folder is read once per change); the name for hub models."""
     path = Path(location)
     if not path.is_dir():
         return location
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(f"{file.relative_to(path)}:{file.stat().st_size}\n".encode())
+    for file in sorted((p for p in path.rglob("*") if p.is_file()), key=lambda p: p.relative_to(path).as_posix()):
+        digest.update(f"{file.relative_to(path).as_posix()}:{file.stat().st_size}:{file_sha256(file)}\n".encode())
     return digest.hexdigest()
 
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import multiprocessing
+import os
+import re
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from ragtrack.core.cache import MANIFEST, Cache, cache_key
+from ragtrack.core.errors import RagtrackError
 
 
 def test_key_depends_on_every_part() -> None:
@@ -74,3 +81,78 @@ def test_concurrent_builders_build_once(tmp_path: Path) -> None:
     for worker in workers:
         worker.join(60)
     assert sorted(results.get(timeout=5) for _ in workers) == [0, 0, 1]
+
+
+def _entry(cache: Cache, built: list) -> Path:
+    def build(folder: Path) -> None:
+        built.append(folder)
+        (folder / "data.bin").write_bytes(bytes(range(256)) * 40)
+
+    return cache.entry("k", {"v": 1}, build, label="data")
+
+
+def test_the_manifest_records_every_file(tmp_path: Path) -> None:
+    folder = _entry(Cache(tmp_path), [])
+    files = json.loads((folder / MANIFEST).read_text())["files"]
+    assert files == {"data.bin": {"sha256": hashlib.sha256(bytes(range(256)) * 40).hexdigest(), "size": 10240,
+                                  "mtime_ns": (folder / "data.bin").stat().st_mtime_ns}}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "same size", "remove", "no checksums"])
+def test_a_damaged_entry_is_rebuilt_with_one_warning(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    cache, built = Cache(tmp_path), []
+    folder = _entry(cache, built)
+    data = folder / "data.bin"
+    if damage == "truncate":
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 3])
+    elif damage == "same size":
+        data.write_bytes(bytes(10240))
+    elif damage == "remove":
+        data.unlink()
+    else:  # an entry of an older ragtrack
+        manifest = json.loads((folder / MANIFEST).read_text())
+        (folder / MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != "files"}))
+    with caplog.at_level(logging.WARNING, logger="ragtrack.core.cache"):
+        assert _entry(cache, built) == folder and len(built) == 2
+    assert len(caplog.records) == 1 and str(folder) in caplog.records[0].getMessage()
+    assert data.read_bytes() == bytes(range(256)) * 40 and not list(folder.parent.glob(".*tmp-*"))
+    caplog.clear()
+    assert _entry(cache, built) == folder and len(built) == 2 and not caplog.records
+
+
+def test_a_touched_but_intact_file_is_a_hit(tmp_path: Path) -> None:
+    cache, built = Cache(tmp_path), []
+    folder = _entry(cache, built)
+    os.utime(folder / "data.bin", ns=(1, 1))  # copied without its times: hashed, found intact
+    assert _entry(cache, built) == folder and len(built) == 1
+
+
+@pytest.mark.parametrize("where", ["entry", "file", "lock"])
+def test_a_symbolic_link_is_refused_and_left_alone(tmp_path: Path, where: str) -> None:
+    cache, built = Cache(tmp_path / "cache"), []
+    folder = _entry(cache, built)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "precious").write_text("keep")
+    link = {"entry": folder, "file": folder / "data.bin", "lock": folder.with_name(f"{folder.name}.lock")}[where]
+    if where != "file":  # the lock is taken when the entry is built again
+        shutil.rmtree(folder)
+    link.unlink(missing_ok=True)
+    link.symlink_to(target if where == "entry" else target / "precious")
+    with pytest.raises(RagtrackError, match=f"^{re.escape(str(link))}: a symbolic link in the cache") as raised:
+        _entry(cache, built)
+    assert "\n" not in str(raised.value) and link.is_symlink() and len(built) == 1
+    assert [p.name for p in target.iterdir()] == ["precious"] and (target / "precious").read_text() == "keep"
+
+
+@pytest.mark.parametrize("manifest", ['{"kind": "k"}', '{"kind": "k", "parts": {"v": 2}, "schema": 1}', "not json",
+                                      '{"kind": "k", "parts": {"v": 1}, "schema": 7}'])
+def test_a_foreign_folder_is_refused_and_left_alone(tmp_path: Path, manifest: str) -> None:
+    cache = Cache(tmp_path)
+    final = tmp_path / "k" / cache_key("k", {"v": 1})
+    final.mkdir(parents=True)
+    (final / MANIFEST).write_text(manifest)
+    (final / "theirs").write_text("keep")
+    with pytest.raises(RagtrackError, match=f"^{re.escape(str(final))}: not a ragtrack cache entry") as raised:
+        _entry(cache, [])
+    assert "\n" not in str(raised.value) and sorted(p.name for p in final.iterdir()) == [MANIFEST, "theirs"]

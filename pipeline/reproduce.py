@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -85,10 +86,13 @@ def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: boo
     """A downloaded config made safe to run, with the reproducer's ``KEY=VALUE`` overrides merged, and
     what was dropped (one line each). A ``_target_`` that is not registered, a resolver call, or an
     endpoint not given by an override (without ``allow_endpoints``) raises :class:`RagtrackError`."""
+    for override in overrides:
+        if not override.partition("=")[0] or "=" not in override:
+            raise RagtrackError(f"override {override!r}: reproduce takes KEY=VALUE, e.g. generator.api_key_env=OPENAI_API_KEY")
     try:
         given = OmegaConf.from_dotlist(list(overrides))
-    except (OmegaConfBaseException, ValueError) as exc:
-        raise RagtrackError(f"reproduce overrides are KEY=VALUE: {str(exc).splitlines()[0]}") from None
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise RagtrackError(f"overrides {' '.join(overrides)!r}: {str(exc).splitlines()[0]}") from None
     yours = {path for path, _, value in _entries(OmegaConf.to_container(given)) if not isinstance(value, Mapping)}
     plain = OmegaConf.to_container(cfg, resolve=False)
     targets = registered_targets()

@@ -116,3 +116,6 @@ def test_the_reproducer_configures_keys_and_endpoints_by_overrides() -> None:
                         "give it again as an override)")]
     cfg, _ = prepare(copy.deepcopy(config), allow_endpoints=True)
     assert cfg.generator.base_url == "http://their.host/v1" and cfg.generator.api_key_env is None
+    for override, problem in (("generator.api_key_env", "reproduce takes KEY=VALUE"), ("depth=[1", "while parsing a flow sequence")):
+        with pytest.raises(RagtrackError, match=problem):
+            prepare(copy.deepcopy(config), [override])

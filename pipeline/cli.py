@@ -153,7 +153,7 @@ def command_compare(args: argparse.Namespace) -> int:
 def command_reproduce(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.reproduce import reproduce
 
-    result = reproduce(args.run_id, args.tracking_uri or default_tracking_uri(), args.cache_dir)
+    result = reproduce(args.run_id, args.tracking_uri or default_tracking_uri(), args.cache_dir, args.overrides, args.allow_endpoints)
     if result.identical:
         print(f"reproduced run {result.run_id}: all {len(result.table)} metrics identical")
         return 0
@@ -221,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("run_id", help="an MLflow run id (the job or one of its system runs)")
     reproduce.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     reproduce.add_argument("--cache-dir", help="index/embedding cache to use (default: the logged paths.cache_dir)")
+    reproduce.add_argument("--allow-endpoints", action="store_true",
+                           help="contact the hosts the downloaded config names (base_url, a Chroma server); your keys still go only where you give api_key_env/token_env")
+    reproduce.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="your own settings, e.g. generator.api_key_env=OPENAI_API_KEY or generator.base_url=...")
     regress = commands.add_parser("regress", help="re-run the regression conditions (regressions.yaml) and check their figures")
     regress.add_argument("--only", action="append", metavar="PATTERN", help="conditions whose name matches (fnmatch; repeatable or comma list)")
     regress.add_argument("--slow", action="store_true", help="also run the slow conditions (the real dense encoder)")

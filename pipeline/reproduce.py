@@ -1,5 +1,14 @@
 """``ragtrack reproduce RUN_ID``: re-run a logged job from its resolved ``config.yaml`` artifact.
 
+A downloaded config is data, not code (:func:`prepare`, before anything is built, downloaded
+beyond the config or written): every ``_target_`` must be a registered component (the value of an
+entry point of ``ragtrack.<group>`` or a shipped encoder class), no value may call a resolver (a logged
+config is resolved; ``${oc.env:...}`` would read the reproducer's environment), its endpoints
+(``base_url``, a Chroma server) are contacted only with ``allow_endpoints``, and the variable names it
+gives (``api_key_env``, ``token_env``) are dropped unless the reproducer gives them again as
+overrides, so the reproducer's keys go only to hosts the reproducer chose. Then the typed settings
+are checked as ``ragtrack run`` checks them.
+
 The dataset must hash to the logged ``ragtrack.dataset_hash``; the job runs again without MLflow
 logging (outputs in a temporary folder, indexes from the shared cache) and every logged metric
 ``<system>/<metric>`` is compared with the new value for exact equality.
@@ -8,15 +17,25 @@ logging (outputs in a temporary folder, indexes from the shared cache) and every
 from __future__ import annotations
 
 import math
+import os
+import re
+import sys
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.secrets import is_variable_name_key
 from ragtrack.pipeline.layout import CONFIG_FILE, TAG_DATASET_HASH, TAG_PARENT, system_metric_key
+
+RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # ${name:...}: a resolver call (oc.env, oc.decode, cwd, ...)
 
 
 @dataclass
@@ -33,15 +52,82 @@ class Reproduction:
         return self.table[self.table["difference"] != 0]
 
 
-def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None) -> Reproduction:
-    """Re-run the job of ``run_id`` (a job or one of its system runs) and compare every metric."""
+def _entries(node: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
+    """Every ``(dotted path, key, value)`` of a plain nested config, depth first."""
+    items = node.items() if isinstance(node, Mapping) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        where = f"{path}.{key}" if path else str(key)
+        yield where, str(key), value
+        yield from _entries(value, where)
+
+
+def registered_targets() -> set[str]:
+    """The ``_target_`` values a downloaded config may name: installed entry points and shipped encoders."""
+    from ragtrack.pipeline import registry
+    from ragtrack.pipeline.settings import shipped_encoders
+
+    entry_points = {ep.value.replace(":", ".") for group in registry.GROUPS for ep in registry.installed(group).values()}
+    return entry_points | {f"{encoder.__module__}.{encoder.__name__}" for encoder in shipped_encoders()}
+
+
+def endpoints(config: Mapping) -> list[tuple[str, str]]:
+    """The hosts a config would contact, as ``(dotted key, address)``: every ``base_url`` and every
+    Chroma server (``mode: http``)."""
+    found = []
+    for path, key, value in _entries(config):
+        if key == "base_url" and value is not None:
+            found.append((path, str(value)))
+        elif isinstance(value, Mapping) and value.get("mode") == "http":
+            found.append((f"{path}.host", f"{value.get('host')}:{value.get('port')}"))
+    return found
+
+
+def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: bool = False) -> tuple[DictConfig, list[str]]:
+    """A downloaded config made safe to run, with the reproducer's ``KEY=VALUE`` overrides merged, and
+    what was dropped (one line each). A ``_target_`` that is not registered, a resolver call, or an
+    endpoint not given by an override (without ``allow_endpoints``) raises :class:`RagtrackError`."""
+    for override in overrides:
+        if not override.partition("=")[0] or "=" not in override:
+            raise RagtrackError(f"override {override!r}: reproduce takes KEY=VALUE, e.g. generator.api_key_env=OPENAI_API_KEY")
+    try:
+        given = OmegaConf.from_dotlist(list(overrides))
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise RagtrackError(f"overrides {' '.join(overrides)!r}: {str(exc).splitlines()[0]}") from None
+    yours = {path for path, _, value in _entries(OmegaConf.to_container(given)) if not isinstance(value, Mapping)}
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    targets = registered_targets()
+    for path, key, value in _entries(plain):
+        if key == "_target_" and str(value) not in targets:
+            raise RagtrackError(f"refused {path}: {value!r} is not a registered component (an entry point of ragtrack.<group> "
+                                f"or a shipped encoder); a downloaded config may not name arbitrary code")
+        if isinstance(value, str) and (call := RESOLVER.search(value)):
+            raise RagtrackError(f"refused {path}: a downloaded config may not call resolvers (${{{call.group(1)}:...}}); "
+                                f"it is never resolved on this machine")
+    foreign = [f"{path}={address}" for path, address in endpoints(plain) if path not in yours]
+    if foreign and not allow_endpoints:
+        raise RagtrackError(f"refused the downloaded config's endpoints {', '.join(foreign)}: contact them with --allow-endpoints, "
+                            f"or give your own as overrides (e.g. {foreign[0].split('=')[0]}=...)")
+    dropped = []
+    for path, key, value in _entries(plain):
+        if is_variable_name_key(key) and value is not None and path not in yours:
+            OmegaConf.update(cfg, path, None)
+            dropped.append(f"dropped {path} of the downloaded config (your keys go only to hosts you configure; give it again as an override)")
+    return OmegaConf.merge(cfg, given), dropped
+
+
+def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, overrides: Sequence[str] = (),
+              allow_endpoints: bool = False) -> Reproduction:
+    """Re-run the job of ``run_id`` (a job or one of its system runs) and compare every metric;
+    ``overrides`` (``KEY=VALUE``) and ``allow_endpoints`` as in :func:`prepare`."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     from ragtrack.pipeline.compare import download_artifact
     from ragtrack.pipeline.experiment import run_experiment
     from ragtrack.pipeline.inputs import load_dataset
+    from ragtrack.pipeline.settings import validate
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stderr holds one line per problem
     client = MlflowClient(tracking_uri)
     try:
         run = client.get_run(run_id)
@@ -50,15 +136,19 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None) -> R
     parent_id = run.data.tags.get(TAG_PARENT)
     job = client.get_run(parent_id) if parent_id else run
     with tempfile.TemporaryDirectory(prefix="ragtrack-reproduce-") as scratch:
-        cfg = OmegaConf.load(download_artifact(client, job.info.run_id, CONFIG_FILE, Path(scratch) / "logged"))
-        logged_hash = job.data.tags.get(TAG_DATASET_HASH)
-        current_hash = load_dataset(cfg.dataset, check_documents=False).hash
-        if logged_hash != current_hash:
-            raise RagtrackError(f"dataset {cfg.dataset.path} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
+        downloaded = OmegaConf.load(download_artifact(client, job.info.run_id, CONFIG_FILE, Path(scratch) / "logged"))
+        cfg, dropped = prepare(downloaded, overrides, allow_endpoints)
         cfg.paths.output_dir = str(Path(scratch) / "output")
         cfg.tracking = {"enabled": False}
         if cache_dir:
             cfg.paths.cache_dir = cache_dir
+        validate(cfg)
+        for line in dropped:
+            print(f"ragtrack: {line}", file=sys.stderr)
+        logged_hash = job.data.tags.get(TAG_DATASET_HASH)
+        current_hash = load_dataset(cfg.dataset, check_documents=False).hash
+        if logged_hash != current_hash:
+            raise RagtrackError(f"dataset {cfg.dataset.path} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
         results = run_experiment(cfg)
     rows = []
     for system, values in results["systems"].items():

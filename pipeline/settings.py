@@ -414,7 +414,7 @@ def settings_table() -> str:
                 rows.setdefault((f"`{prefix}{key}`", allowed), []).append(where)
 
     add("", JobSettings, "")
-    for encoder in _shipped_encoders():
+    for encoder in shipped_encoders():
         add("encoder.", encoder.settings_schema, f"`_target_: ...{encoder.__name__}`")
     for section, group in (*STAGE_SECTIONS.items(), ("evaluator", "evaluators")):
         for kind, plugin in _shipped(group).items():
@@ -433,7 +433,7 @@ def _shipped(group: str) -> dict[str, Any]:
             if registry.installed(group)[kind].value.startswith("ragtrack.") and getattr(plugin, "settings_schema", None)}
 
 
-def _shipped_encoders() -> list[type]:
+def shipped_encoders() -> list[type]:
     """The encoder classes ragtrack ships with their own settings (every subclass of ``Encoder``)."""
     found, waiting = [], list(Encoder.__subclasses__())
     while waiting:

@@ -44,6 +44,13 @@ def ragtrack(root: Path, *args: str, env: dict | None = None, timeout: float = 3
     return subprocess.run([*PYTHON_CLI, *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
+def reproduce_cli(run_id: str, uri: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``ragtrack reproduce RUN_ID --tracking-uri URI <args>`` in a subprocess: Chroma's native threads
+    in the test process would deadlock tests that fork."""
+    command = [sys.executable, "-m", "ragtrack.pipeline.cli", "reproduce", run_id, *args, "--tracking-uri", uri]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
 def systems(output_dir: Path) -> dict[str, dict[str, float]]:
     """Mean metrics per system from a job's ``results.json``."""
     return json.loads((output_dir / "results.json").read_text())["systems"]

@@ -4,8 +4,6 @@ and ``ragtrack reproduce``."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from io import StringIO
 
 import numpy as np
@@ -21,7 +19,7 @@ from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.reproduce import reproduce
 from ragtrack.core.runs import Run
-from tests.support import TOY
+from tests.support import TOY, reproduce_cli
 
 
 def system(label: str, values: dict[str, list[float]], qids=("q1", "q2", "q3", "q4")) -> SystemRun:
@@ -109,12 +107,6 @@ def test_compare_cli(toy_sweep, capsys) -> None:
     assert "ragtrack: error: no MLflow experiment 'nope'" in capsys.readouterr().err
     assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "2001-01-01_00-00-00"]) == 2
     assert "no finished runs of sweep" in capsys.readouterr().err
-
-
-def reproduce_cli(run_id: str, uri: str) -> subprocess.CompletedProcess:
-    """In a subprocess: Chroma's native threads in this process would deadlock tests that fork."""
-    command = [sys.executable, "-m", "ragtrack.pipeline.cli", "reproduce", run_id, "--tracking-uri", uri]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
 def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep) -> None:

@@ -1,0 +1,121 @@
+"""``ragtrack reproduce`` treats a downloaded config as data: a tampered run is refused with one line
+and exit code 2 before anything is written, sent or logged; an endpoint is contacted only with
+``--allow-endpoints``, and never with the reproducer's key unless the reproducer gives it again."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from ragtrack.core.errors import RagtrackError
+from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.config import config_path
+from ragtrack.pipeline.layout import CONFIG_FILE, TAG_DATASET_HASH
+from ragtrack.pipeline.reproduce import prepare
+from tests.support import TOY_JOB, ragtrack, reproduce_cli
+
+FAKE_KEY = "sk-test-0123456789abcdefghij"
+
+
+@pytest.fixture(scope="module")
+def logged(toy_sweep, tmp_path_factory):
+    """One job of the toy sweep: its config and metrics, and an experiment of its own for tampered copies."""
+    client = MlflowClient(toy_sweep.uri)
+    job = next(r for r in client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id])
+               if r.info.run_name == "hybrid k=30")
+    folder = tmp_path_factory.mktemp("logged")
+    config = yaml.safe_load(Path(client.download_artifacts(job.info.run_id, CONFIG_FILE, str(folder))).read_text())
+    experiment = client.get_experiment_by_name("tampered") or client.get_experiment(client.create_experiment("tampered"))
+    return SimpleNamespace(client=client, job=job, config=config, experiment_id=experiment.experiment_id, uri=toy_sweep.uri)
+
+
+def tampered(logged, edit) -> str:
+    """A run (in its own experiment) holding the job's metrics and dataset hash, and its config edited by ``edit``."""
+    config = copy.deepcopy(logged.config)
+    edit(config)
+    run_id = logged.client.create_run(logged.experiment_id, tags={TAG_DATASET_HASH: logged.job.data.tags[TAG_DATASET_HASH]}).info.run_id
+    logged.client.log_batch(run_id, metrics=[Metric(key, value, 0, 0) for key, value in logged.job.data.metrics.items()])
+    logged.client.log_text(run_id, yaml.safe_dump(config, sort_keys=False), CONFIG_FILE)
+    logged.client.set_terminated(run_id)
+    return run_id
+
+
+def all_runs(client: MlflowClient) -> int:
+    return len(client.search_runs([e.experiment_id for e in client.search_experiments()]))
+
+
+def refused(logged, run_id: str, capsys, tmp_path: Path, *args: str) -> str:
+    """``ragtrack reproduce`` of ``run_id`` exits 2 with one line, no traceback, and writes no cache
+    entry and no MLflow run; the line."""
+    before = all_runs(logged.client)
+    assert cli_main(["reproduce", run_id, "--tracking-uri", logged.uri, "--cache-dir", str(tmp_path / "cache"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ragtrack: error: refused "), err
+    assert not (tmp_path / "cache").exists() and all_runs(logged.client) == before
+    return err
+
+
+def openai_generator(url: str) -> dict:
+    """The shipped ``generator=openai`` settings at ``url``, naming the variable of the fake key."""
+    shipped = OmegaConf.to_container(OmegaConf.load(Path(config_path()) / "generator" / "openai.yaml"))
+    return {**shipped, "base_url": url, "model": "m", "api_key_env": "RAGTRACK_TEST_KEY", "max_retries": 0, "cache_dir": None}
+
+
+def test_a_target_that_is_no_registered_component_is_refused_and_writes_nothing(logged, capsys, tmp_path) -> None:
+    victim = tmp_path / "written"
+    write = {"_target_": "pathlib.Path.write_text", "_args_": [{"_target_": "pathlib.Path", "_args_": [str(victim)]}, "owned"]}
+    err = refused(logged, tampered(logged, lambda c: c["retriever"].update(bm25=write)), capsys, tmp_path, "--allow-endpoints")
+    assert "refused retriever.bm25._target_: 'pathlib.Path.write_text' is not a registered component" in err
+    assert not victim.exists()
+
+
+def test_resolvers_are_refused_and_never_resolved(logged, capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "very-secret-value")
+    generator = openai_generator("http://127.0.0.1:1/v1?k=${oc.env:AWS_SECRET_ACCESS_KEY}")
+    err = refused(logged, tampered(logged, lambda c: c.update(generator=generator)), capsys, tmp_path, "--allow-endpoints")
+    assert "refused generator.base_url: a downloaded config may not call resolvers (${oc.env:...})" in err
+    assert "very-secret-value" not in err
+
+
+def test_endpoints_need_the_flag_and_never_get_the_reproducers_key(logged, chat_server, capsys, tmp_path) -> None:
+    run_id = tampered(logged, lambda c: c.update(generator=openai_generator(chat_server.url)))
+    err = refused(logged, run_id, capsys, tmp_path)
+    assert f"refused the downloaded config's endpoints generator.base_url={chat_server.url}: contact them with --allow-endpoints" in err
+    assert chat_server.requests == []
+    done = reproduce_cli(run_id, logged.uri, "--allow-endpoints", "--cache-dir", str(tmp_path / "cache"), env={"RAGTRACK_TEST_KEY": FAKE_KEY})
+    assert "ragtrack: dropped generator.api_key_env of the downloaded config" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 0 and "all 54 metrics identical" in done.stdout, done.stderr[-2000:]
+    assert chat_server.requests and {request["auth"] for request in chat_server.requests} == {None}
+
+
+def test_settings_are_checked_with_the_message_ragtrack_run_gives(logged, capsys, tmp_path) -> None:
+    run_id = tampered(logged, lambda c: c["retriever"]["bm25"].update(k1=-5))
+    assert cli_main(["reproduce", run_id, "--tracking-uri", logged.uri, "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err.strip()
+    run = ragtrack(tmp_path, *TOY_JOB, "retriever.bm25.k1=-5")
+    assert run.returncode == 2 and err == run.stderr.strip() == "ragtrack: error: retriever.bm25.k1: -5 is not allowed: a finite number >= 0"
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_reproducer_configures_keys_and_endpoints_by_overrides() -> None:
+    chroma = {"mode": "http", "host": "store.example", "port": 8000, "token_env": "THEIR_TOKEN"}
+    config = OmegaConf.create({"retriever": {"dense": {"chroma": chroma}}, "generator": {"base_url": "http://their.host/v1", "api_key_env": "OPENAI_API_KEY"}})
+    with pytest.raises(RagtrackError, match=r"endpoints retriever.dense.chroma.host=store.example:8000, generator.base_url=http://their.host/v1: "):
+        prepare(copy.deepcopy(config))
+    mine = ["generator.base_url=http://my.host/v1", "generator.api_key_env=OPENAI_API_KEY", "retriever.dense.chroma.host=chroma.mine"]
+    cfg, dropped = prepare(copy.deepcopy(config), mine)  # every endpoint is the reproducer's: no flag needed
+    assert cfg.generator.api_key_env == "OPENAI_API_KEY" and cfg.retriever.dense.chroma.token_env is None
+    assert dropped == [("dropped retriever.dense.chroma.token_env of the downloaded config (your keys go only to hosts you configure; "
+                        "give it again as an override)")]
+    cfg, _ = prepare(copy.deepcopy(config), allow_endpoints=True)
+    assert cfg.generator.base_url == "http://their.host/v1" and cfg.generator.api_key_env is None
+    for override, problem in (("generator.api_key_env", "reproduce takes KEY=VALUE"), ("depth=[1", "while parsing a flow sequence")):
+        with pytest.raises(RagtrackError, match=problem):
+            prepare(copy.deepcopy(config), [override])

@@ -12,7 +12,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 import unicodedata
 
 from typing import Annotated, TYPE_CHECKING
@@ -110,22 +109,33 @@ class Evaluator(ABC):
         return pd.Series(True, index=per_query.index)
 
 
-@lru_cache(maxsize=8)
-def _bootstrap_counts(n: int, resamples: int, seed: int) -> np.ndarray:
-    """(resamples, n): how often each of n queries is drawn in each resample (seeded; shared by every
-    system and metric scored with the same n, so their CIs use the same draws)."""
-    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    rows = np.arange(resamples)[:, None] * n
-    counts = np.bincount((rows + draws).ravel(), minlength=resamples * n).reshape(resamples, n).astype(float)
-    counts.flags.writeable = False
-    return counts
+BOOTSTRAP_BLOCK_CELLS = 1 << 21  # resample × query draws held at once: ~16 MiB of draws, as much again of counts
+
+
+def bootstrap_means(values: np.ndarray, resamples: int = 1000, seed: int = 0, block_cells: int = BOOTSTRAP_BLOCK_CELLS) -> np.ndarray:
+    """(resamples, metrics): column means of ``resamples`` seeded samples of the n rows of ``values``,
+    drawn with replacement; mean_r = c_r · values / n with c_r[i] = how often row i is drawn in
+    resample r. Drawn in blocks of ⌊block_cells / n⌋ resamples (at least 1), so memory is
+    O(block_cells), not O(resamples × n); the generator yields the same draws in blocks as in one
+    (resamples, n) call, so the means do not depend on the block size."""
+    n = values.shape[0]
+    rng = np.random.default_rng(seed)
+    block = max(1, block_cells // n)
+    means = np.empty((resamples, values.shape[1]))
+    for start in range(0, resamples, block):
+        rows = min(block, resamples - start)
+        cells = np.arange(rows)[:, None] * n + rng.integers(0, n, size=(rows, n))
+        counts = np.bincount(cells.ravel(), minlength=rows * n).reshape(rows, n).astype(float)
+        means[start:start + rows] = counts @ values / n
+    return means
 
 
 def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Mean, standard deviation (ddof=1) and percentile-bootstrap 95% CI of each column.
 
     The bootstrap draws ``resamples`` query samples with replacement (seeded, same draws for every
-    column, so CIs of different metrics are comparable) and takes the 2.5/97.5 percentiles of the means.
+    column, so CIs of different metrics are comparable) and takes the 2.5/97.5 percentiles of the means;
+    it streams over blocks of resamples (:func:`bootstrap_means`), so memory stays bounded at any n.
     Returns a frame indexed by metric with columns ``mean std ci_low ci_high n``. A NaN among the counted
     queries is a query that metric does not apply to: that column is aggregated over its other queries.
     """
@@ -147,6 +157,6 @@ def summarize(values: np.ndarray, resamples: int = 1000, seed: int = 0) -> dict[
         return {"mean": nan, "std": nan, "ci_low": nan, "ci_high": nan, "n": 0}
     means = values.mean(axis=0)
     std = values.std(axis=0, ddof=1) if n > 1 else np.zeros(values.shape[1])
-    boot = _bootstrap_counts(n, resamples, seed) @ values / n
+    boot = bootstrap_means(values, resamples, seed)
     low, high = np.percentile(boot, [2.5, 97.5], axis=0)
     return {"mean": means, "std": std, "ci_low": low, "ci_high": high, "n": n}

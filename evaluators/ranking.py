@@ -47,7 +47,7 @@ class RankedGrades:
     retrieved: np.ndarray  # (queries,) number of documents retrieved
     ideal: np.ndarray  # (queries, judged width) positive grades of the judged documents, descending
     num_rel: np.ndarray  # (queries,) judged documents with grade >= threshold
-    num_nonrel: np.ndarray  # (queries,) judged documents with grade < threshold
+    num_nonrel: np.ndarray  # (queries,) judged documents with 0 <= grade < threshold (negative: in the pool, unjudged)
     threshold: int
     max_grade: int  # top grade of the scale (ERR's g_max)
     pooled: np.ndarray | None = None  # (queries, width) whether that document is judged for any query (BEIR's hole); built on request
@@ -64,6 +64,12 @@ class RankedGrades:
     @cached_property
     def relevant(self) -> np.ndarray:
         return self.judged & (self.grades >= self.threshold)
+
+    @cached_property
+    def nonrelevant(self) -> np.ndarray:
+        """Judged non-relevant: 0 <= grade < threshold. A negative grade is trec_eval's "in the pool but
+        unjudged" (form_res_rels.c): not relevant, and skipped like an unjudged document by bpref."""
+        return self.judged & ~self.relevant & (self.grades >= 0)
 
     @cached_property
     def hits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -157,10 +163,11 @@ def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrel
     ideal[judged_rows[ideal_order], ideal_positions] = np.maximum(judged_grades[ideal_order], 0)
 
     relevant = judged_grades >= threshold
+    nonrelevant = (judged_grades >= 0) & ~relevant
     return RankedGrades(
         qids=qids, grades=grades, judged=judged, retrieved=retrieved, ideal=ideal,
         num_rel=np.bincount(judged_rows[relevant], minlength=n),
-        num_nonrel=np.bincount(judged_rows[~relevant], minlength=n),
+        num_nonrel=np.bincount(judged_rows[nonrelevant], minlength=n),
         threshold=threshold, max_grade=max_grade or max(int(judged_grades.max(initial=1)), 1),
         pooled=_pooled(run, qids, {doc for judged in qrels.values() for doc in judged}, grades.shape) if pool else None,
     )
@@ -255,7 +262,7 @@ def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
     (Bamber 1975; Hanley & McNeil 1982; Fawcett 2006):
     AUC = (Σ_{relevant retrieved r} |N below r| + ½·|relevant unretrieved|·|N unretrieved|) / (R·|N|).
     N, the non-relevant documents, are the retrieved non-relevant ones (judged or not: unjudged counts
-    as non-relevant, as everywhere in trec_eval) plus the judged non-relevant ones not retrieved;
+    as non-relevant, as everywhere in trec_eval) plus the judged non-relevant ones (grade ≥ 0) not retrieved;
     unretrieved documents rank below every retrieved one and tie with each other. The unretrieved,
     unjudged rest of the corpus is left out (its size is unknown). When N is empty the value is the
     same for any number of unretrieved non-relevant documents: (R_retrieved + ½·R_unretrieved) / R.
@@ -264,7 +271,7 @@ def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
     relevant_retrieved = m.per_row(rows)
     unretrieved_rel = m.num_rel - relevant_retrieved
     retrieved_nonrel = m.retrieved - relevant_retrieved
-    unretrieved_nonrel = m.num_nonrel - (m.judged & ~m.relevant).sum(axis=1)
+    unretrieved_nonrel = m.num_nonrel - m.nonrelevant.sum(axis=1)
     nonrel_below = (m.retrieved[rows] - 1 - columns) - (relevant_retrieved[rows] - nth)  # retrieved below r, minus relevant below r
     pairs_right = m.per_row(rows, nonrel_below + unretrieved_nonrel[rows]) + 0.5 * unretrieved_rel * unretrieved_nonrel
     nonrel = retrieved_nonrel + unretrieved_nonrel
@@ -274,11 +281,12 @@ def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
 
 def bpref(m: RankedGrades, k: int | None = None) -> np.ndarray:
     """bpref = (1/R) Σ_{relevant retrieved r} (1 − min(n_r, R) / min(R, N)), n_r = judged non-relevant
-    ranked above r, N = judged non-relevant; unjudged documents are skipped (Buckley & Voorhees 2004;
-    trec_eval ``bpref``, which gives 1 per relevant retrieved document when N = 0)."""
+    ranked above r, N = judged non-relevant (0 <= grade < threshold); unjudged documents and those with
+    a negative grade are skipped (Buckley & Voorhees 2004; trec_eval ``bpref``, which gives 1 per relevant
+    retrieved document when N = 0)."""
     rows, columns, _ = m.hits
     width = m.grades.shape[1]
-    nonrel_rows, nonrel_columns = np.nonzero(m.judged & ~m.relevant)
+    nonrel_rows, nonrel_columns = np.nonzero(m.nonrelevant)
     nonrel_keys = nonrel_rows * width + nonrel_columns  # sorted: nonzero is row-major
     above = np.searchsorted(nonrel_keys, rows * width + columns) - np.searchsorted(nonrel_keys, rows * width)
     scale = np.minimum(m.num_rel, m.num_nonrel)[rows]

@@ -120,6 +120,11 @@ def _squad_dataset(path: Path) -> dict[str, list[str]]:
     return golds
 
 
+def prediction_problem(qid: str, answer: object) -> str | None:
+    """Why ``answer`` cannot be the prediction for question ``qid`` (it is not a string), else None."""
+    return None if isinstance(answer, str) else f"the prediction for question {qid!r} must be a string, got {type(answer).__name__}"
+
+
 def load_predictions(path: str | Path, questions: set[str]) -> dict[str, str]:
     """``{question id: answer}`` from SQuAD's ``{id: answer}`` .json or JSON lines; every id must be
     one of ``questions`` (the gold file's) and appear once."""
@@ -144,8 +149,8 @@ def load_predictions(path: str | Path, questions: set[str]) -> dict[str, str]:
             first = f" (first on line {first_line[qid]})" if first_line[qid] else ""
             raise InputError(path, f"duplicate prediction for question {qid!r}{first}", line)
         first_line[qid] = line
-        if not isinstance(answer, str):
-            raise InputError(path, f"the prediction for question {qid!r} must be a string, got {type(answer).__name__}", line)
+        if problem := prediction_problem(qid, answer):
+            raise InputError(path, problem, line)
         if qid not in questions:
             raise InputError(path, f"question {qid!r} is not in the gold answers", line)
         predictions[qid] = answer

@@ -147,7 +147,7 @@ def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predi
     {'answer_f1': 0.6666666666666666, 'exact_match': 0.0}
     """
     from ragtrack.evaluators.answer import AnswerEvaluator
-    from ragtrack.pipeline.answer_files import load_gold_answers, load_predictions
+    from ragtrack.pipeline.answer_files import load_gold_answers, load_predictions, prediction_problem
 
     metrics = list(metrics or AnswerEvaluator().metrics)
     evaluators = evaluators_for(metrics)  # unknown names fail before any file is read
@@ -157,10 +157,13 @@ def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predi
     if isinstance(predictions, (str, Path)):
         predictions = load_predictions(predictions, set(golds))
     unknown = sorted(set(map(str, predictions)) - set(golds))
+    problem = next(filter(None, (prediction_problem(qid, text) for qid, text in predictions.items())), None)
+    if problem:
+        raise RagtrackError(f"predictions: {problem}")
     if unknown:
         raise RagtrackError(f"predictions for questions without gold answers: {', '.join(unknown[:5])}")
     data = EvalInput(qrels={}, run=Run("answers"), queries={qid: "" for qid in golds}, answers=golds,
-                     generated={str(qid): str(text) for qid, text in predictions.items()})
+                     generated={str(qid): text for qid, text in predictions.items()})
     per_query, summary = _score(evaluators, data, metrics, seed, "retrieved documents or judgments; use evaluate or `ragtrack run`")
     answered = [qid for qid, answers in golds.items() if answers]
     return Evaluation(per_query.loc[answered], summary, tuple(qid for qid in answered if qid not in data.generated))
@@ -236,6 +239,7 @@ def as_run(run: RunLike, name: str | None = None) -> Run:
         run = _nested(run, "score", "run")
     scores: dict[str, dict[str, float]] = {}
     for qid, ranked in run.items():
+        _require_ids(qid, ranked, "run")
         if not isinstance(ranked, Mapping):
             raise RagtrackError(f"run: query {qid!r} must map document ids to scores, got {type(ranked).__name__}")
         for doc_id, score in ranked.items():
@@ -253,9 +257,12 @@ def as_qrels(qrels: QrelsLike) -> Qrels:
         qrels = _nested(qrels, "grade", "qrels")
     judged: Qrels = {}
     for qid, grades in qrels.items():
+        _require_ids(qid, grades, "qrels")
         if not isinstance(grades, Mapping):
             raise RagtrackError(f"qrels: query {qid!r} must map document ids to grades, got {type(grades).__name__}")
         for doc_id, grade in grades.items():
+            if _missing(grade):
+                raise RagtrackError(f"qrels: query {qid!r}, document {doc_id!r}: grade is missing")
             if not isinstance(grade, numbers.Integral) or isinstance(grade, bool):
                 raise RagtrackError(f"qrels: query {qid!r}, document {doc_id!r}: grade {grade!r} is not an integer")
         judged[str(qid)] = {str(doc_id): int(grade) for doc_id, grade in grades.items()}
@@ -264,11 +271,35 @@ def as_qrels(qrels: QrelsLike) -> Qrels:
     return judged
 
 
+def _missing(value: object) -> bool:
+    """None, NaN (any missing scalar pandas knows) or a blank string."""
+    return not value.strip() if isinstance(value, str) else bool(pd.api.types.is_scalar(value) and pd.isna(value))
+
+
+def _require_ids(qid: object, documents: object, label: str) -> None:
+    """A one-line error for a missing query id, or a missing document id of ``documents``."""
+    if _missing(qid):
+        raise RagtrackError(f"{label}: query id is missing (got {qid!r})")
+    blank = [doc for doc in documents if _missing(doc)] if isinstance(documents, Mapping) else []
+    if blank:
+        raise RagtrackError(f"{label}: query {qid!r}: document id is missing (got {blank[0]!r})")
+
+
 def _nested(frame: pd.DataFrame, value: str, label: str) -> dict[str, dict[str, Any]]:
-    """``{qid: {docid: value}}`` from a DataFrame's ``qid``, ``docid`` and ``value`` columns."""
+    """``{qid: {docid: value}}`` from a DataFrame's ``qid``, ``docid`` and ``value`` columns; the first
+    row (by index label) with a missing id or value, or a grade that is not a whole number, fails."""
     absent = [c for c in ("qid", "docid", value) if c not in frame.columns]
     if absent:
         raise RagtrackError(f"{label}: the DataFrame needs columns qid, docid, {value}; missing: {', '.join(absent)}")
+    problems = {"query id is missing": frame["qid"].map(_missing), "document id is missing": frame["docid"].map(_missing),
+                f"{value} is missing": frame[value].map(_missing)}
+    if value == "grade":
+        numeric = pd.to_numeric(frame[value], errors="coerce")
+        problems["grade {!r} is not an integer"] = ~problems[f"{value} is missing"] & (numeric.isna() | (numeric % 1 != 0))
+    for problem, bad in problems.items():
+        if bad.any():
+            row = bad.to_numpy().argmax()
+            raise RagtrackError(f"{label} row {frame.index[row]}: {problem.format(frame[value].to_numpy(dtype=object)[row])}")
     duplicated = frame.duplicated(["qid", "docid"])
     if duplicated.any():
         row = frame[duplicated].iloc[0]

@@ -140,7 +140,7 @@ def command_compare(args: argparse.Namespace) -> int:
     uri = args.tracking_uri or default_tracking_uri()
     comparison, text = run_compare(uri, args.experiment, args.sweep, args.metric, args.baseline,
                                    args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log,
-                                   width=None if args.wide else TEXT_WIDTH)
+                                   width=None if args.wide else TEXT_WIDTH, allow_mixed=args.allow_mixed)
     print(text, end="")
     if args.plot:
         print(f"ragtrack: wrote the comparison plot to {args.plot}", file=sys.stderr)
@@ -217,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--resamples", type=int, default=10_000, help="randomization test resamples (exact when 2^n is fewer)")
     compare.add_argument("--failures", type=int, default=10, help="queries per system in the failure analysis artifact")
     compare.add_argument("--no-log", action="store_true", help="do not log the comparison to MLflow")
+    compare.add_argument("--allow-mixed", action="store_true",
+                         help="keep jobs whose qrels, relevance threshold or query set differ (refused by default); rows are labelled with their threshold")
     reproduce = commands.add_parser("reproduce", help="re-run a logged job from its config.yaml and check every metric")
     reproduce.add_argument("run_id", help="an MLflow run id (the job or one of its system runs)")
     reproduce.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")

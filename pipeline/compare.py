@@ -11,6 +11,9 @@ baseline, paired t-test and seeded randomization-test p-values (``evaluators.sig
 Holm-corrected across the rows compared with the baseline, and per-query win/tie/loss counts.
 Queries are those of the dataset named by the job's logged ``config.yaml`` (its hash must match);
 without the dataset every query of the per-query table counts and failure analysis is skipped.
+Jobs whose qrels (dataset hash), relevance threshold or query set differ are refused, naming two of
+them and what differs; ``allow_mixed`` keeps them, labels every row with its job's threshold and
+counts the queries relevant in every job (so a row's mean may differ from the one its job logged).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -146,13 +150,52 @@ def load_job_dataset(client, job, folder: Path) -> tuple[Dataset | None, int]:
     return dataset, threshold
 
 
+@dataclass(frozen=True)
+class JobScope:
+    """What a job's scores are relative to: its qrels (dataset hash), relevance threshold, the queries its
+    systems scored and those that count (the relevant ones of its dataset, else every scored one)."""
+
+    name: str
+    dataset_hash: str | None
+    threshold: int
+    scored: frozenset[str]  # empty when each of its systems is shown as another job's row (identical scores)
+    counted: tuple[str, ...]
+    dataset: Dataset | None
+
+
+def job_scope(client, job, systems: list[SystemRun], folder: Path) -> JobScope:
+    dataset, threshold = load_job_dataset(client, job, folder)
+    scored = tuple(dict.fromkeys(q for s in systems if s.job_id == job.info.run_id for q in s.per_query.index))
+    counted = scored if dataset is None else tuple(q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values()))
+    return JobScope(job.info.run_name or job.info.run_id, job.data.tags.get(TAG_DATASET_HASH), threshold, frozenset(scored), counted, dataset)
+
+
+def _shown(value: object) -> object:
+    return f"{len(value)} queries" if isinstance(value, frozenset) else value
+
+
+def scope_difference(scopes: Sequence[JobScope]) -> str | None:
+    """``jobs 'a' and 'b' differ in <what> (<a's> vs <b's>)`` for the first job that differs from the
+    first one in qrels, relevance threshold or query set; None when all agree."""
+    first = scopes[0]
+    for other in scopes[1:]:
+        pairs = [("qrels (dataset hash)", first.dataset_hash, other.dataset_hash), ("relevance threshold", first.threshold, other.threshold)]
+        if first.scored and other.scored:
+            pairs.append(("query set", first.scored, other.scored))
+        for what, mine, theirs in pairs:
+            if mine != theirs:
+                return f"jobs {first.name!r} and {other.name!r} differ in {what} ({_shown(mine)} vs {_shown(theirs)})"
+    return None
+
+
 # --------------------------------------------------------------------------- the command
 
 def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | None = None, metrics: Sequence[str] | None = None,
                 baseline: str | None = None, fmt: str = "table", plot_file: str | None = None, seed: int = 0,
                 resamples: int = 10_000, failures: int = 10, log_to_mlflow: bool = True,
-                width: int | None = TEXT_WIDTH) -> tuple[Comparison, str]:
-    """Load, compare, render; write the plot; log everything as a comparison run. Returns (comparison, text)."""
+                width: int | None = TEXT_WIDTH, allow_mixed: bool = False) -> tuple[Comparison, str]:
+    """Load, compare, render; write the plot; log everything as a comparison run. Returns (comparison, text).
+    Jobs of different qrels, thresholds or query sets fail unless ``allow_mixed`` (module docstring)."""
     from mlflow.tracking import MlflowClient
 
     if fmt not in FORMATS:
@@ -164,14 +207,19 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
     jobs = select_jobs(runs, sweep)
     if not jobs:
         raise RagtrackError(f"experiment {found.name!r} has no finished runs")
-    hashes = {job.data.tags.get(TAG_DATASET_HASH) for job in jobs.values()}
-    if len(hashes) > 1:
-        raise RagtrackError(f"the selected runs used {len(hashes)} different datasets; compare one dataset at a time (--sweep or --experiment)")
     with tempfile.TemporaryDirectory(prefix="ragtrack-compare-") as scratch:
         folder = Path(scratch)
         systems = load_systems(client, jobs, runs, folder)
-        dataset, threshold = load_job_dataset(client, next(iter(jobs.values())), folder)
-        queries = None if dataset is None else [q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values())]
+        scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items()}
+        difference = scope_difference(list(scopes.values()))
+        if difference and not allow_mixed:
+            raise RagtrackError(f"{difference}; compare them apart (--sweep, --experiment) or pass --allow-mixed to keep them, each row labelled with its threshold")
+        if difference:
+            for s in systems:
+                s.label = f"{s.label} [threshold {scopes[s.job_id].threshold}]"
+        dataset = next(iter(scopes.values())).dataset
+        shared = set.intersection(*(set(scope.counted) for scope in scopes.values()))
+        queries = [q for q in next(iter(scopes.values())).counted if q in shared] if dataset is not None or difference else None
         comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), queries, seed, resamples)
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"

@@ -8,7 +8,7 @@ and CRLF line endings are accepted; documents with an empty title *and* text are
 empty query texts; ids and texts must be valid Unicode text and ids may not contain whitespace (a TREC
 run could not represent them; ``fields.py`` has the rules for ids, grades and columns); qrels may not
 name unknown queries or documents or repeat a (query, document) pair; grades must be ASCII integers
-(negative grades count as non-relevant, as in trec_eval); the BEIR header ``query-id corpus-id score``
+(negative grades count as non-relevant and, in bpref, as unjudged, as in trec_eval); the BEIR header ``query-id corpus-id score``
 is allowed only as the first non-blank line of a qrels file. Only queries judged in the split are run.
 """
 

@@ -4,6 +4,9 @@ and ``ragtrack reproduce``."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from io import StringIO
 
 import numpy as np
@@ -146,3 +149,22 @@ def test_the_python_compare_equals_the_command_on_the_same_runs(toy_sweep, tmp_p
     expected = comparison.table.set_index(["system", "metric"])
     assert len(expected) == len(runs) * len(metrics) >= 9
     pd.testing.assert_frame_equal(table, expected, check_exact=True, check_like=False)
+
+
+def test_compare_refuses_jobs_of_different_thresholds_unless_allowed(tmp_path) -> None:
+    """Two toy jobs at relevance thresholds 1 and 2: refused in one line naming both jobs and the
+    difference; --allow-mixed keeps them, each row labelled with its threshold, over the queries
+    relevant at both thresholds."""
+    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path)}
+    for threshold in (1, 2):
+        done = subprocess.run([sys.executable, "-m", "ragtrack.pipeline.cli", "run", "dataset=toy", "encoder=hashing",
+                               f"evaluator.ranking.relevance_threshold={threshold}", f"hydra.job.name=t{threshold}"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    with pytest.raises(RagtrackError, match=r"jobs '.*' and '.*' differ in relevance threshold \(1 vs 2\); .* --allow-mixed") as refused:
+        run_compare(uri, metrics=["map"], log_to_mlflow=False)
+    assert "\n" not in str(refused.value)
+    comparison, _ = run_compare(uri, metrics=["map"], log_to_mlflow=False, allow_mixed=True, failures=0)
+    assert len(comparison.systems) == 6 and {s.label.rsplit(" [", 1)[1] for s in comparison.systems} == {"threshold 1]", "threshold 2]"}
+    assert 0 < len(comparison.queries)

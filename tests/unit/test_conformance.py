@@ -1,11 +1,14 @@
 """Every ranking metric that trec_eval has equals pytrec_eval per query, to 1e-9, on 300 random
 qrels/run pairs (grades 0-3, ties, empty and short runs, judged non-relevant and unjudged documents,
-queries without relevant judgments, queries absent from the run), at relevance thresholds 1 and 2."""
+queries without relevant judgments, queries absent from the run), at relevance thresholds 1 and 2;
+and with negative grades (-2..2), which trec_eval reads as "in the pool but unjudged"."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import random
 
 import pandas as pd
 import pytest
@@ -29,6 +32,40 @@ def test_equals_pytrec_eval_per_query(chunk: int, threshold: int) -> None:
     assert_equal_per_query(ours, reference)
     unevaluated = [qid for qid in qrels if qid not in reference.index]  # absent or empty: every metric is 0
     assert unevaluated and (ours.loc[unevaluated] == 0).all().all()
+
+
+def with_negative_grades(qrels: dict, seed: int) -> dict:
+    """``qrels`` regraded uniformly from -2..2."""
+    rng = random.Random(seed)
+    return {qid: {doc: rng.choice([-2, -1, 0, 1, 2]) for doc in judged} for qid, judged in qrels.items()}
+
+
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_negative_grades_equal_trec_eval_per_query(threshold: int) -> None:
+    """trec_eval (form_res_rels.c) gives a document judged with a negative grade the value "in the pool
+    but unjudged": never relevant, no gain, left out of the judged non-relevant count, skipped by bpref;
+    for every measure here that is the same as no judgment. pytrec_eval 0.5.11 itself corrupts its heap
+    on negative grades (segfaults or hangs on these qrels), so the reference reads the qrels without
+    them, while ours reads them with them."""
+    qrels, run = random_pairs(range(400, 550))
+    qrels = with_negative_grades(qrels, seed=threshold)
+    ours, _ = score_ranking(run, qrels, list(ours_to_trec()), threshold=threshold)
+    nonnegative = {qid: kept for qid, judged in qrels.items() if (kept := {doc: g for doc, g in judged.items() if g >= 0})}
+    reference = pytrec_reference(nonnegative, run, threshold)
+    assert len(reference) > 1000 and (reference["bpref"] > 0).any()
+    assert_equal_per_query(ours, reference)
+    unevaluated = [qid for qid in qrels if qid not in reference.index]
+    assert unevaluated and (ours.loc[unevaluated] == 0).all().all()
+
+
+def test_bpref_skips_a_negative_grade() -> None:
+    """A relevant document under one graded -1: trec_eval (and pytrec_eval on this small input) gives
+    bpref 1 where counting the -1 as judged non-relevant would give 0 (auc counts it among the
+    retrieved non-relevant documents, like an unjudged one: 2/3)."""
+    qrels = {"q": {"a": -1, "b": 1, "c": 0}}
+    run = {"q": {"a": 3.0, "b": 2.0, "c": 1.0, "x": 0.5}}
+    ours, _ = score_ranking(run, qrels, ["bpref", "map", "ndcg", "auc"])
+    assert ours.loc["q"].to_dict() == pytest.approx({"bpref": 1.0, "map": 0.5, "ndcg": 0.6309297535714575, "auc": 2 / 3})
 
 
 def test_empty_run_scores_zero() -> None:

@@ -14,11 +14,13 @@ files and BEIR/TREC qrels files.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -208,7 +210,25 @@ def run_experiment(overrides: Sequence[str] = (), config_dir: str | Path | None 
     """One experiment from Python, composed by Hydra's compose API from ``overrides`` exactly as
     ``ragtrack run OVERRIDES`` composes it (``config_dir``: a folder of your own configs, like
     ``--config-dir``). Outputs go to a new folder under ``paths.log_dir/runs`` unless an override sets
-    ``paths.output_dir``. Sweeps (``-m``) are the CLI's."""
+    ``paths.output_dir``. Sweeps (``-m``) are the CLI's. The process environment is as it was afterwards
+    (MLflow sets variables such as ``MLFLOW_TRACKING_URI`` while the job logs)."""
+    with environment_kept():
+        return _run_experiment(overrides, config_dir)
+
+
+@contextlib.contextmanager
+def environment_kept() -> Iterator[None]:
+    """The process environment restored on exit: variables set meanwhile removed, changed ones reset."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(before):
+            del os.environ[name]
+        os.environ.update(before)
+
+
+def _run_experiment(overrides: Sequence[str], config_dir: str | Path | None) -> ExperimentResult:
     from omegaconf import open_dict
 
     from ragtrack.pipeline.config import compose

@@ -267,6 +267,7 @@ class MlflowTracker(Tracker):
                  retries: int = DEFAULT_RETRIES):
         self.uri, self.experiment_name = uri, experiment
         with reported_as_one_line():
+            configure_http(timeout, retries)  # every job: ragtrack.run_experiment restores the caller's environment after each
             self.client, self.experiment_id = _open_experiment(uri, experiment, artifact_location, timeout, retries)
         self.process = process_tag()
         self.run_id = None

@@ -125,7 +125,9 @@ def test_run_experiment_from_python_equals_the_command(tmp_path: Path, monkeypat
     import ragtrack as package
 
     monkeypatch.setenv("RAGTRACK_ROOT", str(tmp_path))
+    environment = dict(os.environ)
     result = package.run_experiment(["dataset=toy", "encoder=hashing"])
+    assert dict(os.environ) == environment  # MLflow's variables (MLFLOW_TRACKING_URI, ...) do not outlive the job
     assert set(result.systems) == {"bm25", "dense", "hybrid"} and result.output_dir.parent == tmp_path / "outputs" / "runs"
     assert json.loads((result.output_dir / "results.json").read_text())["systems"] == result.systems
     job = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db").get_run(result.run_id)

@@ -147,7 +147,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     stages = build_stages(cfg)
     with stage("load dataset"):
         dataset = load_dataset(cfg.dataset, check_documents=False)
-        attributes = query_attributes(cfg, dataset, int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1)))
+        attributes = query_attributes(cfg, dataset, relevance_threshold(cfg))
     with stage("chunk" if chunker else "check judgments"):
         plan = plan_chunks(dataset, chunker, oversample)
     cache = Cache(cfg.paths.cache_dir)
@@ -284,14 +284,29 @@ def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], d
     return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()])
 
 
+def job_key_metrics(cfg: DictConfig) -> list[str]:
+    """The metrics of the job's tables and tests (``tracking.key_metrics``, else the layout's default)."""
+    return list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
+
+
+def relevance_threshold(cfg: DictConfig) -> int:
+    """The grade from which a document counts as relevant (``evaluator.ranking.relevance_threshold``)."""
+    return int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
+
+
+def judged_queries(cfg: DictConfig, dataset: Dataset) -> list[str]:
+    """The queries with at least one relevant judgment: those the comparisons and tests average over."""
+    threshold = relevance_threshold(cfg)
+    return [q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values())]
+
+
 def against_inputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult]) -> Findings:
     """Each system made from one other (a reranker, a rewriter) against that input, on the key metrics
     over the judged queries: the difference, paired t-test and randomization p-values and W/T/L
     (results.json ``against_input``; child-run metrics ``<metric>_vs_input_delta`` and ``_vs_input_p``,
     the randomization test's)."""
-    key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
-    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
-    queries = [q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values())]
+    key_metrics = job_key_metrics(cfg)
+    queries = judged_queries(cfg, dataset)
     section, child_metrics = {}, {}
     for name, result in results.items():
         if len(result.inputs) != 1 or result.inputs[0] not in results:
@@ -357,7 +372,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
 
 def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str, dict[int, float]]:
     """recall@k and ndcg@k of a system for k up to ``depth`` (memoized: a multirun's jobs share runs)."""
-    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
+    threshold = relevance_threshold(cfg)
     return _scored.get((result.run, dataset.qrels), ("curves", int(cfg.depth), threshold),
                        lambda: {layout.curve_key(base): curve for base, curve in
                                 cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold).items()})
@@ -367,13 +382,12 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
     does across jobs): comparison.md/.png, failures/ and report.html in ``folder``; baseline bm25 or the
     first system; queries: those with a relevant judgment."""
-    key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
+    key_metrics = job_key_metrics(cfg)
     common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
     metrics = [m for m in key_metrics if m in common] or common[:1]
     if not metrics:
         return
-    threshold = int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
-    queries = [q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values())]
+    queries = judged_queries(cfg, dataset)
     systems = [SystemRun(system, system, name, "", 0, r.per_query, label=system, curves=_curves(r, dataset, cfg)) for system, r in results.items()]
     comparison = compare_systems(systems, metrics, find_baseline(systems, None), queries, seed=int(cfg.seed))
     title = f"{dataset.name} ({len(comparison.queries)} queries): {name}"
@@ -397,7 +411,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
                     findings: Findings | None = None) -> None:
     if not tracker.enabled:
         return
-    key_metrics = list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
+    key_metrics = job_key_metrics(cfg)
     with stage("log to MLflow"):
         parent_metrics = {}
         for name, result in results.items():

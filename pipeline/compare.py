@@ -144,8 +144,8 @@ def load_job_dataset(client, job, folder: Path) -> tuple[Dataset | None, int]:
         log.warning("dataset of run %s not available (%s): every query counts, no failure analysis", job.info.run_id, exc)
         return None, threshold
     if dataset.hash != job.data.tags.get(TAG_DATASET_HASH):
-        log.warning("dataset at %s changed since run %s (hash differs): every query counts, no failure analysis",
-                    config.dataset.path, job.info.run_id)
+        log.warning("dataset %s changed since run %s (hash differs): every query counts, no failure analysis",
+                    dataset.source, job.info.run_id)
         return None, threshold
     return dataset, threshold
 

@@ -7,6 +7,8 @@ Resolvers: ``${ragtrack_data:}`` is the folder of the shipped datasets (the inst
 resolves before Hydra's own config is set, which a multirun's sweep folder needs); ``${unique:}`` is
 six random hex digits, drawn once per composed config (cached like Hydra's ``${now:}``, and copied
 into every job of a sweep), which keeps the output folders of jobs started in the same second apart.
+``${stem:PATH}`` and ``${slug:ID}`` name a dataset after its folder or file (:func:`stem`) or its
+ir_datasets id (``/`` as ``-``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("ragtrack_data", lambda: str(datasets_dir()), replace=True)
     OmegaConf.register_new_resolver("cwd", os.getcwd, replace=True)
     OmegaConf.register_new_resolver("unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("stem", stem, replace=True)
+    OmegaConf.register_new_resolver("slug", lambda text: str(text).replace("/", "-"), replace=True)
+
+
+def stem(path: str) -> str:
+    """A file's or folder's name without its suffixes (``/data/queries.dev.tsv.gz`` -> ``queries``): a
+    dataset's default name."""
+    return Path(str(path).rstrip("/\\")).name.partition(".")[0] or "dataset"
 
 
 def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:

@@ -39,7 +39,7 @@ from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
 from ragtrack.pipeline.slices import Attribute, Findings, annotate, query_attributes, summarize
 from ragtrack.pipeline.systems import PlannedSystem, plan_systems
-from ragtrack.pipeline.tracking import MlflowTracker, Tracker, tracking_target
+from ragtrack.pipeline.tracking import DatasetIdentity, MlflowTracker, Tracker, tracking_target
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         tags[layout.TAG_SWEEP] = job.sweep
     name = cfg.get("run_name") or job_name(job.choices, typed)
     tracker.start(name, tags, shared)
+    tracker.log_dataset(dataset_identity(dataset, str(cfg.dataset.type)))
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan, stages)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
@@ -294,6 +295,13 @@ def relevance_threshold(cfg: DictConfig) -> int:
     return int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
 
 
+def dataset_identity(dataset: Dataset, provider: str) -> DatasetIdentity:
+    """The job's dataset as MLflow shows it (:class:`~ragtrack.pipeline.tracking.DatasetIdentity`)."""
+    profile = {"documents": len(dataset.corpus), "queries": len(dataset.queries), "judgments": sum(map(len, dataset.qrels.values())),
+               **{f"{part}_sha256": digest for part, digest in dataset.hashes.items()}}
+    return DatasetIdentity(dataset.name, dataset.hash[:16], provider, dataset.source, profile)
+
+
 def judged_queries(cfg: DictConfig, dataset: Dataset) -> list[str]:
     """The queries with at least one relevant judgment: those the comparisons and tests average over."""
     threshold = relevance_threshold(cfg)
@@ -356,8 +364,8 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
     with stage("compare systems"):
         _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml)
     payload = {
-        "dataset": {"name": dataset.name, "split": cfg.dataset.split, "hash": dataset.hash,
-                    "documents": len(dataset.corpus), "queries": len(dataset.queries)},
+        "dataset": {"name": dataset.name, "provider": cfg.dataset.type, "source": dataset.source, "hash": dataset.hash,
+                    "hashes": dataset.hashes, "documents": len(dataset.corpus), "queries": len(dataset.queries)},
         "config_hash": hashlib.sha256(config_yaml.encode()).hexdigest(),
         "systems": {name: r.summary["mean"].to_dict() for name, r in results.items()},
         "aggregates": {name: r.summary.drop(columns="n").to_dict(orient="index") for name, r in results.items()},

@@ -1,19 +1,25 @@
-"""Datasets, read once per process: the jobs of a multirun that runs in one process share the (frozen)
-dataset (and, through ``ragtrack.core.stages``, every run file read from the cache)."""
+"""Datasets, read once per process through their providers (``ragtrack.providers``, entry-point group
+``ragtrack.datasets``): the jobs of a multirun that runs in one process share the (frozen) dataset (and,
+through ``ragtrack.core.stages``, every run file read from the cache)."""
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 
-from ragtrack.core.data import Dataset, load_beir
+from omegaconf import DictConfig, OmegaConf
+
+from ragtrack.core.data import Dataset
+from ragtrack.pipeline import registry
 
 
-def load_dataset(cfg: Mapping, check_documents: bool = True) -> Dataset:
-    """The dataset a ``dataset`` config names (``path``, ``split``, ``name``, ``qrels_file``)."""
-    return _load_beir_once(str(cfg["path"]), str(cfg["split"]), cfg.get("name"), cfg.get("qrels_file"), check_documents)
+def load_dataset(cfg: Mapping | DictConfig, check_documents: bool = True) -> Dataset:
+    """The dataset a ``dataset`` config names (its ``type``: beir, trec, irds or a plugin)."""
+    settings = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    return _load_once(json.dumps(settings, sort_keys=True), check_documents)
 
 
 @functools.lru_cache(maxsize=2)
-def _load_beir_once(path: str, split: str, name: str | None, qrels_file: str | None, check_documents: bool) -> Dataset:
-    return load_beir(path, split=split, name=name, qrels_file=qrels_file, check_documents=check_documents)
+def _load_once(settings: str, check_documents: bool) -> Dataset:
+    return registry.build("datasets", json.loads(settings)).load(check_documents)

@@ -1,6 +1,6 @@
 """Plugins by entry point, constructed by Hydra.
 
-Entry-point groups ``ragtrack.<group>`` (retrievers, rewriters, fusions, rerankers, evaluators,
+Entry-point groups ``ragtrack.<group>`` (datasets, retrievers, rewriters, fusions, rerankers, evaluators,
 generators, chunkers) name the plugins (built-ins are registered there like any third-party package);
 a config names one by ``type`` (or gives a ``_target_``), and :func:`instantiate` - the only caller of
 ``hydra.utils.instantiate`` - constructs it. A plugin whose class declares ``settings_schema`` (a
@@ -27,7 +27,7 @@ from ragtrack.core.errors import RagtrackError, did_you_mean
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("retrievers", "rewriters", "fusions", "rerankers", "evaluators", "generators", "chunkers")
+GROUPS = ("datasets", "retrievers", "rewriters", "fusions", "rerankers", "evaluators", "generators", "chunkers")
 
 
 def installed(group: str) -> dict[str, EntryPoint]:

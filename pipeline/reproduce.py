@@ -146,9 +146,10 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
         for line in dropped:
             print(f"ragtrack: {line}", file=sys.stderr)
         logged_hash = job.data.tags.get(TAG_DATASET_HASH)
-        current_hash = load_dataset(cfg.dataset, check_documents=False).hash
+        current = load_dataset(cfg.dataset, check_documents=False)
+        current_hash = current.hash
         if logged_hash != current_hash:
-            raise RagtrackError(f"dataset {cfg.dataset.path} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
+            raise RagtrackError(f"dataset {current.source} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
         results = run_experiment(cfg)
     rows = []
     for system, values in results["systems"].items():

@@ -7,7 +7,7 @@ config against them before anything is built or logged. A bad value stops the jo
 
 The job itself keeps reading its ``DictConfig``; the models only check it.
 
-Components are chosen by ``type`` (retrievers, rewriters, fusions, rerankers, evaluators, generators,
+Components are chosen by ``type`` (datasets, retrievers, rewriters, fusions, rerankers, evaluators, generators,
 chunkers: entry points of ``ragtrack.<group>``) or by ``_target_`` (encoders). Each is checked against
 the model its class declares as ``settings_schema``, beside the class (shipped models declare every key
 and allow no other); a plugin without one is checked on its group's common keys (:data:`COMMON`), its
@@ -41,6 +41,7 @@ from ragtrack.core.settings import (Count, Flag, ItemError, MetricName, NonNegat
                                     SystemName, Text)
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.generation import GeneratorSettings
+from ragtrack.providers import DatasetSettings
 from ragtrack.pipeline import registry
 from ragtrack.pipeline.redaction import SECRET_KEY
 from ragtrack.pipeline.systems import STAGE_SECTIONS, plan_systems
@@ -58,25 +59,6 @@ class PathsSettings(Section):
     output_dir: Text
     cache_dir: Text
     mlflow_dir: Text
-
-
-DATASET_NAME = "a dataset name (no / or \\ or control characters, not . or ..): it names folders and the MLflow experiment"
-
-
-class DatasetSettings(Section):
-    name: Annotated[str, Field(pattern=r"^[^/\\\x00-\x1f]+$", description=DATASET_NAME)]
-    path: Text
-    split: Text = "test"
-    qrels_file: Text | None = None
-    slices_file: Text | None = None
-    slice_metadata: list[Text] = []
-
-    @field_validator("name")
-    @classmethod
-    def _not_a_parent(cls, name: str) -> str:
-        if name in (".", ".."):
-            raise ValueError(DATASET_NAME)
-        return name
 
 
 class TrackingSettings(Section):
@@ -122,7 +104,7 @@ class JobSettings(Section):
     dense_weight: NonNegative | None = None  # hparams_search=rrf_optuna: the dense member's RRF weight
     vars: dict[str, Any] = {}  # your own presets' helper variables (not checked)
     paths: PathsSettings
-    dataset: DatasetSettings
+    dataset: dict[str, Any]
     encoder: dict[str, Any] | None = None
     retriever: dict[SystemName, dict[str, Any]] | None = None
     rewriter: dict[Text, dict[str, Any]] | None = None
@@ -138,7 +120,7 @@ class JobSettings(Section):
 
 
 # The common keys of each group: what a plugin without its own ``settings_schema`` is checked on.
-COMMON: dict[str, type[Section]] = {"retrievers": RetrieverSettings, "rewriters": StageSettings, "fusions": FusionSettings,
+COMMON: dict[str, type[Section]] = {"datasets": DatasetSettings, "retrievers": RetrieverSettings, "rewriters": StageSettings, "fusions": FusionSettings,
                                     "rerankers": RerankerSettings, "evaluators": EvaluatorSettings, "generators": GeneratorSettings,
                                     "chunkers": ChunkerSettings}
 
@@ -150,6 +132,7 @@ def validate(cfg: DictConfig | Mapping) -> None:
     settings = _plain(cfg, "") if isinstance(cfg, DictConfig) else dict(cfg)
     settings.pop("hydra", None)
     _check(JobSettings, settings, "")
+    _check(_component_model("datasets", settings["dataset"], "dataset"), settings["dataset"], "dataset")
     if settings.get("encoder") is not None:
         _check(_encoder_model(settings["encoder"], "encoder"), settings["encoder"], "encoder")
     for section, group in STAGE_SECTIONS.items():
@@ -397,7 +380,7 @@ def settings_table() -> str:
     (a component's ``type``/``_target_`` picks its rows: the "where" column)."""
     rows: dict[tuple[str, str], list[str]] = {}
 
-    components = ("encoder", *STAGE_SECTIONS, "evaluator", "generator", "chunking")  # their own rows below
+    components = ("dataset", "encoder", *STAGE_SECTIONS, "evaluator", "generator", "chunking")  # their own rows below
 
     def add(prefix: str, model: type[BaseModel], where: str) -> None:
         for name, info in model.model_fields.items():
@@ -414,6 +397,8 @@ def settings_table() -> str:
                 rows.setdefault((f"`{prefix}{key}`", allowed), []).append(where)
 
     add("", JobSettings, "")
+    for kind, plugin in _shipped("datasets").items():
+        add("dataset.", plugin.settings_schema, f"`type: {kind}`")
     for encoder in shipped_encoders():
         add("encoder.", encoder.settings_schema, f"`_target_: ...{encoder.__name__}`")
     for section, group in (*STAGE_SECTIONS.items(), ("evaluator", "evaluators")):

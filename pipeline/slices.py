@@ -86,9 +86,9 @@ def query_attributes(cfg: Mapping, dataset: Dataset, threshold: int = 1) -> list
     data = cfg.get("dataset") or {}
     attributes = []
     if data.get("slices_file"):
-        attributes += read_slices_file(Path(str(data["slices_file"])), dataset, Path(str(data["path"])) / "queries.jsonl")
+        attributes += read_slices_file(Path(str(data["slices_file"])), dataset)
     keys = _string_list(data.get("slice_metadata"), "dataset.slice_metadata")
-    attributes += [metadata_attribute(key, dataset, Path(str(data.get("path", ""))) / "queries.jsonl") for key in keys]
+    attributes += [metadata_attribute(key, dataset) for key in keys]
     for name in _string_list(cfg.get("slices"), "slices"):
         if name not in AUTOMATIC:
             raise RagtrackError(f"slices: unknown automatic slice {name!r}; known: {', '.join(AUTOMATIC)}")
@@ -113,8 +113,9 @@ def _ordered(values: dict[str, str]) -> tuple[str, ...]:
     return tuple(sorted(set(values.values())))
 
 
-def read_slices_file(path: Path, dataset: Dataset, queries_path: Path) -> list[Attribute]:
+def read_slices_file(path: Path, dataset: Dataset) -> list[Attribute]:
     """The attributes of a slices file (format in the module docstring), strictly parsed."""
+    queries_path = dataset.queries_path
     lines = read_lines(path)
     header = next(lines, None)
     if header is None:
@@ -130,7 +131,7 @@ def read_slices_file(path: Path, dataset: Dataset, queries_path: Path) -> list[A
         raise InputError(path, "the header repeats a column name", number)
     columns: list[dict[str, str]] = [{} for _ in names[1:]]
     first_line: dict[str, int] = {}
-    known: set[str] | None = None  # every query id of queries.jsonl, read only if a line names a query outside the run
+    known: set[str] | None = None  # every query id of the queries file, read only if a line names a query outside the run
     for number, text in lines:
         cells = text.split("\t")
         if len(cells) != len(names):
@@ -140,9 +141,9 @@ def read_slices_file(path: Path, dataset: Dataset, queries_path: Path) -> list[A
             raise InputError(path, f"duplicate query id {qid!r} (first on line {first_line[qid]})", number)
         first_line[qid] = number
         if qid not in dataset.queries:
-            known = known if known is not None else set(load_queries(queries_path)[0])
+            known = known if known is not None else _all_query_ids(dataset)
             if qid not in known:
-                raise InputError(path, f"unknown query id {qid!r} (not in {queries_path.name})", number)
+                raise InputError(path, f"unknown query id {qid!r} (not in {queries_path.name if queries_path else 'the dataset'})", number)
             continue  # a query of another split
         for name, column, cell in zip(names[1:], columns, cells[1:]):
             if not cell.strip():
@@ -155,9 +156,16 @@ def read_slices_file(path: Path, dataset: Dataset, queries_path: Path) -> list[A
             for name, column in zip(names[1:], columns)]
 
 
-def metadata_attribute(key: str, dataset: Dataset, queries_path: Path) -> Attribute:
+def _all_query_ids(dataset: Dataset) -> set[str]:
+    """Every query id of the dataset's queries file, judged in its split or not (BEIR's queries.jsonl)."""
+    path = dataset.queries_path
+    return set(load_queries(path)[0]) if path is not None and path.name.endswith(".jsonl") else set(dataset.queries)
+
+
+def metadata_attribute(key: str, dataset: Dataset) -> Attribute:
     """Attribute ``key`` of the queries' ``metadata`` objects; a missing or non-scalar value is an error
     naming the queries.jsonl line."""
+    queries_path = dataset.queries_path
     if not _NAME.match(key):
         raise RagtrackError(f"dataset.slice_metadata: key {key!r} must be letters, digits, '_', '.' or '-'")
     values = {}
@@ -169,7 +177,8 @@ def metadata_attribute(key: str, dataset: Dataset, queries_path: Path) -> Attrib
             value = str(value).strip()
         else:
             problem = "no" if value is None else f"a {type(value).__name__} (not a string, integer or boolean) as"
-            raise InputError(queries_path, f"query {qid!r} has {problem} metadata {key!r} (dataset.slice_metadata)", _line_of(queries_path, qid))
+            raise InputError(queries_path or f"{dataset.source} queries", f"query {qid!r} has {problem} metadata {key!r} (dataset.slice_metadata)",
+                             _line_of(queries_path, qid) if queries_path and queries_path.name.endswith(".jsonl") else None)
         values[qid] = value
     return Attribute(key, values, _ordered(values), "metadata", f"metadata key {key!r} of queries.jsonl")
 

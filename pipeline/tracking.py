@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -238,6 +239,22 @@ def reported_as_one_line() -> Any:
     return faults_as_one_line("MLflow logging failed")
 
 
+DATASET_CONTEXT_TAG, DATASET_CONTEXT = "mlflow.data.context", "evaluation"  # MLflow's tag for what a dataset input was used for
+
+
+@dataclass(frozen=True)
+class DatasetIdentity:
+    """What a job was evaluated on, as MLflow shows a dataset input: ``name``, ``digest`` (the first 16
+    hex digits of the dataset's sha256), ``provider`` (beir, trec, irds: MLflow's source type), ``source``
+    (``irds:beir/scifact/test``) and ``profile`` (counts and the sha256 of documents, queries and qrels)."""
+
+    name: str
+    digest: str
+    provider: str
+    source: str
+    profile: dict
+
+
 class Tracker:
     """No tracking (``tracking=none``); the MLflow tracker has the same methods."""
 
@@ -245,6 +262,7 @@ class Tracker:
     run_id: str | None = None
 
     def start(self, run_name: str, tags: dict, params: dict) -> None: ...
+    def log_dataset(self, identity: DatasetIdentity) -> None: ...
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
                    steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None: ...
     def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None: ...
@@ -273,6 +291,7 @@ class MlflowTracker(Tracker):
         self.run_id = None
         self.run_name = ""
         self.view_shared = False
+        self.dataset_inputs: list = []
 
     def start(self, run_name: str, tags: dict, params: dict) -> None:
         tags = {**tags, TAG_PROCESS: self.process}
@@ -281,6 +300,17 @@ class MlflowTracker(Tracker):
             self.run_id, self.run_name = run.info.run_id, run_name
             self._log(self.run_id, params=params)
         log.info("MLflow: experiment %s, run %s (%s)", self.experiment_id, run_name, self.run_id)
+
+    def log_dataset(self, identity: DatasetIdentity) -> None:
+        """The job's dataset as an MLflow dataset input of the parent run and (logged with them) of every
+        system's run: the UI's Datasets column and section show its name, digest and source."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        entity = Dataset(name=identity.name, digest=identity.digest, source_type=identity.provider,
+                         source=json.dumps({"uri": identity.source}), profile=json.dumps(identity.profile))
+        self.dataset_inputs = [DatasetInput(entity, [InputTag(DATASET_CONTEXT_TAG, DATASET_CONTEXT)])]
+        with reported_as_one_line():
+            self.client.log_inputs(self.run_id, self.dataset_inputs)
 
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
                    steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None:
@@ -291,6 +321,8 @@ class MlflowTracker(Tracker):
             self._log_artifacts(run.info.run_id, artifacts)  # first: finding a run's artifact store reads the whole run
             if table is not None:
                 self.client.log_table(run.info.run_id, table, QUERIES_TABLE)
+            if self.dataset_inputs:
+                self.client.log_inputs(run.info.run_id, self.dataset_inputs)
             self._log(run.info.run_id, params=params, metrics=metrics, steps=steps)
             self.client.set_terminated(run.info.run_id, "FINISHED")
 

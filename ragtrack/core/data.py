@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,9 @@ class Dataset:
     hash: str = ""
     metadata: dict[str, dict] = field(default_factory=dict)  # a query's ``metadata`` object (queries.jsonl), where given
     qrels_path: Path | None = None  # the judgments' file, for errors that name a line of it
+    queries_path: Path | None = None  # the queries' file (likewise)
+    source: str = ""  # where it was read, for people: ``beir:/data/nfcorpus``, ``irds:beir/scifact/test``
+    hashes: dict[str, str] = field(default_factory=dict)  # sha256 of the documents, queries and qrels (``hash`` covers all three)
 
     def num_judged_relevant(self, threshold: int = 1) -> int:
         return sum(any(g >= threshold for g in docs.values()) for docs in self.qrels.values())
@@ -172,6 +176,108 @@ def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str,
     return queries, answers, digest.hexdigest(), metadata
 
 
+def load_tsv_corpus(path: Path) -> Corpus:
+    """Read a corpus as tab-separated ``docid<TAB>text`` or ``docid<TAB>title<TAB>text`` lines without a
+    header (MS MARCO's ``collection.tsv`` layout), gzip if the name ends in ``.gz``."""
+    digest = hashlib.sha256()
+    ids, titles, texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
+    first_line: dict[str, int] = {}
+    for number, line in read_lines(path, digest):
+        columns = line.split("\t")
+        if len(columns) not in (2, 3):
+            raise InputError(path, f"expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got {len(columns)}", number)
+        doc_id = check_id(columns[0].strip(" "), path, number, "document id")
+        title, text = (columns[1], columns[2]) if len(columns) == 3 else ("", columns[1])
+        check_text(title, path, number, "the title")
+        check_text(text, path, number, "the text")
+        if not text.strip() and not title.strip():
+            raise InputError(path, f"document {doc_id!r} has an empty title and text", number)
+        if doc_id in first_line:
+            raise InputError(path, f"duplicate document id {doc_id!r} (first on line {first_line[doc_id]})", number)
+        first_line[doc_id] = number
+        ids.append(doc_id)
+        titles.append(title)
+        texts.append(text)
+    if not first_line:
+        raise InputError(path, "corpus is empty")
+    return Corpus(ids=Strings.from_builder(ids), titles=Strings.from_builder(titles), texts=Strings.from_builder(texts),
+                  hash=digest.hexdigest())
+
+
+TOPIC_FIELDS = ("title", "description", "narrative")
+TOPIC_TAG = re.compile(r"<(num|title|desc|narr)>|</top>", re.IGNORECASE)
+TOPIC_LABELS = {"num": re.compile(r"^\s*Number:\s*", re.IGNORECASE), "desc": re.compile(r"^\s*Description:\s*", re.IGNORECASE),
+                "narr": re.compile(r"^\s*Narrative:\s*", re.IGNORECASE), "title": re.compile(r"^\s*(?:Topic:)?\s*", re.IGNORECASE)}
+
+
+def load_topics(path: Path, field_name: str = "title") -> tuple[dict[str, str], str]:
+    """Read TREC topics: ``qid<TAB>text`` lines (MS MARCO, TREC DL), or the classic SGML-like format
+    (``<top> <num> Number: 301 <title> ... <desc> Description: ... <narr> Narrative: ... </top>``), whose
+    ``field_name`` (``title``, ``description`` or ``narrative``) is the query; returns texts and hash."""
+    digest = hashlib.sha256()
+    lines = list(read_lines(path, digest))
+    if not lines:
+        raise InputError(path, "no topics")
+    classic = lines[0][1].lstrip().lower().startswith("<top>")
+    parsed = _classic_topics(path, lines, field_name) if classic else _tsv_topics(path, lines)
+    queries: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    for number, qid, text in parsed:
+        check_id(qid, path, number, "topic id")
+        check_text(text, path, number, f"the text of topic {qid!r}")
+        if not text.strip():
+            raise InputError(path, f"topic {qid!r} has an empty {field_name if classic else 'text'}", number)
+        if qid in first_line:
+            raise InputError(path, f"duplicate topic id {qid!r} (first on line {first_line[qid]})", number)
+        first_line[qid] = number
+        queries[qid] = text
+    return queries, digest.hexdigest()
+
+
+def _tsv_topics(path: Path, lines: list[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
+    for number, line in lines:
+        qid, tab, text = line.partition("\t")
+        if not tab:
+            raise InputError(path, "expected 'qid<TAB>text' (or a <top> block)", number)
+        yield number, qid.strip(" "), text.strip()
+
+
+def _classic_topics(path: Path, lines: list[tuple[int, str]], field_name: str) -> Iterator[tuple[int, str, str]]:
+    """The topics of a classic TREC topics file: one ``(line of <top>, number, field text)`` per topic."""
+    tag_of = {"title": "title", "description": "desc", "narrative": "narr"}
+    wanted, start, fields, current = tag_of[field_name], 0, {}, None
+    for number, line in lines:
+        stripped = line.strip()
+        if stripped.lower() == "<top>":
+            if current is not None or fields:
+                raise InputError(path, "<top> inside a topic (a missing </top>?)", number)
+            start, fields, current = number, {}, None
+            continue
+        if not start:
+            raise InputError(path, f"text outside a <top> block: {stripped[:40]!r}", number)
+        position = 0
+        for match in TOPIC_TAG.finditer(line):
+            if current is not None:
+                fields[current] = f"{fields.get(current, '')} {line[position:match.start()]}"
+            if match.group(0).lower() == "</top>":
+                if "num" not in fields:
+                    raise InputError(path, "topic without <num>", number)
+                qid = TOPIC_LABELS["num"].sub("", fields["num"]).strip()
+                if wanted not in fields:
+                    raise InputError(path, f"topic {qid!r} has no <{wanted}> field", start)
+                yield start, qid, " ".join(TOPIC_LABELS[wanted].sub("", fields[wanted]).split())
+                start, fields, current = 0, {}, None
+                break
+            current = match.group(1).lower()
+            fields[current] = ""
+            position = match.end()
+        else:
+            if current is not None:
+                fields[current] = f"{fields.get(current, '')} {line[position:]}"
+    if start:
+        raise InputError(path, f"the topic opened on line {start} has no </top>")
+
+
 def load_qrels(path: Path) -> tuple[Qrels, str]:
     """Read BEIR qrels (``query-id corpus-id score``, tab-separated, the header optional and only as
     the first non-blank line) or TREC qrels (``qid iteration docid rel``); columns are separated by
@@ -242,27 +348,67 @@ def load_beir(path: str | Path, split: str = "test", name: str | None = None, qr
         raise InputError(folder, "dataset folder not found")
     qrels_path = Path(qrels_file) if qrels_file else folder / "qrels" / f"{split}.tsv"
     corpus = load_corpus(_corpus_path(folder))
-    all_queries, all_answers, queries_hash, all_metadata = load_queries(folder / "queries.jsonl")
+    queries, answers, queries_hash, metadata = load_queries(folder / "queries.jsonl")
     qrels, qrels_hash = load_qrels(qrels_path)
-    for qid in qrels:
+    return assemble(Sources(name or folder.name, f"beir:{folder}", folder / "queries.jsonl", qrels_path), corpus,
+                    Judged(queries, qrels, queries_hash, qrels_hash, answers, metadata), split, check_documents)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where a dataset comes from: its name, a source string for people (``beir:/data/nfcorpus``,
+    ``irds:beir/scifact/test``) and the files of its queries and judgments, where they are files (errors
+    then name their lines), else labels (``irds beir/scifact/test qrels``)."""
+
+    name: str
+    source: str
+    queries: Path | str
+    qrels: Path | str
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A dataset's queries (all of them, judged or not), judgments and their content hashes."""
+
+    queries: dict[str, str]
+    qrels: Qrels
+    queries_hash: str
+    qrels_hash: str
+    answers: dict[str, list[str]] = field(default_factory=dict)
+    metadata: dict[str, dict] = field(default_factory=dict)
+
+
+def assemble(sources: Sources, corpus: Corpus, judged: Judged, split: str = "", check_documents: bool = True) -> Dataset:
+    """A :class:`Dataset` of the queries judged in ``judged.qrels`` (every provider ends here): a judged
+    query must be among the queries and, unless ``check_documents`` is false, a judged document in the
+    corpus; the dataset's hash covers documents, queries and judgments."""
+    all_queries = judged.queries
+    for qid in judged.qrels:
         if qid not in all_queries:
-            raise InputError(qrels_path, f"unknown query id {qid!r} (not in queries.jsonl)", _find_qrels_line(qrels_path, qid))
-    queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
-    answers = {qid: gold for qid, gold in all_answers.items() if qid in qrels}
-    metadata = {qid: values for qid, values in all_metadata.items() if qid in qrels}
-    combined = hashlib.sha256(f"{corpus.hash}:{queries_hash}:{qrels_hash}".encode()).hexdigest()
-    dataset = Dataset(name=name or folder.name, corpus=corpus, queries=queries, qrels=qrels, answers=answers, hash=combined,
-                      qrels_path=qrels_path, metadata=metadata)
+            line = _find_qrels_line(sources.qrels, qid) if isinstance(sources.qrels, Path) else None
+            raise InputError(sources.qrels, f"unknown query id {qid!r} (not in {_label(sources.queries)})", line)
+    keep = judged.qrels.keys()
+    hashes = {"documents": corpus.hash, "queries": judged.queries_hash, "qrels": judged.qrels_hash}
+    dataset = Dataset(name=sources.name, corpus=corpus, queries={q: t for q, t in all_queries.items() if q in keep}, qrels=judged.qrels,
+                      answers={q: a for q, a in judged.answers.items() if q in keep}, metadata={q: m for q, m in judged.metadata.items() if q in keep},
+                      hash=hashlib.sha256(":".join(hashes.values()).encode()).hexdigest(), hashes=hashes, source=sources.source,
+                      queries_path=sources.queries if isinstance(sources.queries, Path) else None,
+                      qrels_path=sources.qrels if isinstance(sources.qrels, Path) else None)
     if check_documents:
         check_judged_documents(dataset, set(corpus.ids))
+    queries = dataset.queries
     unjudged = len(queries) - dataset.num_judged_relevant()
     log.info(
-        "dataset %s/%s: %d documents, %d queries, %d judgments%s%s",
-        dataset.name, split, len(corpus), len(queries), sum(map(len, qrels.values())),
+        "dataset %s%s: %d documents, %d queries, %d judgments%s%s",
+        dataset.name, f"/{split}" if split else "", len(corpus), len(queries), sum(map(len, judged.qrels.values())),
         f" ({unjudged} queries without a relevant document are run but not averaged)" if unjudged else "",
         f"; {len(all_queries) - len(queries)} queries without judgments in this split are not run" if len(all_queries) > len(queries) else "",
     )
     return dataset
+
+
+def _label(source: Path | str) -> str:
+    return source.name if isinstance(source, Path) else str(source)
 
 
 def check_judged_documents(dataset: Dataset, known: Container[str]) -> None:
@@ -272,4 +418,4 @@ def check_judged_documents(dataset: Dataset, known: Container[str]) -> None:
         for doc_id in judged:
             if doc_id not in known:
                 line = _find_qrels_line(dataset.qrels_path, doc_id) if dataset.qrels_path else None
-                raise InputError(dataset.qrels_path or "qrels", f"unknown document id {doc_id!r} (not in the corpus)", line)
+                raise InputError(dataset.qrels_path or f"{dataset.source} qrels", f"unknown document id {doc_id!r} (not in the corpus)", line)

@@ -67,6 +67,10 @@ def test_mlflow_layout(toy_job) -> None:
     assert parent.data.tags["ragtrack.version"] == __version__
     assert "bm25/ndcg_at_10" in parent.data.metrics and "hybrid/recall_at_10" in parent.data.metrics
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"results.json", "comparison.csv", "config.yaml", "per_query.csv", ".hydra"}
+    (used,) = parent.inputs.dataset_inputs  # the UI's Datasets section: what the job was evaluated on
+    assert (used.dataset.name, used.dataset.source_type, used.dataset.digest) == ("toy", "beir", parent.data.tags["ragtrack.dataset_hash"][:16])
+    assert json.loads(used.dataset.source)["uri"] == f"beir:{TOY}" and [(t.key, t.value) for t in used.tags] == [("mlflow.data.context", "evaluation")]
+    assert json.loads(used.dataset.profile)["queries"] == 6 and len(json.loads(used.dataset.profile)["qrels_sha256"]) == 64
     keys = None
     for child in children:
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
@@ -76,6 +80,7 @@ def test_mlflow_layout(toy_job) -> None:
         assert quality == keys  # identical metric keys across systems
         assert {"ndcg_at_10", "ndcg_at_10_std", "ndcg_at_10_ci_low", "recall_at_100", "mrr", "map"} <= quality
         assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"run.trec", "per_query.csv", "queries.json"}
+        assert [i.dataset.digest for i in client.get_run(child.info.run_id).inputs.dataset_inputs] == [used.dataset.digest]
     assert children[0].data.params  # each system's config
 
 

@@ -40,7 +40,7 @@ def test_a_hostile_setting_stops_the_job_in_one_line_leaving_nothing(tmp_path: P
 def test_a_misspelled_option_of_the_users_own_configs(tmp_path: Path) -> None:
     mine = tmp_path / "myconf" / "dataset"
     mine.mkdir(parents=True)
-    (mine / "mine.yaml").write_text("name: mine\npath: /data/mine\nsplit: test\nqrels_file: null\n")
+    (mine / "mine.yaml").write_text("type: beir\nname: mine\npath: /data/mine\nsplit: test\nqrels_file: null\n")
     done = ragtrack(tmp_path, "run", "--config-dir", str(tmp_path / "myconf"), "dataset=mnie", "encoder=hashing")
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["ragtrack: error: dataset: 'mnie' is not allowed: one of beir, mine, scifact, toy, xquad_en, xquad_en_unanswerable; did you mean 'mine'?"]

@@ -130,7 +130,7 @@ def test_a_users_folder_and_configs_work(installed, tmp_path: Path) -> None:
     conf = tmp_path / "myconf"
     (conf / "dataset").mkdir(parents=True)
     (conf / "experiment").mkdir()
-    (conf / "dataset" / "mine.yaml").write_text(f"name: mine\npath: {data}\nsplit: test\nqrels_file: null\n")
+    (conf / "dataset" / "mine.yaml").write_text(f"type: beir\nname: mine\npath: {data}\nsplit: test\nqrels_file: null\n")
     (conf / "experiment" / "quick.yaml").write_text("# @package _global_\ndefaults:\n  - override /dataset: mine\n"
                                                     "  - override /retriever: [bm25]\n  - override /fusion: []\nrun_name: quick bm25\n")
     for args in (["dataset=mine", "retriever=[bm25]", "fusion=[]"], ["experiment=quick"]):

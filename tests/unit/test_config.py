@@ -46,7 +46,10 @@ def test_the_default_config() -> None:
 
 @pytest.mark.parametrize("override", _options())
 def test_every_config_composes(override: str) -> None:
-    cfg = compose_config([override] + (["dataset.path=/tmp/x"] if override == "dataset=beir" else []))
+    given = {"dataset=beir": ["dataset.path=/tmp/nfcorpus"], "dataset=irds": ["dataset.id=beir/scifact/test"],
+             "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=/data/dl19-queries.tsv.gz", "dataset.qrels=q.txt"]}
+    cfg = compose_config([override, *given.get(override, [])])
+    assert cfg.dataset.name in {"dataset=beir": "nfcorpus", "dataset=irds": "beir-scifact-test", "dataset=trec": "dl19-queries"}.get(override, cfg.dataset.name)
     assert cfg.dataset.name and cfg.depth > 0
     with open_dict(cfg):
         del cfg["hydra"]

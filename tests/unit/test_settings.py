@@ -35,7 +35,8 @@ def group_options() -> list[str]:
     return overrides
 
 
-GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "generator=openai": ["generator.model=m"],
+GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "dataset=irds": ["dataset.id=beir/scifact/test"],
+                "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=t.tsv", "dataset.qrels=q.txt"], "generator=openai": ["generator.model=m"],
                 "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"],
                 "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"],
                 "rewriter=[llm]": ["rewriter.llm.model=m"], "reranker=[llm]": ["reranker.llm.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"]}
@@ -136,9 +137,9 @@ HOSTILE = {
                       "generator.base_url: 'localhost:8000' is not allowed: an http:// or https:// URL"),
     "extractive unit": (["generator=extractive", "generator.unit=word"], "generator.unit: 'word' is not allowed: one of span, sentence"),
     "dataset name leaves the folder": (["dataset.name=x/../../.."], "dataset.name: 'x/../../..' is not allowed: a dataset name "
-                                       "(no / or \\ or control characters, not . or ..): it names folders and the MLflow experiment"),
+                                       "(no / or \\ or control characters, not . or ..; it names folders and the MLflow experiment), or null: named after its source"),
     "dataset name parent": (["dataset.name=.."], "dataset.name: '..' is not allowed: a dataset name "
-                            "(no / or \\ or control characters, not . or ..): it names folders and the MLflow experiment"),
+                            "(no / or \\ or control characters, not . or ..; it names folders and the MLflow experiment), or null: named after its source"),
     "dataset path missing": (["dataset=beir"], "dataset.path: a value is required (the config has ???)"),
     "dataset misspelled key": (["+dataset.nme=x"], "dataset.nme: no such key; did you mean 'dataset.name'?"),
     "top-level misspelled key": (["+depht=10"], "depht: no such key; did you mean 'depth'?"),
@@ -228,8 +229,9 @@ def test_a_plugin_component_is_checked_on_the_common_keys_or_its_own_schema(monk
         def load(self):
             return Splade
 
-    monkeypatch.setattr(registry, "installed", lambda group: {"splade": Entry()} if group == "retrievers" else {})
-    monkeypatch.setattr(registry, "load", lambda group, name: Splade)
+    installed, load = registry.installed, registry.load
+    monkeypatch.setattr(registry, "installed", lambda group: {"splade": Entry()} if group == "retrievers" else installed(group))
+    monkeypatch.setattr(registry, "load", lambda group, name: Splade if group == "retrievers" else load(group, name))
     plugin = {"type": "splade", "model": "naver/splade", "batch": 16}
     validate({**_job(), "retriever": {"splade": plugin}})
 
@@ -269,7 +271,7 @@ def test_a_preset_helper_variable_goes_under_vars() -> None:
 
 def _job() -> dict:
     paths = {k: "/tmp/x" for k in ("root_dir", "data_dir", "log_dir", "output_dir", "cache_dir", "mlflow_dir")}
-    return {"depth": 10, "seed": 0, "paths": paths, "dataset": {"name": "toy", "path": "/tmp/toy"}, "tracking": {"enabled": False}}
+    return {"depth": 10, "seed": 0, "paths": paths, "dataset": {"type": "beir", "name": "toy", "path": "/tmp/toy"}, "tracking": {"enabled": False}}
 
 
 def test_discard_job_folder_removes_only_what_hydra_made(tmp_path: Path) -> None:

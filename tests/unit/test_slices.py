@@ -32,7 +32,7 @@ def toy_copy(tmp_path: Path, queries: list[dict] | None = None) -> Path:
 
 def slices_of(folder: Path, text: str):
     (folder / "slices.tsv").write_text(text)
-    return read_slices_file(folder / "slices.tsv", load_beir(folder), folder / "queries.jsonl")
+    return read_slices_file(folder / "slices.tsv", load_beir(folder))
 
 
 GOOD = "qid\ttopic\tsource\n" + "".join(f"q{i}\t{'bio' if i < 4 else 'phys'}\tx\n" for i in range(1, 7))
@@ -123,7 +123,7 @@ def test_question_type_rule(question, kind) -> None:
 def test_shipped_xquad_slices_file_is_the_documented_rule_and_loads() -> None:
     queries = load_queries(XQUAD / "queries.jsonl")[0]
     assert (XQUAD / "slices.tsv").read_text() == question_types_tsv(queries)
-    (attribute,) = read_slices_file(XQUAD / "slices.tsv", load_beir(XQUAD), XQUAD / "queries.jsonl")
+    (attribute,) = read_slices_file(XQUAD / "slices.tsv", load_beir(XQUAD))
     counts = {value: sum(v == value for v in attribute.values.values()) for value in attribute.order}
     assert counts == {"how": 47, "how_many": 93, "other": 16, "what": 675, "when": 86, "where": 45, "which": 83, "who": 130, "why": 15}
     assert f"{sum(counts.values()):,}" in (XQUAD / "SOURCE.md").read_text()

@@ -1,0 +1,258 @@
+"""Dataset providers: where a job's corpus, queries and judgments come from. A job's ``dataset`` block
+names one by ``type`` (entry-point group ``ragtrack.datasets``; built in: ``beir``, ``trec``, ``irds``),
+and everything downstream sees only the :class:`~ragtrack.core.data.Dataset` it returns.
+
+- ``beir``: a folder in BEIR layout (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``).
+- ``trec``: a corpus (BEIR ``corpus.jsonl`` or MS MARCO-style ``docid<TAB>text`` tsv), TREC topics (tsv or
+  the classic ``<top>`` format) and a TREC qrels file, each read as strictly as the BEIR files.
+- ``irds``: any `ir_datasets <https://ir-datasets.com>`_ id (``beir/scifact/test``,
+  ``msmarco-passage/trec-dl-2019/judged``), downloaded and cached by ir_datasets itself; documents stream
+  into the compact corpus columns, never a Python object per document kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from ragtrack.core.data import (Corpus, Dataset, Judged, Qrels, Sources, assemble, load_beir, load_corpus, load_qrels, load_topics,
+                                load_tsv_corpus)
+from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
+from ragtrack.core.fields import check_id, check_text
+from ragtrack.core.progress import Progress
+from ragtrack.core.settings import ComponentSettings, Text, validated
+from ragtrack.core.strings import Strings, StringsBuilder
+
+DATASET_NAME = ("a dataset name (no / or \\ or control characters, not . or ..; it names folders and the MLflow experiment), "
+                "or null: named after its source")
+
+
+class DatasetSettings(ComponentSettings):
+    """Keys of every dataset: ``name`` (the MLflow experiment is ``ragtrack-<name>``; the shipped YAMLs
+    derive it from the path or id) and the query attributes to slice metrics by (docs/slices.md)."""
+
+    name: Annotated[str, Field(pattern=r"^[^/\\\x00-\x1f]+$")] | None = Field(None, description=DATASET_NAME)
+    slices_file: Text | None = None
+    slice_metadata: list[Text] = []
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_parent(cls, name: str | None) -> str | None:
+        if name in (".", ".."):
+            raise ValueError(DATASET_NAME)
+        return name
+
+
+class DatasetProvider:
+    """Reads one dataset from its validated settings (``settings_schema``, beside each provider)."""
+
+    settings_schema: type[DatasetSettings] = DatasetSettings
+    kind = "dataset"
+
+    def __init__(self, **values: Any):
+        self.settings = validated(self.settings_schema, values, f"dataset ({self.kind})")
+
+    def load(self, check_documents: bool = True) -> Dataset:
+        """The dataset; judged documents must be in the corpus unless ``check_documents`` is false (the
+        experiment checks them against what it indexes, chunks included)."""
+        raise NotImplementedError
+
+
+class BeirSettings(DatasetSettings, extra="forbid"):
+    path: Text
+    split: Text = "test"
+    qrels_file: Text | None = Field(None, description="a TREC or BEIR qrels file instead of qrels/<split>.tsv")
+
+
+class BeirDataset(DatasetProvider):
+    """A folder in BEIR layout (:func:`ragtrack.core.data.load_beir`)."""
+
+    settings_schema = BeirSettings
+    kind = "beir"
+
+    def load(self, check_documents: bool = True) -> Dataset:
+        s = self.settings
+        return load_beir(s.path, split=s.split, name=s.name, qrels_file=s.qrels_file, check_documents=check_documents)
+
+
+class TrecSettings(DatasetSettings, extra="forbid"):
+    corpus: Text = Field(description="corpus.jsonl(.gz) as in BEIR, or docid<TAB>text (or docid<TAB>title<TAB>text) lines")
+    topics: Text = Field(description="qid<TAB>text lines, or classic TREC <top> blocks")
+    qrels: Text = Field(description="a TREC qrels file (qid 0 docid grade), or BEIR's qrels tsv")
+    query_field: Literal["title", "description", "narrative"] = "title"
+
+
+class TrecDataset(DatasetProvider):
+    """A corpus, TREC topics and TREC qrels, each a file (gzip if the name ends in ``.gz``)."""
+
+    settings_schema = TrecSettings
+    kind = "trec"
+
+    def load(self, check_documents: bool = True) -> Dataset:
+        s = self.settings
+        corpus_path, topics_path, qrels_path = Path(s.corpus), Path(s.topics), Path(s.qrels)
+        jsonl = corpus_path.name.endswith((".jsonl", ".jsonl.gz"))
+        corpus = load_corpus(corpus_path) if jsonl else load_tsv_corpus(corpus_path)
+        queries, queries_hash = load_topics(topics_path, s.query_field)
+        qrels, qrels_hash = load_qrels(qrels_path)
+        return assemble(Sources(s.name or topics_path.name.partition(".")[0], f"trec:{topics_path}", topics_path, qrels_path),
+                        corpus, Judged(queries, qrels, queries_hash, qrels_hash), check_documents=check_documents)
+
+
+class IrdsSettings(DatasetSettings, extra="forbid"):
+    id: Text = Field(description="an ir_datasets id with queries and qrels, e.g. beir/scifact/test")
+    fields: list[Text] | None = Field(None, description="document fields forming the text (the first of several is the title); "
+                                                        "null: title and text where the documents have both, else text")
+    query_field: Text | None = Field(None, description="the query field (title, description, ... for TREC topics); null: text, else title")
+    home: Text | None = Field(None, description="ir_datasets' download and cache folder; null: its own ($IR_DATASETS_HOME or ~/.ir_datasets)")
+
+
+class IrdsDataset(DatasetProvider):
+    """Any ir_datasets id, through its public API (``ir_datasets.load``); ir_datasets downloads (checking
+    its hashes) and caches the files in its own home."""
+
+    settings_schema = IrdsSettings
+    kind = "irds"
+
+    def load(self, check_documents: bool = True) -> Dataset:
+        s = self.settings
+        with self._home():
+            source = self._source()
+            corpus = self._corpus(source)
+            queries, queries_hash = self._queries(source)
+            qrels, qrels_hash = self._qrels(source)
+        label = f"ir_datasets {s.id}"
+        return assemble(Sources(s.name or s.id.replace("/", "-"), f"irds:{s.id}", f"{label} queries", f"{label} qrels"), corpus,
+                        Judged(queries, qrels, queries_hash, qrels_hash), check_documents=check_documents)
+
+    @contextlib.contextmanager
+    def _home(self) -> Iterator[None]:
+        """``IR_DATASETS_HOME`` set to ``home`` while ir_datasets reads (it reads the variable at each use)."""
+        if self.settings.home is None:
+            yield
+            return
+        previous = os.environ.get("IR_DATASETS_HOME")
+        os.environ["IR_DATASETS_HOME"] = str(Path(self.settings.home).expanduser().resolve())
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop("IR_DATASETS_HOME", None)
+            else:
+                os.environ["IR_DATASETS_HOME"] = previous
+
+    def _source(self) -> Any:
+        try:
+            import ir_datasets
+        except ImportError:
+            raise RagtrackError("dataset=irds needs the ir_datasets package: pip install ir_datasets") from None
+        try:
+            source = ir_datasets.load(self.settings.id)
+        except KeyError:
+            known = list(ir_datasets.registry)
+            raise RagtrackError(f"dataset.id: {self.settings.id!r} is not an ir_datasets id{did_you_mean(self.settings.id, known)}"
+                                " (ir_datasets lists them: https://ir-datasets.com)") from None
+        missing = [part for part in ("docs", "queries", "qrels") if not getattr(source, f"has_{part}")()]
+        if missing:
+            raise RagtrackError(f"dataset.id: ir_datasets {self.settings.id!r} has no {' and no '.join(missing)}; "
+                                "name a split that has queries and qrels, e.g. beir/scifact/test")
+        return source
+
+    def _fields(self, available: tuple[str, ...], chosen: list[str] | None, default: list[str], key: str) -> list[str]:
+        fields = chosen or default
+        for name in fields:
+            if name not in available:
+                raise RagtrackError(f"dataset.{key}: {name!r} is not a field of ir_datasets {self.settings.id!r}; "
+                                    f"its fields: {', '.join(available)}{did_you_mean(name, available)}")
+        return fields
+
+    def _corpus(self, source: Any) -> Corpus:
+        available = source.docs_cls()._fields
+        default = ["title", "text"] if {"title", "text"} <= set(available) else ["text"]
+        fields = self._fields(available, self.settings.fields, default, "fields")
+        where = f"ir_datasets {self.settings.id} documents"
+        digest = hashlib.sha256()
+        ids, titles, texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
+        seen: set[str] = set()
+        with _reading(self.settings.id, "documents"), Progress(f"{self.settings.id}: read documents", source.docs_count() or 0, "docs") as progress:
+            for number, doc in enumerate(source.docs_iter(), start=1):
+                doc_id = check_id(doc.doc_id, where, number, "doc_id")
+                values = [_text_field(doc, name, where, number) for name in fields]
+                title, text = (values[0], " ".join(v for v in values[1:] if v)) if len(values) > 1 else ("", values[0])
+                if not text.strip() and not title.strip():
+                    raise InputError(where, f"document {doc_id!r} has an empty {' and '.join(fields)}", number)
+                if doc_id in seen:
+                    raise InputError(where, f"duplicate document id {doc_id!r}", number)
+                seen.add(doc_id)
+                digest.update(f"{doc_id}\t{title}\t{text}\n".encode())
+                ids.append(doc_id)
+                titles.append(title)
+                texts.append(text)
+                progress.update()
+        if not seen:
+            raise InputError(where, "corpus is empty")
+        return Corpus(ids=Strings.from_builder(ids), titles=Strings.from_builder(titles), texts=Strings.from_builder(texts), hash=digest.hexdigest())
+
+    def _queries(self, source: Any) -> tuple[dict[str, str], str]:
+        available = source.queries_cls()._fields
+        default = ["text"] if "text" in available else ["title"]
+        chosen = [self.settings.query_field] if self.settings.query_field else None
+        (field_name,) = self._fields(available, chosen, default, "query_field")
+        where = f"ir_datasets {self.settings.id} queries"
+        digest, queries = hashlib.sha256(), {}
+        with _reading(self.settings.id, "queries"):
+            for number, query in enumerate(source.queries_iter(), start=1):
+                qid = check_id(query.query_id, where, number, "query_id")
+                text = _text_field(query, field_name, where, number)
+                if not text.strip():
+                    raise InputError(where, f"query {qid!r} has an empty {field_name}", number)
+                if qid in queries:
+                    raise InputError(where, f"duplicate query id {qid!r}", number)
+                queries[qid] = text
+                digest.update(f"{qid}\t{text}\n".encode())
+        return queries, digest.hexdigest()
+
+    def _qrels(self, source: Any) -> tuple[Qrels, str]:
+        where = f"ir_datasets {self.settings.id} qrels"
+        digest, qrels = hashlib.sha256(), {}
+        with _reading(self.settings.id, "qrels"):
+            for number, qrel in enumerate(source.qrels_iter(), start=1):
+                qid = check_id(qrel.query_id, where, number, "query_id")
+                doc_id = check_id(qrel.doc_id, where, number, "doc_id")
+                if not isinstance(qrel.relevance, int):
+                    raise InputError(where, f"relevance {qrel.relevance!r} is not an integer", number)
+                judged = qrels.setdefault(qid, {})
+                if doc_id in judged:
+                    raise InputError(where, f"duplicate judgment for query {qid!r} and document {doc_id!r}", number)
+                judged[doc_id] = qrel.relevance
+                digest.update(f"{qid}\t{doc_id}\t{qrel.relevance}\n".encode())
+        if not qrels:
+            raise InputError(where, "no judgments")
+        return qrels, digest.hexdigest()
+
+
+def _text_field(record: Any, name: str, where: str, number: int) -> str:
+    value = getattr(record, name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(where, f"field {name!r} is {type(value).__name__}, not text: choose text fields", number)
+    return check_text(value, where, number, f"field {name!r}")
+
+
+@contextlib.contextmanager
+def _reading(dataset_id: str, part: str) -> Iterator[None]:
+    """ir_datasets' own failures (a download without network, a hash mismatch) as one line."""
+    try:
+        yield
+    except (InputError, RagtrackError):
+        raise
+    except Exception as exc:  # ir_datasets raises many kinds; the user needs the first line of any
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RagtrackError(f"ir_datasets {dataset_id!r}: cannot read its {part}: {detail}") from exc

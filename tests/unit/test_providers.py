@@ -1,0 +1,196 @@
+"""Dataset providers: an ir_datasets id (registered here over local files, through ir_datasets' public
+API) gives exactly the BEIR folder of the same files; TREC topics (tsv and classic), an MS MARCO-style
+tsv corpus and gzip read as strictly as BEIR files, every malformed variant one line naming file and
+line; an unknown id or field is one line with a did-you-mean."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import ir_datasets
+import pytest
+from ir_datasets.datasets.base import Dataset as IrdsCollection
+from ir_datasets.datasets.beir import BeirDocs, BeirQrels, BeirQueries, BeirTitleDoc
+from ir_datasets.formats import GenericQuery
+from ir_datasets.util import LocalDownload
+
+import ragtrack
+from ragtrack.core.data import load_beir, load_topics, load_tsv_corpus
+from ragtrack.core.errors import InputError, RagtrackError
+from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.providers import IrdsDataset, TrecDataset
+from tests.support import TOY
+
+SCIFACT = TOY.parent / "scifact"
+
+
+def register_beir_folder(folder: Path, dataset_id: str, scratch: Path) -> None:
+    """``dataset_id`` in ir_datasets' registry over the files of a BEIR folder, as ir_datasets defines
+    its own BEIR datasets (BeirDocs, BeirQueries, BeirQrels) but reading local files."""
+    corpus = folder / "corpus.jsonl"
+    if not corpus.exists():
+        corpus = scratch / f"{folder.name}-corpus.jsonl"
+        with gzip.open(folder / "corpus.jsonl.gz", "rb") as packed, open(corpus, "wb") as plain:
+            shutil.copyfileobj(packed, plain)
+    if dataset_id not in ir_datasets.registry:
+        ir_datasets.registry.register(dataset_id, IrdsCollection(
+            BeirDocs(dataset_id, LocalDownload(corpus), BeirTitleDoc),
+            BeirQueries(dataset_id, LocalDownload(folder / "queries.jsonl"), GenericQuery),
+            BeirQrels(LocalDownload(folder / "qrels" / "test.tsv"), qrels_defs={})))
+
+
+@pytest.fixture(scope="module")
+def irds_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("irds-home")
+    register_beir_folder(TOY, "ragtrack-test/toy", home)
+    register_beir_folder(SCIFACT, "ragtrack-test/scifact", home)
+    return home
+
+
+def test_irds_equals_the_beir_folder_of_the_same_files(irds_home) -> None:
+    beir = load_beir(SCIFACT)
+    irds = load_dataset({"type": "irds", "id": "ragtrack-test/scifact", "home": str(irds_home)})
+    assert list(irds.corpus.ids) == list(beir.corpus.ids)
+    assert list(irds.corpus.titles) == list(beir.corpus.titles) and list(irds.corpus.texts) == list(beir.corpus.texts)
+    assert irds.queries == beir.queries and irds.qrels == beir.qrels
+    assert irds.source == "irds:ragtrack-test/scifact" and irds.name == "ragtrack-test-scifact"
+    assert set(irds.hashes) == {"documents", "queries", "qrels"} and irds.hash != beir.hash  # hashed as read, not as stored
+
+
+def test_irds_job_equals_the_beir_job_on_every_metric(irds_home, tmp_path) -> None:
+    common = ["retriever=[bm25]", "fusion=[]", "tracking=none", f"paths.cache_dir={tmp_path / 'cache'}"]
+    beir = ragtrack.run_experiment(["dataset=toy", *common, f"paths.output_dir={tmp_path / 'beir'}"])
+    irds = ragtrack.run_experiment(["dataset=irds", "dataset.id=ragtrack-test/toy", f"dataset.home={irds_home}", *common,
+                                    f"paths.output_dir={tmp_path / 'irds'}"])
+    assert irds.systems == beir.systems  # every metric, to the last digit
+    assert irds.results["aggregates"] == beir.results["aggregates"]
+    assert irds.results["dataset"]["name"] == "ragtrack-test-toy" and irds.results["dataset"]["provider"] == "irds"
+
+
+def test_irds_fields_choose_the_text(irds_home) -> None:
+    text_only = load_dataset({"type": "irds", "id": "ragtrack-test/toy", "home": str(irds_home), "fields": ["text"]})
+    beir = load_beir(TOY)
+    assert list(text_only.corpus.texts) == list(beir.corpus.texts) and set(text_only.corpus.titles) == {""}
+    swapped = load_dataset({"type": "irds", "id": "ragtrack-test/toy", "home": str(irds_home), "fields": ["text", "title"]})
+    assert list(swapped.corpus.titles) == list(beir.corpus.texts)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"id": "ragtrack-test/toi"}, "dataset.id: 'ragtrack-test/toi' is not an ir_datasets id; did you mean 'ragtrack-test/toy'?"),
+    ({"id": "ragtrack-test/toy", "fields": ["body"]}, "dataset.fields: 'body' is not a field of ir_datasets 'ragtrack-test/toy'; its fields: doc_id, text, title"),
+    ({"id": "ragtrack-test/toy", "query_field": "txt"}, "dataset.query_field: 'txt' is not a field of ir_datasets 'ragtrack-test/toy'; its fields: query_id, text; did you mean 'text'?"),
+])
+def test_irds_mistakes_are_one_line(irds_home, settings, message) -> None:
+    with pytest.raises(RagtrackError) as error:
+        IrdsDataset(home=str(irds_home), **settings).load()
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_an_irds_download_that_fails_is_one_line(irds_home, tmp_path) -> None:
+    ir_datasets.registry.register("ragtrack-test/gone", IrdsCollection(
+        BeirDocs("ragtrack-test/gone", LocalDownload(tmp_path / "missing.jsonl"), BeirTitleDoc),
+        BeirQueries("ragtrack-test/gone", LocalDownload(TOY / "queries.jsonl"), GenericQuery),
+        BeirQrels(LocalDownload(TOY / "qrels" / "test.tsv"), qrels_defs={})))
+    with pytest.raises(RagtrackError, match=r"^ir_datasets 'ragtrack-test/gone': cannot read its documents: ") as error:
+        IrdsDataset(id="ragtrack-test/gone", home=str(irds_home)).load()
+    assert "\n" not in str(error.value)
+
+
+# ----------------------------------------------------------------------------- trec
+
+CLASSIC = """<top>
+<num> Number: 301
+<title> International Organized Crime
+<desc> Description:
+Identify organizations that participate
+in international criminal activity.
+<narr> Narrative:
+A relevant document must name an organization.
+</top>
+
+<top>
+<num> Number: 302 <title> Poliomyelitis and Post-Polio
+<desc> Description: Is the disease coming back?
+<narr> Narrative: Anything about polio.
+</top>
+"""
+
+
+def test_classic_topics_give_each_field(tmp_path) -> None:
+    path = tmp_path / "topics.301-302"
+    path.write_text(CLASSIC)
+    assert load_topics(path, "title")[0] == {"301": "International Organized Crime", "302": "Poliomyelitis and Post-Polio"}
+    assert load_topics(path, "description")[0] == {"301": "Identify organizations that participate in international criminal activity.",
+                                                   "302": "Is the disease coming back?"}
+    assert load_topics(path, "narrative")[0]["302"] == "Anything about polio."
+
+
+def test_tsv_topics_and_corpus_gzip(tmp_path) -> None:
+    topics = tmp_path / "queries.tsv.gz"
+    with gzip.open(topics, "wt", encoding="utf-8") as out:
+        out.write("q1\twhat is bm25\nq2\t dense retrieval \n")
+    assert load_topics(topics)[0] == {"q1": "what is bm25", "q2": "dense retrieval"}
+    corpus = tmp_path / "collection.tsv"
+    corpus.write_text("d1\tBM25 is a ranking function\nd2\tDense\tretrieval with vectors\n")
+    loaded = load_tsv_corpus(corpus)
+    assert list(loaded.ids) == ["d1", "d2"] and list(loaded.titles) == ["", "Dense"] and list(loaded.full_texts()) == ["BM25 is a ranking function", "Dense retrieval with vectors"]
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("topics.tsv", "q1 no tab here\n", "topics.tsv:1: expected 'qid<TAB>text' (or a <top> block)"),
+    ("topics.tsv", "q1\tone\nq1\ttwo\n", "topics.tsv:2: duplicate topic id 'q1' (first on line 1)"),
+    ("topics.tsv", "q1\t  \n", "topics.tsv:1: topic 'q1' has an empty text"),
+    ("topics.tsv", "q 1\ttext\n", "topics.tsv:1: id 'q 1' contains whitespace"),
+    ("topics.txt", "<top>\n<num> Number: 1\n<title> a\n", "topics.txt: the topic opened on line 1 has no </top>"),
+    ("topics.txt", "<top>\n<title> a\n</top>\n", "topics.txt:3: topic without <num>"),
+    ("topics.txt", "<top>\n<num> Number: 7\n<desc> d\n</top>\n", "topics.txt:1: topic '7' has no <title> field"),
+    ("topics.txt", "<top>\n<num> Number: 7\n<title> a\n<top>\n", "topics.txt:4: <top> inside a topic (a missing </top>?)"),
+    ("topics.txt", "<top>\n<num> Number: 7\n<title> a\n</top>\nstray\n", "topics.txt:5: text outside a <top> block: 'stray'"),
+    ("topics.tsv", "", "topics.tsv: no topics"),
+])
+def test_malformed_topics_are_one_line(tmp_path, name, content, message) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(InputError) as error:
+        load_topics(path)
+    assert str(error.value).replace(f"{tmp_path}/", "").startswith(message)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("d1 only one column\n", "collection.tsv:1: expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got 1"),
+    ("d1\ta\tb\tc\n", "collection.tsv:1: expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got 4"),
+    ("d1\ta\nd1\tb\n", "collection.tsv:2: duplicate document id 'd1' (first on line 1)"),
+    ("d1\t \n", "collection.tsv:1: document 'd1' has an empty title and text"),
+    ("\tno id\n", "collection.tsv:1: 'document id' must be a non-empty string"),
+])
+def test_malformed_tsv_corpus_is_one_line(tmp_path, content, message) -> None:
+    path = tmp_path / "collection.tsv"
+    path.write_text(content)
+    with pytest.raises(InputError) as error:
+        load_tsv_corpus(path)
+    assert str(error.value).replace(f"{tmp_path}/", "").startswith(message)
+
+
+def toy_as_trec_files(folder: Path) -> dict[str, str]:
+    """The toy dataset as a tsv corpus, tsv topics and TREC qrels."""
+    beir = load_beir(TOY)
+    (folder / "collection.tsv").write_text("".join(f"{d}\t{t}\t{x}\n" for d, t, x in zip(beir.corpus.ids, beir.corpus.titles, beir.corpus.texts)))
+    (folder / "topics.tsv").write_text("".join(f"{q}\t{text}\n" for q, text in beir.queries.items()))
+    (folder / "qrels.txt").write_text("".join(f"{q} 0 {d} {g}\n" for q, judged in beir.qrels.items() for d, g in judged.items()))
+    return {"corpus": str(folder / "collection.tsv"), "topics": str(folder / "topics.tsv"), "qrels": str(folder / "qrels.txt")}
+
+
+def test_trec_files_equal_the_beir_folder(tmp_path) -> None:
+    beir, trec = load_beir(TOY), TrecDataset(**toy_as_trec_files(tmp_path)).load()
+    assert list(trec.corpus.full_texts()) == list(beir.corpus.full_texts()) and trec.queries == beir.queries and trec.qrels == beir.qrels
+    assert trec.name == "topics" and trec.queries_path == tmp_path / "topics.tsv"
+
+
+def test_trec_qrels_naming_an_unknown_topic_names_the_line(tmp_path) -> None:
+    files = toy_as_trec_files(tmp_path)
+    with open(files["qrels"], "a") as qrels:
+        qrels.write("nope 0 d1 1\n")
+    with pytest.raises(InputError, match=r"qrels.txt:\d+: unknown query id 'nope' \(not in topics.tsv\)"):
+        TrecDataset(**files).load()

@@ -46,6 +46,7 @@ import pandas as pd
 
 from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.llm import retrieved_passages
 from ragtrack.core.progress import Progress
 from ragtrack.core.settings import Count, Integer, Text
 from ragtrack.evaluators.base import EvaluatorSettings
@@ -350,15 +351,14 @@ class ContextRecallEvaluator(GoldAnswerEvaluator):
         return super().applies_to(data) and data.corpus is not None
 
     def score(self, data: EvalInput, qids: list[str]) -> np.ndarray:
-        texts = dict(zip(data.corpus.ids, data.corpus.full_texts()))
+        passages = retrieved_passages(data.context, data.corpus, qids, max(self.cutoffs), full=True)
         normalized: dict[str, str] = {}
         rows = []
         for qid in qids:
-            ranked = [doc_id for doc_id, _ in data.context.ranking(qid)[:max(self.cutoffs)]]
-            for doc_id in ranked:
-                if doc_id not in normalized:
-                    normalized[doc_id] = normalize_answer(texts[doc_id])
-            relevant = [any(contains_answer(normalized[doc_id], gold) for gold in data.answers[qid]) for doc_id in ranked]
+            for text in passages[qid]:
+                if text not in normalized:
+                    normalized[text] = normalize_answer(text)
+            relevant = [any(contains_answer(normalized[text], gold) for gold in data.answers[qid]) for text in passages[qid]]
             rows.append([float(any(relevant[:k])) if metric.startswith("context_recall@") else ragas_average_precision(relevant[:k])
                          for metric, k in zip(self.metrics, self.cutoffs)])
         return np.asarray(rows, dtype=float)

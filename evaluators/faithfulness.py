@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import Field, Strict
 
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.llm import retrieved_passages
 from ragtrack.evaluators.answer import GoldAnswerEvaluator, normalize_answer
 from ragtrack.evaluators.base import EvalInput
 from ragtrack.core.settings import Count
@@ -99,11 +100,11 @@ class FaithfulnessEvaluator(GoldAnswerEvaluator):
         return super().applies_to(data) and (data.corpus is not None or self.metrics == ["answer_recall"])
 
     def score(self, data: EvalInput, qids: list[str]) -> np.ndarray:
-        texts = dict(zip(data.corpus.ids, data.corpus.full_texts())) if data.corpus is not None else {}
+        retrieved = retrieved_passages(data.context, data.corpus, qids, self.top_k, full=True) if data.corpus is not None else {}
         rows = []
         for qid in qids:
             answer = data.generated.get(qid, "")
-            passages = [texts[doc_id] for doc_id, _ in data.context.ranking(qid)[:self.top_k]] if texts else []
+            passages = retrieved.get(qid, [])
             values = {}
             if "k_precision" in self.metrics:
                 values["k_precision"] = k_precision(answer, passages)

@@ -87,9 +87,7 @@ class Reranker(SingleInputStage):
         def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
             started = time.perf_counter()
             heads = {qid: [doc for doc, _ in ranked[:self.depth]] for qid, ranked in upstream.run.rankings()}
-            wanted = {doc for docs in heads.values() for doc in docs}
-            corpus = context.judged_corpus
-            texts = {doc: text for doc, text in zip(corpus.ids, corpus.full_texts()) if doc in wanted}
+            texts = context.judged_corpus.texts_of((doc for docs in heads.values() for doc in docs), f"{self.name} (reranking {self.input})")
             scores, efficiency = self.rerank_scores(heads, context.dataset.queries, texts, context)
             run = reranked(upstream.run, scores, self.depth)
             seconds = time.perf_counter() - started

@@ -18,14 +18,14 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ragtrack.core import columnar
-from ragtrack.core.errors import InputError
+from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.fields import BEIR_HEADER, check_id, check_text, parse_grade, split_columns
 from ragtrack.core.files import open_bytes, read_lines
 from ragtrack.core.strings import JoinedTexts, Strings, StringsBuilder
@@ -63,6 +63,18 @@ class Corpus:
     def id_array(self) -> np.ndarray:
         """The ids as a numpy object array (for indexing by position)."""
         return np.fromiter(self.ids, dtype=object, count=len(self.ids))
+
+    def texts_of(self, ids: Iterable[str], reader: str, full: bool = True) -> dict[str, str]:
+        """The texts of ``ids`` by id: title and text joined (:meth:`full_texts`), or the text alone
+        (``full=False``). An id the corpus lacks (a run file may rank one) is a one-line error naming
+        ``reader``, what needs the text."""
+        wanted = set(ids)
+        column = self.full_texts() if full else self.texts
+        texts = {doc: column[position] for position, doc in enumerate(self.ids) if doc in wanted}
+        if len(texts) < len(wanted):
+            missing = sorted(wanted - texts.keys())
+            raise RagtrackError(f"{reader}: no text for {len(missing)} of its documents, which are not in the corpus (e.g. {missing[0]!r})")
+        return texts
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,9 @@ def check_template(template: str, fields: set[str], owner: str) -> None:
                             "(write literal braces as {{ }})")
 
 
-def retrieved_passages(run: Run, corpus: Corpus, qids: Iterable[str], top_k: int) -> dict[str, list[str]]:
-    """Texts of each query's top-``top_k`` documents in ranking order."""
-    texts = dict(zip(corpus.ids, corpus.texts))
-    return {qid: [texts[doc_id] for doc_id, _ in run.ranking(qid)[:top_k]] for qid in qids}
+def retrieved_passages(run: Run, corpus: Corpus, qids: Iterable[str], top_k: int, full: bool = False) -> dict[str, list[str]]:
+    """Texts of each query's top-``top_k`` documents in ranking order (with their titles when ``full``,
+    :meth:`Corpus.texts_of`)."""
+    tops = {qid: [doc_id for doc_id, _ in run.ranking(qid)[:top_k]] for qid in qids}
+    texts = corpus.texts_of((doc_id for docs in tops.values() for doc_id in docs), f"the passages of {run.name}", full)
+    return {qid: [texts[doc_id] for doc_id in docs] for qid, docs in tops.items()}

@@ -39,7 +39,8 @@ GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "dataset=irds": ["data
                 "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=t.tsv", "dataset.qrels=q.txt"], "generator=openai": ["generator.model=m"],
                 "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"],
                 "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"],
-                "rewriter=[llm]": ["rewriter.llm.model=m"], "reranker=[llm]": ["reranker.llm.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"]}
+                "rewriter=[llm]": ["rewriter.llm.model=m"], "reranker=[llm]": ["reranker.llm.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"],
+                "retriever=[run_file]": ["retriever.run_file.path=a.trec"]}
 
 
 @pytest.mark.parametrize("override", group_options())

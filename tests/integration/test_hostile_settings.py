@@ -20,7 +20,7 @@ CASES = {
     "bm25 k1 negative": (["retriever.bm25.k1=-3"], "retriever.bm25.k1: -3 is not allowed: a finite number >= 0"),
     "fusion weight nan": (["fusion.rrf.weights=[nan,1.0]"], "fusion.rrf.weights[0]: nan is not allowed: a finite number >= 0"),
     "misspelled key": (["fusion.rrf.kk=3"], "fusion.rrf.kk: no such key; did you mean 'fusion.rrf.k'?"),
-    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, dense; did you mean 'bm25'?"),
+    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, dense, run_file; did you mean 'bm25'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
     "sweep with a bad value": (["-m", "fusion.rrf.k=-1,60"], "fusion.rrf.k: -1 is not allowed: a finite number >= 0"),
 }
@@ -43,5 +43,5 @@ def test_a_misspelled_option_of_the_users_own_configs(tmp_path: Path) -> None:
     (mine / "mine.yaml").write_text("type: beir\nname: mine\npath: /data/mine\nsplit: test\nqrels_file: null\n")
     done = ragtrack(tmp_path, "run", "--config-dir", str(tmp_path / "myconf"), "dataset=mnie", "encoder=hashing")
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["ragtrack: error: dataset: 'mnie' is not allowed: one of beir, mine, scifact, toy, xquad_en, xquad_en_unanswerable; did you mean 'mine'?"]
+    assert done.stderr.splitlines() == ["ragtrack: error: dataset: 'mnie' is not allowed: one of beir, irds, mine, scifact, toy, trec, xquad_en, xquad_en_unanswerable; did you mean 'mine'?"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["myconf"]

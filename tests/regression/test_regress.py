@@ -193,7 +193,7 @@ def test_bad_override_names_the_condition(root: Path, capsys) -> None:
     path = root / "regressions.yaml"
     path.write_text('conditions:\n  - {name: toy-typo, overrides: [dataset=toy, "retriever=[bm52]"], expected: {bm25/mrr: 1}}\n')
     assert main(["regress", "--file", str(path)]) == 2
-    assert error_line(capsys.readouterr().err).startswith("ragtrack: error: condition 'toy-typo': retriever: 'bm52' is not allowed: one of bm25, dense; did you mean 'bm25'?")
+    assert error_line(capsys.readouterr().err).startswith("ragtrack: error: condition 'toy-typo': retriever: 'bm52' is not allowed: one of bm25, dense, run_file; did you mean 'bm25'?")
 
 
 def test_shipped_conditions_are_marked_slow_exactly_when_dense(root: Path) -> None:

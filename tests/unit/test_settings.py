@@ -111,7 +111,7 @@ HOSTILE = {
     "bm25 b nan": (["retriever.bm25.b=nan"], "retriever.bm25.b: nan is not allowed: a finite number in [0, 1]"),
     "bm25 backend": (["retriever.bm25.backend=lucene"], "retriever.bm25.backend: 'lucene' is not allowed: one of bm25s, rank_bm25"),
     "bm25 misspelled type": (["retriever.bm25.type=bm52"],
-                             "retriever.bm25.type: 'bm52' is not allowed: one of bm25, dense (the installed retrievers); did you mean 'bm25'?"),
+                             "retriever.bm25.type: 'bm52' is not allowed: one of bm25, dense, run_file (the installed retrievers); did you mean 'bm25'?"),
     "bm25 stemmer misspelled": (["retriever.bm25.tokenizer.stemmer=englsh"],
                                 "retriever.bm25.tokenizer.stemmer: 'englsh' is not allowed: a PyStemmer language (one of 36, e.g. english) or null; did you mean 'english'?"),
     "bm25 lowercase text": (["retriever.bm25.tokenizer.lowercase=yes"], "retriever.bm25.tokenizer.lowercase: 'yes' is not allowed: true or false"),
@@ -192,8 +192,8 @@ COMPOSITION = {
     "misspelled nested key": (["retriever.bm25.tokenizer.stemer=null"], "retriever.bm25.tokenizer.stemer: no such key; did you mean 'retriever.bm25.tokenizer.stemmer'?"),
     "misspelled top-level key": (["depht=3"], "depht: no such key; did you mean 'depth'?"),
     "key of an unselected component": (["fusion=[]", "fusion.rrf.k=3"], "fusion.rrf.k: no such key (fusion is not set in this config)"),
-    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, dense; did you mean 'bm25'?"),
-    "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, dense; did you mean 'dense'?"),
+    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, dense, run_file; did you mean 'bm25'?"),
+    "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, dense, run_file; did you mean 'dense'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
     "unknown preset": (["experiment=nothing_like_it"], "experiment: 'nothing_like_it' is not allowed: one of bm25_params, chunk_size, compare_retrievers, "
                                                         "depth, embedding_models, fusion_methods, qa_xquad, query_robustness, rrf_k"),
@@ -212,7 +212,7 @@ def test_a_composition_error_is_one_exact_line(case: str) -> None:
 def test_user_config_dirs_count_for_options(tmp_path: Path) -> None:
     (tmp_path / "retriever").mkdir()
     (tmp_path / "retriever" / "my_bm25.yaml").write_text("my_bm25:\n  type: bm25\n  k1: 1.2\n")
-    with pytest.raises(RagtrackError, match=r"^retriever: 'my_bm52' is not allowed: one of bm25, dense, my_bm25; did you mean 'my_bm25'\?$"):
+    with pytest.raises(RagtrackError, match=r"^retriever: 'my_bm52' is not allowed: one of bm25, dense, my_bm25, run_file; did you mean 'my_bm25'\?$"):
         composed(["retriever=[my_bm52]"], tmp_path)
     validate(composed(["retriever=[my_bm25]", "fusion=[]"], tmp_path))
 

@@ -194,26 +194,43 @@ def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str
 
 @dataclass(frozen=True)
 class ExperimentResult:
-    """What :func:`run_experiment` returns: the job's ``results.json`` content, its output folder and
-    its MLflow parent run id (``None`` with ``tracking=none``)."""
+    """What :func:`run_experiment` returns: the job's ``results.json`` content, its output folder, its
+    MLflow parent run id (``None`` with ``tracking=none``) and per_query.csv as a DataFrame (columns
+    ``system``, ``qid``, then every metric)."""
 
     results: dict
     output_dir: Path
     run_id: str | None
+    per_query: pd.DataFrame
 
     @property
     def systems(self) -> dict[str, dict[str, float]]:
         return self.results["systems"]
 
+    @property
+    def summary(self) -> pd.DataFrame:
+        """One row per (system, metric): mean, std, ci_low, ci_high (bootstrap 95%) and n (the queries counted)."""
+        rows = {(system, metric): {**values, "n": self.results["queries_counted"][system]}
+                for system, metrics in self.results["aggregates"].items() for metric, values in metrics.items()}
+        table = pd.DataFrame.from_dict(rows, orient="index")
+        table.index = pd.MultiIndex.from_tuples(table.index, names=["system", "metric"])
+        return table
 
-def run_experiment(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> ExperimentResult:
+
+def run_experiment(overrides: Sequence[str] | str = (), config_dir: str | Path | None = None, dataset: Any = None) -> ExperimentResult:
     """One experiment from Python, composed by Hydra's compose API from ``overrides`` exactly as
     ``ragtrack run OVERRIDES`` composes it (``config_dir``: a folder of your own configs, like
-    ``--config-dir``). Outputs go to a new folder under ``paths.log_dir/runs`` unless an override sets
-    ``paths.output_dir``. Sweeps (``-m``) are the CLI's. The process environment is as it was afterwards
-    (MLflow sets variables such as ``MLFLOW_TRACKING_URI`` while the job logs)."""
+    ``--config-dir``). ``dataset``: a dataset of DataFrames, ``dict(corpus=..., queries=..., qrels=...,
+    answers=..., name=...)`` (:func:`ragtrack.providers.dataset_from_frames` checks them), instead of
+    the one the config names. Outputs go to a new folder under ``paths.log_dir/runs`` unless an
+    override sets ``paths.output_dir``. Sweeps (``-m``) are the CLI's. The process environment is as it
+    was afterwards (MLflow sets variables such as ``MLFLOW_TRACKING_URI`` while the job logs)."""
+    if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+        raise TypeError("run_experiment: overrides must be a list of strings, e.g. ['dataset=toy', 'retriever=[bm25]']")
+    if dataset is not None and not isinstance(dataset, Mapping):
+        raise TypeError("run_experiment: dataset must be a dict of DataFrames: corpus, queries, qrels (answers and name optional)")
     with environment_kept():
-        return _run_experiment(overrides, config_dir)
+        return _run_experiment(list(overrides), config_dir, dataset)
 
 
 @contextlib.contextmanager
@@ -228,23 +245,32 @@ def environment_kept() -> Iterator[None]:
         os.environ.update(before)
 
 
-def _run_experiment(overrides: Sequence[str], config_dir: str | Path | None) -> ExperimentResult:
+def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames: Mapping | None) -> ExperimentResult:
     from omegaconf import open_dict
 
     from ragtrack.pipeline.config import compose
     from ragtrack.pipeline.experiment import JobInfo
     from ragtrack.pipeline.experiment import run_experiment as run_job
     from ragtrack.pipeline.settings import validate
+    from ragtrack.providers import FRAME_COLUMNS, dataset_from_frames
 
-    cfg = compose(list(overrides), config_dir)
+    cfg = compose(overrides, config_dir)
+    given = None
+    if frames is not None:
+        unknown = sorted(set(frames) - {*FRAME_COLUMNS, "name"})
+        if unknown:
+            raise TypeError(f"run_experiment: dataset has no key {unknown[0]!r}; its keys: corpus, queries, qrels, answers, name")
+        given = dataset_from_frames(**frames, check_documents=False)  # the job checks them against what it indexes
+        with open_dict(cfg):  # the job records where its data came from; the frames cannot be read from a config
+            cfg.dataset = {"type": "frames", "name": given.name}
     validate(cfg)  # bad settings fail here: no folder, no MLflow run, no cache entry
     if not any(o.split("=", 1)[0].lstrip("+~") == "paths.output_dir" for o in overrides):
         folder = Path(cfg.paths.log_dir) / "runs"
         folder.mkdir(parents=True, exist_ok=True)
         with open_dict(cfg):
             cfg.paths.output_dir = tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S_"), dir=folder)
-    results = run_job(cfg, JobInfo(overrides=list(overrides)))
-    return ExperimentResult(results, Path(cfg.paths.output_dir), results.pop("mlflow_run_id", None))
+    results = run_job(cfg, JobInfo(overrides=overrides), given)
+    return ExperimentResult(results, Path(cfg.paths.output_dir), results.pop("mlflow_run_id", None), results.pop("per_query_table"))
 
 
 # --------------------------------------------------------------------------- inputs

@@ -135,9 +135,11 @@ def latency_quantiles(per_query: pd.DataFrame) -> dict[str, float]:
     return figures
 
 
-def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
-    """Run every system of ``cfg`` on its dataset, score, write outputs and log to MLflow; returns the
-    content of results.json plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking)."""
+def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset | None = None) -> dict:
+    """Run every system of ``cfg`` on its dataset (``dataset``: one given in Python, instead of the one
+    ``cfg.dataset`` names), score, write outputs and log to MLflow; returns the content of results.json
+    plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking) and ``per_query_table``
+    (per_query.csv as a DataFrame)."""
     job = job or JobInfo()
     redact_hydra_files(hydra_records(job))
     check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
@@ -146,7 +148,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
     chunker, oversample = build_chunker(cfg.get("chunking"))
     stages = build_stages(cfg)
     with stage("load dataset"):
-        dataset = load_dataset(cfg.dataset, check_documents=False)
+        dataset = dataset or load_dataset(cfg.dataset, check_documents=False)
         attributes = query_attributes(cfg, dataset, relevance_threshold(cfg))
     with stage("chunk" if chunker else "check judgments"):
         plan = plan_chunks(dataset, chunker, oversample)
@@ -180,7 +182,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None) -> dict:
         raise
     tracker.finish()
     print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0))
-    return {**report["results"], "mlflow_run_id": tracker.run_id}
+    return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
 
 
 def hydra_records(job: JobInfo) -> list[Path]:
@@ -375,7 +377,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         **(extra or {}),
     }
     write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(payload, indent=2))  # last, whole: it marks the results complete
-    return {"results": payload, "table": table}
+    return {"results": payload, "table": table, "per_query": per_query}
 
 
 def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str, dict[int, float]]:

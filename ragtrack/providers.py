@@ -8,6 +8,8 @@ and everything downstream sees only the :class:`~ragtrack.core.data.Dataset` it 
 - ``irds``: any `ir_datasets <https://ir-datasets.com>`_ id (``beir/scifact/test``,
   ``msmarco-passage/trec-dl-2019/judged``), downloaded and cached by ir_datasets itself; documents stream
   into the compact corpus columns, never a Python object per document kept.
+- ``frames``: pandas DataFrames given in Python (:func:`dataset_from_frames`,
+  ``ragtrack.run_experiment(dataset=...)``), validated like files; a config can name it, not load it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -28,6 +30,9 @@ from ragtrack.core.fields import check_id, check_text
 from ragtrack.core.progress import Progress
 from ragtrack.core.settings import ComponentSettings, Text, validated
 from ragtrack.core.strings import Strings, StringsBuilder
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DATASET_NAME = ("a dataset name (no / or \\ or control characters, not . or ..; it names folders and the MLflow experiment), "
                 "or null: named after its source")
@@ -256,3 +261,150 @@ def _reading(dataset_id: str, part: str) -> Iterator[None]:
     except Exception as exc:  # ir_datasets raises many kinds; the user needs the first line of any
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RagtrackError(f"ir_datasets {dataset_id!r}: cannot read its {part}: {detail}") from exc
+
+
+# ----------------------------------------------------------------------------- DataFrames
+
+class FramesDataset(DatasetProvider):
+    """The ``type`` a job records for a dataset given as DataFrames: it lives only in the Python process
+    that gave it, so loading it from a config (``ragtrack reproduce``) is one line saying so."""
+
+    kind = "frames"
+
+    def load(self, check_documents: bool = True) -> Dataset:
+        raise RagtrackError(f"dataset {self.settings.name or ''!r} was given as DataFrames (ragtrack.run_experiment(dataset=...)): "
+                            "it cannot be read from a config; pass the DataFrames again")
+
+
+FRAME_COLUMNS = {"corpus": ("docid", "text"), "queries": ("qid", "text"), "qrels": ("qid", "docid", "grade"), "answers": ("qid", "answer")}
+
+
+def dataset_from_frames(corpus: pd.DataFrame, queries: pd.DataFrame, qrels: pd.DataFrame, answers: pd.DataFrame | None = None,
+                        name: str = "frames", check_documents: bool = True) -> Dataset:
+    """A :class:`Dataset` from DataFrames, checked as the files are (ids without whitespace, texts, integer
+    grades, no duplicates, judged queries and documents known); every problem is one line naming the
+    DataFrame, the row (its index label) and the column:
+
+    - ``corpus``: ``docid``, ``text`` and optionally ``title``;
+    - ``queries``: ``qid``, ``text``; any other column is the query's metadata (``dataset.slice_metadata``);
+    - ``qrels``: ``qid``, ``docid``, ``grade`` (integers);
+    - ``answers`` (optional): ``qid``, ``answer``, one row per gold answer.
+
+    The hashes are sha256 over the rows as read, so the same frames give the same dataset hash."""
+    validated(DatasetSettings, {"name": name}, "dataset_from_frames")
+    _columns(corpus, "corpus", optional=("title",))
+    ids, titles, texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
+    digest, seen = hashlib.sha256(), {}
+    title_column = corpus["title"] if "title" in corpus.columns else [""] * len(corpus)
+    for label, doc_id, title, text in zip(corpus.index, corpus["docid"], title_column, corpus["text"]):
+        where = f"corpus DataFrame row {label!r}"
+        doc_id = _frame_id(doc_id, where, "docid")
+        title, text = _frame_text(title, where, "title", optional=True), _frame_text(text, where, "text", optional=True)
+        if not text.strip() and not title.strip():
+            raise RagtrackError(f"{where}: document {doc_id!r} has an empty title and text")
+        if doc_id in seen:
+            raise RagtrackError(f"{where}: duplicate document id {doc_id!r} (first in row {seen[doc_id]!r})")
+        seen[doc_id] = label
+        digest.update(f"{doc_id}\t{title}\t{text}\n".encode())
+        ids.append(doc_id)
+        titles.append(title)
+        texts.append(text)
+    if not seen:
+        raise RagtrackError("corpus DataFrame: no documents")
+    documents = Corpus(ids=Strings.from_builder(ids), titles=Strings.from_builder(titles), texts=Strings.from_builder(texts), hash=digest.hexdigest())
+    all_queries, metadata, queries_hash = _frame_queries(queries)
+    judged, qrels_hash = _frame_qrels(qrels)
+    gold = _frame_answers(answers, all_queries) if answers is not None else {}
+    return assemble(Sources(name, f"frames:{name}", "queries DataFrame", "qrels DataFrame"), documents,
+                    Judged(all_queries, judged, queries_hash, qrels_hash, gold, metadata), check_documents=check_documents)
+
+
+def _columns(frame: Any, label: str, optional: tuple[str, ...] = ()) -> None:
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"{label}: a pandas DataFrame with columns {', '.join(FRAME_COLUMNS[label])}, got {type(frame).__name__}")
+    absent = [c for c in FRAME_COLUMNS[label] if c not in frame.columns]
+    if absent:
+        raise RagtrackError(f"{label} DataFrame: missing column{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
+                            f"(needs {', '.join(FRAME_COLUMNS[label])}{', optional ' + ', '.join(optional) if optional else ''})")
+
+
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)  # None or NaN, pandas' missing values
+
+
+def _not_text(value: Any, where: str, column: str) -> RagtrackError:
+    return RagtrackError(f"{where}: {column} is {'missing' if _absent(value) else f'a {type(value).__name__} ({value!r}), not text'}")
+
+
+def _frame_id(value: Any, where: str, column: str) -> str:
+    if not isinstance(value, str):
+        raise _not_text(value, where, column)
+    try:
+        return check_id(value, where, None, column)
+    except InputError as exc:
+        raise RagtrackError(str(exc)) from None
+
+
+def _frame_text(value: Any, where: str, column: str, optional: bool = False) -> str:
+    if optional and _absent(value):
+        return ""
+    if not isinstance(value, str):
+        raise _not_text(value, where, column)
+    try:
+        return check_text(value, where, None, column)
+    except InputError as exc:
+        raise RagtrackError(str(exc)) from None
+
+
+def _frame_queries(queries: pd.DataFrame) -> tuple[dict[str, str], dict[str, dict], str]:
+    _columns(queries, "queries", optional=("metadata columns",))
+    extra = [c for c in queries.columns if c not in ("qid", "text")]
+    texts, metadata, first, digest = {}, {}, {}, hashlib.sha256()
+    for label, row in zip(queries.index, queries[["qid", "text", *extra]].itertuples(index=False, name=None)):
+        where = f"queries DataFrame row {label!r}"
+        qid, text = _frame_id(row[0], where, "qid"), _frame_text(row[1], where, "text")
+        if not text.strip():
+            raise RagtrackError(f"{where}: query {qid!r} has an empty text")
+        if qid in first:
+            raise RagtrackError(f"{where}: duplicate query id {qid!r} (first in row {first[qid]!r})")
+        first[qid], texts[qid] = label, text
+        values = {column: value.item() if hasattr(value, "item") else value for column, value in zip(extra, row[2:])}
+        if values:
+            metadata[qid] = values
+        digest.update(f"{qid}\t{text}\n".encode())
+    if not texts:
+        raise RagtrackError("queries DataFrame: no queries")
+    return texts, metadata, digest.hexdigest()
+
+
+def _frame_qrels(qrels: pd.DataFrame) -> tuple[Qrels, str]:
+    _columns(qrels, "qrels")
+    judged: Qrels = {}
+    digest = hashlib.sha256()
+    for label, qid, doc_id, grade in zip(qrels.index, qrels["qid"], qrels["docid"], qrels["grade"]):
+        where = f"qrels DataFrame row {label!r}"
+        qid, doc_id = _frame_id(qid, where, "qid"), _frame_id(doc_id, where, "docid")
+        if isinstance(grade, bool) or not (isinstance(grade, int) or hasattr(grade, "is_integer") and float(grade).is_integer()):
+            raise RagtrackError(f"{where}: grade {grade!r} is not an integer")
+        grades = judged.setdefault(qid, {})
+        if doc_id in grades:
+            raise RagtrackError(f"{where}: duplicate judgment for query {qid!r} and document {doc_id!r}")
+        grades[doc_id] = int(grade)
+        digest.update(f"{qid}\t{doc_id}\t{int(grade)}\n".encode())
+    if not judged:
+        raise RagtrackError("qrels DataFrame: no judgments")
+    return judged, digest.hexdigest()
+
+
+def _frame_answers(answers: pd.DataFrame, queries: dict[str, str]) -> dict[str, list[str]]:
+    _columns(answers, "answers")
+    gold: dict[str, list[str]] = {}
+    for label, qid, answer in zip(answers.index, answers["qid"], answers["answer"]):
+        where = f"answers DataFrame row {label!r}"
+        qid = _frame_id(qid, where, "qid")
+        if qid not in queries:
+            raise RagtrackError(f"{where}: unknown query id {qid!r} (not in the queries DataFrame)")
+        gold.setdefault(qid, []).append(_frame_text(answer, where, "answer"))
+    return gold

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import ir_datasets
+import pandas as pd
 import pytest
 from ir_datasets.datasets.base import Dataset as IrdsCollection
 from ir_datasets.datasets.beir import BeirDocs, BeirQrels, BeirQueries, BeirTitleDoc
@@ -20,7 +21,7 @@ import ragtrack
 from ragtrack.core.data import load_beir, load_topics, load_tsv_corpus
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.pipeline.inputs import load_dataset
-from ragtrack.providers import IrdsDataset, TrecDataset
+from ragtrack.providers import IrdsDataset, TrecDataset, dataset_from_frames
 from tests.support import TOY
 
 SCIFACT = TOY.parent / "scifact"
@@ -194,3 +195,66 @@ def test_trec_qrels_naming_an_unknown_topic_names_the_line(tmp_path) -> None:
         qrels.write("nope 0 d1 1\n")
     with pytest.raises(InputError, match=r"qrels.txt:\d+: unknown query id 'nope' \(not in topics.tsv\)"):
         TrecDataset(**files).load()
+
+
+# ----------------------------------------------------------------------------- DataFrames
+
+def toy_frames() -> dict:
+    """The toy dataset as DataFrames (answers one row each)."""
+    beir = load_beir(TOY)
+    return {"corpus": pd.DataFrame({"docid": list(beir.corpus.ids), "title": list(beir.corpus.titles), "text": list(beir.corpus.texts)}),
+            "queries": pd.DataFrame({"qid": list(beir.queries), "text": list(beir.queries.values())}),
+            "qrels": pd.DataFrame([(q, d, g) for q, judged in beir.qrels.items() for d, g in judged.items()], columns=["qid", "docid", "grade"]),
+            "answers": pd.DataFrame([(q, a) for q, gold in beir.answers.items() for a in gold], columns=["qid", "answer"])}
+
+
+def test_dataframes_equal_the_files(tmp_path) -> None:
+    common = ["retriever=[bm25]", "fusion=[]", f"paths.cache_dir={tmp_path / 'cache'}", f"paths.root_dir={tmp_path}"]
+    files = ragtrack.run_experiment(["dataset=toy", *common, f"paths.output_dir={tmp_path / 'files'}"])
+    frames = ragtrack.run_experiment([*common, f"paths.output_dir={tmp_path / 'frames'}"], dataset={**toy_frames(), "name": "toy"})
+    assert frames.systems == files.systems and frames.results["aggregates"] == files.results["aggregates"]
+    timing = [c for c in files.per_query.columns if c.endswith("_ms")]  # latency differs between two runs
+    pd.testing.assert_frame_equal(frames.per_query.drop(columns=timing), files.per_query.drop(columns=timing))
+    assert list(frames.per_query.columns[:2]) == ["system", "qid"] and set(frames.per_query["system"]) == {"bm25"}
+    assert frames.summary.loc[("bm25", "ndcg@10"), "mean"] == files.systems["bm25"]["ndcg@10"]
+    assert list(frames.summary.columns) == ["mean", "std", "ci_low", "ci_high", "n"] and frames.summary.loc[("bm25", "mrr"), "n"] == 6
+    assert frames.results["dataset"]["provider"] == "frames" and frames.results["dataset"]["source"] == "frames:toy"
+    again = dataset_from_frames(**toy_frames(), name="toy")
+    assert again.hash == dataset_from_frames(**toy_frames(), name="toy").hash and again.answers == load_beir(TOY).answers
+
+
+def test_a_frames_job_cannot_be_reloaded_from_its_config() -> None:
+    with pytest.raises(RagtrackError, match="was given as DataFrames .* cannot be read from a config; pass the DataFrames again"):
+        load_dataset({"type": "frames", "name": "mine"})
+
+
+def _broken(part: str, change) -> dict:
+    frames = toy_frames()
+    frames[part] = change(frames[part].copy())
+    return frames
+
+
+@pytest.mark.parametrize(("frames", "message"), [
+    (_broken("corpus", lambda f: f.drop(columns="text")), "corpus DataFrame: missing column text (needs docid, text, optional title)"),
+    (_broken("qrels", lambda f: f.rename(columns={"grade": "score"})), "qrels DataFrame: missing column grade (needs qid, docid, grade)"),
+    (_broken("qrels", lambda f: f.assign(grade=f["grade"].astype(float) + 0.5)), "qrels DataFrame row 0: grade 2.5 is not an integer"),
+    (_broken("qrels", lambda f: f.assign(grade=f["grade"].astype(str))), "qrels DataFrame row 0: grade '2' is not an integer"),
+    (_broken("queries", lambda f: f.assign(qid=range(len(f)))), "queries DataFrame row 0: qid is a int (0), not text"),
+    (_broken("queries", lambda f: f.assign(text=[None, *f["text"][1:]])), "queries DataFrame row 0: text is missing"),
+    (_broken("corpus", lambda f: f.assign(docid=["d 1", *f["docid"][1:]])), "corpus DataFrame row 0: id 'd 1' contains whitespace"),
+    (_broken("corpus", lambda f: pd.concat([f, f.iloc[:1]])), "corpus DataFrame row 0: duplicate document id 'd1' (first in row 0)"),
+    (_broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("zz", "d1", 1)], columns=f.columns)], ignore_index=True)),
+     "qrels DataFrame: unknown query id 'zz' (not in queries DataFrame)"),
+    (_broken("answers", lambda f: f.assign(qid=["nope", *f["qid"][1:]])), "answers DataFrame row 0: unknown query id 'nope' (not in the queries DataFrame)"),
+])
+def test_a_wrong_dataframe_is_one_line(frames, message) -> None:
+    with pytest.raises(RagtrackError) as error:
+        dataset_from_frames(**frames)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_wrong_argument_types_are_type_errors() -> None:
+    with pytest.raises(TypeError, match="overrides must be a list of strings"):
+        ragtrack.run_experiment("dataset=toy")
+    with pytest.raises(TypeError, match="corpus: a pandas DataFrame with columns docid, text, got dict"):
+        dataset_from_frames(corpus={"d1": "x"}, queries=toy_frames()["queries"], qrels=toy_frames()["qrels"])

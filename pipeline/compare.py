@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import read_trec
+from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
                                       TAG_DATASET_HASH, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, metric_key)
@@ -104,7 +105,7 @@ def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun
         if job is None or TAG_SYSTEM not in child.data.tags or child.info.status != "FINISHED":
             continue
         target = folder / child.info.run_id
-        per_query = pd.read_csv(download_artifact(client, child.info.run_id, PER_QUERY_FILE, target), index_col="qid", dtype={"qid": str})
+        per_query = read_csv(download_artifact(client, child.info.run_id, PER_QUERY_FILE, target), dtype={"qid": str}).set_index("qid")
         system = child.data.tags[TAG_SYSTEM]
         fingerprint = (system, tuple(sorted(child.data.params.items())), int(pd.util.hash_pandas_object(per_query).sum()))
         if fingerprint in seen:

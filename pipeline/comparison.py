@@ -27,6 +27,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
 from ragtrack.evaluators.base import aggregate
 from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test, win_tie_loss
+from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.layout import curve_key
 from ragtrack.pipeline.slices import COLUMN_PREFIX as SLICE_COLUMN_PREFIX
 
@@ -142,7 +143,7 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if fmt == "csv":
-        return comparison.table.to_csv(index=False, float_format="%.17g")
+        return csv_text(comparison.table, float_format="%.17g")
     if fmt == "json":
         return json.dumps({"baseline": comparison.baseline.label, "metrics": comparison.metrics, "queries": len(comparison.queries),
                            "rows": json.loads(comparison.table.to_json(orient="records"))}, indent=2)

@@ -33,6 +33,7 @@ from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness
+from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseline, write_comparison
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.provenance import provenance_tags
@@ -357,10 +358,10 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         text = _scored.get((result.run,), ("trec", result.name), lambda: trec_text(result.run, result.name))
         write_atomically(output_dir / "runs" / f"{result.name}.trec", text)
     per_query = pd.concat([per_query_table(name, r.per_query) for name, r in results.items()], ignore_index=True)
-    per_query.to_csv(output_dir / layout.PER_QUERY_FILE, index=False)  # floats as repr: shortest text that reads back exactly
+    (output_dir / layout.PER_QUERY_FILE).write_text(csv_text(per_query))  # floats as repr: shortest text that reads back exactly
     table = pd.DataFrame({name: r.summary["mean"] for name, r in results.items()})
     table.index.name = "metric"
-    table.to_csv(output_dir / layout.COMPARISON_FILE)
+    (output_dir / layout.COMPARISON_FILE).write_text(csv_text(table, index=True))
     config_yaml = yaml_text(redact(resolved))
     (output_dir / layout.CONFIG_FILE).write_text(config_yaml)
     with stage("compare systems"):
@@ -428,7 +429,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             folder = output_dir / "systems" / name
             folder.mkdir(parents=True, exist_ok=True)
             link_or_copy(output_dir / "runs" / f"{name}.trec", folder / layout.RUN_FILE)
-            text = _scored.get((result.per_query,), ("csv", name), lambda: per_query_table(name, result.per_query).to_csv(index=False))
+            text = _scored.get((result.per_query,), ("csv", name), lambda: csv_text(per_query_table(name, result.per_query)))
             write_atomically(folder / layout.PER_QUERY_FILE, text)
             metrics = _system_metrics(result) | (findings.system_metrics.get(name, {}) if findings else {})
             tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=_curves(result, dataset, cfg),

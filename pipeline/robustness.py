@@ -38,6 +38,7 @@ from ragtrack.core.files import write_atomically
 from ragtrack.evaluators.base import aggregate
 from ragtrack.perturbation import KINDS, perturb_queries
 from ragtrack.pipeline import layout
+from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.slices import Findings
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def study(settings: Mapping, dataset: Dataset, clean: Mapping, rerun: Callable[[
         for system, result in clean.items():
             rows += [_drop(system, name, metric, result, perturbed[system], bootstrap_seed) for metric in metrics]
     table = pd.DataFrame(rows)
-    write_atomically(output_dir / TABLE_FILE, table.to_csv(index=False))
+    write_atomically(output_dir / TABLE_FILE, csv_text(table))
     write_atomically(output_dir / QUERIES_FILE, "".join(
         json.dumps({"perturbation": name, "_id": qid, "text": text, "original": dataset.queries[qid]}, ensure_ascii=False) + "\n"
         for name, queries in texts.items() for qid, text in queries.items()))

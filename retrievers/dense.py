@@ -5,6 +5,9 @@ Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint). The 
 
 - ``persistent``: a PersistentClient folder in the cache, built in a temporary folder and renamed
   into place (one writer per folder: Chroma loses vectors when processes add to one folder at once).
+  Its files are checksummed like any cache entry's. A client rewrites them when it opens the folder,
+  so approximate search opens it under the entry's lock and the checksums are taken again then
+  (``Cache.opened``); exact search never opens it.
 - ``http``: a Chroma server (``chroma run``), shared by every job that reaches it, so the collection
   is named ``ragtrack-<key>``. It is built as ``<name>-tmp-<id>`` (tagged with the builder's
   process), marked complete in its metadata and then renamed; the rename is atomic on the server, so
@@ -39,6 +42,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -204,12 +208,13 @@ class DenseRetriever(Retriever):
         builds_before = len(cache.builds)
         self.encoder.prepare(cache)
         embeddings_folder, embedding_parts = self._embeddings(corpus, cache)
+        self._embeddings_file = embeddings_folder / EMBEDDINGS
         parts = {"embeddings": cache_key("embeddings", embedding_parts), **self._collection_settings()}
 
         def fill(collection, client) -> None:
             batch = client.get_max_batch_size()  # batch size hardly matters (docs/scale.md): the fewest calls
             with Progress(f"{self.name}: chroma add", len(corpus), "documents") as progress:
-                for start, vectors in zip(range(0, len(corpus), batch), row_blocks(embeddings_folder / EMBEDDINGS, batch)):
+                for start, vectors in zip(range(0, len(corpus), batch), row_blocks(self._embeddings_file, batch)):
                     ids = corpus.ids[start:start + batch]
                     collection.add(ids=ids, embeddings=vectors)
                     progress.update(len(ids))
@@ -222,14 +227,13 @@ class DenseRetriever(Retriever):
             if built:
                 cache.builds.append(f"chroma-server/{name}")
         elif self.builds_collection:
-            import chromadb  # here, not at the top: a job whose runs are cached never loads chromadb
-
-            folder = cache.entry("chroma", parts, lambda folder: self._build_folder(folder, fill), label=f"{self.name} chroma", live=True)
-            self._client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
-            self._collection = self._client.get_collection(COLLECTION, embedding_function=None)
-            self.stats.size_bytes += folder_size(folder)
+            build, label = partial(self._build_folder, fill=fill), f"{self.name} chroma"
+            if self.approximate:  # Chroma rewrites the folder's files when it opens it: under the entry's lock
+                self._client, self._collection, size = cache.opened("chroma", parts, build, self._open_folder, label=label)
+            else:  # exact search never opens it
+                size = folder_size(cache.entry("chroma", parts, build, label=label))
+            self.stats.size_bytes += size
         self._doc_ids = corpus.id_array()
-        self._embeddings_file = embeddings_folder / EMBEDDINGS
         self._exact = None if self.approximate else self._exact_index()
         self.stats.from_cache = len(cache.builds) == builds_before
         self.stats.build_seconds = time.perf_counter() - started
@@ -240,6 +244,18 @@ class DenseRetriever(Retriever):
 
     def _configuration(self) -> dict:
         return {"hnsw": {"space": "cosine", **self.chroma["hnsw"]}}
+
+    def _open_folder(self, folder: Path):
+        """A client of the Chroma folder, its collection, loaded by one query (Chroma rewrites the
+        folder's files here), and the folder's size."""
+        import chromadb  # here, not at the top: a job whose runs are cached never loads chromadb
+
+        client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
+        collection = client.get_collection(COLLECTION, embedding_function=None)
+        first = next(row_blocks(self._embeddings_file, 1), None)
+        if first is not None:
+            collection.query(query_embeddings=first, n_results=1, include=[])
+        return client, collection, folder_size(folder)
 
     def _build_folder(self, folder: Path, fill) -> None:
         import chromadb

@@ -9,10 +9,11 @@ others wait and reuse its entry.
 
 The manifest records the sha256, size and mtime of every file of the entry. A hit checks the sizes
 and mtimes (a ``stat`` per file) and hashes a file only when its mtime moved; an entry whose files are
-missing, cut short or changed is rebuilt with one warning line. (A Chroma folder is a live database
-that Chroma rewrites when it opens it: its entry records no checksums.) A symbolic link at an entry's path,
-or a folder whose manifest is not ragtrack's for that key, is refused with one line: never followed,
-never deleted.
+missing, cut short or changed is rebuilt with one warning line. An entry that its reader rewrites in
+place (a Chroma database: a client rewrites its files when it opens them) is opened through
+:meth:`Cache.opened`, under the entry's lock, and its checksums are taken again once it is open, so
+the next reader checks what the last one left. A symbolic link at an entry's path, or a folder whose
+manifest is not ragtrack's for that key, is refused with one line: never followed, never deleted.
 """
 
 from __future__ import annotations
@@ -28,17 +29,19 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import FileLock
 
 from ragtrack.core.checksums import file_sha256, sha256_of
 from ragtrack.core.errors import RagtrackError, describe_fault
+from ragtrack.core.files import write_atomically
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 MANIFEST = "entry.json"
+T = TypeVar("T")
 
 
 def cache_key(kind: str, parts: dict) -> str:
@@ -64,48 +67,67 @@ class Cache:
         except OSError as exc:
             raise RagtrackError(f"the cache folder cannot be written: {describe_fault(exc) or exc}") from None
 
-    def entry(self, kind: str, parts: dict, build: Callable[[Path], None], label: str | None = None, live: bool = False) -> Path:
+    def entry(self, kind: str, parts: dict, build: Callable[[Path], None], label: str | None = None) -> Path:
         """Return the folder of a complete, intact entry, building it with ``build(folder)`` if needed
-        (or rebuilding it, with one warning line, when its files no longer match its manifest).
-        ``live``: the entry is a database its reader rewrites (a Chroma folder), so its manifest
-        records no checksums."""
-        key = cache_key(kind, parts)
-        final = self.root / kind / key
+        (or rebuilding it, with one warning line, when its files no longer match its manifest)."""
+        final = self._final(kind, parts)
         if _damage(final, kind) is None:
-            log.info("cache hit: %s %s", label or kind, key[:12])
+            log.info("cache hit: %s %s", label or kind, final.name[:12])
             return final
-        final.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(_not_a_link(final.with_name(f"{key}.lock")))):
-            damage = _damage(final, kind)
-            if damage is None:
-                log.info("cache hit (built by another job): %s %s", label or kind, key[:12])
-                return final
-            if damage:
-                log.warning("cache entry %s is damaged (%s): rebuilding it", final, damage)
-            for stale in final.parent.glob(f".{key}.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-            if final.exists():  # incomplete or damaged: moved aside at once, then removed
-                aside = _scratch(final)
-                os.rename(final, aside)
-                shutil.rmtree(aside, ignore_errors=True)
-            scratch = _scratch(final)
-            scratch.mkdir()
-            started = time.perf_counter()
-            try:
-                build(scratch)
-                manifest = {"kind": kind, "parts": parts, "schema": SCHEMA_VERSION, "built_seconds": time.perf_counter() - started,
-                            "files": {} if live else _checksums(scratch)}
-                (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-                os.rename(scratch, final)
-            except BaseException as exc:
-                shutil.rmtree(scratch, ignore_errors=True)
-                fault = None if isinstance(exc, RagtrackError) else describe_fault(exc)
-                if fault:  # e.g. the disk filled up: one line naming the entry; nothing of it is left
-                    raise RagtrackError(f"cannot build the {label or kind} cache entry in {final.parent}: {fault}") from exc
-                raise
-        self.builds.append(f"{kind}/{key}")
-        log.info("cache build: %s %s (%.1f s)", label or kind, key[:12], time.perf_counter() - started)
+        with self._lock(final):
+            self._ensure(final, kind, parts, build, label)
         return final
+
+    def opened(self, kind: str, parts: dict, build: Callable[[Path], None], open_entry: Callable[[Path], T], label: str | None = None) -> T:
+        """``open_entry(folder)`` of the intact entry (built as :meth:`entry` builds it), for an entry
+        that its reader rewrites in place: it is opened under the entry's lock, and the checksums of
+        the files it rewrote are taken again before the lock is released."""
+        final = self._final(kind, parts)
+        with self._lock(final):
+            self._ensure(final, kind, parts, build, label)
+            opened = open_entry(final)
+            _record_checksums(final)
+        return opened
+
+    def _final(self, kind: str, parts: dict) -> Path:
+        return self.root / kind / cache_key(kind, parts)
+
+    def _lock(self, final: Path) -> FileLock:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(_not_a_link(final.with_name(f"{final.name}.lock"))))
+
+    def _ensure(self, final: Path, kind: str, parts: dict, build: Callable[[Path], None], label: str | None) -> None:
+        """Under the entry's lock: keep the intact entry at ``final``, or build it (again)."""
+        damage = _damage(final, kind)
+        if damage is None:
+            log.info("cache hit: %s %s", label or kind, final.name[:12])
+            return
+        if damage:
+            log.warning("cache entry %s is damaged (%s): rebuilding it", final, damage)
+        for stale in final.parent.glob(f".{final.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if final.exists():  # incomplete or damaged: moved aside at once, then removed
+            aside = _scratch(final)
+            os.rename(final, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        scratch = _scratch(final)
+        scratch.mkdir()
+        started = time.perf_counter()
+        try:
+            build(scratch)
+            manifest = {"kind": kind, "parts": parts, "schema": SCHEMA_VERSION, "built_seconds": time.perf_counter() - started,
+                        "files": _checksums(scratch)}
+            (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+            os.rename(scratch, final)
+        except BaseException as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
+            fault = None if isinstance(exc, RagtrackError) else describe_fault(exc)
+            if fault:  # e.g. the disk filled up: one line naming the entry; nothing of it is left
+                raise RagtrackError(f"cannot build the {label or kind} cache entry in {final.parent}: {fault}") from exc
+            raise
+        self.builds.append(f"{kind}/{final.name}")
+        log.info("cache build: %s %s (%.1f s)", label or kind, final.name[:12], time.perf_counter() - started)
+
 
 def _damage(final: Path, kind: str) -> str | None:
     """``None`` for an intact entry; ``""`` for none (no folder, or one without manifest: a crashed
@@ -114,7 +136,7 @@ def _damage(final: Path, kind: str) -> str | None:
     if not _not_a_link(final).exists() or final.is_dir() and not os.path.lexists(final / MANIFEST):
         return ""
     manifest = _manifest(final, kind)
-    if "files" not in manifest:
+    if not manifest.get("files"):  # every build writes files; a Chroma entry of an older ragtrack recorded none
         return "built by an older ragtrack, without checksums"
     for name, recorded in sorted(manifest["files"].items()):
         path = final / name
@@ -143,14 +165,26 @@ def _scratch(final: Path) -> Path:
     return final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def _checksums(folder: Path) -> dict[str, dict[str, int | str]]:
-    """sha256, size and mtime of every file under ``folder``, by relative path (a build's scratch
-    folder: not memoized, its paths are about to change)."""
+def _checksums(folder: Path, known: dict | None = None) -> dict[str, dict[str, int | str]]:
+    """sha256, size and mtime of every file under ``folder`` but the manifest, by relative path; a
+    file whose size and mtime are those ``known`` records keeps its recorded sha256 (not memoized: a
+    build's scratch folder is about to be renamed)."""
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        info = path.stat()
-        files[path.relative_to(folder).as_posix()] = {"sha256": sha256_of(path), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+        name, info = path.relative_to(folder).as_posix(), path.stat()
+        if name == MANIFEST:
+            continue
+        recorded = (known or {}).get(name, {})
+        same = recorded.get("size") == info.st_size and recorded.get("mtime_ns") == info.st_mtime_ns
+        files[name] = {"sha256": recorded["sha256"] if same else sha256_of(path), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
     return files
+
+
+def _record_checksums(final: Path) -> None:
+    """The manifest of the entry at ``final`` with the checksums of its files as they are now."""
+    manifest = json.loads((final / MANIFEST).read_text())
+    manifest["files"] = _checksums(final, manifest["files"])
+    write_atomically(final / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
 
 def _manifest(final: Path, kind: str) -> dict:

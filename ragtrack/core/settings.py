@@ -60,6 +60,9 @@ class Open(Section):
 
 # ----------------------------------------------------------------------------- shared blocks
 class TokenizerSettings(Section):
+    """The lexical tokenizer (ragtrack.core.text.Tokenizer)."""
+
+    normalize: Literal["nfkc", "nfc", "none"] = "nfkc"
     lowercase: Flag = True
     stopwords: Literal["en"] | list[str] | None = "en"
     stemmer: Text | None = Field("english", description="a PyStemmer language (e.g. english) or null")

@@ -1,4 +1,12 @@
-"""Tokenization for lexical retrieval: regex word split, lower-casing, stopwords, Snowball stemming.
+"""Tokenization for lexical retrieval: Unicode normalization, case folding, regex word split, stopwords,
+Snowball stemming.
+
+Before a text is split it is brought to one Unicode form (``normalize``: NFKC by default, so ``ﬁ``,
+``x²`` and full-width letters match ``fi``, ``x2`` and ASCII; NFC; or none) and case-folded
+(``lowercase``: ``str.casefold``, so ``ß`` matches ``ss``), then normalized again, because folding can
+decompose a letter (``ǰ`` folds to ``j`` + U+030C, which the word pattern would split). ``İ`` folds to
+``i`` as in Lucene's lower-casing (Unicode's simple mapping): ``casefold`` gives ``i`` + U+0307, which
+would split ``İstanbul`` into ``stanbul``.
 
 ``Tokenizer.encode`` turns many texts into token ids at once: each text is split by one regex call
 and its words are numbered through a dict (C-level lookups; a word seen first gets the next number),
@@ -9,17 +17,19 @@ ids. Terms are numbered in sorted order, so ids never depend on hash seeds or on
 from __future__ import annotations
 
 import re
+import unicodedata
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import Stemmer
 
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.settings import TokenizerSettings, validated
 
 BLOCK_TOKENS = 1 << 22  # word numbers per numpy block in Tokenizer.encode (16 MB)
 STOPWORD_LISTS = {"en": "STOPWORDS_EN"}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba)
+UNICODE_FORMS = {"nfkc": "NFKC", "nfc": "NFC", "none": None}  # the normalize setting -> unicodedata's form
 
 
 @dataclass(frozen=True)
@@ -51,26 +61,21 @@ class _Numbering(dict):
 
 
 class Tokenizer:
-    """``pattern`` picks tokens (default: words of 2+ word characters, as bm25s and scikit-learn);
-    ``stopwords`` is ``en``, a list, or null; ``stemmer`` a PyStemmer language (``english``) or null."""
+    """Built from :class:`~ragtrack.core.settings.TokenizerSettings` values (defaults there): ``pattern``
+    picks tokens (words of 2+ word characters, as bm25s and scikit-learn); ``stopwords`` is ``en``, a
+    list, or null; ``stemmer`` a PyStemmer language or null; ``normalize`` and ``lowercase`` as in the
+    module docstring."""
 
-    def __init__(self, lowercase: bool = True, stopwords: str | Sequence[str] | None = "en",
-                 stemmer: str | None = "english", pattern: str = r"(?u)\b\w\w+\b"):
-        self.lowercase = lowercase
-        if isinstance(stopwords, str):
-            if stopwords not in STOPWORD_LISTS:
-                raise RagtrackError(f"unknown stopword list {stopwords!r}; known: {', '.join(STOPWORD_LISTS)} (or a list of words)")
-            self._stopwords = None
-        else:
-            self._stopwords = frozenset(stopwords or ())
+    def __init__(self, **values):
+        settings = validated(TokenizerSettings, values, "tokenizer")
+        self.lowercase, self.normalize, self.pattern = settings.lowercase, settings.normalize, settings.pattern
+        self._form = UNICODE_FORMS[settings.normalize]
+        stopwords = settings.stopwords
+        self._stopwords = None if isinstance(stopwords, str) else frozenset(stopwords or ())
         self.stopwords_name = stopwords if isinstance(stopwords, str) or stopwords is None else sorted(self._stopwords)
-        try:
-            self.stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
-        except KeyError:
-            raise RagtrackError(f"unknown stemmer {stemmer!r}; known: {', '.join(Stemmer.algorithms())}") from None
-        self.stemmer_name = stemmer
-        self.pattern = pattern
-        self._split = re.compile(pattern).findall
+        self.stemmer = Stemmer.Stemmer(settings.stemmer) if settings.stemmer else None
+        self.stemmer_name = settings.stemmer
+        self._split = re.compile(settings.pattern).findall
 
     @property
     def stopwords(self) -> frozenset[str]:
@@ -81,7 +86,21 @@ class Tokenizer:
         return self._stopwords
 
     def settings(self) -> dict:
-        return {"lowercase": self.lowercase, "stopwords": self.stopwords_name, "stemmer": self.stemmer_name, "pattern": self.pattern}
+        return {"normalize": self.normalize, "lowercase": self.lowercase, "stopwords": self.stopwords_name, "stemmer": self.stemmer_name,
+                "pattern": self.pattern}
+
+    def fold(self, text: str) -> str:
+        """``text`` normalized and case-folded as the settings say (module docstring), ready to split."""
+        if text.isascii():  # already normalized; casefold is lower
+            return text.lower() if self.lowercase else text
+        form = self._form
+        if form:
+            text = unicodedata.normalize(form, text)
+        if self.lowercase:
+            text = text.replace("İ", "i").casefold()
+            if form:
+                text = unicodedata.normalize(form, text)
+        return text
 
     def __call__(self, texts: Iterable[str]) -> list[list[str]]:
         """The tokens of each text."""
@@ -91,12 +110,12 @@ class Tokenizer:
         """The token ids of all ``texts`` (see module docstring). Word numbers are gathered in blocks
         of :data:`BLOCK_TOKENS`, then mapped to term ids block by block into one array, so memory
         peaks near 8 bytes per token."""
-        split, lowercase = self._split, self.lowercase
+        split, fold = self._split, self.fold
         numbering = _Numbering()
         number_of = numbering.__getitem__
         blocks, numbers, ends, done = [], array("i"), array("q", [0]), 0
         for text in texts:
-            numbers.extend(map(number_of, split(text.lower() if lowercase else text)))
+            numbers.extend(map(number_of, split(fold(text))))
             ends.append(done + len(numbers))
             if len(numbers) >= BLOCK_TOKENS:
                 blocks.append(np.frombuffer(numbers, dtype=np.int32))

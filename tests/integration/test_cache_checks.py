@@ -1,15 +1,17 @@
-"""The cache does not trust what it finds: weights changed in place re-encode, a cut run file or
-embeddings file is rebuilt with one warning line, a symlinked entry is refused and left alone."""
+"""The cache does not trust what it finds: weights changed in place re-encode, a cut run file,
+embeddings file or Chroma index is rebuilt with one warning line, a symlinked entry is refused and left
+alone."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ragtrack.core.cache import Cache
+from ragtrack.core.cache import MANIFEST, Cache
 from ragtrack.core.data import Dataset, load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.stages import StageContext, StageOutput, read_cached_run
@@ -89,3 +91,68 @@ def test_a_symlinked_run_entry_is_one_line_and_its_target_is_untouched(toy: Data
         _produce(BM25Retriever(), toy, cache)
     assert "\n" not in str(raised.value) and str(entry) in str(raised.value)
     assert entry.is_symlink() and {p.name: p.read_bytes() for p in target.iterdir()} == before
+
+
+def _approximate(toy: Dataset, cache: Cache) -> DenseRetriever:
+    retriever = DenseRetriever(HashingEncoder(), search="approximate")
+    retriever.index(toy.corpus, cache)
+    return retriever
+
+
+def _chroma_entry(root: Path) -> Path:
+    (entry,) = [p for p in (root / "chroma").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return entry
+
+
+def test_a_chroma_entry_records_checksums_and_stays_intact_after_chroma_rewrites_it(toy: Dataset, tmp_path: Path,
+                                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Opening the folder rewrites Chroma's files; the checksums are taken again then, so the next job
+    finds the entry intact (no warning, no rebuild) and gets the same run."""
+    cache = Cache(tmp_path)
+    first = _approximate(toy, cache)
+    entry = _chroma_entry(tmp_path)
+    files = json.loads((entry / MANIFEST).read_text())["files"]
+    assert "chroma.sqlite3" in files and any(name.endswith("data_level0.bin") for name in files)
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):
+            again = _approximate(toy, cache)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING] and [b.split("/")[0] for b in cache.builds] == ["embeddings", "chroma"]
+    assert again.search(toy.queries, 5).scores == first.search(toy.queries, 5).scores
+
+
+@pytest.mark.parametrize("damage", ["cut", "same size", "no checksums"])
+def test_a_damaged_chroma_entry_is_rebuilt_with_one_warning(toy: Dataset, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    cache = Cache(tmp_path)
+    first = _approximate(toy, cache).search(toy.queries, 5).scores
+    entry = _chroma_entry(tmp_path)
+    (index_file,), database = entry.glob("*/data_level0.bin"), entry / "chroma.sqlite3"
+    if damage == "cut":  # the HNSW graph
+        index_file.write_bytes(index_file.read_bytes()[: index_file.stat().st_size // 3])
+    elif damage == "same size":  # bytes of the database (a toy collection's vectors live there) changed in place
+        data = bytearray(database.read_bytes())
+        data[len(data) // 2:len(data) // 2 + 64] = bytes(255 - b for b in data[len(data) // 2:len(data) // 2 + 64])
+        database.write_bytes(bytes(data))
+    else:  # an entry of an older ragtrack: Chroma folders recorded no checksums
+        manifest = json.loads((entry / MANIFEST).read_text())
+        (entry / MANIFEST).write_text(json.dumps({**manifest, "files": {}}))
+    with caplog.at_level(logging.INFO):
+        again = _approximate(toy, cache)
+    _one_warning(caplog, entry)
+    assert [b.split("/")[0] for b in cache.builds] == ["embeddings", "chroma", "chroma"]
+    assert again.search(toy.queries, 5).scores == first
+
+
+@pytest.mark.parametrize("where", ["entry", "file"])
+def test_a_symlinked_chroma_entry_or_file_is_one_line_and_left_alone(toy: Dataset, tmp_path: Path, where: str) -> None:
+    cache = Cache(tmp_path / "cache")
+    _approximate(toy, cache)
+    entry = _chroma_entry(tmp_path / "cache")
+    link = entry if where == "entry" else entry / "chroma.sqlite3"
+    target = tmp_path / "elsewhere"
+    link.rename(target)
+    link.symlink_to(target, target_is_directory=where == "entry")
+    before = target.read_bytes() if target.is_file() else {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    with pytest.raises(RagtrackError, match="a symbolic link in the cache") as raised:
+        _approximate(toy, cache)
+    assert "\n" not in str(raised.value) and str(link) in str(raised.value) and link.is_symlink()
+    assert before == (target.read_bytes() if target.is_file() else {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()})

@@ -3,8 +3,10 @@ and ``ragtrack reproduce``."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from io import StringIO
@@ -22,7 +24,7 @@ from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.reproduce import reproduce
 from ragtrack.core.runs import Run
-from tests.support import TOY, reproduce_cli
+from tests.support import TOY, ragtrack, reproduce_cli
 
 
 def system(label: str, values: dict[str, list[float]], qids=("q1", "q2", "q3", "q4")) -> SystemRun:
@@ -60,6 +62,35 @@ def test_formats_mark_the_best_value() -> None:
     assert payload["baseline"] == "bm25" and payload["rows"][1]["best"] is True
     with pytest.raises(RagtrackError, match="unknown format 'html'"):
         render(comparison, "html")
+
+
+def test_csv_escapes_text_that_looks_like_a_formula_but_no_number() -> None:
+    hostile = system("=HYPERLINK(\"http://x\")", {"ndcg@10": [0.25, 0.2, 0.0, 0.0]})
+    rows = list(csv.DictReader(StringIO(render(compare_systems([BASE, hostile], ["ndcg@10"], BASE), "csv"), newline="")))
+    assert rows[1]["system"] == "'=HYPERLINK(\"http://x\")" and float(rows[1]["delta"]) < 0 and rows[1]["delta"].startswith("-")
+
+
+HOSTILE_QIDS = {"q1": "=1+1", "q2": "+33", "q3": "-5", "q4": "@SUM(A1)", "q5": "'quoted", "q6": "NA"}
+
+
+def test_hostile_query_ids_are_escaped_in_per_query_csv_and_read_back_exactly(tmp_path) -> None:
+    """Query ids that a spreadsheet would run as formulas: per_query.csv holds them escaped, metrics as
+    plain numbers, and ``ragtrack compare`` reads back the ids as they were."""
+    data = tmp_path / "data"
+    shutil.copytree(TOY, data)
+    for name in ("queries.jsonl", "qrels/test.tsv"):
+        text = (data / name).read_text()
+        for qid, hostile in HOSTILE_QIDS.items():
+            text = text.replace(f'"_id": "{qid}"', f'"_id": {json.dumps(hostile)}').replace(f"\n{qid}\t", f"\n{hostile}\t")
+        (data / name).write_text(text)
+    done = ragtrack(tmp_path, "run", "dataset=beir", f"dataset.path={data}", "retriever=[bm25]", "fusion=[]", "hydra.run.dir=job")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "job" / "per_query.csv").open(newline="")))
+    assert {row["qid"] for row in rows} == {"'" + qid for qid in HOSTILE_QIDS.values() if qid != "NA"} | {"NA"}
+    assert all(not cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row.values())
+    assert all(float(row["ndcg@10"]) >= 0 for row in rows)
+    comparison, _ = run_compare(f"sqlite:///{tmp_path}/mlruns/mlflow.db", fmt="csv", log_to_mlflow=False, failures=0)
+    assert set(comparison.systems[0].per_query.index) == set(HOSTILE_QIDS.values())
 
 
 def test_baseline_by_label_system_or_run_id() -> None:

@@ -1,9 +1,11 @@
 """BM25: batched sparse search returns bm25s's scores; ragtrack's tokenizer and index build equal the
-reference tokenizer and bm25s's build; nothing depends on document order."""
+reference tokenizer and bm25s's build; nothing depends on document order; texts match whatever their
+Unicode form or case, on both backends."""
 
 from __future__ import annotations
 
 import random
+import unicodedata
 from pathlib import Path
 
 import bm25s
@@ -44,14 +46,16 @@ def test_queries_without_known_terms_get_no_documents(toy_path: Path, tmp_path: 
 
 def reference_tokens(texts: list[str]) -> list[list[str]]:
     """The tokenizer as it was written before ``Tokenizer.encode``: per text a regex split of the
-    lower-cased text, English stopwords dropped, then Snowball stems of the distinct words."""
+    NFKC-normalized, case-folded text (İ as i), English stopwords dropped, then Snowball stems of the
+    distinct words."""
     import re
 
     import Stemmer
     from bm25s.stopwords import STOPWORDS_EN
 
     split, stopwords = re.compile(r"(?u)\b\w\w+\b").findall, frozenset(STOPWORDS_EN)
-    documents = [[w for w in split(t.lower()) if w not in stopwords] for t in texts]
+    folded = (unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", t).replace("İ", "i").casefold()) for t in texts)
+    documents = [[w for w in split(t) if w not in stopwords] for t in folded]
     vocabulary = sorted({w for words in documents for w in words})
     stems = dict(zip(vocabulary, Stemmer.Stemmer("english").stemWords(vocabulary)))
     return [[stems[w] for w in words] for words in documents]
@@ -59,7 +63,7 @@ def reference_tokens(texts: list[str]) -> list[list[str]]:
 
 def random_texts(count: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    alphabet = "abcdeé ÄßΣσ日本 \t\n.,;-_'0123456789 The AND of running"
+    alphabet = "abcdeé ÄßΣσς日本 \t\n.,;-_'0123456789 The AND of running İ\u0301\u0307ﬁ²ＡǰΐẞK"
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200))) for _ in range(count)] + ["", "the and", "x", "ab"]
 
 
@@ -98,3 +102,52 @@ def test_scores_do_not_depend_on_document_order(toy_path: Path, tmp_path: Path) 
         retriever.index(documents, Cache(folder))
         runs.append(retriever.search(dataset.queries, depth=3))
     assert trec_text(runs[0]) == trec_text(runs[1])
+
+
+def _top_document(corpus_texts: list[str], query: str, tmp_path: Path, **settings) -> list[str]:
+    texts = [*corpus_texts, "an unrelated document about proteins", "another one about cells"]
+    corpus = Corpus(ids=[f"d{i}" for i in range(len(texts))], titles=[""] * len(texts), texts=texts, hash="|".join(texts))
+    retriever = BM25Retriever(**settings)
+    retriever.index(corpus, Cache(tmp_path))
+    return [doc for doc, _ in retriever.search({"q": query}, depth=1).ranking("q")]
+
+
+UNICODE_CASES = {  # query, the one document that must match it
+    "NFC query, NFD document": ("café", unicodedata.normalize("NFD", "un café noir")),
+    "NFD query, NFC document": (unicodedata.normalize("NFD", "naïve"), "naïve bayes"),
+    "Turkish dotted capital I": ("İstanbul", "flights to istanbul"),
+    "sharp s": ("STRASSE", "die straße"),
+    "ligature": ("fibrosis", "cystic ﬁbrosis"),
+    "subscript digit": ("h2o", "H₂O vapour"),
+    "full-width letters": ("ＤＮＡ", "dna repair"),
+}
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+@pytest.mark.parametrize("case", UNICODE_CASES)
+def test_unicode_forms_and_cases_match(case: str, backend: str, tmp_path: Path) -> None:
+    query, document = UNICODE_CASES[case]
+    assert _top_document([document], query, tmp_path, backend=backend) == ["d0"]
+
+
+def test_folded_words_stay_whole() -> None:
+    """str.lower and casefold turn İ into i + U+0307 (the pattern would keep "stanbul"); casefold
+    decomposes ǰ (U+01F0) into j + U+030C (the pattern would keep "apan")."""
+    assert Tokenizer(stemmer=None)(["İSTANBUL İstanbul istanbul", "\u01f0apan J\u030cAPAN"]) == [["istanbul"] * 3, ["\u01f0apan"] * 2]
+
+
+def test_the_normal_form_is_a_setting(tmp_path: Path) -> None:
+    """none keeps NFD and NFC apart (as before normalization), nfc joins them but keeps compatibility
+    forms apart, nfkc joins both."""
+    nfd, wide = UNICODE_CASES["NFC query, NFD document"], UNICODE_CASES["full-width letters"]
+    assert _top_document([nfd[1]], nfd[0], tmp_path / "a", tokenizer={"normalize": "none"}) == []
+    assert _top_document([nfd[1]], nfd[0], tmp_path / "b", tokenizer={"normalize": "nfc"}) == ["d0"]
+    assert _top_document([wide[1]], wide[0], tmp_path / "c", tokenizer={"normalize": "nfc"}) == []
+    assert _top_document([wide[1]], wide[0], tmp_path / "d", tokenizer={"normalize": "nfkc"}) == ["d0"]
+
+
+def test_the_normal_form_is_part_of_the_index_key(toy_path: Path, tmp_path: Path) -> None:
+    corpus, cache = load_beir(toy_path).corpus, Cache(tmp_path)
+    for normalize in ("nfkc", "nfc", "nfkc"):
+        BM25Retriever(tokenizer={"normalize": normalize}).index(corpus, cache)
+    assert len(cache.builds) == 2 and len(list((tmp_path / "bm25").glob("*.lock"))) == 2

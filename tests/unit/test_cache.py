@@ -156,3 +156,25 @@ def test_a_foreign_folder_is_refused_and_left_alone(tmp_path: Path, manifest: st
     with pytest.raises(RagtrackError, match=f"^{re.escape(str(final))}: not a ragtrack cache entry") as raised:
         _entry(cache, [])
     assert "\n" not in str(raised.value) and sorted(p.name for p in final.iterdir()) == [MANIFEST, "theirs"]
+
+
+def test_an_entry_its_opener_rewrites_is_checksummed_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``Cache.opened``: what the opener rewrites (as a Chroma client does) is recorded, so the next
+    reader finds the entry intact; a rewrite by anything else is damage."""
+    cache, built = Cache(tmp_path), []
+
+    def rewrite(folder: Path) -> str:
+        (folder / "data.bin").write_bytes(bytes(reversed(range(256))) * 40)
+        return "opened"
+
+    def build(folder: Path) -> None:
+        built.append(folder)
+        (folder / "data.bin").write_bytes(bytes(range(256)) * 40)
+
+    with caplog.at_level(logging.WARNING, logger="ragtrack.core.cache"):
+        assert [cache.opened("k", {"v": 1}, build, rewrite) for _ in range(3)] == ["opened"] * 3
+        assert len(built) == 1 and not caplog.records
+        folder = cache.entry("k", {"v": 1}, build)
+        (folder / "data.bin").write_bytes(bytes(10240))
+        cache.opened("k", {"v": 1}, build, rewrite)
+    assert len(built) == 2 and len(caplog.records) == 1 and "data.bin changed since it was built" in caplog.records[0].getMessage()

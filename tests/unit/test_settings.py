@@ -115,6 +115,7 @@ HOSTILE = {
     "bm25 stemmer misspelled": (["retriever.bm25.tokenizer.stemmer=englsh"],
                                 "retriever.bm25.tokenizer.stemmer: 'englsh' is not allowed: a PyStemmer language (one of 36, e.g. english) or null; did you mean 'english'?"),
     "bm25 lowercase text": (["retriever.bm25.tokenizer.lowercase=yes"], "retriever.bm25.tokenizer.lowercase: 'yes' is not allowed: true or false"),
+    "bm25 unicode form": (["retriever.bm25.tokenizer.normalize=nfd"], "retriever.bm25.tokenizer.normalize: 'nfd' is not allowed: one of nfkc, nfc, none"),
     "encoder dim zero": (["encoder.dim=0"], "encoder.dim: 0 is not allowed: an integer >= 1"),
     "onnx batch zero": (["encoder=minilm_onnx", "encoder.batch_size=0"], "encoder.batch_size: 0 is not allowed: an integer >= 1 or null"),
     "onnx precision": (["encoder=minilm_onnx", "encoder.precision=fp16"], "encoder.precision: 'fp16' is not allowed: one of fp32, int8"),

@@ -18,6 +18,7 @@ import contextlib
 import math
 import numbers
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -82,7 +83,8 @@ class Evaluation:
 
 
 def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1) -> list[Evaluator]:
-    """The evaluators (built-ins and plugins alike) that provide ``metrics``, each given its metrics."""
+    """The evaluators (built-ins and plugins alike) that provide ``metrics`` (names as :func:`metric_names`
+    reads them), each given its metrics."""
     from ragtrack.pipeline import registry
 
     classes = registry.load_all("evaluators")
@@ -91,7 +93,7 @@ def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1) -> list
         owner = next((name for name, cls in classes.items() if cls.handles(metric)), None)
         if owner is None:
             known = sorted(m for cls in classes.values() for m in cls.provides())
-            raise RagtrackError(f"unknown metric {metric!r}; known: {', '.join(known)}{did_you_mean(metric, known)}")
+            raise RagtrackError(f"unknown metric {metric!r}; known: {', '.join(known)}{_suggestion(metric, classes)}")
         chosen.setdefault(owner, []).append(metric)
     evaluators = []
     for name, names in chosen.items():
@@ -101,6 +103,35 @@ def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1) -> list
         except TypeError:
             raise RagtrackError(f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})") from None
     return evaluators
+
+
+def metric_names(metrics: str | Sequence[str] | None, parameter: str = "metrics") -> list[str] | None:
+    """Metric names as given: one name or a list of them; a name that differs from ragtrack's only in
+    case is read as ragtrack's (``NDCG@10`` is ``ndcg@10``, ``ROUGEL`` is ``rougeL``)."""
+    from ragtrack.pipeline import registry
+
+    if metrics is None:
+        return None
+    names = [metrics] if isinstance(metrics, str) else metrics
+    if not isinstance(names, Sequence) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"{parameter}: a metric name or a list of them, e.g. ['ndcg@10', 'mrr'], got {metrics!r}")
+    classes = registry.load_all("evaluators")
+    bases = {name.partition("@")[0].rstrip("[") for cls in classes.values() for name in cls.provides()}
+    known = {base.casefold(): base for base in bases}
+    canonical = []
+    for name in names:
+        base, at, cutoff = name.partition("@")
+        handled = any(cls.handles(name) for cls in classes.values())
+        canonical.append(name if handled or base.casefold() not in known else f"{known[base.casefold()]}{at}{cutoff}")
+    return canonical
+
+
+def _suggestion(metric: str, classes: Mapping[str, type[Evaluator]]) -> str:
+    """``; did you mean 'ndcg@10'?`` for ``ndcg10`` (a cutoff without its ``@``), else the closest name."""
+    glued = re.fullmatch(r"(.*?[^\d@])(\d+)", metric)
+    if glued and any(cls.handles(f"{glued[1]}@{glued[2]}") for cls in classes.values()):
+        return f"; did you mean '{glued[1]}@{glued[2]}'?"
+    return did_you_mean(metric, [m for cls in classes.values() for m in cls.provides()])
 
 
 def _score(evaluators: list[Evaluator], data: EvalInput, metrics: list[str], seed: int, needs: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -128,7 +159,7 @@ def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = Non
     >>> result.aggregate["mrr"]
     0.5
     """
-    metrics = list(metrics or default_ranking_metrics())
+    metrics = metric_names(metrics) or default_ranking_metrics()
     evaluators = evaluators_for(metrics, relevance_threshold)  # unknown names fail before any file is read
     judged, ranked = as_qrels(qrels), as_run(run)
     per_query, summary = _score(evaluators, EvalInput(qrels=judged, run=ranked), metrics, seed,
@@ -151,7 +182,7 @@ def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predi
     from ragtrack.evaluators.answer import AnswerEvaluator
     from ragtrack.pipeline.answer_files import load_gold_answers, load_predictions, prediction_problem
 
-    metrics = list(metrics or AnswerEvaluator().metrics)
+    metrics = metric_names(metrics) or list(AnswerEvaluator().metrics)
     evaluators = evaluators_for(metrics)  # unknown names fail before any file is read
     if isinstance(gold, (str, Path)):
         gold = load_gold_answers(gold)
@@ -179,9 +210,11 @@ def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str
     wins/ties/losses. Over the queries with a relevant judgment; one row per (system, metric)."""
     from ragtrack.pipeline.comparison import DEFAULT_METRICS, SystemRun, compare_systems, find_baseline
 
+    if not isinstance(runs, Mapping):
+        raise TypeError(f"runs: a dict of runs by system name, e.g. {{'bm25': 'bm25.trec'}}, got {type(runs).__name__}")
     if not runs:
         raise RagtrackError("compare needs at least one run")
-    metrics = list(metrics or DEFAULT_METRICS)
+    metrics = metric_names(metrics) or list(DEFAULT_METRICS)
     judged = as_qrels(qrels)
     systems = [SystemRun(name, name, name, name, 0, evaluate(judged, run, metrics, relevance_threshold, seed).per_query, label=name)
                for name, run in runs.items()]

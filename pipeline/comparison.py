@@ -246,7 +246,7 @@ def plot(comparison: Comparison, path: Path, title: str = "") -> Path:
     axes[2].axhline(0, color="black", linewidth=0.8)
     axes[2].set_xlabel("queries, sorted")
     axes[2].set_title(f"per-query {metric} − {comparison.baseline.label}")
-    if axes[2].lines:
+    if len(comparison.systems) > 1:  # a line per system against the baseline
         axes[2].legend(fontsize=7)
     if title:
         figure.suptitle(title)

@@ -112,7 +112,8 @@ def explain_composition_error(exc: Exception, config_dirs: Sequence[str | Path] 
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
         group, _, option = exc.missing_cfg_file.rpartition("/")
         options = sorted(set(group_options(group, config_dirs)) | set(exc.options or ()))
-        return InputError(group, f"{option!r} is not allowed: one of {', '.join(options) or '(none found)'}{did_you_mean(option, options)}")
+        hint = did_you_mean(option, options) or ("" if config_dirs else f" (your own: --config-dir DIR with DIR/{group}/{option}.yaml)")
+        return InputError(group, f"{option!r} is not allowed: one of {', '.join(options) or '(none found)'}{hint}")
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None) and str(exc).startswith("Could not override"):
         wanted = str(exc).split("'")[1]
         parent = cause.parent_node

@@ -61,10 +61,10 @@ def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | No
                    seed: int = 0):
     """Score the run file against the qrels file; a :class:`FileEvaluation`, or an ``api.Evaluation``
     where the general path is needed (see the module docstring)."""
-    metrics = list(dict.fromkeys(metrics or DEFAULT_METRICS))
-    if not _ranking_only(metrics):
-        from ragtrack.pipeline.api import evaluate
+    from ragtrack.pipeline.api import evaluate, metric_names
 
+    metrics = list(dict.fromkeys(metric_names(metrics) or DEFAULT_METRICS))
+    if not _ranking_only(metrics):
         return evaluate(qrels_path, run_path, metrics, relevance_threshold, seed)
     qrels = load_qrels(qrels_path)[0]
     run = read_run_columns(run_path)

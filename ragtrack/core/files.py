@@ -16,8 +16,8 @@ import errno
 import gzip
 import hashlib
 import os
+import secrets
 import stat
-import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,15 +115,16 @@ def read_bytes(path: Path) -> bytes:
 
 
 def write_atomically(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename: readers never see half a file."""
+    """Write ``text`` to ``path`` through a temporary file and a rename: readers never see half a file.
+    The file gets the mode every other output gets (0666 less the umask; a temporary file's own is 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False, encoding="utf-8")
+    temporary = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
-        with handle:
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), "w", encoding="utf-8") as handle:
             handle.write(text)
-        os.replace(handle.name, path)
+        os.replace(temporary, path)
     except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
     return path

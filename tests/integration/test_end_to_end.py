@@ -48,6 +48,8 @@ def test_outputs(toy_job) -> None:
         run = read_trec(out / "runs" / f"{system}.trec")
         assert set(run.scores) == {f"q{i}" for i in range(1, 7)}
     assert (out / "config.yaml").exists() and (out / ".hydra" / "overrides.yaml").exists()
+    modes = {path.relative_to(out).as_posix(): oct(path.stat().st_mode & 0o777) for path in out.rglob("*") if path.is_file()}
+    assert len(set(modes.values())) == 1, modes  # results.json like every other output (umask applied)
     assert "ndcg@10" in result.stdout and "hybrid" in result.stdout and "ragtrack ui" in result.stdout
 
 

@@ -33,9 +33,11 @@ REPO = Path(__file__).resolve().parents[2]
 def installed(tmp_path_factory):
     """(venv bin folder, wheel path): the wheel built from the repo, installed into a fresh venv."""
     root = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(root / "dist"), str(REPO)],
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(root / "dist"), str(REPO)],
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
+    noise = [line for line in (build.stdout + build.stderr).splitlines() if "absent from the `packages`" in line or "SetuptoolsDeprecationWarning" in line]
+    assert noise == [], noise[:3]  # the project's own packaging builds quietly
     (wheel,) = (root / "dist").glob("ragtrack-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=300)
     venv_site = next((root / "venv" / "lib").glob("python3*/site-packages"))

@@ -154,3 +154,15 @@ def test_import_ragtrack_loads_no_layer_until_an_api_name_is_used() -> None:
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         ragtrack.nope  # noqa: B018
+
+
+def test_metric_names_read_as_the_cli_reads_them() -> None:
+    qrels, run = {"q1": {"d1": 1, "d2": 0}}, {"q1": {"d2": 0.9, "d1": 0.5}}
+    assert ragtrack.evaluate(qrels, run, "ndcg@10").aggregate == ragtrack.evaluate(qrels, run, ["ndcg@10"]).aggregate
+    assert ragtrack.evaluate(qrels, run, ["NDCG@10", "MRR"]).aggregate == ragtrack.evaluate(qrels, run, ["ndcg@10", "mrr"]).aggregate
+    with pytest.raises(RagtrackError, match=r"unknown metric 'ndcg10'; .*; did you mean 'ndcg@10'\?$"):
+        ragtrack.evaluate(qrels, run, "ndcg10")
+    with pytest.raises(TypeError, match=r"^metrics: a metric name or a list of them"):
+        ragtrack.evaluate(qrels, run, 10)
+    with pytest.raises(TypeError, match=r"^runs: a dict of runs by system name"):
+        ragtrack.compare([run, run], qrels)

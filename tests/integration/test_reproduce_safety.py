@@ -5,6 +5,7 @@ and exit code 2 before anything is written, sent or logged; an endpoint is conta
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,14 +27,17 @@ FAKE_KEY = "sk-test-0123456789abcdefghij"
 
 @pytest.fixture(scope="module")
 def logged(toy_sweep, tmp_path_factory):
-    """One job of the toy sweep: its config and metrics, and an experiment of its own for tampered copies."""
-    client = MlflowClient(toy_sweep.uri)
+    """One job of the toy sweep, in a copy of the sweep's store (the sweep's own store stays as the other
+    tests expect it): its config and metrics, and an experiment of its own for tampered copies."""
+    folder = tmp_path_factory.mktemp("logged")
+    shutil.copy(toy_sweep.root / "mlruns" / "mlflow.db", folder / "mlflow.db")
+    uri = f"sqlite:///{folder}/mlflow.db"
+    client = MlflowClient(uri)
     job = next(r for r in client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id])
                if r.info.run_name == "hybrid k=30")
-    folder = tmp_path_factory.mktemp("logged")
     config = yaml.safe_load(Path(client.download_artifacts(job.info.run_id, CONFIG_FILE, str(folder))).read_text())
-    experiment = client.get_experiment_by_name("tampered") or client.get_experiment(client.create_experiment("tampered"))
-    return SimpleNamespace(client=client, job=job, config=config, experiment_id=experiment.experiment_id, uri=toy_sweep.uri)
+    experiment_id = client.create_experiment("tampered", artifact_location=(folder / "artifacts").as_uri())
+    return SimpleNamespace(client=client, job=job, config=config, experiment_id=experiment_id, uri=uri)
 
 
 def tampered(logged, edit) -> str:

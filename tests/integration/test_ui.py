@@ -120,7 +120,7 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
 def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path) -> None:
     """A toy job, then the run page its last lines name: the description table holds the three
     systems' nDCG@10 (mean [95% CI]) as results.json has them; a system run's queries.json opens as a
-    table of queries; the job's report.html, opened from the run's artifacts on the same server, holds
+    table of queries; the run lists its dataset (name and digest) under Datasets; the job's report.html, opened from the run's artifacts on the same server, holds
     the same nDCG@10 cells."""
     import json
     import re
@@ -131,7 +131,8 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     link = re.search(r"^Run page:\s+(http://127\.0\.0\.1:5000/\S+)$", done.stdout, re.MULTILINE).group(1)
-    aggregates = json.loads((tmp_path / "job" / "results.json").read_text())["aggregates"]
+    results = json.loads((tmp_path / "job" / "results.json").read_text())
+    aggregates, digest = results["aggregates"], results["dataset"]["hash"][:16]
     cells = {s: "{mean:.4f} [{ci_low:.4f}, {ci_high:.4f}]".format(**aggregates[s]["ndcg@10"]) for s in ("bm25", "dense", "hybrid")}
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "ragtrack", "ui", "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db", "--port", str(port)],
@@ -150,6 +151,7 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
                 for system, cell in cells.items():
                     page.get_by_role("cell", name=system, exact=True).first.wait_for()
                     page.get_by_text(cell, exact=True).first.wait_for()
+                page.get_by_text(digest, exact=False).first.wait_for()  # the Datasets section: what the job was evaluated on
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOTS / "mlflow_run_page.png"))
                 table_link = re.search(r"^Runs table:\s+(http://127\.0\.0\.1:5000/\S+)$", done.stdout, re.MULTILINE).group(1)

@@ -234,9 +234,11 @@ def _run_experiment(overrides: Sequence[str], config_dir: str | Path | None) -> 
     from ragtrack.pipeline.config import compose
     from ragtrack.pipeline.experiment import JobInfo
     from ragtrack.pipeline.experiment import run_experiment as run_job
+    from ragtrack.pipeline.redaction import remember_config_secrets
     from ragtrack.pipeline.settings import validate
 
     cfg = compose(list(overrides), config_dir)
+    remember_config_secrets(cfg)  # before any message: a settings error may quote a secret value
     validate(cfg)  # bad settings fail here: no folder, no MLflow run, no cache entry
     if not any(o.split("=", 1)[0].lstrip("+~") == "paths.output_dir" for o in overrides):
         folder = Path(cfg.paths.log_dir) / "runs"

@@ -7,6 +7,8 @@ Resolvers: ``${ragtrack_data:}`` is the folder of the shipped datasets (the inst
 resolves before Hydra's own config is set, which a multirun's sweep folder needs); ``${unique:}`` is
 six random hex digits, drawn once per composed config (cached like Hydra's ``${now:}``, and copied
 into every job of a sweep), which keeps the output folders of jobs started in the same second apart.
+``${sqlite_uri:PATH}`` and ``${file_uri:PATH}`` make the default store's tracking URI and artifact
+location from folders whatever characters their names hold (``%``, ``?``, ``#``: ``pipeline.layout``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
+from ragtrack.pipeline.layout import file_uri, sqlite_uri
 
 CONFIG_MODULE = "ragtrack.conf"
 CONFIG_NAME = "config"
@@ -46,6 +49,8 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("ragtrack_data", lambda: str(datasets_dir()), replace=True)
     OmegaConf.register_new_resolver("cwd", os.getcwd, replace=True)
     OmegaConf.register_new_resolver("unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("sqlite_uri", sqlite_uri, replace=True)
+    OmegaConf.register_new_resolver("file_uri", file_uri, replace=True)
 
 
 def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:

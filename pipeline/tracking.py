@@ -150,6 +150,11 @@ def configure_http(timeout: int, retries: int) -> None:
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"] = "0.5"
 
 
+def is_server(uri: str) -> bool:
+    """A tracking server (``http(s)://``), as opposed to a store this process opens itself."""
+    return uri.startswith(("http://", "https://"))
+
+
 def use_credentials(uri: str) -> str:
     """The URI to give MLflow. The credentials of an ``http(s)://user:password@host`` URI are remembered
     as secrets and set as MLflow's documented ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``,
@@ -167,10 +172,6 @@ def use_credentials(uri: str) -> str:
         elif name in _credentials_set and os.environ.get(name) == _credentials_set.pop(name):
             del os.environ[name]
     return bare
-
-
-def is_server(uri: str) -> bool:
-    return uri.startswith(("http://", "https://"))
 
 
 def prepare_connection(uri: str, timeout: int = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> str:

@@ -93,3 +93,10 @@ def test_a_store_under_a_folder_named_with_percent_question_mark_and_hash(tmp_pa
     assert not (tmp_path / "a?b#cA").exists() and not (tmp_path / "a").exists()  # where the old URIs pointed
     compare = ragtrack(root, "compare", "--no-log")  # the default URI of the CLI, from RAGTRACK_ROOT
     assert compare.returncode == 0 and "bm25" in compare.stdout, compare.stderr[-3000:]
+
+
+def test_a_settings_error_quoting_a_secret_value_shows_it_masked(tmp_path: Path) -> None:
+    result = ragtrack(tmp_path, "run", "dataset=toy", "retriever=[bm25]", "fusion=[]", "depth=${oc.env:RT_TEST_NOTE}", env={"RT_TEST_NOTE": NOTE})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == "ragtrack: error: depth: '***' is not allowed: an integer >= 1"
+    assert _leaks(tmp_path, result.stdout, result.stderr) == []

@@ -284,10 +284,12 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
     from ragtrack.pipeline.config import compose
     from ragtrack.pipeline.experiment import JobInfo
     from ragtrack.pipeline.experiment import run_experiment as run_job
+    from ragtrack.pipeline.redaction import remember_config_secrets
     from ragtrack.pipeline.settings import validate
     from ragtrack.providers import FRAME_COLUMNS, dataset_from_frames
 
     cfg = compose(overrides, config_dir)
+    remember_config_secrets(cfg)  # before any message: a settings error may quote a secret value
     given = None
     if frames is not None:
         unknown = sorted(set(frames) - {*FRAME_COLUMNS, "name"})

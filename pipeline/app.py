@@ -22,10 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import RagtrackError, describe_fault
+from ragtrack.core.secrets import mask
 from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
 from ragtrack.pipeline.experiment import JobInfo, run_experiment
 from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
-from ragtrack.pipeline.redaction import redact_overrides
+from ragtrack.pipeline.redaction import redact_overrides, remember_config_secrets
 from ragtrack.pipeline.settings import discard_job_folder, validate
 
 log = logging.getLogger("ragtrack")
@@ -34,6 +35,7 @@ log = logging.getLogger("ragtrack")
 @hydra.main(version_base="1.3", config_path=config_path(), config_name=CONFIG_NAME)
 def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
+    remember_config_secrets(cfg)  # before any message: a settings error may quote a secret value
     try:  # settings first: a bad value stops the job before anything is built, logged or left behind
         validate(cfg)
     except RagtrackError as exc:
@@ -86,11 +88,13 @@ def mark_failed(output_dir: Path, message: str, before: set[Path]) -> None:
             elif not any(path.iterdir()):
                 path.rmdir()
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / FAILED_MARKER).write_text(message + "\n", encoding="utf-8")
+        (output_dir / FAILED_MARKER).write_text(mask(message) + "\n", encoding="utf-8")
 
 
 def fail(message: str) -> None:
-    """One line on stderr, exit 2; the job's log file records it too, the console shows it once."""
+    """One line on stderr, exit 2; the job's log file records it too, the console shows it once.
+    Known secret values are masked."""
+    message = mask(message)
     record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
@@ -147,7 +151,7 @@ class SweepSummary(Callback):
         key_metrics = list(config.get("tracking", {}).get("key_metrics") or KEY_METRICS)
         text = sweep_summary(folder, key_metrics)
         if text:
-            print(f"\nSweep summary ({folder}):\n{text}")
+            print(mask(f"\nSweep summary ({folder}):\n{text}"))
 
 
 def sweep_summary(folder: Path, key_metrics: list[str]) -> str:

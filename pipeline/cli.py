@@ -18,7 +18,9 @@ import sys
 import textwrap
 from pathlib import Path
 from ragtrack.core.errors import RagtrackError, describe_fault
+from ragtrack.core.secrets import mask
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
+
 
 def _columns_of_first_line(path: Path) -> int:
     """How many columns the first non-blank line of a file has (0 when it cannot be read)."""
@@ -98,9 +100,9 @@ def default_tracking_uri() -> str:
 def command_ui(args: argparse.Namespace) -> int:
     """The MLflow server in its own process group, ended whole (server, uvicorn, workers) on Ctrl-C
     and on SIGTERM."""
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = args.tracking_uri
     url = f"http://{args.host}:{args.port}"
-    print(f"MLflow UI on {uri}: {url}  (Ctrl-C stops it)", flush=True)
+    print(mask(f"MLflow UI on {uri}: {url}  (Ctrl-C stops it)"), flush=True)
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port), "--workers", "1"]
     server = subprocess.Popen(command, start_new_session=True)
 
@@ -137,7 +139,7 @@ def command_compare(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.compare import run_compare
     from ragtrack.pipeline.comparison import TEXT_WIDTH
 
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = args.tracking_uri
     comparison, text = run_compare(uri, args.experiment, args.sweep, args.metric, args.baseline,
                                    args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log,
                                    width=None if args.wide else TEXT_WIDTH, allow_mixed=args.allow_mixed)
@@ -145,7 +147,7 @@ def command_compare(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"ragtrack: wrote the comparison plot to {args.plot}", file=sys.stderr)
     if comparison.logged:
-        print(f"ragtrack: logged the comparison (tables, plot, failure analysis) as MLflow run {comparison.logged} in {uri}",
+        print(mask(f"ragtrack: logged the comparison (tables, plot, failure analysis) as MLflow run {comparison.logged} in {uri}"),
               file=sys.stderr)
     return 0
 
@@ -153,7 +155,7 @@ def command_compare(args: argparse.Namespace) -> int:
 def command_reproduce(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.reproduce import reproduce
 
-    result = reproduce(args.run_id, args.tracking_uri or default_tracking_uri(), args.cache_dir, args.overrides, args.allow_endpoints)
+    result = reproduce(args.run_id, args.tracking_uri, args.cache_dir, args.overrides, args.allow_endpoints)
     if result.identical:
         print(f"reproduced run {result.run_id}: all {len(result.table)} metrics identical")
         return 0
@@ -176,15 +178,16 @@ def command_regress(args: argparse.Namespace) -> int:
 
 def run_hydra(overrides: list[str]) -> int:
     from ragtrack.pipeline.app import run_app
-    from ragtrack.pipeline.redaction import check_run_arguments, config_dirs
+    from ragtrack.pipeline.redaction import check_run_arguments, config_dirs, remember_argument_secrets
     from ragtrack.pipeline.config import composition_errors_explained
 
+    remember_argument_secrets(overrides)  # a sweep's log lists its jobs' overrides before any job runs
     try:  # Hydra writes .hydra/ and the log before the job runs: a key given as a variable name stops here
         check_run_arguments(overrides)
         with composition_errors_explained(config_dirs(overrides)):  # an unknown key or group option: one line with a did-you-mean
             run_app(overrides)
     except RagtrackError as exc:
-        print(f"ragtrack: error: {exc}", file=sys.stderr)
+        print(f"ragtrack: error: {mask(str(exc))}", file=sys.stderr)
         return exc.exit_code
     return 0
 
@@ -296,16 +299,18 @@ def run_command(argv: list[str]) -> int:
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]
     try:
-        if args.command in ("compare", "reproduce"):  # an unreachable tracking server fails in seconds, with one line
-            from ragtrack.pipeline.tracking import prepare_connection
+        if "tracking_uri" in args:
+            from ragtrack.pipeline.tracking import prepare_connection, use_credentials
 
-            prepare_connection(args.tracking_uri or default_tracking_uri())
+            uri = args.tracking_uri or default_tracking_uri()
+            # an unreachable tracking server fails in seconds, with one line; the URI is given to MLflow without credentials
+            args.tracking_uri = use_credentials(uri) if args.command == "ui" else prepare_connection(uri)
         return handler(args)
     except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
         message = describe_fault(exc)
         if message is None:
             raise
-        print(f"ragtrack: error: {message}", file=sys.stderr)
+        print(f"ragtrack: error: {mask(message)}", file=sys.stderr)
         return RagtrackError.exit_code
 
 

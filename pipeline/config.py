@@ -9,6 +9,8 @@ six random hex digits, drawn once per composed config (cached like Hydra's ``${n
 into every job of a sweep), which keeps the output folders of jobs started in the same second apart.
 ``${stem:PATH}`` and ``${slug:ID}`` name a dataset after its folder or file (:func:`stem`) or its
 ir_datasets id (``/`` as ``-``).
+``${sqlite_uri:PATH}`` and ``${file_uri:PATH}`` make the default store's tracking URI and artifact
+location from folders whatever characters their names hold (``%``, ``?``, ``#``: ``pipeline.layout``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
+from ragtrack.pipeline.layout import file_uri, sqlite_uri
 
 CONFIG_MODULE = "ragtrack.conf"
 CONFIG_NAME = "config"
@@ -50,6 +53,8 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
     OmegaConf.register_new_resolver("stem", stem, replace=True)
     OmegaConf.register_new_resolver("slug", lambda text: str(text).replace("/", "-"), replace=True)
+    OmegaConf.register_new_resolver("sqlite_uri", sqlite_uri, replace=True)
+    OmegaConf.register_new_resolver("file_uri", file_uri, replace=True)
 
 
 def stem(path: str) -> str:

@@ -27,6 +27,7 @@ from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.progress import step
 from ragtrack.core.runs import Run, trec_text
+from ragtrack.core.secrets import mask, masked
 from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.pairwise import PairwiseJudge
@@ -37,7 +38,8 @@ from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseline, write_comparison
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.provenance import provenance_tags
-from ragtrack.pipeline.redaction import check_variable_names, flatten, redact, redact_hydra_files, redact_overrides
+from ragtrack.pipeline.redaction import (check_variable_names, flatten, redact, redact_hydra_files, redact_overrides,
+                                         remember_config_secrets)
 from ragtrack.pipeline.slices import Attribute, Findings, annotate, query_attributes, summarize
 from ragtrack.pipeline.systems import PlannedSystem, plan_systems
 from ragtrack.pipeline.tracking import DatasetIdentity, MlflowTracker, Tracker, tracking_target
@@ -142,6 +144,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking) and ``per_query_table``
     (per_query.csv as a DataFrame)."""
     job = job or JobInfo()
+    remember_config_secrets(cfg)  # first: every secret value is masked wherever the job writes or prints
     redact_hydra_files(hydra_records(job))
     check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
     output_dir = Path(cfg.paths.output_dir)
@@ -168,7 +171,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
             **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
     if job.sweep:
         tags[layout.TAG_SWEEP] = job.sweep
-    name = cfg.get("run_name") or job_name(job.choices, typed)
+    name = mask(cfg.get("run_name") or job_name(job.choices, typed))
     tracker.start(name, tags, shared)
     tracker.log_dataset(dataset_identity(dataset, str(cfg.dataset.type)))
     try:
@@ -377,7 +380,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "search": {name: r.params["search"] for name, r in results.items()},  # exact, or approximate (see approximate_recall)
         **(extra or {}),
     }
-    write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(payload, indent=2))  # last, whole: it marks the results complete
+    write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(masked(payload), indent=2))  # last, whole: it marks the results complete
     return {"results": payload, "table": table, "per_query": per_query}
 
 
@@ -513,10 +516,6 @@ def report_table(table: pd.DataFrame, width: int = 100) -> str:
 def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int) -> None:
     """The metrics x systems table (the best value of each metric marked ``*``; columns wrapped at 100
     characters), the number of queries, then where the outputs and the MLflow runs are."""
-    print()
-    print(report_table(table))
-    print(f"{queries} queries; mean per query; * best of each metric")
-    print()
-    print(f"Output folder: {output_dir}")
-    for line in tracker.where():
-        print(line)
+    lines = ["", report_table(table), f"{queries} queries; mean per query; * best of each metric", "", f"Output folder: {output_dir}",
+             *tracker.where()]
+    print(mask("\n".join(lines)))

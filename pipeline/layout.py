@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own: the UI nests child runs under it
 TAG_SYSTEM = "ragtrack.system"
@@ -112,7 +113,24 @@ def child_run_name(system: str, job_name: str) -> str:
 
 def default_tracking_uri(root: str | Path) -> str:
     """The SQLite store of the default tracking config under ``root``."""
-    return f"sqlite:///{Path(root) / STORE_FOLDER / STORE_FILE}"
+    return sqlite_uri(Path(root) / STORE_FOLDER / STORE_FILE)
+
+
+def sqlite_uri(path: str | Path) -> str:
+    """The tracking URI of the SQLite store at ``path``: ``%`` and ``?`` percent-encoded (SQLAlchemy
+    decodes the path and ends it at ``?``), every other character as written (``a?b#c%41`` ->
+    ``sqlite:///a%3Fb#c%2541``)."""
+    return "sqlite:///" + str(path).replace("%", "%25").replace("?", "%3F")
+
+
+def sqlite_path(uri: str) -> Path:
+    """The file of a ``sqlite:///`` tracking URI (:func:`sqlite_uri` read back, as SQLAlchemy reads it)."""
+    return Path(unquote(uri.removeprefix("sqlite:///")))
+
+
+def file_uri(path: str | Path) -> str:
+    """A folder as a ``file://`` URI (an artifact location), every special character percent-encoded."""
+    return Path(path).absolute().as_uri()
 
 
 def runs_table_page(experiment_id: str, view: str) -> str:

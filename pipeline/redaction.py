@@ -1,6 +1,11 @@
 """Secrets never reach MLflow, artifacts or logs: config values of secret-looking keys, ``key=value``
 assignments in free text (Hydra's override lists, log lines) and Hydra's own record files are
-redacted to ``***`` before anything is written.
+redacted to ``***`` before anything is written, and so is every known secret value wherever it
+appears (:func:`ragtrack.core.secrets.mask`). :func:`remember_config_secrets` fills that registry from a
+composed config, :func:`remember_argument_secrets` from ``ragtrack run``'s arguments (before Hydra
+logs a sweep's jobs): the values that ``${oc.env:NAME}`` reads (but :data:`LOCATION_VARIABLES`), the
+variables that ``*_env`` settings name, the credentials of every URL, and every value under a
+``headers`` mapping.
 
 A key pasted where the *name* of an environment variable belongs (``api_key_env``, ``token_env``: any key
 ending in ``_env``, see :mod:`ragtrack.core.secrets`) is refused before Hydra starts, since Hydra writes
@@ -11,13 +16,17 @@ found elsewhere); and such a value is redacted wherever it would be written."""
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
 from ragtrack.core.files import write_atomically
-from ragtrack.core.secrets import check_variable_name, is_variable_name_key, looks_like_key
+from ragtrack.core.secrets import (check_variable_name, is_variable_name_key, known_secrets, looks_like_key, mask, masked, remember,
+                                   remember_url_credentials)
 
 SECRET_WORDS = r"api_?key|token|secret|password|authorization"  # a key ending in one of these holds a secret
 SECRET_KEY = re.compile(rf"({SECRET_WORDS})$", re.IGNORECASE)
@@ -30,20 +39,22 @@ def _redacted(key: object, value: Any) -> Any:
 
 
 def redact(config: Any) -> Any:
-    """A copy of a nested config with the values of secret-looking keys replaced by ``***``."""
+    """A copy of a nested config with the values of secret-looking keys replaced by ``***``, and every
+    known secret masked in the other strings."""
     if isinstance(config, Mapping):
         return {key: redact(_redacted(key, value)) for key, value in config.items()}
     if isinstance(config, list):
         return [redact(value) for value in config]
-    return config
+    return mask(config) if isinstance(config, str) else config
 
 
 def redact_overrides(overrides: list[str]) -> list[str]:
-    """Hydra overrides (``key=value``) with the values of secret-looking keys replaced by ``***``."""
+    """Hydra overrides (``key=value``) with the values of secret-looking keys replaced by ``***``, and
+    every known secret masked."""
     redacted = []
     for override in overrides:
         key, sign, value = override.partition("=")
-        redacted.append(f"{key}={_redacted(key.lstrip('+~'), value)}" if sign else override)
+        redacted.append(mask(f"{key}={_redacted(key.lstrip('+~'), value)}" if sign else override))
     return redacted
 
 
@@ -64,8 +75,8 @@ def _masked_variable_name(match: re.Match) -> str:
 
 def redact_text(text: str) -> str:
     """``key=value`` assignments of secret-looking keys inside free text (override lists, log lines)
-    with the value replaced by ``***``; so is a key given as a ``*_env`` variable name."""
-    return VARIABLE_NAME_SETTING.sub(_masked_variable_name, SECRET_ASSIGNMENT.sub(r"\1=***", text))
+    with the value replaced by ``***``; so is a key given as a ``*_env`` variable name, and every known secret."""
+    return mask(VARIABLE_NAME_SETTING.sub(_masked_variable_name, SECRET_ASSIGNMENT.sub(r"\1=***", text)))
 
 
 def redact_everywhere(config: Any) -> Any:
@@ -84,8 +95,8 @@ def redact_hydra_files(paths: list[Path]) -> None:
 
     for path in paths:
         original = path.read_text(encoding="utf-8")
-        if not (SECRET_ASSIGNMENT.search(original) or SECRET_YAML_ENTRY.search(original) or redact_text(original) != original):
-            continue  # nothing to redact (parsing Hydra's YAML costs ~0.1 s per job)
+        if not (known_secrets() or SECRET_ASSIGNMENT.search(original) or SECRET_YAML_ENTRY.search(original) or redact_text(original) != original):
+            continue  # nothing to redact (parsing Hydra's YAML costs ~0.1 s per job); a known secret may be quoted or escaped there
         loaded = yaml.safe_load(original)
         redacted = redact_everywhere(loaded)
         if redacted != loaded:
@@ -105,14 +116,14 @@ class SecretFilter(logging.Filter):
 
 
 def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:
-    """Dotted keys of a nested mapping; secrets redacted, lists kept as their string form."""
+    """Dotted keys of a nested mapping; secrets redacted (by key and by value), lists kept as lists."""
     flat: dict[str, Any] = {}
     for key, value in config.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, Mapping):
             flat |= flatten(value, f"{dotted}.")
         else:
-            flat[dotted] = _redacted(key, value)
+            flat[dotted] = masked(_redacted(key, value))
     return flat
 
 
@@ -160,3 +171,70 @@ def check_variable_names(config: Any, prefix: str = "") -> None:
     elif isinstance(config, list):
         for i, value in enumerate(config):
             check_variable_names(value, f"{prefix}{i}.")
+
+
+OC_ENV = re.compile(r"""\$\{\s*oc\.env\s*:\s*['"]?([^,'"}\s]+)""")
+LOCATION_VARIABLES = frozenset({"RAGTRACK_ROOT", "MLFLOW_TRACKING_URI"})  # read by the shipped configs for where things go: not secrets
+# (the credentials of a URI they hold still are)
+
+
+def _remember_text(text: str) -> None:
+    """The secrets a raw config text reveals: URL credentials and what ``${oc.env:NAME}`` reads."""
+    remember_url_credentials(text)
+    for name in OC_ENV.findall(text):
+        if name not in LOCATION_VARIABLES:
+            remember(os.environ.get(name))
+
+
+def _remember_setting(path: tuple, value: object) -> None:
+    """The secrets of one setting (its key path and value): URL credentials, the value of the variable
+    an ``*_env`` setting names (or the value itself when it is a key), a value under ``headers``."""
+    if not isinstance(value, str) or not path:
+        return
+    remember_url_credentials(value)
+    if is_variable_name_key(str(path[-1])) and value:
+        remember(value if looks_like_key(value) else os.environ.get(value))
+    if any(str(part).lower() == "headers" for part in path[:-1]):
+        remember(value)
+
+
+def _strings(container: Any) -> Iterator[str]:
+    if isinstance(container, str):
+        yield container
+    elif isinstance(container, Mapping):
+        for value in container.values():
+            yield from _strings(value)
+    elif isinstance(container, list):
+        for value in container:
+            yield from _strings(value)
+
+
+def _settings(node: DictConfig | ListConfig, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """(key path, resolved value) of every leaf of a config that resolves (the others are the settings
+    check's business)."""
+    for key in range(len(node)) if isinstance(node, ListConfig) else list(node.keys()):
+        try:
+            value = node[key]
+        except Exception:  # an interpolation that does not resolve here
+            continue
+        if isinstance(value, (DictConfig, ListConfig)):
+            yield from _settings(value, (*path, key))
+        else:
+            yield (*path, key), value
+
+
+def remember_config_secrets(cfg: DictConfig) -> None:
+    """Fill the registry of known secrets (:mod:`ragtrack.core.secrets`) from a composed config."""
+    for text in _strings(OmegaConf.to_container(cfg, resolve=False)):
+        _remember_text(text)
+    for path, value in _settings(cfg):
+        _remember_setting(path, value)
+
+
+def remember_argument_secrets(arguments: list[str]) -> None:
+    """Fill the registry of known secrets from ``ragtrack run``'s arguments (overrides as typed)."""
+    for argument in arguments:
+        _remember_text(argument)
+        key, sign, value = argument.partition("=")
+        if sign:
+            _remember_setting(tuple(key.lstrip("+~").split(".")), value.strip("'\""))

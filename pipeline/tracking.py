@@ -5,11 +5,15 @@ Any tracking URI works: a local SQLite store gets the configured artifact folder
 cannot end its runs; every run is tagged with its host and process (``ragtrack.process``), and the next
 job of the experiment on that host marks RUNNING runs whose process is gone as KILLED. A failed job
 ends its runs FAILED with the error as tag ``ragtrack.error``. Secrets are redacted by the caller
-(``redaction``) before anything reaches this module.
+(``redaction``) before anything reaches this module, and every known secret value is masked in what
+it sends (:func:`ragtrack.core.secrets.mask`). The credentials of an ``http(s)://user:password@host``
+URI reach MLflow through its documented variables (:func:`use_credentials`) and the probe as HTTP basic
+authentication; the URI is shown and given to MLflow without them.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
@@ -28,8 +32,9 @@ from filelock import FileLock
 
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
+from ragtrack.core.secrets import mask, remember_url_credentials, split_credentials, without_credentials
 from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
-                                      TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, runs_table_page)
+                                      TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, runs_table_page, sqlite_path, sqlite_uri)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,6 +50,8 @@ BATCH_PARAMS, BATCH_ENTRIES = 100, 1000  # MLflow's log_batch limits
 
 
 DEFAULT_TIMEOUT, DEFAULT_RETRIES = 10, 2  # tracking.timeout (seconds), tracking.retries
+CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")  # MLflow's documented basic authentication
+_credentials_set: dict[str, str] = {}  # what use_credentials put there, to take back for a URI without credentials
 
 
 def ensure_store(uri: str) -> None:
@@ -56,7 +63,7 @@ def ensure_store(uri: str) -> None:
     database (MLflow logging ~40% faster), and the MLflow UI can read while jobs write."""
     if not uri.startswith("sqlite:///"):
         return
-    database = Path(uri.removeprefix("sqlite:///"))
+    database = sqlite_path(uri)
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock"):
         if database.exists() and _half_created(database):
@@ -79,7 +86,7 @@ def _create_store(database: Path) -> None:
         stale.unlink(missing_ok=True)
     scratch = database.with_name(f".{database.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        _open_store(f"sqlite:///{scratch}")
+        _open_store(sqlite_uri(scratch))
         os.replace(scratch, database)
     finally:
         scratch.unlink(missing_ok=True)
@@ -96,7 +103,7 @@ def _half_created(database: Path) -> bool:
     """Whether a SQLite file lacks the schema version of a finished MLflow store: MLflow was stopped
     while creating or migrating it (alembic records each migration's version as it goes). A file that
     is not SQLite at all is left to MLflow's own error."""
-    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+    with contextlib.closing(_read_only(database)) as connection:
         try:
             versions = [row[0] for row in connection.execute("SELECT version_num FROM alembic_version")]
         except sqlite3.OperationalError:  # no such table
@@ -120,9 +127,14 @@ def _schema_head() -> str:
     return ScriptDirectory.from_config(config).get_current_head()
 
 
+def _read_only(database: Path) -> sqlite3.Connection:
+    """A read-only connection (an SQLite URI filename: the path percent-encoded, whatever it holds)."""
+    return sqlite3.connect(f"{database.absolute().as_uri()}?mode=ro", uri=True)
+
+
 def _count_runs(database: Path) -> int:
     """Runs in a SQLite store (0 when it has no runs table)."""
-    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+    with contextlib.closing(_read_only(database)) as connection:
         try:
             return connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
         except sqlite3.OperationalError:
@@ -139,20 +151,51 @@ def configure_http(timeout: int, retries: int) -> None:
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"] = "0.5"
 
 
-def prepare_connection(uri: str, timeout: int = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> None:
-    """Before a command talks to MLflow: its HTTP settings, and a tracking server that must answer."""
+def is_server(uri: str) -> bool:
+    """A tracking server (``http(s)://``), as opposed to a store this process opens itself."""
+    return uri.startswith(("http://", "https://"))
+
+
+def use_credentials(uri: str) -> str:
+    """The URI to give MLflow. The credentials of an ``http(s)://user:password@host`` URI are remembered
+    as secrets and set as MLflow's documented ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``,
+    and the URI is returned without them; for a server URI without credentials, the ones this function
+    set before are taken back (they must not reach another server). Other URIs are returned as they are
+    (a database URI keeps its password; it is remembered as a secret)."""
+    remember_url_credentials(uri)
+    if not is_server(uri):
+        return uri
+    bare, user, password = split_credentials(uri)
+    wanted = dict(zip(CREDENTIAL_VARIABLES, (user, password))) if password is not None else {}
+    for name in CREDENTIAL_VARIABLES:
+        if name in wanted:
+            os.environ[name] = _credentials_set[name] = wanted[name]
+        elif name in _credentials_set and os.environ.get(name) == _credentials_set.pop(name):
+            del os.environ[name]
+    return bare
+
+
+def prepare_connection(uri: str, timeout: int = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> str:
+    """Before a command talks to MLflow: its HTTP settings and credentials, and a tracking server that
+    must answer; returns the URI to give MLflow (:func:`use_credentials`)."""
     configure_http(timeout, retries)
     probe_server(uri, timeout)
+    return use_credentials(uri)
 
 
 def probe_server(uri: str, timeout: float) -> None:
     """Fail within ``timeout`` seconds, with one line, when the tracking server at an ``http(s)://`` URI
     does not answer (nothing listening, or a server that accepts and never replies). Any HTTP answer
-    (even an error status) counts as reachable: MLflow then reports what is wrong."""
-    if not uri.startswith(("http://", "https://")):
+    (even an error status) counts as reachable: MLflow then reports what is wrong. The URI's
+    credentials go as HTTP basic authentication; the line names the server without them."""
+    if not is_server(uri):
         return
+    address, user, password = split_credentials(uri)
+    request = urllib.request.Request(f"{address.rstrip('/')}/health")
+    if password is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
     try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout):
+        with urllib.request.urlopen(request, timeout=timeout):
             return
     except urllib.error.HTTPError:
         return
@@ -162,7 +205,7 @@ def probe_server(uri: str, timeout: float) -> None:
             detail = f"no answer within {timeout:g} s (tracking.timeout)"
         else:
             detail = (describe_fault(reason) if isinstance(reason, BaseException) else None) or str(reason)
-        raise RagtrackError(f"MLflow tracking server {uri} is unreachable: {detail}") from None
+        raise RagtrackError(f"MLflow tracking server {address} is unreachable: {detail}") from None
 
 
 def is_local_store(uri: str) -> bool:
@@ -177,13 +220,13 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None, t
     probes a tracking server, creates a SQLite store, and ends the runs of killed jobs (``mark_killed_runs``)."""
     from mlflow.tracking import MlflowClient
 
-    prepare_connection(uri, timeout, retries)
+    given = prepare_connection(uri, timeout, retries)
     with store_faults(uri):
         ensure_store(uri)
-        client = MlflowClient(uri)
+        client = MlflowClient(given)
         found = client.get_experiment_by_name(experiment)
     if not is_local_store(uri) and artifact_location:
-        log.info("MLflow server %s: artifacts go where the server says (artifact_location ignored)", uri)
+        log.info("MLflow server %s: artifacts go where the server says (artifact_location ignored)", given)
         artifact_location = None
     if found is not None and found.lifecycle_stage == "deleted":
         raise RagtrackError(f"the MLflow experiment {experiment!r} was deleted (in the UI or with `mlflow experiments delete`): restore it with "
@@ -219,7 +262,7 @@ def faults_as_one_line(what: str, mlflow_refusals: bool = False) -> Any:
 
 def store_faults(uri: str) -> Any:
     """A fault while opening or creating the store as one line naming the store (tracking.uri)."""
-    return faults_as_one_line(f"MLflow store {uri} (tracking.uri)", mlflow_refusals=True)
+    return faults_as_one_line(f"MLflow store {without_credentials(uri)} (tracking.uri)", mlflow_refusals=True)
 
 
 def mark_killed_runs(client: Any, experiment_id: str) -> list[str]:
@@ -283,9 +326,10 @@ class MlflowTracker(Tracker):
 
     def __init__(self, uri: str, experiment: str, artifact_location: str | None = None, timeout: int = DEFAULT_TIMEOUT,
                  retries: int = DEFAULT_RETRIES):
-        self.uri, self.experiment_name = uri, experiment
+        self.experiment_name = experiment
         with reported_as_one_line():
             configure_http(timeout, retries)  # every job: ragtrack.run_experiment restores the caller's environment after each
+            self.uri = use_credentials(uri)
             self.client, self.experiment_id = _open_experiment(uri, experiment, artifact_location, timeout, retries)
         self.process = process_tag()
         self.run_id = None
@@ -296,7 +340,7 @@ class MlflowTracker(Tracker):
     def start(self, run_name: str, tags: dict, params: dict) -> None:
         tags = {**tags, TAG_PROCESS: self.process}
         with reported_as_one_line():
-            run = self.client.create_run(self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()})
+            run = self.client.create_run(self.experiment_id, run_name=mask(run_name), tags=_masked_tags(tags))
             self.run_id, self.run_name = run.info.run_id, run_name
             self._log(self.run_id, params=params)
         log.info("MLflow: experiment %s, run %s (%s)", self.experiment_id, run_name, self.run_id)
@@ -317,7 +361,7 @@ class MlflowTracker(Tracker):
         """``table``: logged with ``MlflowClient.log_table`` as :data:`QUERIES_TABLE` (the UI's table view)."""
         tags = {TAG_PARENT: self.run_id, TAG_SYSTEM: system, TAG_PROCESS: self.process, **(tags or {})}
         with reported_as_one_line():
-            run = self.client.create_run(self.experiment_id, run_name=child_run_name(system, self.run_name), tags={k: str(v) for k, v in tags.items()})
+            run = self.client.create_run(self.experiment_id, run_name=mask(child_run_name(system, self.run_name)), tags=_masked_tags(tags))
             self._log_artifacts(run.info.run_id, artifacts)  # first: finding a run's artifact store reads the whole run
             if table is not None:
                 self.client.log_table(run.info.run_id, table, QUERIES_TABLE)
@@ -332,14 +376,14 @@ class MlflowTracker(Tracker):
             self._log_artifacts(self.run_id, artifacts)
             self._log(self.run_id, metrics=metrics)
             if note:
-                self.client.set_tag(self.run_id, TAG_NOTE, note)
+                self.client.set_tag(self.run_id, TAG_NOTE, mask(note))
 
     def finish(self, error: BaseException | None = None) -> None:
         if self.run_id is None:
             return
         with reported_as_one_line():
             if error is not None:
-                self.client.set_tag(self.run_id, TAG_ERROR, f"{type(error).__name__}: {error}"[:5000])
+                self.client.set_tag(self.run_id, TAG_ERROR, mask(f"{type(error).__name__}: {error}")[:5000])
             self.client.set_terminated(self.run_id, "FAILED" if error is not None else "FINISHED")
 
     def share_runs_view(self, key_metrics: list[str]) -> None:
@@ -368,7 +412,7 @@ class MlflowTracker(Tracker):
         """``steps``: ``{key: {step: value}}``, metrics MLflow draws against the step (e.g. recall by k)."""
         from mlflow.entities import Metric, Param
 
-        param_list = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in (params or {}).items()]
+        param_list = [Param(k, mask(str(v))[:PARAM_LIMIT]) for k, v in (params or {}).items()]
         metric_list = [Metric(k, float(v), 0, 0) for k, v in (metrics or {}).items()]
         metric_list += [Metric(k, float(v), 0, step) for k, curve in (steps or {}).items() for step, v in curve.items()]
         while param_list or metric_list:  # MLflow's batch limits: 100 params, 1000 entries in all
@@ -384,6 +428,10 @@ class MlflowTracker(Tracker):
                 self.client.log_artifacts(run_id, str(path), artifact_path=Path(path).name)
             else:
                 self.client.log_artifact(run_id, str(path))
+
+
+def _masked_tags(tags: Mapping) -> dict[str, str]:
+    return {key: mask(str(value)) for key, value in tags.items()}
 
 
 def tracking_target(cfg: Mapping) -> tuple[str, str, str | None, int, int]:

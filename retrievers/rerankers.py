@@ -26,6 +26,7 @@ from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_l
 from ragtrack.core.pairs import Pair, PairScores
 from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
+from ragtrack.core.secrets import without_credentials
 from ragtrack.core.settings import ChatSettings, Count, StageSettings, Text
 from ragtrack.core.stages import SingleInputStage, StageContext, StageOutput, cached_run, chain_key
 from ragtrack.retrievers.encoders import torch_device
@@ -284,7 +285,7 @@ class LLMReranker(Reranker):
 
     def scorer_identity(self) -> dict:
         settings = self.settings
-        return {"model": settings.model, "base_url": settings.base_url, "mode": settings.mode, "window": settings.window,
+        return {"model": settings.model, "base_url": without_credentials(settings.base_url), "mode": settings.mode, "window": settings.window,
                 "step": settings.step, "parameters": settings.parameters, "prompt": settings.template,
                 "system_prompt": settings.system_prompt, "max_words": settings.max_words}
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.llm import ChatClient, check_template
 from ragtrack.core.runs import Run
+from ragtrack.core.secrets import without_credentials
 from ragtrack.core.settings import ChatSettings, Count, Fraction, StageSettings, Text
 from ragtrack.core.stages import SingleInputStage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
 from ragtrack.retrievers.base import Retriever
@@ -225,7 +226,7 @@ class LLMRewriter(Rewriter):
 
     def rewrite_identity(self) -> dict:
         client = self.client
-        return {"format": LLM_FORMAT, "model": client.model, "base_url": client.base_url, "parameters": client.parameters,
+        return {"format": LLM_FORMAT, "model": client.model, "base_url": without_credentials(client.base_url), "parameters": client.parameters,
                 "system_prompt": client.system_prompt, "prompt": self.prompt, "mode": self.mode}
 
     def rewrite(self, retriever: Retriever, first: StageOutput, context: StageContext) -> tuple[dict[str, str], dict[str, float]]:

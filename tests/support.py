@@ -1,11 +1,13 @@
 """Helpers shared by the tests (fixtures are in conftest.py): the shipped toy dataset, random qrels and
 runs, the CLI in a subprocess, servers in their own process group (stopped by the test, whole group),
-a CLI that stalls in a chosen phase so a test can SIGKILL it there deterministically, and a local
-OpenAI-style chat server."""
+a CLI that stalls in a chosen phase so a test can SIGKILL it there deterministically, a local
+OpenAI-style chat server, and an HTTP server that requires basic authentication (in front of another)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.client
 import json
 import os
 import random
@@ -164,6 +166,62 @@ def random_pairs(seeds: range) -> tuple[dict, dict]:
         qrels |= {f"s{seed}-{qid}": judged for qid, judged in pair_qrels.items()}
         run |= {f"s{seed}-{qid}": ranked for qid, ranked in pair_run.items()}
     return qrels, run
+
+
+class BasicAuthServer:
+    """An HTTP server on 127.0.0.1 that answers only requests with ``Authorization: Basic user:password``
+    (others get 401): it forwards them, without that header, to ``upstream`` (``host:port``, e.g. an
+    MLflow server), or answers ``OK`` without one. ``authorized`` and ``refused`` count the requests."""
+
+    def __init__(self, user: str, password: str, upstream: str | None = None) -> None:
+        self.expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.upstream, self.authorized, self.refused = upstream, 0, 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                """Nothing: keep the test output clean."""
+
+            def handle_one(self) -> None:
+                server.handle(self)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_one
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def handle(self, handler: BaseHTTPRequestHandler) -> None:
+        body = handler.rfile.read(int(handler.headers.get("content-length", 0)))
+        if handler.headers.get("authorization") != self.expected:
+            self.refused += 1
+            return self.reply(handler, 401, b"authentication required", [("WWW-Authenticate", 'Basic realm="test"')])
+        self.authorized += 1
+        if self.upstream is None:
+            return self.reply(handler, 200, b"OK", [("Content-Type", "text/plain")])
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in ("authorization", "host", "connection")}
+        connection = http.client.HTTPConnection(self.upstream, timeout=60)
+        try:
+            connection.request(handler.command, handler.path, body=body, headers=headers)
+            response = connection.getresponse()
+            kept = [(k, v) for k, v in response.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection")]
+            self.reply(handler, response.status, response.read(), kept)
+        finally:
+            connection.close()
+
+    @staticmethod
+    def reply(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: list[tuple[str, str]]) -> None:
+        handler.send_response(status)
+        for name, value in [*headers, ("Content-Length", str(len(payload)))]:
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
 
 
 class ChatServer:

@@ -1,19 +1,26 @@
 """Security: secrets from the environment never reach the MLflow store, the output folder or the cache;
-secret-looking config keys are redacted; no pickle is loaded; `ragtrack ui` listens on 127.0.0.1."""
+secret-looking config keys are redacted and known secret values masked wherever they appear; the
+tracking probe authenticates with a URI's credentials; store URIs read back as their folders; no pickle
+is loaded; `ragtrack ui` listens on 127.0.0.1."""
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.secrets import check_variable_name
+from ragtrack.core.secrets import (check_variable_name, known_secrets, mask, masked, remember, remember_url_credentials,
+                                   split_credentials, without_credentials)
 from ragtrack.pipeline.cli import build_parser
-from ragtrack.pipeline.redaction import (check_run_arguments, check_variable_names, flatten, redact, redact_everywhere,
-                                         redact_overrides, redact_text)
-from tests.support import package_sources, ragtrack
+from ragtrack.pipeline.layout import file_uri, sqlite_path, sqlite_uri
+from ragtrack.pipeline.redaction import (SecretFilter, check_run_arguments, check_variable_names, flatten, redact, redact_everywhere,
+                                         redact_overrides, redact_text, remember_argument_secrets, remember_config_secrets)
+from ragtrack.pipeline.tracking import CREDENTIAL_VARIABLES, probe_server, use_credentials
+from tests.support import BasicAuthServer, free_port, package_sources, ragtrack
 
 SECRET = "sk-test-4f9c2e7d-never-written"
 
@@ -133,3 +140,114 @@ def test_a_key_given_as_a_variable_name_is_refused_and_stored_nowhere(tmp_path: 
     assert [str(p) for p in written if key.encode() in p.read_bytes()] == []
     assert not (tmp_path / "mlruns").exists()
     assert not [p for p in (tmp_path / "outputs").rglob("*") if p.is_file()]  # a searchpath job is stopped by the typed settings: its folder is removed
+
+
+# ----------------------------------------------------------------------------- secrets by value
+def test_remembered_values_are_masked_whole_in_any_text_and_short_ones_never() -> None:
+    remember("mask-Me-7a1c")
+    remember("mask-Me-7a1c-and-more")  # a secret holding another: masked whole, not as ***-and-more
+    remember("pw!@7a1c/=")  # masked as written and percent-encoded
+    remember("short7")  # under 8 characters: not a secret (it would garble every file)
+    remember(None)
+    text = "a mask-Me-7a1c-and-more b mask-Me-7a1c c pw!@7a1c/= d pw%21%407a1c%2F%3D e short7"
+    assert mask(text) == "a *** b *** c *** d *** e short7"
+    assert masked({"k": ["x mask-Me-7a1c", ("mask-Me-7a1c",)], "n": 3, "none": None}) == {"k": ["x ***", ("***",)], "n": 3, "none": None}
+    assert "short7" not in known_secrets() and mask("one 'mask-Me-7a1c' two", "two") == "one '***' ***"
+
+
+@pytest.mark.parametrize("url, bare, user, password, shown", [
+    ("http://alice:pw-5e8d1b@host:5000/x?q=1", "http://host:5000/x?q=1", "alice", "pw-5e8d1b", "http://alice:***@host:5000/x?q=1"),
+    ("https://tok-4c9e2f7a@host/", "https://host/", "tok-4c9e2f7a", None, "https://***@host/"),  # a token as the user name
+    ("http://alice:pa%3Ass%40wd-9f1@127.0.0.1:1", "http://127.0.0.1:1", "alice", "pa:ss@wd-9f1", "http://alice:***@127.0.0.1:1"),
+    ("http://alice:raw@pw-3b7d@host", "http://host", "alice", "raw@pw-3b7d", "http://alice:***@host"),  # the last @ ends the userinfo
+    ("http://host:5000", "http://host:5000", None, None, "http://host:5000"),
+])
+def test_url_credentials_are_split_off_and_remembered(url: str, bare: str, user: str | None, password: str | None, shown: str) -> None:
+    assert split_credentials(url) == (bare, user, password) and without_credentials(url) == bare
+    remember_url_credentials(f"see {url} there")
+    assert mask(url) == shown and (password is None or mask(password) == "***")
+
+
+def test_a_composed_config_tells_its_secrets(monkeypatch, tmp_path: Path) -> None:
+    """``${oc.env:}`` values (in a default too), ``*_env`` variables, URL credentials and header values;
+    not the locations the shipped configs read from the environment (RAGTRACK_ROOT)."""
+    from ragtrack.pipeline.config import compose
+
+    env = {"RT_UNIT_NOTE": "note-6d2a9c1e", "RT_UNIT_KEY": "key-6d2a9c1e", "RT_UNIT_DEFAULT": "default-6d2a9c1e",
+           "RAGTRACK_ROOT": str(tmp_path / "root-6d2a9c1e")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cfg = compose(["dataset=toy", f"paths.output_dir={tmp_path}", "generator=openai", "generator.model=m",
+                   "generator.base_url=http://bob:url-6d2a9c1e@127.0.0.1:9/v1", "generator.api_key_env=RT_UNIT_KEY",
+                   "+vars.note=${oc.env:RT_UNIT_NOTE}", "+vars.other='${oc.env:RT_UNIT_UNSET,${oc.env:RT_UNIT_DEFAULT}}'",
+                   "+retriever.dense.chroma.headers.X-Api-Key=header-6d2a9c1e"])
+    remember_config_secrets(cfg)
+    text = " ".join([*env.values(), "url-6d2a9c1e", "header-6d2a9c1e"])
+    assert mask(text) == f"*** *** *** {tmp_path / 'root-6d2a9c1e'} *** ***"
+
+
+def test_run_arguments_tell_their_secrets_before_hydra_logs_them(monkeypatch) -> None:
+    monkeypatch.setenv("RT_ARG_KEY", "argkey-0b4f8e2d")
+    remember_argument_secrets(["+vars.headers.Token='arghead-0b4f8e2d'", "x.key_env=RT_ARG_KEY", "t.uri=http://u:argurl-0b4f8e2d@h",
+                               "fusion.rrf.k=10,20"])
+    assert mask("arghead-0b4f8e2d argkey-0b4f8e2d argurl-0b4f8e2d fusion.rrf.k=10,20") == "*** *** *** fusion.rrf.k=10,20"
+
+
+def test_every_redaction_masks_known_values_under_any_key() -> None:
+    remember("value-1f7c3a9e")
+    config = {"note": "see value-1f7c3a9e", "list": ["value-1f7c3a9e"], "k": 1}
+    assert redact(config) == {"note": "see ***", "list": ["***"], "k": 1}
+    assert flatten(config)["note"] == "see ***" and redact_overrides(["+vars.note=value-1f7c3a9e"]) == ["+vars.note=***"]
+    assert redact_text("job: x=value-1f7c3a9e") == "job: x=***" and redact_everywhere({"task": ["a=value-1f7c3a9e"]}) == {"task": ["a=***"]}
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "run %s (%d)", ("value-1f7c3a9e", 3), None)
+    assert SecretFilter().filter(record) and record.getMessage() == "run *** (3)"
+
+
+def test_the_probe_authenticates_with_the_uri_credentials_and_never_shows_them() -> None:
+    guarded = BasicAuthServer("alice", "pa:ss@wd-2c8e")
+    try:
+        probe_server(f"http://alice:pa%3Ass%40wd-2c8e@127.0.0.1:{guarded.port}", 5)
+        assert (guarded.authorized, guarded.refused) == (1, 0)
+    finally:
+        guarded.stop()
+    closed = free_port()
+    with pytest.raises(RagtrackError) as error:
+        probe_server(f"http://alice:pa%3Ass%40wd-2c8e@127.0.0.1:{closed}", 5)
+    assert str(error.value) == f"MLflow tracking server http://127.0.0.1:{closed} is unreachable: connection refused (nothing listens there)"
+
+
+def test_uri_credentials_reach_mlflow_through_its_variables_and_only_for_that_uri(monkeypatch) -> None:
+    for name in CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert use_credentials("http://alice:cred-8e1d5b@127.0.0.1:5000/") == "http://127.0.0.1:5000/"
+    assert [os.environ.get(name) for name in CREDENTIAL_VARIABLES] == ["alice", "cred-8e1d5b"]
+    assert use_credentials("http://127.0.0.1:5001") == "http://127.0.0.1:5001"  # another server gets none of them
+    assert not any(name in os.environ for name in CREDENTIAL_VARIABLES)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "users-own-8e1d5b")  # the user's own variables are left alone
+    assert use_credentials("http://127.0.0.1:5001") == "http://127.0.0.1:5001" and os.environ["MLFLOW_TRACKING_PASSWORD"] == "users-own-8e1d5b"
+    assert use_credentials("postgresql://u:db-8e1d5b@db/mlflow") == "postgresql://u:db-8e1d5b@db/mlflow"  # a database URI keeps its password
+    assert mask("db-8e1d5b") == "***"
+
+
+@pytest.mark.parametrize("folder", ["pct%41", "a?b#c", "sp ace+colon:at@", "100%"])
+def test_store_uris_of_any_folder_name_read_back_as_that_folder(tmp_path: Path, folder: str) -> None:
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
+    from sqlalchemy.engine import make_url
+
+    database = tmp_path / folder / "mlruns" / "mlflow.db"
+    uri = sqlite_uri(database)
+    assert make_url(uri).database == str(database) and sqlite_path(uri) == database
+    assert Path(url2pathname(urlsplit(file_uri(database.parent)).path)) == database.parent  # as MLflow reads an artifact location
+
+
+def test_llm_stage_identities_hold_no_credentials(chat_server, tmp_path: Path) -> None:
+    """An identity is written into cache manifests: the endpoint without its credentials."""
+    from ragtrack.retrievers.rerankers import LLMReranker
+    from ragtrack.retrievers.rewriters import LLMRewriter
+
+    url = chat_server.url.replace("http://", "http://bob:ident-5a0c7e@")
+    reranker = LLMReranker(input="bm25", base_url=url, model="m", cache_dir=str(tmp_path))
+    rewriter = LLMRewriter(input="bm25", type="llm", base_url=url, model="m", prompt="{query}")
+    assert reranker.scorer_identity()["base_url"] == rewriter.rewrite_identity()["base_url"] == chat_server.url

@@ -7,7 +7,7 @@ Resolvers: ``${ragtrack_data:}`` is the folder of the shipped datasets (the inst
 resolves before Hydra's own config is set, which a multirun's sweep folder needs); ``${unique:}`` is
 six random hex digits, drawn once per composed config (cached like Hydra's ``${now:}``, and copied
 into every job of a sweep), which keeps the output folders of jobs started in the same second apart.
-``${stem:PATH}`` and ``${slug:ID}`` name a dataset after its folder or file (:func:`stem`) or its
+``${user_cache:}`` is the user's cache folder (:func:`ragtrack.core.checksums.user_cache_dir`). ``${stem:PATH}`` and ``${slug:ID}`` name a dataset after its folder or file (:func:`stem`) or its
 ir_datasets id (``/`` as ``-``).
 ``${sqlite_uri:PATH}`` and ``${file_uri:PATH}`` make the default store's tracking URI and artifact
 location from folders whatever characters their names hold (``%``, ``?``, ``#``: ``pipeline.layout``).
@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ragtrack.core.checksums import user_cache_dir
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
 from ragtrack.pipeline.layout import file_uri, sqlite_uri
 
@@ -51,6 +52,7 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("ragtrack_data", lambda: str(datasets_dir()), replace=True)
     OmegaConf.register_new_resolver("cwd", os.getcwd, replace=True)
     OmegaConf.register_new_resolver("unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("user_cache", lambda: str(user_cache_dir()), replace=True)
     OmegaConf.register_new_resolver("stem", stem, replace=True)
     OmegaConf.register_new_resolver("slug", lambda text: str(text).replace("/", "-"), replace=True)
     OmegaConf.register_new_resolver("sqlite_uri", sqlite_uri, replace=True)

@@ -43,6 +43,13 @@ def file_hash_memo(tmp_path_factory):
     os.environ["RAGTRACK_HASH_MEMO"] = str(tmp_path_factory.mktemp("memo") / "file-hashes.sqlite")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache(tmp_path_factory):
+    """Jobs cache per user ($XDG_CACHE_HOME/ragtrack): this test session's own, never the real user's;
+    ``tests.support.ragtrack`` gives each job root its own."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+
+
 @pytest.fixture
 def chat_server():
     """A local OpenAI-style chat server (:class:`tests.support.ChatServer`), stopped after the test."""

@@ -41,8 +41,8 @@ STALLING_CLI = [sys.executable, "-c", "import sys; from tests.support import sta
 
 
 def ragtrack(root: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``ragtrack <args>`` in ``root`` with RAGTRACK_ROOT=root."""
-    full_env = {**os.environ, "RAGTRACK_ROOT": str(root), "RAY_AUTH_MODE": "disabled", **(env or {})}
+    """``ragtrack <args>`` in ``root`` with RAGTRACK_ROOT=root and the user cache in ``root/.cache``."""
+    full_env = {**os.environ, "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache"), "RAY_AUTH_MODE": "disabled", **(env or {})}
     return subprocess.run([*PYTHON_CLI, *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -122,7 +122,7 @@ def stalling_main() -> int:
 def run_until_stalled(root: Path, phase: str, *args: str, timeout: float = 120) -> None:
     """Start ``ragtrack <args>`` stalling in ``phase``, wait until it gets there, SIGKILL its process group."""
     marker = root / f"stalled-{phase}"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "RAGTRACK_ROOT": str(root), "RAGTRACK_TEST_STALL": phase, "RAGTRACK_TEST_STALL_FILE": str(marker)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache"), "RAGTRACK_TEST_STALL": phase, "RAGTRACK_TEST_STALL_FILE": str(marker)}
     with open(root / f"stalled-{phase}.log", "wb") as log:
         process = subprocess.Popen([*STALLING_CLI, *args], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ titles). The scorers read the last top-level RETRIEVER span (``retrieve``: the f
 
 The store defaults to ragtrack's (``$MLFLOW_TRACKING_URI``, else ``sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db``
 or ``./mlruns/mlflow.db``), so ``ragtrack ui`` shows the evaluation run; its Traces tab has every
-question's scores and rationales. Indexes are cached in ragtrack's cache (``.cache/ragtrack``).
+question's scores and rationales. Indexes are cached in ragtrack's cache (``~/.cache/ragtrack``).
 """
 
 from __future__ import annotations

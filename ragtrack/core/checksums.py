@@ -21,11 +21,17 @@ log = logging.getLogger(__name__)
 BLOCK = 8 * 2**20
 
 
+def user_cache_dir() -> Path:
+    """ragtrack's cache folder of this user, where pip, Hugging Face and ir_datasets keep theirs:
+    ``$XDG_CACHE_HOME/ragtrack``, else ``~/.cache/ragtrack`` (the default ``paths.cache_dir``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragtrack"
+
+
 def memo_path() -> Path:
     """Where the memo of file hashes lives."""
     if explicit := os.environ.get("RAGTRACK_HASH_MEMO"):
         return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragtrack" / "file-hashes.sqlite"
+    return user_cache_dir() / "file-hashes.sqlite"
 
 
 def sha256_of(path: Path) -> str:

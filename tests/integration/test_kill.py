@@ -144,7 +144,7 @@ def fresh_store(tmp_path_factory) -> Path:
 def kill_at(root: Path, point: KillPoint, *args: str, timeout: float = 180) -> str:
     """Run ``ragtrack <args>`` in ``root`` until ``point``, then SIGKILL its process group; its output."""
     marker, log = root / "kill-marker", root / "killed.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGTRACK_ROOT": str(root), "RAGTRACK_TEST_KILL_MARKER": str(marker),
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache"), "RAGTRACK_TEST_KILL_MARKER": str(marker),
            "RAGTRACK_TEST_KILL_AT": f"{point.kind}:{point.name}:{point.where}", **({"RAGTRACK_TEST_STALL": "1"} if point.stall else {})}
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-c", KILLABLE_CLI_SOURCE, *args], cwd=root, env=env, stdout=out,

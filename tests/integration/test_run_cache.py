@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from ragtrack.core.cache import Cache
@@ -11,6 +12,7 @@ from ragtrack.core.runs import Run
 from ragtrack.core.stages import StageContext
 from ragtrack.retrievers.base import Retriever
 from ragtrack.retrievers.bm25 import BM25Retriever
+from tests.support import TOY_JOB, ragtrack
 
 EFFICIENCY = {"index_seconds", "index_bytes", "search_seconds", "queries_per_second", "latency_mean_seconds",
               "latency_p50_seconds", "latency_p95_seconds", "peak_memory_bytes", "run_from_cache"}
@@ -50,3 +52,18 @@ def test_depth_settings_and_queries_are_in_the_key(toy_path: Path, tmp_path: Pat
     dataset = dataclasses.replace(dataset, queries=dict(list(dataset.queries.items())[:2]))
     _search(BM25Retriever(k1=1.2), dataset, cache, depth=3)
     assert len([b for b in cache.builds if b.startswith("run/")]) == 4
+
+
+def test_jobs_in_two_folders_share_the_users_cache(tmp_path: Path) -> None:
+    """The cache is the user's ($XDG_CACHE_HOME/ragtrack), not the launch folder's: a job started in a
+    second folder builds nothing the first one built."""
+    shared = {"XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+    builds = []
+    for folder in ("first", "second"):
+        (tmp_path / folder).mkdir()
+        done = ragtrack(tmp_path / folder, *TOY_JOB, "tracking=none", env=shared)
+        assert done.returncode == 0, done.stderr[-3000:]
+        builds.append(re.findall(r"cache build: (.+?) [0-9a-f]{12} ", done.stdout + done.stderr))
+    assert sorted(builds[0]) == ["bm25", "bm25 run", "dense embeddings", "dense run", "hybrid run"][:len(builds[0])] and len(builds[0]) >= 4
+    assert builds[1] == [] and (tmp_path / "user-cache" / "ragtrack").is_dir()
+    assert not (tmp_path / "first" / ".cache").exists() and not (tmp_path / "second" / ".cache").exists()

@@ -97,7 +97,7 @@ def test_the_run_file_system_is_compared_reported_and_logged(job) -> None:
 def test_gzip_and_a_copy_elsewhere_are_the_same_system_and_an_edit_a_new_one(job, tmp_path: Path) -> None:
     root, folder, _ = job
     shared = ["dataset=toy", "retriever=[bm25,run_file]", "retriever.run_file.system=anserini", "fusion.rrf.members=[bm25,anserini]",
-              "tracking=none", f"paths.root_dir={root}"]
+              "tracking=none", f"paths.root_dir={root}", f"paths.cache_dir={root / '.cache' / 'ragtrack'}"]  # the job's cache
     copy = tmp_path / "copy.trec"
     shutil.copy(root / "other.trec", copy)
     again = ragtrack.run_experiment([*shared, f"retriever.run_file.path={copy}"]).results

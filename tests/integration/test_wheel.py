@@ -52,6 +52,7 @@ def run(bin_dir: Path, folder: Path, *args: str, timeout: float = 600) -> subpro
     """A command of the venv in ``folder``, with an environment that names nothing of the checkout."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAGTRACK_ROOT", "VIRTUAL_ENV")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["XDG_CACHE_HOME"] = str(folder / ".cache")  # the user's cache, kept in the test's folder
     return subprocess.run(list(args), cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test
+from ragtrack.evaluators.significance import effect_size, holm, paired_t_test, randomization_test
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.pipeline.compare import run_compare
 from ragtrack.pipeline.comparison import SystemRun, compare_systems, failure_report, find_baseline, render
@@ -50,6 +50,12 @@ def test_comparison_statistics_by_hand() -> None:
     assert rows.loc["hybrid", "p_randomization"] == pytest.approx(randomization_test(BETTER.per_query["ndcg@10"], BASE.per_query["ndcg@10"]).p_value)
     assert rows.loc["hybrid", "p_randomization"] == pytest.approx(0.5)
     assert rows["best"].tolist() == [False, True, False] and np.isnan(rows.loc["bm25", "p_ttest"])
+    effect = effect_size(BETTER.per_query["ndcg@10"], BASE.per_query["ndcg@10"])
+    assert rows.loc["hybrid", ["delta_ci_low", "delta_ci_high", "cohens_d", "rank_biserial", "mdd"]].tolist() == [
+        effect.ci_low, effect.ci_high, effect.cohens_d, effect.rank_biserial, effect.mdd]
+    # 4 queries: Δ 0.1375 < MDD (δ*(4) · sd) and p > 0.05, so the query set could have missed it
+    assert rows.loc["hybrid", "mdd"] > rows.loc["hybrid", "delta"] and rows.loc["hybrid", "underpowered"] == True  # noqa: E712
+    assert pd.isna(rows.loc["bm25", "underpowered"])
 
 
 def test_formats_mark_the_best_value() -> None:

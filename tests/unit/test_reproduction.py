@@ -83,4 +83,23 @@ def test_worked_example() -> None:
     assert effect_ratio([0.5, 0.9], [0.4, 0.6], [0.5, 0.7], [0.4, 0.5]) == pytest.approx(0.15 / 0.2)
     assert delta_relative_improvement([0.5, 0.9], [0.4, 0.6], [0.5, 0.7], [0.4, 0.5]) == pytest.approx(0.4 - 0.15 / 0.45)
     # RBO of a b c / b a d at depth 3, p = 0.5: overlaps 0, 2, 2 -> (0 + 0.5·2/2 + 0.25·2/3) / 1.75
-    assert rank_biased_overlap(list("abc"), list("bad"), p=0.5, depth=3) == pytest.approx((0.5 + 0.5 / 3) / 1.75)
+    assert rank_biased_overlap(list("abc"), list("bad"), p=0.5) == pytest.approx((0.5 + 0.5 / 3) / 1.75)
+    assert rank_biased_overlap(list("abc"), list("abc")) == 1.0
+    hundred = [f"d{i}" for i in range(100)]  # repro_eval's fixed depth 1000 scores identical lists below 1
+    assert rank_biased_overlap(hundred, hundred, depth=1000) == pytest.approx(0.9991, abs=5e-5)
+
+
+def test_reproduction_measures_per_system_and_metric() -> None:
+    import pandas as pd
+
+    from ragtrack.pipeline.comparison import SystemRun
+    from ragtrack.pipeline.reproduce import reproduction_measures
+
+    def row(name, values, qids=("q1", "q2")):
+        return SystemRun(name, name, "job", "job", 0, pd.DataFrame({"ndcg@10": values}, index=pd.Index(list(qids), name="qid")), label=name)
+
+    base, system = row("bm25", [0.4, 0.6]), row("dense", [0.5, 0.9])
+    reproduced = {"bm25": row("bm25", [0.4, 0.5]).per_query, "dense": row("dense", [0.5, 0.7, 0.1], ("q1", "q2", "q3")).per_query}
+    table = reproduction_measures([base, system], reproduced, ["ndcg@10"], base).set_index("system")
+    assert table.loc["dense", ["queries", "rmse", "effect_ratio", "delta_ri"]].tolist() == pytest.approx([2, np.sqrt(0.02), 0.75, 0.4 - 0.15 / 0.45])
+    assert table.loc["bm25", "rmse"] == pytest.approx(np.sqrt(0.01 / 2)) and np.isnan(table.loc["bm25", "effect_ratio"])

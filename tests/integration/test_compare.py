@@ -155,9 +155,9 @@ def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep) -> None
                if r.info.run_name == "hybrid k=30")
     done = reproduce_cli(job.info.run_id, toy_sweep.uri)
     assert done.returncode == 0 and f"reproduced run {job.info.run_id}: all 54 metrics identical" in done.stdout, done.stderr[-2000:]
-    measures, rankings = done.stdout.split("\nrankings:")  # identical per query and per ranking: RMSE 0, ER 1, ΔRI 0, tau 1, RBO 1
-    rows = [line.split() for line in measures.splitlines()[3:]]
-    assert len(rows) == 54 and {float(r[3]) for r in rows} == {0.0} and {r[4:] for r in map(tuple, rows) if r[0] != "bm25"} <= {("1", "0"), ("nan", "nan")}
+    measures, rankings = done.stdout.split("\nreproduction measures")[1].split("\nrankings:")  # identical: RMSE 0, ER 1, ΔRI 0, tau 1, RBO 1
+    rows = [line.split() for line in measures.splitlines()[2:] if line]
+    assert len(rows) == 54 and {float(r[3]) for r in rows} == {0.0} and {r[4:] for r in map(tuple, rows) if r[0] != "bm25"} <= {("1", "0"), ("NaN", "0"), ("NaN", "NaN")}  # ER 0/0 where no improvement
     assert [line.split()[1:] for line in rankings.splitlines()[2:]] == [["1", "1"]] * 3
     original = job.data.metrics["hybrid/ndcg_at_10"]
     client.log_metric(job.info.run_id, "hybrid/ndcg_at_10", original + 0.25, step=1)

@@ -12,6 +12,16 @@ Both tests look at the per-query differences d_i = a_i − b_i of two systems on
   the same seed always gives the same p-value.
 
 Holm (1979): with m p-values sorted ascending, p'_(j) = max_{i ≤ j} min(1, (m − i + 1) · p_(i)).
+
+Effect sizes of the same differences (:func:`effect_size`):
+
+- CI of mean(d): the t-interval mean(d) ± t_{1−α/2, n−1} · sd(d)/√n (the interval the t-test inverts);
+- paired Cohen's d_z = mean(d) / sd(d) (Cohen 1988, §2.3.5; Lakens 2013, eq. 6);
+- matched-pairs rank-biserial r = (T⁺ − T⁻) / (T⁺ + T⁻), T^± the sums of the ranks of |d_i| (average
+  ranks for ties) over the non-zero d_i that are positive / negative (Kerby 2014; King & Minium 2008);
+- minimal detectable difference MDD = δ* · sd(d), δ* the d_z at which the two-sided paired t-test at
+  level α has power 1 − β: P(T' > t_c) + P(T' < −t_c) = 1 − β with T' ~ noncentral t(n − 1, δ*·√n) and
+  t_c = t_{1−α/2, n−1} (Cohen 1988, ch. 2; statsmodels' ``TTestPower``).
 """
 
 from __future__ import annotations
@@ -19,7 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
+
+ALPHA = 0.05  # significance level of the CIs, the MDD and the ``underpowered`` flag
+POWER = 0.8  # power at which the minimal detectable difference is computed
 
 # |Σ s d| counts as "at least as extreme" within this relative tolerance (float summation order).
 _TOLERANCE = 1e-9
@@ -29,6 +42,15 @@ _TOLERANCE = 1e-9
 class PairedTest:
     statistic: float
     p_value: float
+
+
+@dataclass(frozen=True)
+class EffectSize:
+    ci_low: float  # t-interval of mean(a − b) at level 1 − alpha
+    ci_high: float
+    cohens_d: float  # d_z = mean(d) / sd(d)
+    rank_biserial: float  # (T⁺ − T⁻) / (T⁺ + T⁻)
+    mdd: float  # minimal detectable |mean(d)| at the given power
 
 
 def _differences(a, b) -> np.ndarray:
@@ -71,6 +93,42 @@ def randomization_test(a, b, resamples: int = 10_000, seed: int = 0) -> PairedTe
         signs = 1 - 2 * rng.integers(0, 2, size=(min(chunk, resamples - start), n))
         hits += int(np.count_nonzero(np.abs(signs @ nonzero) >= threshold))
     return PairedTest(float(d.mean()), (1 + hits) / (1 + resamples))
+
+
+def detectable_effect(n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """δ* such that the two-sided paired t-test of n pairs at level ``alpha`` has ``power`` at d_z = δ*
+    (see module docstring); NaN for n < 2."""
+    if n < 2:
+        return float("nan")
+    df = n - 1
+    critical = stats.t.isf(alpha / 2, df)
+
+    def shortfall(effect: float) -> float:
+        nc = effect * np.sqrt(n)
+        lower = stats.nct.cdf(-critical, df, nc)  # NaN where it underflows (scipy), i.e. 0
+        return stats.nct.sf(critical, df, nc) + np.nan_to_num(lower) - power
+
+    upper = 1.0
+    while shortfall(upper) < 0:
+        upper *= 2
+    return float(optimize.brentq(shortfall, 0.0, upper, xtol=1e-12))
+
+
+def effect_size(a, b, alpha: float = ALPHA, power: float = POWER) -> EffectSize:
+    """CI of mean(a − b), Cohen's d_z, rank-biserial r and the minimal detectable difference (see
+    module docstring). All-zero differences give d_z = r = 0; a constant non-zero one d_z = ±inf."""
+    d = _differences(a, b)
+    n = len(d)
+    if n < 2:
+        return EffectSize(*[float("nan")] * 5)
+    mean, sd = d.mean(), d.std(ddof=1)
+    half = stats.t.isf(alpha / 2, n - 1) * sd / np.sqrt(n)
+    cohens_d = mean / sd if sd else 0.0 if mean == 0 else float(np.copysign(np.inf, mean))
+    nonzero = d[d != 0]
+    ranks = stats.rankdata(np.abs(nonzero))
+    rank_biserial = (ranks[nonzero > 0].sum() - ranks[nonzero < 0].sum()) / ranks.sum() if len(nonzero) else 0.0
+    return EffectSize(float(mean - half), float(mean + half), float(cohens_d), float(rank_biserial),
+                      detectable_effect(n, alpha, power) * float(sd))
 
 
 def holm(p_values) -> np.ndarray:

@@ -155,13 +155,17 @@ def command_compare(args: argparse.Namespace) -> int:
 def command_reproduce(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.reproduce import reproduce
 
-    result = reproduce(args.run_id, args.tracking_uri, args.cache_dir, args.overrides, args.allow_endpoints)
+    result = reproduce(args.run_id, args.tracking_uri, args.cache_dir, args.overrides, args.allow_endpoints, args.baseline)
     if result.identical:
         print(f"reproduced run {result.run_id}: all {len(result.table)} metrics identical")
-        return 0
-    print(f"run {result.run_id} did NOT reproduce: {len(result.mismatches)} of {len(result.table)} metrics differ")
-    print(result.mismatches.to_string(index=False, float_format=lambda v: f"{v:.17g}"))
-    return 1
+    else:
+        print(f"run {result.run_id} did NOT reproduce: {len(result.mismatches)} of {len(result.table)} metrics differ")
+        print(result.mismatches.to_string(index=False, float_format=lambda v: f"{v:.17g}"))
+    print(f"\nreproduction measures (docs/metrics.md): RMSE over queries; effect ratio and ΔRI against {result.baseline}")
+    print(result.measures.to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    print("\nrankings: Kendall's tau_b and RBO (p=0.95) between original and reproduced, mean over queries")
+    print(result.rankings.to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    return 0 if result.identical else 1
 
 
 def command_regress(args: argparse.Namespace) -> int:
@@ -226,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("run_id", help="an MLflow run id (the job or one of its system runs)")
     reproduce.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     reproduce.add_argument("--cache-dir", help="index/embedding cache to use (default: the logged paths.cache_dir)")
+    reproduce.add_argument("--baseline", help="system name or run id the effect ratio and ΔRI compare against (default: bm25, else the first)")
     reproduce.add_argument("--allow-endpoints", action="store_true",
                            help="contact the hosts the downloaded config names (base_url, a Chroma server); your keys still go only where you give api_key_env/token_env")
     reproduce.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="your own settings, e.g. generator.api_key_env=OPENAI_API_KEY or generator.base_url=...")

@@ -5,7 +5,11 @@ and by ``ragtrack compare`` (systems read back from MLflow); it reads nothing fr
 Per metric and row: the mean and percentile-bootstrap 95% CI over the compared queries
 (``evaluators.base.aggregate``), the difference to the baseline, paired t-test and seeded
 randomization-test p-values (``evaluators.significance``), both Holm-corrected across the rows compared
-with the baseline, and per-query win/tie/loss counts.
+with the baseline, per-query win/tie/loss counts, and the effect sizes of ``significance.effect_size``:
+the t-interval of the difference (``delta_ci_low``, ``delta_ci_high``), ``cohens_d`` (d_z),
+``rank_biserial``, the minimal detectable difference ``mdd`` at 80% power, and ``underpowered``:
+|delta| < mdd and p_ttest (uncorrected) > alpha, i.e. this query set could have missed a difference
+of this size.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
 from ragtrack.evaluators.base import aggregate
-from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test, win_tie_loss
+from ragtrack.evaluators.significance import ALPHA, effect_size, holm, paired_t_test, randomization_test, win_tie_loss
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.layout import curve_key
 from ragtrack.pipeline.slices import COLUMN_PREFIX as SLICE_COLUMN_PREFIX
@@ -96,12 +100,16 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
                    "ci_high": summary["ci_high"], "n": int(summary["n"]), "baseline": s is baseline}
             if s is not baseline:
                 wins, ties, losses = win_tie_loss(values, base)
-                row |= {"delta": values.mean() - base.mean(), "p_ttest": paired_t_test(values, base).p_value,
+                delta, p_ttest, effect = values.mean() - base.mean(), paired_t_test(values, base).p_value, effect_size(values, base)
+                row |= {"delta": delta, "p_ttest": p_ttest,
                         "p_randomization": randomization_test(values, base, resamples=resamples, seed=seed).p_value,
-                        "wins": wins, "ties": ties, "losses": losses}
+                        "wins": wins, "ties": ties, "losses": losses, "delta_ci_low": effect.ci_low, "delta_ci_high": effect.ci_high,
+                        "cohens_d": effect.cohens_d, "rank_biserial": effect.rank_biserial, "mdd": effect.mdd,
+                        "underpowered": bool(abs(delta) < effect.mdd and p_ttest > ALPHA)}
             rows.append(row)
     table = pd.DataFrame(rows)
-    for column in ("delta", "p_ttest", "p_randomization", "wins", "ties", "losses"):
+    for column in ("delta", "p_ttest", "p_randomization", "wins", "ties", "losses", "delta_ci_low", "delta_ci_high", "cohens_d",
+                   "rank_biserial", "mdd", "underpowered"):
         if column not in table:
             table[column] = np.nan
     for test in ("p_ttest", "p_randomization"):

@@ -12,6 +12,12 @@ are checked as ``ragtrack run`` checks them.
 The dataset must hash to the logged ``ragtrack.dataset_hash``; the job runs again without MLflow
 logging (outputs in a temporary folder, indexes from the shared cache) and every logged metric
 ``<system>/<metric>`` is compared with the new value for exact equality.
+
+Then how close it came (:func:`reproduction_measures`, ``evaluators.reproduction``, Breuer et al. 2020):
+per system and metric against the original per-query values (the job's ``per_query.csv``), the RMSE over
+queries, and against a baseline row (as ``ragtrack compare --baseline``; default bm25, else the first
+system) the effect ratio and the delta relative improvement; per system, Kendall's τ and RBO between the
+original rankings (each system run's ``run.trec``) and the reproduced ones, averaged over queries.
 """
 
 from __future__ import annotations
@@ -32,8 +38,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import read_trec
 from ragtrack.core.secrets import is_variable_name_key
-from ragtrack.pipeline.layout import CONFIG_FILE, TAG_DATASET_HASH, TAG_PARENT, system_metric_key
+from ragtrack.evaluators.reproduction import delta_relative_improvement, effect_ratio, ranking_agreement, rmse
+from ragtrack.pipeline.comparison import SystemRun, find_baseline
+from ragtrack.pipeline.csv_files import read_csv
+from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, RUN_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM, system_metric_key
 
 RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # ${name:...}: a resolver call (oc.env, oc.decode, cwd, ...)
 
@@ -42,6 +52,9 @@ RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # ${name:...}: a resolver call 
 class Reproduction:
     run_id: str
     table: pd.DataFrame  # system, metric, logged, reproduced, difference
+    measures: pd.DataFrame  # system, metric, queries, rmse, effect_ratio, delta_ri (against ``baseline``)
+    rankings: pd.DataFrame  # system, kendall_tau, rbo
+    baseline: str
 
     @property
     def identical(self) -> bool:
@@ -115,10 +128,33 @@ def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: boo
     return OmegaConf.merge(cfg, given), dropped
 
 
+def _by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A per-query table (columns system, qid, ...) split by system, indexed by qid."""
+    return {name: rows.set_index("qid") for name, rows in per_query.groupby("system")}
+
+
+def reproduction_measures(original: Sequence[SystemRun], reproduced: Mapping[str, pd.DataFrame], metrics: Sequence[str],
+                          baseline: SystemRun) -> pd.DataFrame:
+    """Per system and metric: RMSE over the queries both scored (non-blank), effect ratio and ΔRI against
+    ``baseline`` over the queries all four scored; ``reproduced``: per-query tables by system."""
+    rows = []
+    for s in original:
+        for metric in metrics:
+            pair = pd.concat([s.per_query[metric], reproduced[s.system][metric]], axis=1, join="inner").dropna().to_numpy(float).T
+            four = pd.concat([s.per_query[metric], baseline.per_query[metric], reproduced[s.system][metric],
+                              reproduced[baseline.system][metric]], axis=1, join="inner").dropna().to_numpy(float).T
+            against = s is not baseline and four.shape[1] > 0
+            rows.append({"system": s.label, "metric": metric, "queries": pair.shape[1], "rmse": rmse(*pair) if pair.shape[1] else math.nan,
+                         "effect_ratio": effect_ratio(*four) if against else math.nan,
+                         "delta_ri": delta_relative_improvement(*four) if against else math.nan})
+    return pd.DataFrame(rows)
+
+
 def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, overrides: Sequence[str] = (),
-              allow_endpoints: bool = False) -> Reproduction:
+              allow_endpoints: bool = False, baseline: str | None = None) -> Reproduction:
     """Re-run the job of ``run_id`` (a job or one of its system runs) and compare every metric;
-    ``overrides`` (``KEY=VALUE``) and ``allow_endpoints`` as in :func:`prepare`."""
+    ``overrides`` (``KEY=VALUE``) and ``allow_endpoints`` as in :func:`prepare`; ``baseline`` (a system
+    name or run id) as in ``ragtrack compare``."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -151,6 +187,20 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
         if logged_hash != current_hash:
             raise RagtrackError(f"dataset {current.source} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
         results = run_experiment(cfg)
+        reproduced_runs = {name: read_trec(Path(cfg.paths.output_dir) / "runs" / f"{name}.trec") for name in results["systems"]}
+        logged_per_query = read_csv(download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str})
+        children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'")
+        children = {c.data.tags[TAG_SYSTEM]: c for c in children if c.data.tags.get(TAG_SYSTEM) in reproduced_runs}
+        original_runs = {name: read_trec(download_artifact(client, c.info.run_id, RUN_FILE, Path(scratch) / c.info.run_id))
+                         for name, c in children.items()}
+    logged_tables, reproduced_tables = _by_system(logged_per_query), _by_system(results["per_query_table"])
+    originals = [SystemRun(name, children.get(name, job).info.run_id, job.info.run_name, job.info.run_id, job.info.start_time,
+                           logged_tables[name], label=name) for name in results["systems"] if name in logged_tables]
+    base = find_baseline(originals, baseline)
+    metrics = [m for m in dict.fromkeys(m for values in results["systems"].values() for m in values) if m in logged_per_query.columns]
+    measures = reproduction_measures(originals, reproduced_tables, metrics, base)
+    rankings = pd.DataFrame([{"system": name, **dict(zip(("kendall_tau", "rbo"), ranking_agreement(run, reproduced_runs[name])))}
+                             for name, run in original_runs.items()], columns=["system", "kendall_tau", "rbo"])
     rows = []
     for system, values in results["systems"].items():
         for metric, value in values.items():
@@ -160,4 +210,4 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
             logged = math.nan if logged is None else logged
             difference = 0.0 if logged == value else value - logged
             rows.append({"system": system, "metric": metric, "logged": logged, "reproduced": value, "difference": difference})
-    return Reproduction(job.info.run_id, pd.DataFrame(rows))
+    return Reproduction(job.info.run_id, pd.DataFrame(rows), measures, rankings, base.label)

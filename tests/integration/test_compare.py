@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test
+from ragtrack.evaluators.significance import effect_size, holm, paired_t_test, randomization_test
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.pipeline.compare import run_compare
 from ragtrack.pipeline.comparison import SystemRun, compare_systems, failure_report, find_baseline, render
@@ -50,6 +50,12 @@ def test_comparison_statistics_by_hand() -> None:
     assert rows.loc["hybrid", "p_randomization"] == pytest.approx(randomization_test(BETTER.per_query["ndcg@10"], BASE.per_query["ndcg@10"]).p_value)
     assert rows.loc["hybrid", "p_randomization"] == pytest.approx(0.5)
     assert rows["best"].tolist() == [False, True, False] and np.isnan(rows.loc["bm25", "p_ttest"])
+    effect = effect_size(BETTER.per_query["ndcg@10"], BASE.per_query["ndcg@10"])
+    assert rows.loc["hybrid", ["delta_ci_low", "delta_ci_high", "cohens_d", "rank_biserial", "mdd"]].tolist() == [
+        effect.ci_low, effect.ci_high, effect.cohens_d, effect.rank_biserial, effect.mdd]
+    # 4 queries: Δ 0.1375 < MDD (δ*(4) · sd) and p > 0.05, so the query set could have missed it
+    assert rows.loc["hybrid", "mdd"] > rows.loc["hybrid", "delta"] and rows.loc["hybrid", "underpowered"] == True  # noqa: E712
+    assert pd.isna(rows.loc["bm25", "underpowered"])
 
 
 def test_formats_mark_the_best_value() -> None:
@@ -149,6 +155,10 @@ def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep) -> None
                if r.info.run_name == "hybrid k=30")
     done = reproduce_cli(job.info.run_id, toy_sweep.uri)
     assert done.returncode == 0 and f"reproduced run {job.info.run_id}: all 54 metrics identical" in done.stdout, done.stderr[-2000:]
+    measures, rankings = done.stdout.split("\nreproduction measures")[1].split("\nrankings:")  # identical: RMSE 0, ER 1, ΔRI 0, tau 1, RBO 1
+    rows = [line.split() for line in measures.splitlines()[2:] if line]
+    assert len(rows) == 54 and {float(r[3]) for r in rows} == {0.0} and {r[4:] for r in map(tuple, rows) if r[0] != "bm25"} <= {("1", "0"), ("NaN", "0"), ("NaN", "NaN")}  # ER 0/0 where no improvement
+    assert [line.split()[1:] for line in rankings.splitlines()[2:]] == [["1", "1"]] * 3
     original = job.data.metrics["hybrid/ndcg_at_10"]
     client.log_metric(job.info.run_id, "hybrid/ndcg_at_10", original + 0.25, step=1)
     try:

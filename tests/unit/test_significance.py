@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import ttest_rel
 
-from ragtrack.evaluators.significance import PairedTest, holm, paired_t_test, randomization_test, win_tie_loss
+from ragtrack.evaluators.significance import (EffectSize, PairedTest, detectable_effect, effect_size, holm, paired_t_test,
+                                              randomization_test, win_tie_loss)
 
 
 def reference_randomization_exact(a, b) -> float:
@@ -94,3 +95,44 @@ def test_holm_by_hand() -> None:
 
 def test_win_tie_loss() -> None:
     assert win_tie_loss([0.5, 0.2, 0.3, 0.0], [0.4, 0.2, 0.6, 0.0]) == (1, 2, 1)
+
+
+def rank_biserial_walsh(d) -> float:
+    """r from the Walsh averages (d_i + d_j)/2, i ≤ j: (#positive − #negative) / (n(n+1)/2); equal to
+    (T⁺ − T⁻)/(T⁺ + T⁻) when the |d_i| are distinct and non-zero."""
+    walsh = [(d[i] + d[j]) / 2 for i in range(len(d)) for j in range(i, len(d))]
+    return (sum(w > 0 for w in walsh) - sum(w < 0 for w in walsh)) / len(walsh)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_effect_size_equals_statsmodels_scipy_and_the_formulas(seed: int) -> None:
+    from statsmodels.stats.power import TTestPower
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 400))
+    a = rng.uniform(0, 1, n)
+    b = a - rng.normal(0.03 * (seed % 3), 0.25, n)
+    effect, d = effect_size(a, b), a - b
+    assert effect.cohens_d == pytest.approx(d.mean() / d.std(ddof=1), rel=1e-12)
+    assert effect.rank_biserial == pytest.approx(rank_biserial_walsh(d), abs=1e-12)
+    interval = ttest_rel(a, b).confidence_interval(0.95)
+    assert (effect.ci_low, effect.ci_high) == pytest.approx((interval.low, interval.high), rel=1e-10)
+    power = TTestPower()
+    assert power.power(effect.mdd / d.std(ddof=1), nobs=n, alpha=0.05) == pytest.approx(0.8, abs=1e-9)
+    assert effect.mdd / d.std(ddof=1) == pytest.approx(power.solve_power(effect_size=None, nobs=n, alpha=0.05, power=0.8), rel=1e-4)
+
+
+def test_effect_size_worked_example() -> None:
+    # d = 0.1, 0.3, −0.2, 0.4, 0 (docs/metrics.md): zero dropped; |d| ranks 1, 3, 2, 4; T⁺ = 8, T⁻ = 2
+    effect = effect_size([0.6, 0.8, 0.3, 0.9, 0.5], [0.5, 0.5, 0.5, 0.5, 0.5])
+    assert effect.rank_biserial == pytest.approx(0.6)
+    assert effect.cohens_d == pytest.approx(0.12 / np.sqrt(0.057), rel=1e-9)  # mean 0.12, var 0.057
+    assert effect.mdd == pytest.approx(detectable_effect(5) * np.sqrt(0.057), rel=1e-12)
+    assert detectable_effect(5) == pytest.approx(1.682, abs=5e-4)
+
+
+def test_effect_size_degenerate_differences() -> None:
+    assert effect_size([0.5, 0.2], [0.5, 0.2]) == EffectSize(0.0, 0.0, 0.0, 0.0, 0.0)
+    constant = effect_size([0.75, 0.5, 0.25], [0.5, 0.25, 0.0])
+    assert (constant.cohens_d, constant.rank_biserial, constant.mdd) == (np.inf, 1.0, 0.0)
+    assert all(math.isnan(v) for v in vars(effect_size([0.5], [0.1])).values())

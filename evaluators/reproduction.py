@@ -1,0 +1,97 @@
+"""How well a reproduction reproduced: Breuer et al. 2020, "How to Measure the Reproducibility of
+System-oriented IR Experiments" (SIGIR), whose ``repro_eval`` package is the reference.
+
+Per metric, with per-query scores x (original) and y (reproduced) of one system over the same n queries,
+and the per-query improvements Δx = x_adv − x_base, Δy = y_adv − y_base over a baseline system:
+
+- RMSE = √(Σ_i (x_i − y_i)² / n)  (0: every query reproduced exactly);
+- effect ratio ER = mean(Δy) / mean(Δx)  (1: the same improvement; < 1 smaller; < 0 reversed);
+- delta relative improvement ΔRI = RI_x − RI_y, RI = (mean(adv) − mean(base)) / mean(base)  (0: the same
+  relative improvement; > 0 a smaller one).
+
+Per query, between the original ranking A and the reproduced ranking B:
+
+- Kendall's τ_b (Kendall 1945) over the union of both lists' documents, each ranked by its position, a
+  document missing from a list tied at rank |list| + 1 (scipy's ``kendalltau``);
+- rank-biased overlap as ``repro_eval`` computes it (Webber et al. 2010, truncated and normalized as in
+  Clarke et al. 2020): RBO = Σ_{d=1}^{D} p^{d−1} |A_{:d} ∩ B_{:d}| / d  /  Σ_{d=1}^{D} p^{d−1}, p = 0.95
+  (repro_eval's). D defaults to the longer list's length, so identical rankings score 1; repro_eval's
+  fixed D = 1000 scores identical lists of 100 documents 0.9991.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+from ragtrack.core.runs import Run
+
+RBO_P = 0.95  # repro_eval's RBO_P: the weight of rank d is p^(d−1)
+
+
+def _pair(original, reproduced) -> tuple[np.ndarray, np.ndarray]:
+    x, y = np.asarray(original, dtype=float), np.asarray(reproduced, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"reproduction measures need two equally long 1-d score vectors, got shapes {x.shape} and {y.shape}")
+    return x, y
+
+
+def rmse(original, reproduced) -> float:
+    """√(mean((x − y)²)) over the queries."""
+    x, y = _pair(original, reproduced)
+    return float(np.sqrt(np.mean((x - y) ** 2)))
+
+
+def effect_ratio(original, original_baseline, reproduced, reproduced_baseline) -> float:
+    """ER = mean(y_adv − y_base) / mean(x_adv − x_base); ±inf or NaN where the original improvement is 0."""
+    x, x_base = _pair(original, original_baseline)
+    y, y_base = _pair(reproduced, reproduced_baseline)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(np.mean(y - y_base)) / np.mean(x - x_base))
+
+
+def delta_relative_improvement(original, original_baseline, reproduced, reproduced_baseline) -> float:
+    """ΔRI = RI_orig − RI_rep, RI = (mean(adv) − mean(base)) / mean(base)."""
+    x, x_base = _pair(original, original_baseline)
+    y, y_base = _pair(reproduced, reproduced_baseline)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float((x.mean() - x_base.mean()) / np.float64(x_base.mean()) - (y.mean() - y_base.mean()) / np.float64(y_base.mean()))
+
+
+def kendall_tau(original: Sequence[str], reproduced: Sequence[str]) -> float:
+    """τ_b between two rankings (document ids, best first) over their union; NaN when either has fewer than two ranks."""
+    union = list(dict.fromkeys([*original, *reproduced]))
+    ranks = [{doc: rank for rank, doc in enumerate(ranking, start=1)} for ranking in (original, reproduced)]
+    a, b = ([r.get(doc, len(r) + 1) for doc in union] for r in ranks)
+    return float(stats.kendalltau(a, b).statistic) if min(len(original), len(reproduced)) > 1 else float("nan")
+
+
+def rank_biased_overlap(original: Sequence[str], reproduced: Sequence[str], p: float = RBO_P, depth: int | None = None) -> float:
+    """Truncated, normalized RBO of the top ``depth`` ranks (default: the longer list's length; see module
+    docstring); NaN for two empty lists."""
+    depth = depth or max(len(original), len(reproduced))
+    if depth == 0:
+        return float("nan")
+    first = {doc: rank for rank, doc in enumerate(original[:depth], start=1)}
+    shared = [max(first[doc], rank) for rank, doc in enumerate(reproduced[:depth], start=1) if doc in first]
+    overlap = np.cumsum(np.bincount(np.asarray(shared, dtype=int), minlength=depth + 1)[1:])  # |A_:d ∩ B_:d|, d = 1..depth
+    weights = p ** np.arange(depth)
+    return float(np.sum(weights * overlap / np.arange(1, depth + 1)) / weights.sum())
+
+
+def ranking_agreement(original: Run, reproduced: Run, p: float = RBO_P, depth: int | None = None) -> tuple[float, float]:
+    """Mean Kendall's τ_b and mean RBO (``depth`` as in :func:`rank_biased_overlap`) over the original's
+    queries, each over the queries where it is defined."""
+    taus, overlaps = [], []
+    for qid, ranking in original.rankings():
+        a, b = [doc for doc, _ in ranking], [doc for doc, _ in reproduced.ranking(qid)]
+        taus.append(kendall_tau(a, b))
+        overlaps.append(rank_biased_overlap(a, b, p, depth))
+    return _mean_defined(taus), _mean_defined(overlaps)
+
+
+def _mean_defined(values: list[float]) -> float:
+    defined = [v for v in values if not np.isnan(v)]
+    return float(np.mean(defined)) if defined else float("nan")

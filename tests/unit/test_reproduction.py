@@ -1,0 +1,105 @@
+"""Reproduction measures against repro_eval (Breuer et al. 2020's package) on the same inputs, and a
+worked example (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau
+
+from ragtrack.core.runs import Run
+from ragtrack.evaluators.reproduction import (delta_relative_improvement, effect_ratio, kendall_tau, rank_biased_overlap, ranking_agreement,
+                                              rmse)
+
+repro_eval = pytest.importorskip("repro_eval")
+from repro_eval.measure.document_order import KTU, RBO  # noqa: E402
+from repro_eval.measure.effectiveness import RMSE  # noqa: E402
+from repro_eval.measure.overall_effects import DRI, ER  # noqa: E402
+
+
+def topic_scores(values) -> dict:
+    return {f"q{i}": {"ndcg": float(v)} for i, v in enumerate(values)}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_effect_measures_equal_repro_eval(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 200))
+    base, adv = rng.uniform(0.1, 1, n), rng.uniform(0.1, 1, n) + 0.1
+    base_rep, adv_rep = base + rng.normal(0, 0.05, n), adv + rng.normal(0, 0.1, n)
+    orig_b, orig_a, rep_b, rep_a = map(topic_scores, (base, adv, base_rep, adv_rep))
+    assert rmse(adv, adv_rep) == pytest.approx(RMSE(orig_a, rep_a)["ndcg"], rel=1e-12)
+    assert effect_ratio(adv, base, adv_rep, base_rep) == pytest.approx(ER(orig_a, orig_b, rep_a, rep_b)["ndcg"], rel=1e-10)
+    assert delta_relative_improvement(adv, base, adv_rep, base_rep) == pytest.approx(DRI(orig_a, orig_b, rep_a, rep_b)["ndcg"], rel=1e-10, abs=1e-14)
+
+
+def random_rankings(rng, queries: int, depth: int, names) -> tuple[dict, dict]:
+    """Two runs over overlapping document pools, scores distinct, as repro_eval's nested dicts."""
+    original, reproduced = {}, {}
+    for q in range(queries):
+        pool = [names(i) for i in range(2 * depth)]
+        a = rng.choice(pool, size=int(rng.integers(1, depth + 1)), replace=False)
+        b = rng.choice(pool, size=int(rng.integers(1, depth + 1)), replace=False)
+        original[f"q{q}"] = OrderedDict((doc, float(len(a) - i)) for i, doc in enumerate(a))
+        reproduced[f"q{q}"] = OrderedDict((doc, float(len(b) - i)) for i, doc in enumerate(b))
+    return original, reproduced
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("depth", [5, 30, 1000])
+def test_rbo_equals_repro_eval(seed: int, depth: int) -> None:
+    original, reproduced = random_rankings(np.random.default_rng(seed), 40, 30, lambda i: f"d{i}")
+    ours = ranking_agreement(Run("a", original), Run("b", reproduced), depth=depth)[1]
+    assert ours == pytest.approx(RBO(original, reproduced, p=0.95, depth=depth, pbar=False, per_topic=False), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kendall_tau_equals_repro_eval_ktu_where_its_definition_agrees(seed: int) -> None:
+    # repro_eval's KTU correlates, rank by rank, the documents' positions in the id-sorted union. That is
+    # the rankings' τ when both rank the same documents and the ids sort in the original's order.
+    rng = np.random.default_rng(seed)
+    depth = int(rng.integers(3, 40))
+    original = {"q": OrderedDict((f"d{i:03d}", float(depth - i)) for i in range(depth))}
+    shuffled = list(original["q"])
+    rng.shuffle(shuffled)
+    reproduced = {"q": OrderedDict((doc, float(depth - i)) for i, doc in enumerate(shuffled))}
+    ours = ranking_agreement(Run("a", original), Run("b", reproduced))[0]
+    assert ours == pytest.approx(KTU(original, reproduced), abs=1e-12)
+
+
+def test_kendall_tau_over_the_union_by_hand() -> None:
+    # A = a b c, B = b a d: union a b c d; ranks A: 1 2 3 4(missing), B: 2 1 4(missing) 3
+    assert kendall_tau(list("abc"), list("bad")) == pytest.approx(kendalltau([1, 2, 3, 4], [2, 1, 4, 3]).statistic)
+    assert kendall_tau(list("abc"), list("bad")) == pytest.approx(1 / 3)  # 4 concordant, 2 discordant of 6 pairs
+    assert kendall_tau(list("abc"), list("abc")) == 1.0 and kendall_tau(list("abc"), list("cba")) == -1.0
+    assert np.isnan(kendall_tau(["a"], list("ab")))
+
+
+def test_worked_example() -> None:
+    # docs/metrics.md: baseline 0.4 0.6, system 0.5 0.9 (original); 0.4 0.5 and 0.5 0.7 (reproduced)
+    assert rmse([0.5, 0.9], [0.5, 0.7]) == pytest.approx(np.sqrt(0.02))
+    assert effect_ratio([0.5, 0.9], [0.4, 0.6], [0.5, 0.7], [0.4, 0.5]) == pytest.approx(0.15 / 0.2)
+    assert delta_relative_improvement([0.5, 0.9], [0.4, 0.6], [0.5, 0.7], [0.4, 0.5]) == pytest.approx(0.4 - 0.15 / 0.45)
+    # RBO of a b c / b a d at depth 3, p = 0.5: overlaps 0, 2, 2 -> (0 + 0.5·2/2 + 0.25·2/3) / 1.75
+    assert rank_biased_overlap(list("abc"), list("bad"), p=0.5) == pytest.approx((0.5 + 0.5 / 3) / 1.75)
+    assert rank_biased_overlap(list("abc"), list("abc")) == 1.0
+    hundred = [f"d{i}" for i in range(100)]  # repro_eval's fixed depth 1000 scores identical lists below 1
+    assert rank_biased_overlap(hundred, hundred, depth=1000) == pytest.approx(0.9991, abs=5e-5)
+
+
+def test_reproduction_measures_per_system_and_metric() -> None:
+    import pandas as pd
+
+    from ragtrack.pipeline.comparison import SystemRun
+    from ragtrack.pipeline.reproduce import reproduction_measures
+
+    def row(name, values, qids=("q1", "q2")):
+        return SystemRun(name, name, "job", "job", 0, pd.DataFrame({"ndcg@10": values}, index=pd.Index(list(qids), name="qid")), label=name)
+
+    base, system = row("bm25", [0.4, 0.6]), row("dense", [0.5, 0.9])
+    reproduced = {"bm25": row("bm25", [0.4, 0.5]).per_query, "dense": row("dense", [0.5, 0.7, 0.1], ("q1", "q2", "q3")).per_query}
+    table = reproduction_measures([base, system], reproduced, ["ndcg@10"], base).set_index("system")
+    assert table.loc["dense", ["queries", "rmse", "effect_ratio", "delta_ri"]].tolist() == pytest.approx([2, np.sqrt(0.02), 0.75, 0.4 - 0.15 / 0.45])
+    assert table.loc["bm25", "rmse"] == pytest.approx(np.sqrt(0.01 / 2)) and np.isnan(table.loc["bm25", "effect_ratio"])

@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from ragtrack.core.data import (Corpus, Dataset, Judged, Qrels, Sources, assemble, load_beir, load_corpus, load_qrels, load_topics,
+from ragtrack.core.data import (Corpus, CorpusBuilder, Dataset, Judged, Qrels, Sources, assemble, load_beir, load_corpus, load_qrels, load_topics,
                                 load_tsv_corpus)
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
 from ragtrack.core.fields import check_id, check_text
 from ragtrack.core.progress import Progress
 from ragtrack.core.settings import ComponentSettings, Text, validated
-from ragtrack.core.strings import Strings, StringsBuilder
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -182,27 +181,15 @@ class IrdsDataset(DatasetProvider):
         default = ["title", "text"] if {"title", "text"} <= set(available) else ["text"]
         fields = self._fields(available, self.settings.fields, default, "fields")
         where = f"ir_datasets {self.settings.id} documents"
-        digest = hashlib.sha256()
-        ids, titles, texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
-        seen: set[str] = set()
+        corpus = CorpusBuilder(records_hash=True)
         with _reading(self.settings.id, "documents"), Progress(f"{self.settings.id}: read documents", source.docs_count() or 0, "docs") as progress:
             for number, doc in enumerate(source.docs_iter(), start=1):
                 doc_id = check_id(doc.doc_id, where, number, "doc_id")
                 values = [_text_field(doc, name, where, number) for name in fields]
                 title, text = (values[0], " ".join(v for v in values[1:] if v)) if len(values) > 1 else ("", values[0])
-                if not text.strip() and not title.strip():
-                    raise InputError(where, f"document {doc_id!r} has an empty {' and '.join(fields)}", number)
-                if doc_id in seen:
-                    raise InputError(where, f"duplicate document id {doc_id!r}", number)
-                seen.add(doc_id)
-                digest.update(f"{doc_id}\t{title}\t{text}\n".encode())
-                ids.append(doc_id)
-                titles.append(title)
-                texts.append(text)
+                corpus.add(doc_id, title, text, where, number)
                 progress.update()
-        if not seen:
-            raise InputError(where, "corpus is empty")
-        return Corpus(ids=Strings.from_builder(ids), titles=Strings.from_builder(titles), texts=Strings.from_builder(texts), hash=digest.hexdigest())
+        return corpus.corpus(where)
 
     def _queries(self, source: Any) -> tuple[dict[str, str], str]:
         available = source.queries_cls()._fields
@@ -293,25 +280,13 @@ def dataset_from_frames(corpus: pd.DataFrame, queries: pd.DataFrame, qrels: pd.D
     The hashes are sha256 over the rows as read, so the same frames give the same dataset hash."""
     validated(DatasetSettings, {"name": name}, "dataset_from_frames")
     _columns(corpus, "corpus", optional=("title",))
-    ids, titles, texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
-    digest, seen = hashlib.sha256(), {}
+    builder = CorpusBuilder(lambda doc_id: f"row {corpus.index.tolist()[(corpus['docid'] == doc_id).to_numpy().argmax()]!r}", records_hash=True)
     title_column = corpus["title"] if "title" in corpus.columns else [""] * len(corpus)
     for label, doc_id, title, text in zip(corpus.index, corpus["docid"], title_column, corpus["text"]):
         where = f"corpus DataFrame row {label!r}"
         doc_id = _frame_id(doc_id, where, "docid")
-        title, text = _frame_text(title, where, "title", optional=True), _frame_text(text, where, "text", optional=True)
-        if not text.strip() and not title.strip():
-            raise RagtrackError(f"{where}: document {doc_id!r} has an empty title and text")
-        if doc_id in seen:
-            raise RagtrackError(f"{where}: duplicate document id {doc_id!r} (first in row {seen[doc_id]!r})")
-        seen[doc_id] = label
-        digest.update(f"{doc_id}\t{title}\t{text}\n".encode())
-        ids.append(doc_id)
-        titles.append(title)
-        texts.append(text)
-    if not seen:
-        raise RagtrackError("corpus DataFrame: no documents")
-    documents = Corpus(ids=Strings.from_builder(ids), titles=Strings.from_builder(titles), texts=Strings.from_builder(texts), hash=digest.hexdigest())
+        builder.add(doc_id, _frame_text(title, where, "title", optional=True), _frame_text(text, where, "text", optional=True), where)
+    documents = builder.corpus("corpus DataFrame")
     all_queries, metadata, queries_hash = _frame_queries(queries)
     judged, qrels_hash = _frame_qrels(qrels)
     gold = _frame_answers(answers, all_queries) if answers is not None else {}

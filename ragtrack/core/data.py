@@ -18,7 +18,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,29 +123,50 @@ def _string_field(record: dict, key: str, path: Path, line: int, required: bool)
     return check_text(value, path, line, f"field '{key}'")
 
 
+class CorpusBuilder:
+    """A corpus read document by document into compact columns, with the checks every reader makes: a
+    title or a text, no id twice, at least one document. ``first_place(doc_id)`` says where a repeated
+    id was first (``line 3``), looked up only then; ``records_hash``: hash the documents as added
+    (readers of files hash their bytes instead)."""
+
+    def __init__(self, first_place: Callable[[str], str] | None = None, records_hash: bool = False):
+        self.first_place = first_place
+        self.ids, self.titles, self.texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
+        self.seen: set[str] = set()
+        self.digest = hashlib.sha256() if records_hash else None
+
+    def add(self, doc_id: str, title: str, text: str, where: str | Path, line: int | None = None) -> None:
+        if not text.strip() and not title.strip():
+            raise InputError(where, f"document {doc_id!r} has an empty title and text", line)
+        if doc_id in self.seen:
+            first = f" (first on {self.first_place(doc_id)})" if self.first_place else ""
+            raise InputError(where, f"duplicate document id {doc_id!r}{first}", line)
+        self.seen.add(doc_id)
+        if self.digest is not None:
+            self.digest.update(f"{doc_id}\t{title}\t{text}\n".encode())
+        self.ids.append(doc_id)
+        self.titles.append(title)
+        self.texts.append(text)
+
+    def corpus(self, where: str | Path, content_hash: str | None = None) -> Corpus:
+        """The corpus, hashed by ``content_hash`` (a file's) or by its records."""
+        if not self.seen:
+            raise InputError(where, "corpus is empty")
+        return Corpus(ids=Strings.from_builder(self.ids), titles=Strings.from_builder(self.titles), texts=Strings.from_builder(self.texts),
+                      hash=content_hash or self.digest.hexdigest())
+
+
 def load_corpus(path: Path) -> Corpus:
     """Read a BEIR ``corpus.jsonl(.gz)`` into compact columns."""
     digest = hashlib.sha256()
-    ids, titles, texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
-    seen: set[str] = set()
+    corpus = CorpusBuilder(lambda doc_id: f"line {_first_line(path, doc_id)}")
     for number, record in _read_jsonl(path, digest):
         doc_id = check_id(record.get("_id"), path, number) if "_id" in record else None
         if doc_id is None:
             raise InputError(path, "missing field '_id'", number)
         text = _string_field(record, "text", path, number, required=True)
-        title = _string_field(record, "title", path, number, required=False)
-        if not text.strip() and not title.strip():
-            raise InputError(path, f"document {doc_id!r} has an empty title and text", number)
-        if doc_id in seen:
-            raise InputError(path, f"duplicate document id {doc_id!r} (first on line {_first_line(path, doc_id)})", number)
-        seen.add(doc_id)
-        ids.append(doc_id)
-        titles.append(title)
-        texts.append(text)
-    if not seen:
-        raise InputError(path, "corpus is empty")
-    return Corpus(ids=Strings.from_builder(ids), titles=Strings.from_builder(titles), texts=Strings.from_builder(texts),
-                  hash=digest.hexdigest())
+        corpus.add(doc_id, _string_field(record, "title", path, number, required=False), text, path, number)
+    return corpus.corpus(path, digest.hexdigest())
 
 
 def _first_line(path: Path, doc_id: str) -> int:
@@ -192,8 +213,7 @@ def load_tsv_corpus(path: Path) -> Corpus:
     """Read a corpus as tab-separated ``docid<TAB>text`` or ``docid<TAB>title<TAB>text`` lines without a
     header (MS MARCO's ``collection.tsv`` layout), gzip if the name ends in ``.gz``."""
     digest = hashlib.sha256()
-    ids, titles, texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
-    first_line: dict[str, int] = {}
+    corpus = CorpusBuilder(lambda doc_id: f"line {next(n for n, text in read_lines(path) if text.split(chr(9), 1)[0].strip(' ') == doc_id)}")
     for number, line in read_lines(path, digest):
         columns = line.split("\t")
         if len(columns) not in (2, 3):
@@ -201,19 +221,8 @@ def load_tsv_corpus(path: Path) -> Corpus:
         doc_id = check_id(columns[0].strip(" "), path, number, "document id")
         title, text = (columns[1], columns[2]) if len(columns) == 3 else ("", columns[1])
         check_text(title, path, number, "the title")
-        check_text(text, path, number, "the text")
-        if not text.strip() and not title.strip():
-            raise InputError(path, f"document {doc_id!r} has an empty title and text", number)
-        if doc_id in first_line:
-            raise InputError(path, f"duplicate document id {doc_id!r} (first on line {first_line[doc_id]})", number)
-        first_line[doc_id] = number
-        ids.append(doc_id)
-        titles.append(title)
-        texts.append(text)
-    if not first_line:
-        raise InputError(path, "corpus is empty")
-    return Corpus(ids=Strings.from_builder(ids), titles=Strings.from_builder(titles), texts=Strings.from_builder(texts),
-                  hash=digest.hexdigest())
+        corpus.add(doc_id, title, check_text(text, path, number, "the text"), path, number)
+    return corpus.corpus(path, digest.hexdigest())
 
 
 TOPIC_FIELDS = ("title", "description", "narrative")

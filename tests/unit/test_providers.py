@@ -246,7 +246,7 @@ def _broken(part: str, change) -> dict:
     (_broken("queries", lambda f: f.assign(qid=range(len(f)))), "queries DataFrame row 0: qid is a int (0), not text"),
     (_broken("queries", lambda f: f.assign(text=[None, *f["text"][1:]])), "queries DataFrame row 0: text is missing"),
     (_broken("corpus", lambda f: f.assign(docid=["d 1", *f["docid"][1:]])), "corpus DataFrame row 0: id 'd 1' contains whitespace"),
-    (_broken("corpus", lambda f: pd.concat([f, f.iloc[:1]])), "corpus DataFrame row 0: duplicate document id 'd1' (first in row 0)"),
+    (_broken("corpus", lambda f: pd.concat([f, f.iloc[:1]])), "corpus DataFrame row 0: duplicate document id 'd1' (first on row 0)"),
     (_broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("zz", "d1", 1)], columns=f.columns)], ignore_index=True)),
      "qrels DataFrame: unknown query id 'zz' (not in queries DataFrame)"),
     (_broken("answers", lambda f: f.assign(qid=["nope", *f["qid"][1:]])), "answers DataFrame row 0: unknown query id 'nope' (not in the queries DataFrame)"),

@@ -168,14 +168,11 @@ def random_pairs(seeds: range) -> tuple[dict, dict]:
     return qrels, run
 
 
-class BasicAuthServer:
-    """An HTTP server on 127.0.0.1 that answers only requests with ``Authorization: Basic user:password``
-    (others get 401): it forwards them, without that header, to ``upstream`` (``host:port``, e.g. an
-    MLflow server), or answers ``OK`` without one. ``authorized`` and ``refused`` count the requests."""
+class LocalServer:
+    """An HTTP server on 127.0.0.1 (a free port) in a thread, every request of ``methods`` passed to
+    ``handle(handler, body)``; ``stop`` shuts it down."""
 
-    def __init__(self, user: str, password: str, upstream: str | None = None) -> None:
-        self.expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        self.upstream, self.authorized, self.refused = upstream, 0, 0
+    def __init__(self, methods: tuple[str, ...] = ("GET", "POST", "PUT", "PATCH", "DELETE")) -> None:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -183,40 +180,26 @@ class BasicAuthServer:
                 """Nothing: keep the test output clean."""
 
             def handle_one(self) -> None:
-                server.handle(self)
+                server.handle(self, self.rfile.read(int(self.headers.get("content-length", 0))))
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_one
-
+        for method in methods:
+            setattr(Handler, f"do_{method}", Handler.handle_one)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
-    def handle(self, handler: BaseHTTPRequestHandler) -> None:
-        body = handler.rfile.read(int(handler.headers.get("content-length", 0)))
-        if handler.headers.get("authorization") != self.expected:
-            self.refused += 1
-            return self.reply(handler, 401, b"authentication required", [("WWW-Authenticate", 'Basic realm="test"')])
-        self.authorized += 1
-        if self.upstream is None:
-            return self.reply(handler, 200, b"OK", [("Content-Type", "text/plain")])
-        headers = {k: v for k, v in handler.headers.items() if k.lower() not in ("authorization", "host", "connection")}
-        connection = http.client.HTTPConnection(self.upstream, timeout=60)
-        try:
-            connection.request(handler.command, handler.path, body=body, headers=headers)
-            response = connection.getresponse()
-            kept = [(k, v) for k, v in response.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection")]
-            self.reply(handler, response.status, response.read(), kept)
-        finally:
-            connection.close()
+    def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        raise NotImplementedError
 
     @staticmethod
-    def reply(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: list[tuple[str, str]]) -> None:
-        handler.send_response(status)
-        for name, value in [*headers, ("Content-Length", str(len(payload)))]:
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(payload)
+    def send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict | None = None) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (time-out)
+            handler.send_response(status)
+            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(payload)), **(headers or {})}.items():
+                handler.send_header(name, value)
+            handler.end_headers()
+            handler.wfile.write(payload)
 
     def stop(self) -> None:
         self.httpd.shutdown()
@@ -224,7 +207,35 @@ class BasicAuthServer:
         self.thread.join(timeout=5)
 
 
-class ChatServer:
+class BasicAuthServer(LocalServer):
+    """An HTTP server on 127.0.0.1 that answers only requests with ``Authorization: Basic user:password``
+    (others get 401): it forwards them, without that header, to ``upstream`` (``host:port``, e.g. an
+    MLflow server), or answers ``OK`` without one. ``authorized`` and ``refused`` count the requests."""
+
+    def __init__(self, user: str, password: str, upstream: str | None = None) -> None:
+        self.expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.upstream, self.authorized, self.refused = upstream, 0, 0
+        super().__init__()
+
+    def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        if handler.headers.get("authorization") != self.expected:
+            self.refused += 1
+            return self.send(handler, 401, b"authentication required", {"WWW-Authenticate": 'Basic realm="test"'})
+        self.authorized += 1
+        if self.upstream is None:
+            return self.send(handler, 200, b"OK", {"Content-Type": "text/plain"})
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in ("authorization", "host", "connection")}
+        connection = http.client.HTTPConnection(self.upstream, timeout=60)
+        try:
+            connection.request(handler.command, handler.path, body=body, headers=headers)
+            response = connection.getresponse()
+            kept = {k: v for k, v in response.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection")}
+            self.send(handler, response.status, response.read(), kept)
+        finally:
+            connection.close()
+
+
+class ChatServer(LocalServer):
     """An OpenAI-style ``POST /v1/chat/completions`` server whose behaviour is chosen by a tag in the
     prompt: [429] and [500] fail once, [slow] sleeps past the client's time-out once, [garbage] always
     answers malformed JSON, [down] always answers 500, [401] refuses, [nonnumeric] gives a judge reply
@@ -236,20 +247,8 @@ class ChatServer:
         self.requests: list[dict] = []
         self.attempts: dict[str, int] = {}
         self.lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                """Nothing: keep the test output clean."""
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                server.handle(self, body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(("POST",))
+        self.url = f"http://127.0.0.1:{self.port}/v1"
 
     def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         request = json.loads(body)
@@ -278,20 +277,6 @@ class ChatServer:
             content = f"answer to {prompt.splitlines()[0]}"
         reply = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
         self.send(handler, 200, json.dumps(reply).encode())
-
-    @staticmethod
-    def send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict | None = None) -> None:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (time-out)
-            handler.send_response(status)
-            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(payload)), **(headers or {})}.items():
-                handler.send_header(name, value)
-            handler.end_headers()
-            handler.wfile.write(payload)
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
 
 
 def rerank_reply(prompt: str) -> str:

@@ -10,7 +10,10 @@ The index is bm25s's: per (term, document) the precomputed score idf(t) · tfc(t
 × document matrix S (float32). For ``method`` lucene and robertson ragtrack builds S itself on whole
 arrays (the same float operations as bm25s, so the same bits; tests compare them), from the token
 ids of ``Tokenizer.encode``; the other variants are built by bm25s from those ids. Terms are numbered
-in sorted order.
+in sorted order. The build holds little beside S (docs/scale.md): each block of token ids is freed
+once its (document, term) pairs are counted, the counts wait on disk in the build folder, and S is
+filled term row by term row with a counting sort (no transposition). A loaded index is memory-mapped
+from its cache files, so a search reads only the rows of its query terms.
 
 Search with the bm25s backend scores a whole batch of queries at once: the scores of all queries are
 one sparse product Q · S (Q: queries × terms, term counts), and each query's top ``depth`` is picked
@@ -211,7 +214,7 @@ class BM25Retriever(Retriever):
         from scipy import sparse
 
         if self.method in OWN_BUILD:
-            data, indices, indptr = (np.load(folder / f"{name}.npy", allow_pickle=False) for name in ARRAYS)
+            data, indices, indptr = (np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS)  # read as searched
             terms = json.loads((folder / "terms.json").read_text())
             self._term_scores = sparse.csr_matrix((data, indices, indptr), shape=(len(terms), len(self._doc_ids)))
             self._vocabulary = {term: i for i, term in enumerate(terms)}

@@ -37,7 +37,7 @@ class EncodedTexts:
     """Token ids of many texts: text ``i`` has the tokens ``terms[j]`` for ``j`` in
     ``ids[offsets[i]:offsets[i + 1]]``, in text order; ``terms`` are sorted. The ids are held in
     blocks of whole texts: block ``b`` holds those of texts ``firsts[b]`` to ``firsts[b + 1] - 1``
-    (the last block's run to the end), so a consumer can free them block by block (:meth:`release`)."""
+    (the last block: to the last text), so a consumer can free them block by block (:meth:`release`)."""
 
     blocks: list  # int32 arrays, the texts' tokens back to back
     firsts: list[int]  # the first text of each block

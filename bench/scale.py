@@ -4,11 +4,15 @@ and how they grow with the corpus.
     python bench/scale.py [--sizes 10000,100000] [--root DIR] [--json FILE] [--plot docs/scale.png] [--table FILE]
     python bench/scale.py --sizes 100000,1000000 --root DIR     # the 1M case
     python bench/scale.py --sizes 100000,1000000 --root DIR retriever.dense.chroma.build=always   # with Chroma's HNSW build
+    python bench/scale.py --lengths msmarco --queries 200 --sizes 1000000,8841823 --root DIR 'retriever=[bm25]' 'fusion=[]'
 
 Each corpus is synthetic and seeded (the same bytes on every machine): a Zipf(1.1) vocabulary of
-200,000 pseudo-words, document lengths drawn from SciFact's (title + abstract, in words), and 1,000
-queries, each made from 6 words of one document, which is its one relevant document (grade 1).
-Corpora are written once into ``--root`` and reused.
+200,000 pseudo-words, document lengths drawn from SciFact's (title + abstract, in words; ``--lengths
+scifact``, the default) or MS MARCO passages' (``--lengths msmarco``: lognormal with MS MARCO's
+published mean of 56.3 words and an assumed standard deviation of 22.5, rounded, at least 1), and
+1,000 queries (``--queries``), each made from 6 words of one document, which is its one relevant
+document (grade 1). Corpora are written once into ``--root`` and reused. The last command is the
+TREC DL scale: BM25 alone over as many passages as MS MARCO has.
 
 Every size runs ``ragtrack run`` as a child process on that corpus with the hashing encoder, so model
 time is left out: BM25, dense (exact search over the cached embeddings; the Chroma collection too when
@@ -50,6 +54,7 @@ VOCABULARY = 200_000
 ZIPF_EXPONENT = 1.1
 QUERIES = 1_000
 QUERY_WORDS = 6
+MSMARCO_WORDS = (56.3, 22.5)  # mean (published) and standard deviation (assumed) of a passage's words
 EXPONENT_TARGET = 1.15
 STAGE_LINE = re.compile(r"\] - (?P<stage>.+?) (?:\.\.\.|done in (?P<seconds>[\d.]+) s)$")
 
@@ -75,14 +80,33 @@ def scifact_lengths() -> np.ndarray:
         return np.array([len(f"{doc['title']} {doc['text']}".split()) for doc in map(json.loads, lines)])
 
 
-def write_corpus(folder: Path, documents: int, seed: int = 0) -> None:
-    """A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) of ``documents`` synthetic documents."""
+def msmarco_lengths(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` passage lengths in words: lognormal with the mean and standard deviation of
+    :data:`MSMARCO_WORDS`, rounded, at least 1."""
+    mean, sd = MSMARCO_WORDS
+    sigma2 = math.log(1 + (sd / mean) ** 2)
+    return np.maximum(np.rint(rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), size=count)), 1).astype(np.int64)
+
+
+LENGTHS = {"scifact": lambda rng, count: rng.choice(scifact_lengths(), size=count), "msmarco": msmarco_lengths}
+
+
+def corpus_folder(root: Path, documents: int, lengths: str, queries: int) -> Path:
+    """Where the corpus of these settings lives in ``root`` (the default settings keep their old name)."""
+    tags = [] if lengths == "scifact" else [lengths]
+    tags += [] if queries == QUERIES else [f"{queries}q"]
+    return root / "-".join(["synthetic", *tags, str(documents)])
+
+
+def write_corpus(folder: Path, documents: int, lengths: str = "scifact", queries: int = QUERIES, seed: int = 0) -> None:
+    """A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) of ``documents`` synthetic
+    documents whose lengths follow ``lengths`` (a key of :data:`LENGTHS`), and ``queries`` queries."""
     rng = np.random.default_rng(seed)
     words = np.array(pseudo_words(VOCABULARY))
     weights = 1.0 / np.arange(1, VOCABULARY + 1) ** ZIPF_EXPONENT
     weights /= weights.sum()
-    lengths = rng.choice(scifact_lengths(), size=documents)
-    relevant = rng.choice(documents, size=QUERIES, replace=False)
+    lengths = LENGTHS[lengths](rng, documents)
+    relevant = rng.choice(documents, size=queries, replace=False)
     wanted = set(relevant.tolist())
     query_texts = {}
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,9 +121,9 @@ def write_corpus(folder: Path, documents: int, seed: int = 0) -> None:
                 corpus.write(json.dumps({"_id": f"d{doc}", "title": "", "text": " ".join(text)}) + "\n")
                 if doc in wanted:
                     query_texts[doc] = " ".join(rng.choice(text, size=min(QUERY_WORDS, len(text)), replace=False))
-    with open(folder / "queries.jsonl", "w", encoding="utf-8") as queries:
+    with open(folder / "queries.jsonl", "w", encoding="utf-8") as lines:
         for number, doc in enumerate(relevant):
-            queries.write(json.dumps({"_id": f"q{number}", "text": query_texts[int(doc)]}) + "\n")
+            lines.write(json.dumps({"_id": f"q{number}", "text": query_texts[int(doc)]}) + "\n")
     (folder / "qrels").mkdir(exist_ok=True)
     with open(folder / "qrels" / "test.tsv", "w", encoding="utf-8") as qrels:
         qrels.write("query-id\tcorpus-id\tscore\n")
@@ -273,6 +297,8 @@ def load(path: Path) -> Results:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000", help="corpus sizes, comma-separated (add 1000000 for the 1M case); empty: only report --json")
+    parser.add_argument("--lengths", choices=sorted(LENGTHS), default="scifact", help="document lengths: SciFact's or MS MARCO passages'")
+    parser.add_argument("--queries", type=int, default=QUERIES, help="queries per corpus")
     parser.add_argument("--root", type=Path, help="working folder (corpora, cache, store); default: a temporary one")
     parser.add_argument("--cache", type=Path, help="where each job's cache goes, emptied before and removed after it; default: ROOT/cache")
     parser.add_argument("--json", type=Path, help="merge the measures into this file and report every size it holds")
@@ -281,25 +307,28 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra ragtrack run overrides")
     args = parser.parse_args()
     sizes = sorted(int(size) for size in args.sizes.split(",") if size)
+    corpus_flags = [f"--{flag}={value}" for flag, value, default in (("lengths", args.lengths, "scifact"), ("queries", args.queries, QUERIES))
+                    if value != default]
+    settings = corpus_flags + args.overrides  # what the JSON file records: its jobs' corpora and overrides
     earlier = stored_overrides(args.json) if args.json else None
-    if sizes and earlier is not None and earlier != args.overrides:
-        sys.exit(f"{args.json}: its jobs ran with overrides {earlier or 'none'}, these would run with "
-                 f"{args.overrides or 'none'}; measure them into another --json file")
+    if sizes and earlier is not None and earlier != settings:
+        sys.exit(f"{args.json}: its jobs ran with {earlier or 'no overrides'}, these would run with "
+                 f"{settings or 'no overrides'}; measure them into another --json file")
     with tempfile.TemporaryDirectory(prefix="ragtrack-scale-") as scratch:
         root = (args.root or Path(scratch)).resolve()
         results = {}
         for size in sizes:
-            corpus = root / f"synthetic-{size}"
+            corpus = corpus_folder(root, size, args.lengths, args.queries)
             if not (corpus / "qrels" / "test.tsv").is_file():
                 started = time.perf_counter()
-                write_corpus(corpus, size)
+                write_corpus(corpus, size, args.lengths, args.queries)
                 print(f"{size:,} documents written in {time.perf_counter() - started:.1f} s", flush=True)
             results[size] = run_job(corpus, root, (args.cache or root / "cache").resolve(), args.overrides)
             job = results[size][1]
             print(f"{size:,} documents: job {job.seconds:.1f} s ({job.cpu:.1f} CPU s), peak {job.peak:,.0f} MB", flush=True)
             if args.json:
-                save({size: results[size]}, args.json, args.overrides)
-    overrides = args.overrides
+                save({size: results[size]}, args.json, settings)
+    overrides = settings
     if args.json:
         results, overrides = load(args.json), stored_overrides(args.json) or []
     setting = f" Overrides: {' '.join(overrides)}." if overrides else ""

@@ -452,13 +452,15 @@ def queries_table(result: SystemResult, dataset: Dataset, key_metrics: list[str]
     generated answer (if any) and the key metrics."""
     if top == 0:
         return None
-    titles = dict(zip(dataset.corpus.ids, dataset.corpus.titles))
+    shown = {qid: result.run.ranking(qid)[:top] for qid in result.per_query.index}
+    wanted = {doc for ranking in shown.values() for doc, _ in ranking}  # the titles of these only: no dict of the whole corpus
+    titles = {doc: title for doc, title in zip(dataset.corpus.ids, dataset.corpus.titles) if doc in wanted}
     metrics = [m for m in key_metrics if m in result.per_query.columns]
     rows = []
-    for qid in result.per_query.index:
+    for qid, ranking in shown.items():
         judged = dataset.qrels.get(qid, {})
         ranked = [f"{rank}. {doc} [{judged[doc] if doc in judged else '-'}] {score:.4f} {titles.get(doc, '')[:80]}"
-                  for rank, (doc, score) in enumerate(result.run.ranking(qid)[:top], start=1)]
+                  for rank, (doc, score) in enumerate(ranking, start=1)]
         row = {"qid": qid, "query": dataset.queries.get(qid, ""), "retrieved": "\n".join(ranked) or "(nothing retrieved)",
                "relevant": " ".join(f"{doc}[{grade}]" for doc, grade in sorted(judged.items(), key=lambda item: (-item[1], item[0])) if grade > 0)}
         if "generated_answer" in result.per_query.columns:

@@ -369,10 +369,10 @@ def plan_chunks(dataset: Dataset, chunker: Chunker | None, oversample: int = 1) 
     """The stage: chunk the dataset's corpus (``None``: no chunking), check that every judged id is a
     document (or, when chunked, a chunk) and decide the judged level."""
     if chunker is None:
-        check_judged_documents(dataset, set(dataset.corpus.ids))
+        check_judged_documents(dataset, dataset.corpus.ids)
         return ChunkPlan()
     chunked = chunker.chunk(dataset.corpus)
-    check_judged_documents(dataset, set(chunked.documents.ids) | set(chunked.corpus.ids))
+    check_judged_documents(dataset, chunked.documents.ids, chunked.corpus.ids)
     level = judgment_level(dataset.qrels, chunked, dataset.qrels_path or Path("qrels"))
     log.info("judgments are %s-level%s", level, "; chunk runs become document runs by max-passage" if level == "document" else "")
     return ChunkPlan(chunked, level, oversample)

@@ -10,7 +10,10 @@ The index is bm25s's: per (term, document) the precomputed score idf(t) · tfc(t
 × document matrix S (float32). For ``method`` lucene and robertson ragtrack builds S itself on whole
 arrays (the same float operations as bm25s, so the same bits; tests compare them), from the token
 ids of ``Tokenizer.encode``; the other variants are built by bm25s from those ids. Terms are numbered
-in sorted order.
+in sorted order. The build holds little beside S (docs/scale.md): each block of token ids is freed
+once its (document, term) pairs are counted, the counts wait on disk in the build folder, and S is
+filled term row by term row with a counting sort (no transposition). A loaded index is memory-mapped
+from its cache files, so a search reads only the rows of its query terms.
 
 Search with the bm25s backend scores a whole batch of queries at once: the scores of all queries are
 one sparse product Q · S (Q: queries × terms, term counts), and each query's top ``depth`` is picked
@@ -24,11 +27,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import version
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -52,13 +57,14 @@ OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b 
     "robertson": lambda df, n: math.log(max((n - df + 0.5) / (df + 0.5), 1.0)),  # bm25s clamps negative idf to 0
 }
 ARRAYS = ("data", "indices", "indptr")  # of S in CSR layout (rows: terms), as .npy files; terms.json beside them
-CHUNK_DOCUMENTS = 16_384  # documents counted per np.unique call: bounds the memory of an index build
+CHUNK_DOCUMENTS = 16_384  # documents counted per np.unique call, and scored per step of the build: bounds its working memory
 
 
 @dataclass
 class PairCounts:
-    """Per chunk of documents: pairs per document, term ids (int32) and counts (float32) of the
-    (document, term) pairs in document then term order; ``df`` per term."""
+    """The (document, term) pairs of a corpus and their counts, one entry of ``chunks`` per block of
+    token ids: its first document and the ``.npz`` file of its pairs per document (int64), term ids
+    (int32) and counts (float32), in document then term order; ``df`` per term."""
 
     lengths: np.ndarray  # tokens per document
     n_terms: int
@@ -100,10 +106,10 @@ class BM25Retriever(Retriever):
 
     def index(self, corpus: Corpus, cache: Cache) -> None:
         started = time.perf_counter()
-        self._doc_ids = corpus.id_array()
         if self.backend == "rank_bm25":  # its index can only be pickled, so it is rebuilt (seconds)
             from rank_bm25 import BM25Okapi
 
+            self._doc_ids = corpus.id_array()
             self._model = BM25Okapi(self.tokenizer(corpus.full_texts()), k1=self.k1, b=self.b)
             self.stats.build_seconds = time.perf_counter() - started
             return
@@ -113,75 +119,93 @@ class BM25Retriever(Retriever):
             encoded = self.tokenizer.encode(corpus.full_texts())
             if self.method in OWN_BUILD:
                 (folder / "terms.json").write_text(json.dumps(encoded.terms))
-                counts = self._count_pairs(encoded)
-                del encoded  # the token ids: no longer needed while S is built
-                for name, values in zip(ARRAYS, self._scores(counts)):
+                for name, values in zip(ARRAYS, self._score_matrix(encoded, folder / "pairs")):
                     np.save(folder / f"{name}.npy", values, allow_pickle=False)
             else:
                 self._bm25s_build(encoded, len(corpus)).save(str(folder), allow_pickle=False)
 
         builds_before = len(cache.builds)
         folder = cache.entry("bm25", {"corpus": corpus.hash, **self.index_settings()}, build, label=self.name)
+        self._doc_ids = corpus.id_array()  # after the build: not in memory beside it
         self._load(folder)
         self.stats.from_cache = len(cache.builds) == builds_before
         self.stats.build_seconds = time.perf_counter() - started
         self.stats.size_bytes = folder_size(folder)
 
-    def _score_matrix(self, encoded: EncodedTexts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _score_matrix(self, encoded: EncodedTexts, scratch: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """S as CSR arrays (rows: terms, columns: documents ascending), computed as bm25s computes it:
         tfc in float64 from float32 term counts, idf with ``math.log`` stored as float32, their
-        product rounded to float32."""
-        return self._scores(self._count_pairs(encoded))
+        product rounded to float32. The token ids of ``encoded`` are freed as they are counted; the
+        pair counts wait in the folder ``scratch`` (removed afterwards), so memory holds S and one
+        block of pairs, never the pairs and S together."""
+        scratch.mkdir(parents=True)
+        try:
+            return self._scores(self._count_pairs(encoded, scratch))
+        finally:
+            shutil.rmtree(scratch)
 
-    def _count_pairs(self, encoded: EncodedTexts) -> "PairCounts":
-        """The (document, term) pairs of ``encoded`` and their counts, a chunk of documents at a time
-        (``np.unique``), kept as int32 term ids and float32 counts: 8 bytes per pair."""
-        n_docs, n_terms = len(encoded), len(encoded.terms)
-        lengths = encoded.lengths()
+    def _count_pairs(self, encoded: EncodedTexts, scratch: Path) -> "PairCounts":
+        """The (document, term) pairs of ``encoded`` and their counts, :data:`CHUNK_DOCUMENTS`
+        documents per ``np.unique``, saved per block of token ids into ``scratch`` (int32 term ids
+        and float32 counts: 8 bytes per pair); each block of token ids is freed once counted."""
+        n_terms, lengths, offsets = len(encoded.terms), encoded.lengths(), encoded.offsets
         counts = PairCounts(lengths, n_terms, [], np.zeros(n_terms, dtype=np.int64))
-        for first in range(0, n_docs, CHUNK_DOCUMENTS):
-            last = min(first + CHUNK_DOCUMENTS, n_docs)
-            ids = encoded.ids[encoded.offsets[first]:encoded.offsets[last]].astype(np.int64)
-            ids += np.repeat(np.arange(last - first, dtype=np.int64) * n_terms, lengths[first:last])
-            pairs, tf = np.unique(ids, return_counts=True)
-            del ids
-            terms = (pairs % n_terms).astype(np.int32)
-            counts.df += np.bincount(terms, minlength=n_terms)
-            counts.chunks.append((np.bincount(pairs // n_terms, minlength=last - first), terms, tf.astype(np.float32)))
+        for first, last, block in encoded.release():
+            per_document, terms, tf = [], [], []
+            for start in range(first, last, CHUNK_DOCUMENTS):
+                stop = min(start + CHUNK_DOCUMENTS, last)
+                ids = block[offsets[start] - offsets[first]:offsets[stop] - offsets[first]].astype(np.int64)
+                ids += np.repeat(np.arange(stop - start, dtype=np.int64) * n_terms, lengths[start:stop])
+                pairs, pair_tf = np.unique(ids, return_counts=True)
+                per_document.append(np.bincount(pairs // n_terms, minlength=stop - start))
+                terms.append((pairs % n_terms).astype(np.int32))
+                tf.append(pair_tf.astype(np.float32))
+            del block
+            if per_document:
+                terms = np.concatenate(terms)
+                counts.df += np.bincount(terms, minlength=n_terms)
+                path = scratch / f"{len(counts.chunks)}.npz"
+                np.savez(path, per_document=np.concatenate(per_document), terms=terms, tf=np.concatenate(tf))
+                counts.chunks.append((first, path))
         return counts
 
     def _scores(self, counts: "PairCounts") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """S from the pair counts (see :meth:`_score_matrix`): scored chunk by chunk into one
-        preallocated array (each chunk freed once scored), then transposed by scipy into term rows."""
-        from scipy import sparse
-
-        lengths, n_terms, chunks = counts.lengths, counts.n_terms, counts.chunks
+        """S from the pair counts (see :meth:`_score_matrix`), written straight into term rows: row
+        ``t`` has ``df[t]`` entries, and the pairs, taken in document order, are placed by a stable
+        sort on their term after the entries already in their row (a counting sort, so documents
+        ascend within a row)."""
+        lengths, n_terms = counts.lengths, counts.n_terms
         n_docs = len(lengths)
         norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
         idf_of = OWN_BUILD[self.method]
         distinct, position = np.unique(counts.df, return_inverse=True)
         idf = np.array([idf_of(int(d), n_docs) for d in distinct.tolist()], dtype=np.float32)[position]
-        per_document = np.concatenate([chunk[0] for chunk in chunks]) if chunks else np.zeros(0, dtype=np.int64)
-        indptr = np.concatenate([[0], np.cumsum(per_document)])
-        scores, columns = np.empty(indptr[-1], dtype=np.float32), np.empty(indptr[-1], dtype=np.int32)
-        for number, first in enumerate(range(0, n_docs, CHUNK_DOCUMENTS)):
-            pairs_per_document, terms, tf = chunks[number]
-            chunks[number] = None  # freed as S fills
-            begin, end = indptr[first], indptr[first] + len(terms)
-            documents = np.repeat(np.arange(first, first + len(pairs_per_document)), pairs_per_document)
-            tf = tf.astype(np.float64)
-            scores[begin:end] = (idf[terms].astype(np.float64) * (tf / (norms[documents] + tf))).astype(np.float32)
-            columns[begin:end] = terms
-        by_document = sparse.csr_matrix((scores, columns, indptr), shape=(n_docs, n_terms))
-        del scores, columns
-        by_term = by_document.T.tocsr()  # a counting sort: within a term, documents ascending
-        return by_term.data, by_term.indices, by_term.indptr
+        indptr = np.concatenate([[0], np.cumsum(counts.df)])
+        scores, documents = np.empty(indptr[-1], dtype=np.float32), np.empty(indptr[-1], dtype=np.int32)
+        filled = indptr[:-1].copy()  # per row, where its next entry goes
+        for first, path in counts.chunks:
+            with np.load(path, allow_pickle=False) as saved:
+                per_document, terms, tf = saved["per_document"], saved["terms"], saved["tf"]
+            bounds = np.concatenate([[0], np.cumsum(per_document)])
+            for start in range(0, len(per_document), CHUNK_DOCUMENTS):
+                stop = min(start + CHUNK_DOCUMENTS, len(per_document))
+                step_terms, step_tf = terms[bounds[start]:bounds[stop]], tf[bounds[start]:bounds[stop]].astype(np.float64)
+                step_documents = np.repeat(np.arange(first + start, first + stop, dtype=np.int32), per_document[start:stop])
+                step_scores = (idf[step_terms].astype(np.float64) * (step_tf / (norms[step_documents] + step_tf))).astype(np.float32)
+                order = np.argsort(step_terms, kind="stable")
+                per_term = np.bincount(step_terms, minlength=n_terms)
+                ranked_terms = step_terms[order]
+                places = filled[ranked_terms] + np.arange(len(order)) - (np.cumsum(per_term) - per_term)[ranked_terms]
+                scores[places], documents[places] = step_scores[order], step_documents[order]
+                filled += per_term
+        return scores, documents, indptr.astype(np.int32) if indptr[-1] <= np.iinfo(np.int32).max else indptr  # scipy's index type
 
     def _bm25s_build(self, encoded: EncodedTexts, n_docs: int):
         import bm25s
 
         model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
-        ids = [encoded.ids[start:end].tolist() for start, end in zip(encoded.offsets[:-1].tolist(), encoded.offsets[1:].tolist())]
+        every_id = encoded.ids
+        ids = [every_id[start:end].tolist() for start, end in zip(encoded.offsets[:-1].tolist(), encoded.offsets[1:].tolist())]
         model.index((ids, {term: i for i, term in enumerate(encoded.terms)}), show_progress=n_docs >= PROGRESS_FROM_DOCUMENTS and bars_shown(),
                     leave_progress=False)
         return model
@@ -190,7 +214,7 @@ class BM25Retriever(Retriever):
         from scipy import sparse
 
         if self.method in OWN_BUILD:
-            data, indices, indptr = (np.load(folder / f"{name}.npy", allow_pickle=False) for name in ARRAYS)
+            data, indices, indptr = (np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS)  # read as searched
             terms = json.loads((folder / "terms.json").read_text())
             self._term_scores = sparse.csr_matrix((data, indices, indptr), shape=(len(terms), len(self._doc_ids)))
             self._vocabulary = {term: i for i, term in enumerate(terms)}

@@ -68,8 +68,8 @@ EMBEDDINGS = "embeddings.npy"
 COMPLETE = "ragtrack.complete"
 BUILDER = "ragtrack.process"
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
-ROWS_PER_BLOCK = 65_536  # vectors normalized per numpy call
-SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): queries per block = this / documents
+ROWS_PER_BLOCK = 65_536  # vectors read, normalized and scored per numpy call
+SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): queries per block = this / rows per block
 
 
 def _chroma_settings():
@@ -78,27 +78,26 @@ def _chroma_settings():
     return Settings(anonymized_telemetry=False, allow_reset=False)
 
 
+def norms(vectors: np.ndarray) -> np.ndarray:
+    """The L2 norm of each row (float32, one column), summed as numpy sums a row."""
+    return np.sqrt((vectors * vectors).sum(axis=1, keepdims=True))
+
+
 def normalized(vectors: np.ndarray) -> np.ndarray:
     """``vectors`` (float32, changed in place) divided by their L2 norms; zero vectors stay zero."""
     for start in range(0, len(vectors), ROWS_PER_BLOCK):
         block = vectors[start:start + ROWS_PER_BLOCK]
-        norms = np.sqrt((block * block).sum(axis=1, keepdims=True))
-        np.divide(block, norms, out=block, where=norms > 0)
+        lengths = norms(block)
+        np.divide(block, lengths, out=block, where=lengths > 0)
     return vectors
 
 
 def row_blocks(path: Path, rows: int) -> Iterator[np.ndarray]:
-    """The rows of a 2-d ``.npy`` file, ``rows`` at a time, read from the file as they are needed (the
-    whole array is never in memory)."""
-    with open(path, "rb") as handle:
-        version = np.lib.format.read_magic(handle)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        (count, width), fortran_order, dtype = read_header(handle)
-        if fortran_order:
-            raise RagtrackError(f"{path}: expected rows in C order")
-        for start in range(0, count, rows):
-            size = min(rows, count - start)
-            yield np.fromfile(handle, dtype=dtype, count=size * width).reshape(size, width)
+    """The rows of a 2-d ``.npy`` file, ``rows`` at a time, read from the memory-mapped file as they
+    are needed (the whole array is never in memory)."""
+    vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+    for start in range(0, len(vectors), rows):
+        yield np.array(vectors[start:start + rows])
 
 
 class HnswSettings(Section):
@@ -134,33 +133,59 @@ class DenseSettings(RetrieverSettings, extra="forbid"):
 class ExactIndex:
     """Exhaustive cosine search whose scores are the same bits however it is run.
 
-    BLAS is fast but sums in an order that depends on matrix shapes and threads, so it only picks
-    candidates; the reported score of a candidate is ``(x * q).sum()`` (numpy: exact products rounded
-    to float32, then a pairwise sum whose order depends on the dimension only). Any float32 dot
-    product of length d is within γ·Σ|x_j q_j| of the real one, γ = (d+1)u/(1 − (d+1)u), u = 2⁻²⁴,
-    and Σ|x_j q_j| ≤ ‖x‖‖q‖ ≈ 1; so BLAS and fixed-order scores differ by at most e = 2γ·1.01 and
-    every document of the fixed-order top k has a BLAS score within 2e of the BLAS k-th best. Those
-    candidates are rescored, and ``top_documents`` picks the top k (ties by document id)."""
+    The vectors are read :data:`ROWS_PER_BLOCK` rows at a time (a memory-mapped embeddings file is
+    never held whole); their norms are computed once. BLAS is fast but sums in an order that depends
+    on matrix shapes and threads, so it only picks candidates: per block, the queries' dot products
+    divided by the norms. The reported score of a candidate is ``(x * q).sum()`` of the normalized
+    vectors (numpy: exact products rounded to float32, then a pairwise sum whose order depends on
+    the dimension only). Any float32 dot product of length d is within γ·Σ|x_j q_j| of the real one,
+    γ = (d+1)u/(1 − (d+1)u), u = 2⁻²⁴, and Σ|x_j q_j| ≤ ‖x‖‖q‖ ≈ 1; so BLAS and fixed-order
+    scores differ by at most e = 2γ·1.01 and every document of the fixed-order top k has a BLAS
+    score within 2e of the BLAS k-th best. Each query keeps, block after block, the documents within
+    2e of the k-th best seen so far (a superset of those within 2e of the final k-th best); they are
+    rescored, and ``top_documents`` picks the top k (ties by document id)."""
 
-    def __init__(self, vectors: np.ndarray, doc_ids: np.ndarray):
-        self.vectors, self.doc_ids = normalized(vectors), doc_ids
+    def __init__(self, vectors: np.ndarray, doc_ids: np.ndarray, rows: int = ROWS_PER_BLOCK):
+        self.vectors, self.doc_ids, self.rows = vectors, doc_ids, rows
+        self.norms = np.concatenate([norms(np.asarray(vectors[start:start + rows])) for start in range(0, len(vectors), rows)]
+                                    or [np.zeros((0, 1), dtype=np.float32)])
         dimension = vectors.shape[1] + 1
         self.margin = 2 * (2 * dimension * UNIT_ROUNDOFF / (1 - dimension * UNIT_ROUNDOFF) * 1.01)
 
     def search(self, queries: np.ndarray, k: int) -> list[dict[str, float]]:
-        queries, count = normalized(np.array(queries, dtype=np.float32)), len(self.vectors)
+        queries = normalized(np.array(queries, dtype=np.float32))
+        per_block = max(1, SCORES_PER_BLOCK // max(min(self.rows, len(self.vectors)), 1))
         results = []
-        per_block = max(1, SCORES_PER_BLOCK // max(count, 1))
         for start in range(0, len(queries), per_block):
-            estimates = queries[start:start + per_block] @ self.vectors.T
-            for query, estimate in zip(queries[start:start + per_block], estimates):
-                candidates = np.arange(count)
-                if count > k > 0:
-                    kth = np.partition(estimate, count - k)[count - k]
-                    candidates = np.flatnonzero(estimate >= kth - self.margin)
-                scores = (self.vectors[candidates] * query).sum(axis=1)
-                results.append(top_documents(self.doc_ids[candidates], scores, k))
+            batch = queries[start:start + per_block]
+            for query, candidates in zip(batch, self._candidates(batch, k)):
+                results.append(top_documents(self.doc_ids[candidates], (self._unit_rows(candidates) * query).sum(axis=1), k))
         return results
+
+    def _candidates(self, queries: np.ndarray, k: int) -> list[np.ndarray]:
+        """Per query, the ascending positions of the documents whose BLAS estimate is within the
+        margin of the k-th best (all documents when there are at most k)."""
+        kept = [(np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64), -np.inf) for _ in queries]
+        for first in range(0, len(self.vectors), self.rows):
+            block_norms = self.norms[first:first + self.rows, 0]
+            estimates = queries @ np.asarray(self.vectors[first:first + self.rows]).T
+            np.divide(estimates, block_norms, out=estimates, where=block_norms > 0)
+            for number, estimate in enumerate(estimates):
+                scores, positions, floor = kept[number]  # floor: the k-th best so far less the margin
+                fresh = np.flatnonzero(estimate >= floor)
+                scores, positions = np.concatenate([scores, estimate[fresh]]), np.concatenate([positions, fresh + first])
+                if len(scores) > k > 0:
+                    floor = np.partition(scores, len(scores) - k)[len(scores) - k] - self.margin
+                    keep = scores >= floor
+                    scores, positions = scores[keep], positions[keep]
+                kept[number] = (scores, positions, floor)
+        return [np.sort(positions) for _, positions, _ in kept]
+
+    def _unit_rows(self, positions: np.ndarray) -> np.ndarray:
+        """The normalized vectors at ``positions``: the same bits as :func:`normalized` gives them."""
+        rows = np.array(self.vectors[positions], dtype=np.float32)
+        lengths = self.norms[positions]
+        return np.divide(rows, lengths, out=rows, where=lengths > 0)
 
 
 class DenseRetriever(Retriever):
@@ -240,7 +265,7 @@ class DenseRetriever(Retriever):
         self._count = len(corpus)
 
     def _exact_index(self) -> ExactIndex:
-        return ExactIndex(np.load(self._embeddings_file, allow_pickle=False), self._doc_ids)
+        return ExactIndex(np.load(self._embeddings_file, mmap_mode="r", allow_pickle=False), self._doc_ids)
 
     def _configuration(self) -> dict:
         return {"hnsw": {"space": "cosine", **self.chroma["hnsw"]}}

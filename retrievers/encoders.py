@@ -359,8 +359,9 @@ class HashingEncoder(Encoder):
         for start in range(0, len(texts), HASHING_BLOCK):
             encoded = self._tokenize.encode(texts[start:start + HASHING_BLOCK])
             codes = np.array([zlib.crc32(term.encode()) for term in encoded.terms], dtype=np.int64)
-            cells = np.repeat(np.arange(len(encoded), dtype=np.int64) * self.dim, encoded.lengths()) + (codes % self.dim)[encoded.ids]
-            signs = np.where(codes & 1 << 31, 1.0, -1.0)[encoded.ids]
+            ids = encoded.ids
+            cells = np.repeat(np.arange(len(encoded), dtype=np.int64) * self.dim, encoded.lengths()) + (codes % self.dim)[ids]
+            signs = np.where(codes & 1 << 31, 1.0, -1.0)[ids]
             vectors[start:start + len(encoded)] = np.bincount(cells, signs, minlength=len(encoded) * self.dim).reshape(-1, self.dim)
             progress.update(len(encoded))
         return vectors

@@ -18,7 +18,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -416,7 +416,7 @@ def assemble(sources: Sources, corpus: Corpus, judged: Judged, split: str = "", 
                       queries_path=sources.queries if isinstance(sources.queries, Path) else None,
                       qrels_path=sources.qrels if isinstance(sources.qrels, Path) else None)
     if check_documents:
-        check_judged_documents(dataset, set(corpus.ids))
+        check_judged_documents(dataset, corpus.ids)
     queries = dataset.queries
     unjudged = len(queries) - dataset.num_judged_relevant()
     log.info(
@@ -432,11 +432,13 @@ def _label(source: Path | str) -> str:
     return source.name if isinstance(source, Path) else str(source)
 
 
-def check_judged_documents(dataset: Dataset, known: Container[str]) -> None:
-    """Every document id the judgments name is in ``known`` (the corpus ids, or document and chunk ids
-    of a chunked corpus); else an :class:`InputError` naming the qrels line."""
+def check_judged_documents(dataset: Dataset, *known: Iterable[str]) -> None:
+    """Every document id the judgments name is in one of ``known`` (the corpus ids, or document and
+    chunk ids of a chunked corpus), which are read once and never gathered into a set; else an
+    :class:`InputError` naming the qrels line of the first unknown id."""
+    missing = {doc_id for judged in dataset.qrels.values() for doc_id in judged}.difference(*known)
     for judged in dataset.qrels.values():
         for doc_id in judged:
-            if doc_id not in known:
+            if doc_id in missing:
                 line = _find_qrels_line(dataset.qrels_path, doc_id) if dataset.qrels_path else None
                 raise InputError(dataset.qrels_path or f"{dataset.source} qrels", f"unknown document id {doc_id!r} (not in the corpus)", line)

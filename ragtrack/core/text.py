@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +27,7 @@ import Stemmer
 
 from ragtrack.core.settings import TokenizerSettings, validated
 
-BLOCK_TOKENS = 1 << 22  # word numbers per numpy block in Tokenizer.encode (16 MB)
+BLOCK_TOKENS = 1 << 24  # word numbers per block in Tokenizer.encode (64 MB: above glibc's largest mmap threshold, so a freed block goes back to the system)
 STOPWORD_LISTS = {"en": "STOPWORDS_EN"}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba)
 UNICODE_FORMS = {"nfkc": "NFKC", "nfc": "NFC", "none": None}  # the normalize setting -> unicodedata's form
 
@@ -35,21 +35,38 @@ UNICODE_FORMS = {"nfkc": "NFKC", "nfc": "NFC", "none": None}  # the normalize se
 @dataclass(frozen=True)
 class EncodedTexts:
     """Token ids of many texts: text ``i`` has the tokens ``terms[j]`` for ``j`` in
-    ``ids[offsets[i]:offsets[i + 1]]``, in text order; ``terms`` are sorted."""
+    ``ids[offsets[i]:offsets[i + 1]]``, in text order; ``terms`` are sorted. The ids are held in
+    blocks of whole texts: block ``b`` holds those of texts ``firsts[b]`` to ``firsts[b + 1] - 1``
+    (the last block: to the last text), so a consumer can free them block by block (:meth:`release`)."""
 
-    ids: np.ndarray  # int32, all texts' tokens back to back
+    blocks: list  # int32 arrays, the texts' tokens back to back
+    firsts: list[int]  # the first text of each block
     offsets: np.ndarray  # int64, len(texts) + 1
     terms: list[str]
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    @property
+    def ids(self) -> np.ndarray:
+        """All texts' token ids as one int32 array."""
+        return self.blocks[0] if len(self.blocks) == 1 else np.concatenate(self.blocks)
+
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def release(self) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Each block as (first text, last text + 1, ids), dropped from ``self`` as it is handed out:
+        afterwards the ids are gone, and memory holds a block only while the consumer does."""
+        stops = self.firsts[1:] + [len(self)]
+        for number, (first, stop) in enumerate(zip(self.firsts, stops)):
+            taken = [self.blocks[number]]  # no name in this frame keeps the block once it is yielded
+            self.blocks[number] = None
+            yield first, stop, taken.pop()
+
     def tokens(self) -> list[list[str]]:
-        terms = np.asarray(self.terms, dtype=object)
-        return [terms[self.ids[start:end]].tolist() for start, end in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
+        terms, ids = np.asarray(self.terms, dtype=object), self.ids
+        return [terms[ids[start:end]].tolist() for start, end in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
 
 
 class _Numbering(dict):
@@ -108,17 +125,18 @@ class Tokenizer:
 
     def encode(self, texts: Iterable[str]) -> EncodedTexts:
         """The token ids of all ``texts`` (see module docstring). Word numbers are gathered in blocks
-        of :data:`BLOCK_TOKENS`, then mapped to term ids block by block into one array, so memory
-        peaks near 8 bytes per token."""
+        of about :data:`BLOCK_TOKENS` (whole texts), and each block is replaced by its term ids, so
+        memory peaks near 4 bytes per token and one block."""
         split, fold = self._split, self.fold
         numbering = _Numbering()
         number_of = numbering.__getitem__
-        blocks, numbers, ends, done = [], array("i"), array("q", [0]), 0
+        blocks, firsts, numbers, ends, done = [], [0], array("i"), array("q", [0]), 0
         for text in texts:
             numbers.extend(map(number_of, split(fold(text))))
             ends.append(done + len(numbers))
             if len(numbers) >= BLOCK_TOKENS:
                 blocks.append(np.frombuffer(numbers, dtype=np.int32))
+                firsts.append(len(ends) - 1)
                 done, numbers = done + len(numbers), array("i")
         blocks.append(np.frombuffer(numbers, dtype=np.int32))
         stopwords = self.stopwords
@@ -129,15 +147,12 @@ class Tokenizer:
         table = np.full(len(numbering), -1, dtype=np.int32)
         table[np.fromiter(map(numbering.__getitem__, kept), dtype=np.int64, count=len(kept))] = \
             np.fromiter(map(term_id.__getitem__, stems), dtype=np.int32, count=len(stems))
-        ids = np.empty(sum(int(np.count_nonzero(table[block] >= 0)) for block in blocks), dtype=np.int32)
-        dropped, filled, position = [np.empty(0, dtype=np.int64)], 0, 0
+        dropped, position = [np.empty(0, dtype=np.int64)], 0
         for number, block in enumerate(blocks):
-            blocks[number] = None  # freed as ids fill
             mapped = table[block]
             keep = mapped >= 0
-            kept = int(np.count_nonzero(keep))
-            ids[filled:filled + kept] = mapped[keep]
+            blocks[number] = mapped[keep]  # the word numbers are freed
             dropped.append(np.flatnonzero(~keep) + position)
-            filled, position = filled + kept, position + len(block)
+            position += len(block)
         ends = np.frombuffer(ends, dtype=np.int64)
-        return EncodedTexts(ids=ids, offsets=ends - np.searchsorted(np.concatenate(dropped), ends), terms=terms)
+        return EncodedTexts(blocks=blocks, firsts=firsts, offsets=ends - np.searchsorted(np.concatenate(dropped), ends), terms=terms)

@@ -15,8 +15,10 @@ import pytest
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
 from ragtrack.core.runs import trec_text
+from ragtrack.core import text
 from ragtrack.core.text import Tokenizer
 from ragtrack.pipeline.config import datasets_dir
+from ragtrack.retrievers import bm25
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 
@@ -77,18 +79,34 @@ def test_tokenizer_gives_the_reference_tokens(source: str) -> None:
 
 
 @pytest.mark.parametrize("method", ["lucene", "robertson"])
-def test_own_index_equals_bm25s_bit_for_bit(method: str) -> None:
+def test_own_index_equals_bm25s_bit_for_bit(method: str, tmp_path: Path) -> None:
     """ragtrack's array build of S equals bm25s's build from the same token ids, float32 bits included."""
     texts = load_beir(datasets_dir() / "scifact").corpus.full_texts()
     retriever = BM25Retriever(method=method)
     encoded = retriever.tokenizer.encode(texts)
-    data, indices, indptr = retriever._score_matrix(encoded)
     reference = retriever._bm25s_build(encoded, len(texts)).scores
+    data, indices, indptr = retriever._score_matrix(encoded, tmp_path / "pairs")  # frees the token ids
     n_terms = len(encoded.terms)  # bm25s adds the empty token "" after the last term: no documents
     assert np.array_equal(indptr, reference["indptr"][:n_terms + 1])
     assert np.array_equal(indices, reference["indices"])
     assert data.dtype == reference["data"].dtype == np.float32
     assert np.array_equal(data.view(np.int32), reference["data"].view(np.int32))
+
+
+def test_block_and_step_sizes_change_no_bit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Token ids in many small blocks, counted and placed a few documents at a time, give the same S
+    (bits included) as one block: the build's memory bounds never change the index."""
+    texts = load_beir(datasets_dir() / "scifact").corpus.full_texts()
+    retriever = BM25Retriever()
+    whole = retriever._score_matrix(retriever.tokenizer.encode(texts), tmp_path / "whole")
+    monkeypatch.setattr(text, "BLOCK_TOKENS", 5_000)
+    monkeypatch.setattr(bm25, "CHUNK_DOCUMENTS", 7)
+    encoded = retriever.tokenizer.encode(texts)
+    assert len(encoded.blocks) > 100
+    pieces = retriever._score_matrix(encoded, tmp_path / "pieces")
+    assert not (tmp_path / "pieces").exists()  # the pairs' scratch folder is removed
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(whole, pieces))
+    assert np.array_equal(whole[0].view(np.int32), pieces[0].view(np.int32))
 
 
 def test_scores_do_not_depend_on_document_order(toy_path: Path, tmp_path: Path) -> None:

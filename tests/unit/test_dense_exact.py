@@ -44,7 +44,7 @@ def test_top_k_equals_scoring_every_document() -> None:
     index = index_of(documents)
     for query, found in zip(queries, index.search(queries, 10)):
         unit = normalized(query[None].copy())[0]
-        every = (index.vectors * unit).sum(axis=1)
+        every = (normalized(documents.copy()) * unit).sum(axis=1)
         assert found == top_documents(index.doc_ids, every, 10)
         cosine = documents.astype(np.float64) @ query / np.linalg.norm(documents, axis=1) / np.linalg.norm(query)
         assert np.allclose([found[d] for d in found], cosine[[int(d[1:]) for d in found]], atol=1e-6)
@@ -55,6 +55,25 @@ def test_equal_vectors_tie_by_document_id_descending() -> None:
     documents[5] *= -1  # the one document pointing away
     found = index_of(documents).search(documents[:1], 3)[0]
     assert [d for d, _ in rank_documents(found)] == ["d00004", "d00003", "d00002"]
+
+
+def test_blocks_of_a_memory_mapped_file_give_the_whole_array_search(tmp_path) -> None:
+    """Vectors read from a memory-mapped file a few rows at a time give the ids and score bits of
+    the whole array in memory, ties at the cut and a zero vector included."""
+    documents = vectors(500, dimension=24, seed=3)
+    documents[100:110] = documents[7]  # ten ties of document 7
+    documents[200] = 0
+    np.save(tmp_path / "e.npy", documents)
+    ids = np.array([f"d{i:05d}" for i in range(len(documents))], dtype=object)
+    queries = np.concatenate([documents[[7, 200]], vectors(20, dimension=24, seed=4)])
+    whole = ExactIndex(documents.copy(), ids).search(queries, 5)
+    for rows in (1, 3, 64):
+        mapped = ExactIndex(np.load(tmp_path / "e.npy", mmap_mode="r"), ids, rows=rows)
+        assert mapped.search(queries, 5) == whole
+    assert list(whole[0]) == ["d00109", "d00108", "d00107", "d00106", "d00105"]  # score 1, ids descending
+    every = normalized(documents.copy())
+    for query, found in zip(normalized(queries.copy()), whole):
+        assert found == top_documents(ids, (every * query).sum(axis=1), 5)
 
 
 def test_row_blocks_read_a_saved_array_back_in_pieces(tmp_path) -> None:

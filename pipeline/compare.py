@@ -34,7 +34,7 @@ from ragtrack.core.runs import read_trec
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
-                                      TAG_DATASET_HASH, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, metric_key)
+                                      TAG_DATASET_HASH, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, metric_key)
 from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, TEXT_WIDTH, Comparison, SystemRun, compare_systems, find_baseline,
                                           render, write_comparison)
 
@@ -98,8 +98,9 @@ def download_artifact(client, run_id: str, path: str, folder: Path) -> Path:
 
 
 def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun]:
-    """Every system child run of ``jobs`` with its per-query table and cutoff curves, duplicates removed."""
-    systems, seen = [], {}
+    """Every system child run of ``jobs`` with its per-query table, cutoff curves and the settings that
+    differ between the jobs, duplicates removed."""
+    systems, seen, swept = [], {}, differing_settings(jobs)
     for child in runs:
         job = jobs.get(child.data.tags.get(TAG_PARENT, ""))
         if job is None or TAG_SYSTEM not in child.data.tags or child.info.status != "FINISHED":
@@ -108,16 +109,34 @@ def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun
         per_query = read_csv(download_artifact(client, child.info.run_id, PER_QUERY_FILE, target), dtype={"qid": str}).set_index("qid")
         system = child.data.tags[TAG_SYSTEM]
         fingerprint = (system, tuple(sorted(child.data.params.items())), int(pd.util.hash_pandas_object(per_query).sum()))
-        if fingerprint in seen:
+        settings = swept.get(job.info.run_id, {})
+        if fingerprint in seen:  # shown once: keep only the settings its jobs share
+            kept = seen[fingerprint]
+            kept.params = {k: v for k, v in kept.params.items() if settings.get(k) == v}
             continue
-        seen[fingerprint] = child.info.run_id
         curves = {key: {m.step: m.value for m in client.get_metric_history(child.info.run_id, key)} for key in map(curve_key, CURVE_METRICS)}
         systems.append(SystemRun(system, child.info.run_id, job.info.run_name or job.info.run_id, job.info.run_id,
-                                 child.info.start_time, per_query, curves={k: v for k, v in curves.items() if v}))
+                                 child.info.start_time, per_query, curves={k: v for k, v in curves.items() if v},
+                                 params=settings))
+        seen[fingerprint] = systems[-1]
     if not systems:
         raise RagtrackError("no finished system runs (tag ragtrack.system) found for the selected runs")
     _label(systems)
     return systems
+
+
+def job_settings(job) -> dict[str, str]:
+    """The ``key=value`` overrides a job was run with (tag ``ragtrack.overrides``), keys without ``+``/``~``."""
+    pairs = (o.split("=", 1) for o in job.data.tags.get(TAG_OVERRIDES, "").split() if "=" in o)
+    return {key.lstrip("+~"): value for key, value in pairs}
+
+
+def differing_settings(jobs: dict) -> dict[str, dict[str, str]]:
+    """Per job id: the overrides whose value is not the same in every job (the swept settings)."""
+    settings = {job_id: job_settings(job) for job_id, job in jobs.items()}
+    keys = dict.fromkeys(k for values in settings.values() for k in values)
+    varying = [k for k in keys if len({values.get(k) for values in settings.values()}) > 1]
+    return {job_id: {k: values[k] for k in varying if k in values} for job_id, values in settings.items()}
 
 
 def _label(systems: list[SystemRun]) -> None:

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from ragtrack.evaluators.significance import holm, paired_t_test, randomization_test
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.pipeline.compare import run_compare
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, failure_report, find_baseline, render
+from ragtrack.pipeline.comparison import SystemRun, compare_systems, failure_report, find_baseline, numeric_params, render
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.reproduce import reproduce
@@ -120,6 +120,8 @@ def test_compare_over_a_real_sweep(toy_sweep, tmp_path) -> None:
                                    fmt="markdown", plot_file=str(tmp_path / "plot.png"), failures=3)
     labels = [s.label for s in comparison.systems]
     assert labels == ["bm25", "dense", *[f"hybrid k={k}" for k in toy_sweep.ks]]  # bm25/dense shown once
+    assert [s.params for s in comparison.systems] == [{}, {}, *[{"fusion.rrf.k": str(k)} for k in toy_sweep.ks]]
+    assert numeric_params(comparison.systems) == ["fusion.rrf.k"]  # the plot's numeric axis
     for s in comparison.systems:  # the logged means and CIs, recomputed from the per-query tables
         logged = client.get_run(s.run_id).data.metrics
         row = comparison.table[(comparison.table["system"] == s.label) & (comparison.table["metric"] == "ndcg@10")].iloc[0]

@@ -26,7 +26,7 @@ def test_a_job_writes_and_logs_its_comparison_and_report(tmp_path: Path) -> None
     assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", report), "report.html must be self-contained"
     assert "data:image/png;base64," in report and "<style>" in report
     for system, metrics in results["systems"].items():  # the same means, to the 4 decimals shown
-        row = re.search(rf"<tr><td>{system}</td>(.*?)</tr>", report).group(1)
+        row = re.search(rf"<tr( class=\"best\")?><td>{system}</td>(.*?)</tr>", report).group(2)
         assert f"{metrics['ndcg@10']:.4f} [" in row
     assert "toy" in report.split("</h1>")[0]  # the dataset is named in the title
     assert "relevance_threshold" in report  # the config

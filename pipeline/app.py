@@ -7,6 +7,7 @@ add the user's own (docs/configuration.md). The app registers the config resolve
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -45,6 +46,7 @@ def main(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     job = JobInfo(
         choices=dict(hydra_cfg.runtime.choices),
+        default_choices=default_choices(),
         overrides=list(hydra_cfg.overrides.task),
         sweep=hydra_cfg.sweep.dir if multirun else None,
         hydra_dir=None if hydra_cfg.output_subdir is None else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
@@ -59,6 +61,13 @@ def main(cfg: DictConfig) -> float | None:
             raise
         mark_failed(Path(hydra_cfg.runtime.output_dir), message, before)
         fail(message)
+
+
+@functools.cache
+def default_choices() -> dict:
+    """The config groups' choices with no override (``hydra.runtime.choices`` of the bare config),
+    composed once per process with the job's search path."""
+    return dict(hydra.compose(config_name=CONFIG_NAME, return_hydra_config=True).hydra.runtime.choices)
 
 
 FAILED_MARKER = "FAILED"

@@ -113,7 +113,8 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
 
 # --------------------------------------------------------------------------- rendering
 
-def _p(value: float) -> str:
+def p_text(value: float) -> str:
+    """A p-value as shown in tables: 4 decimals, ``<0.0001`` below, blank when there is none."""
     if pd.isna(value):
         return ""
     return "<0.0001" if value < 1e-4 else f"{value:.4f}"
@@ -128,8 +129,8 @@ def wide_table(comparison: Comparison, bold: tuple[str, str] = ("", "*")) -> pd.
         cell = rows.apply(lambda r: f"{r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]", axis=1)
         out[metric] = [f"{open_mark}{c}{close_mark}" if best else c for c, best in zip(cell, rows["best"])]
         out[f"Δ {metric}"] = rows["delta"].map(lambda v: "baseline" if pd.isna(v) else f"{v:+.4f}")
-        out[f"p t-test {metric}"] = rows["p_ttest_holm"].map(_p)
-        out[f"p rand. {metric}"] = rows["p_randomization_holm"].map(_p)
+        out[f"p t-test {metric}"] = rows["p_ttest_holm"].map(p_text)
+        out[f"p rand. {metric}"] = rows["p_randomization_holm"].map(p_text)
         out[f"W/T/L {metric}"] = rows.apply(lambda r: "" if pd.isna(r["wins"]) else f"{int(r['wins'])}/{int(r['ties'])}/{int(r['losses'])}", axis=1)
     return out
 

@@ -9,7 +9,7 @@ One parent run per Hydra job, one child run per system (tag ``mlflow.parentRunId
   (inside a git checkout only), :data:`TAG_OVERRIDES`, ``hydra.choice.<group>``, :data:`TAG_SWEEP` in a
   sweep; params: the shared config; metrics ``<system>/<metric_key>``; artifacts :data:`JOB_ARTIFACTS`
   and Hydra's ``.hydra/`` folder;
-- parent description (:data:`TAG_NOTE`): systems x key metrics (mean and 95% CI, best in bold);
+- parent description (:data:`TAG_NOTE`): systems x key metrics (mean, 95% CI, Δ and p, report link);
 - child: run name :func:`child_run_name`, tag :data:`TAG_SYSTEM`; params: its config; metrics ``<metric_key>`` plus ``_std``,
   ``_ci_low``, ``_ci_high`` and efficiency figures, identical keys across systems; step metrics
   :func:`curve_key` (step = cutoff k); artifacts :data:`RUN_FILE` and :data:`PER_QUERY_FILE`;
@@ -136,3 +136,8 @@ def file_uri(path: str | Path) -> str:
 def runs_table_page(experiment_id: str, view: str) -> str:
     """The UI route of a shared runs-table view (experiment tag :data:`TAG_VIEW_PREFIX` + ``view``)."""
     return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}"
+
+
+def run_page(experiment_id: str, run_id: str, artifact: str = "") -> str:
+    """The UI route of a run's page, or of one of its artifacts (``comparison/report.html``)."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}" + (f"/artifacts/{artifact}" if artifact else "")

@@ -33,7 +33,7 @@ from filelock import FileLock
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.core.secrets import mask, remember_url_credentials, split_credentials, without_credentials
-from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
+from ragtrack.pipeline.layout import (EXPERIMENT_KIND, run_page, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
                                       TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, runs_table_page, sqlite_path, sqlite_uri)
 
 if TYPE_CHECKING:
@@ -403,7 +403,7 @@ class MlflowTracker(Tracker):
         local = is_local_store(self.uri)
         base = UI_URL if local else self.uri.rstrip("/")
         lines = [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})",
-                 f"Run page:      {base}/#/experiments/{self.experiment_id}/runs/{self.run_id}"]
+                 f"Run page:      {base}/{run_page(self.experiment_id, self.run_id)}"]
         if self.view_shared:
             lines.append(f"Runs table:    {base}/{runs_table_page(self.experiment_id, self.run_id)}")
         return lines + ([f"               after: ragtrack ui --tracking-uri {self.uri}"] if local else [])

@@ -111,6 +111,21 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
     return Comparison(table, systems, baseline, list(metrics), list(queries))
 
 
+def per_query_differences(comparison: Comparison, texts: dict[str, str], decimals: int = 4) -> pd.DataFrame:
+    """One row per compared query: qid, its text (``texts``), each row's metrics and, for every row but
+    the baseline, the difference to it (``<row> Δ <metric>``), rounded to ``decimals``."""
+    rows = comparison.queries
+    frame = pd.DataFrame({"qid": rows, "query": [texts.get(q, "") for q in rows]})
+    for metric in comparison.metrics:
+        base = comparison.baseline.per_query.loc[rows, metric].to_numpy(float)
+        for s in comparison.systems:
+            values = s.per_query.loc[rows, metric].to_numpy(float)
+            frame[f"{s.label} {metric}"] = values.round(decimals)
+            if s is not comparison.baseline:
+                frame[f"{s.label} Δ {metric}"] = (values - base).round(decimals)
+    return frame
+
+
 # --------------------------------------------------------------------------- rendering
 
 def p_text(value: float) -> str:

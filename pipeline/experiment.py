@@ -36,7 +36,7 @@ from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, p_text,
-                                         write_comparison)
+                                         per_query_differences, write_comparison)
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import (check_variable_names, flatten, redact, redact_hydra_files, redact_overrides,
@@ -182,7 +182,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
                              lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan, stages))
         findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir)).merge(against_inputs(cfg, dataset, results))
         report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results, name)
-        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings, report["comparison"])
+        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings, report)
     except BaseException as exc:
         tracker.finish(exc)
         raise
@@ -371,6 +371,9 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
     (output_dir / layout.CONFIG_FILE).write_text(config_yaml)
     with stage("compare systems"):
         comparison = _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml)
+    wide = None if comparison is None else per_query_differences(comparison, dict(dataset.queries.items()))
+    if wide is not None:
+        (output_dir / layout.PER_QUERY_WIDE_FILE).write_text(csv_text(wide))
     payload = {
         "dataset": {"name": dataset.name, "provider": cfg.dataset.type, "source": dataset.source, "hash": dataset.hash,
                     "hashes": dataset.hashes, "documents": len(dataset.corpus), "queries": len(dataset.queries)},
@@ -383,7 +386,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         **(extra or {}),
     }
     write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(masked(payload), indent=2))  # last, whole: it marks the results complete
-    return {"results": payload, "table": table, "per_query": per_query, "comparison": comparison}
+    return {"results": payload, "table": table, "per_query": per_query, "comparison": comparison, "per_query_wide": wide}
 
 
 def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str, dict[int, float]]:
@@ -426,10 +429,12 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
 
 
 def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig,
-                    findings: Findings | None = None, comparison: Comparison | None = None) -> None:
+                    findings: Findings | None = None, written: dict | None = None) -> None:
+    """``written``: what :func:`_write_outputs` returned (its comparison and per-query table)."""
     if not tracker.enabled:
         return
     key_metrics = job_key_metrics(cfg)
+    top = int(OmegaConf.select(cfg, "tracking.per_query_table", default=10))
     with stage("log to MLflow"):
         parent_metrics = {}
         for name, result in results.items():
@@ -440,14 +445,18 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             write_atomically(folder / layout.PER_QUERY_FILE, text)
             metrics = _system_metrics(result) | (findings.system_metrics.get(name, {}) if findings else {})
             tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=_curves(result, dataset, cfg),
-                               table=queries_table(result, dataset, key_metrics, int(OmegaConf.select(cfg, "tracking.per_query_table", default=10))))
+                               table=queries_table(result, dataset, key_metrics, top))
             parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS] + (findings.artifacts if findings else [])
         parent_metrics |= findings.parent_metrics if findings else {}
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
+        comparison, wide = (written or {}).get("comparison"), (written or {}).get("per_query_wide")
+        if wide is not None:
+            artifacts.append(output_dir / layout.PER_QUERY_WIDE_FILE)
         report = layout.run_page(tracker.experiment_id, tracker.run_id, f"{layout.COMPARISON_DIR}/{REPORT_FILE}")
-        tracker.log_parent(parent_metrics, artifacts, summary_note(results, key_metrics, dataset, tracker.run_name, comparison, report))
+        note = summary_note(results, key_metrics, dataset, tracker.run_name, comparison, report)
+        tracker.log_parent(parent_metrics, artifacts, note, wide if top else None)
         tracker.share_runs_view(key_metrics)
 
 
@@ -468,7 +477,7 @@ def queries_table(result: SystemResult, dataset: Dataset, key_metrics: list[str]
                "relevant": " ".join(f"{doc}[{grade}]" for doc, grade in sorted(judged.items(), key=lambda item: (-item[1], item[0])) if grade > 0)}
         if "generated_answer" in result.per_query.columns:
             row["answer"] = str(result.per_query.at[qid, "generated_answer"])
-        rows.append(row | {m: float(result.per_query.at[qid, m]) for m in metrics})
+        rows.append(row | {m: round(float(result.per_query.at[qid, m]), 4) for m in metrics})
     return pd.DataFrame(rows)
 
 

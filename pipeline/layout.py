@@ -47,11 +47,12 @@ KEY_METRICS = ("ndcg@10", "recall@100", "mrr")  # the default of tracking.key_me
 
 RUN_FILE = "run.trec"
 PER_QUERY_FILE = "per_query.csv"
+PER_QUERY_WIDE_FILE = "per_query_wide.csv"  # a job's compared queries: each system's key metrics and Δ to the baseline
 CONFIG_FILE = "config.yaml"
 RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.csv"
 TAG_VIEW_PREFIX = "mlflow.sharedViewState."  # MLflow UI's own: an experiment tag holding a shared runs-table view
-QUERIES_TABLE = "queries.json"  # a system run's per-query table (MlflowClient.log_table): query, top documents, answer, metrics
+QUERIES_TABLE = "queries.json"  # a system run's and (every system side by side) a job's per-query table (MlflowClient.log_table): query, top documents, answer, metrics
 COMPARISON_DIR = "comparison"  # the job's systems side by side: comparison.md/.png, failures/, report.html (pipeline.comparison)
 JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE, COMPARISON_DIR)
 

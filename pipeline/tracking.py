@@ -33,8 +33,9 @@ from filelock import FileLock
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.core.secrets import mask, remember_url_credentials, split_credentials, without_credentials
-from ragtrack.pipeline.layout import (EXPERIMENT_KIND, run_page, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
-                                      TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, runs_table_page, sqlite_path, sqlite_uri)
+from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
+                                      TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, run_page, runs_table_page, sqlite_path,
+                                      sqlite_uri)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -308,7 +309,8 @@ class Tracker:
     def log_dataset(self, identity: DatasetIdentity) -> None: ...
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
                    steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None: ...
-    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None: ...
+    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None,
+                   table: pd.DataFrame | None = None) -> None: ...
     def share_runs_view(self, key_metrics: list[str]) -> None: ...
     def finish(self, error: BaseException | None = None) -> None: ...
 
@@ -370,10 +372,14 @@ class MlflowTracker(Tracker):
             self._log(run.info.run_id, params=params, metrics=metrics, steps=steps)
             self.client.set_terminated(run.info.run_id, "FINISHED")
 
-    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None:
-        """The job's metrics and artifacts; ``note``: markdown shown as the run's description."""
+    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None,
+                   table: pd.DataFrame | None = None) -> None:
+        """The job's metrics and artifacts; ``note``: markdown shown as the run's description; ``table``:
+        its systems per query, logged as :data:`QUERIES_TABLE`."""
         with reported_as_one_line():
             self._log_artifacts(self.run_id, artifacts)
+            if table is not None:
+                self.client.log_table(self.run_id, table, QUERIES_TABLE)
             self._log(self.run_id, metrics=metrics)
             if note:
                 self.client.set_tag(self.run_id, TAG_NOTE, mask(note))

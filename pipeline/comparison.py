@@ -61,17 +61,22 @@ class Comparison:
     metrics: list[str]
     queries: list[str]
     logged: str | None = None  # "<run id> (<run name>)" of the comparison run ``run_compare`` logged
+    links: dict[str, str] = field(default_factory=dict)  # that run's page and report.html in the UI
+    scope: str = ""  # what ``run_compare`` searched and compared: the experiment, the sweep and its sweeps
 
 
 def find_baseline(systems: list[SystemRun], baseline: str | None) -> SystemRun:
-    """A row by label, system name (first such row) or run id (child or job); default: bm25 or the first row."""
+    """A row by label, system name or run id (child or job), refused when several rows match; default:
+    the first bm25 row, else the first row."""
     if baseline is None:
         return next((s for s in systems if s.system == "bm25"), systems[0])
-    for matches in ((s for s in systems if s.label == baseline), (s for s in systems if s.system == baseline),
-                    (s for s in systems if baseline in (s.run_id, s.job_id))):
-        found = next(matches, None)
-        if found is not None:
-            return found
+    for matches in ([s for s in systems if s.label == baseline], [s for s in systems if s.system == baseline],
+                    [s for s in systems if baseline in (s.run_id, s.job_id)]):
+        if len(matches) > 1:
+            raise RagtrackError(f"baseline {baseline!r} matches {len(matches)} rows; pass one of: "
+                                + ", ".join(repr(s.label) for s in matches))
+        if matches:
+            return matches[0]
     raise RagtrackError(f"baseline {baseline!r} is not a compared system or run; rows: {', '.join(s.label for s in systems)}")
 
 
@@ -155,8 +160,8 @@ def _latex_escape(text: str) -> str:
 
 
 def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> str:
-    """The comparison as ``table`` (text; column blocks and notes wrapped at ``width`` characters, None:
-    one wide table), ``markdown``, ``latex``, ``csv`` or ``json`` (full precision)."""
+    """The comparison as ``table`` (text; wider than ``width`` characters: a block per metric, notes
+    wrapped; None: one wide table), ``markdown``, ``latex``, ``csv`` or ``json`` (full precision)."""
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if fmt == "csv":
@@ -181,8 +186,12 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
         return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n"
     wide = wide_table(comparison)
     note = f"{footer} (*)"
-    return (wide.to_string(line_width=width) + "\n\n" + (textwrap.fill(note, width) if width else note) + "\n"
-            + slice_section(comparison, fmt, width))
+    text = wide.to_string()
+    if width and max(map(len, text.splitlines())) > width:  # one block per metric, its figures as columns
+        text = "\n\n".join(f"{metric}\n" + wide[[c for c in wide.columns if c == metric or c.endswith(f" {metric}")]]
+                           .rename(columns=lambda c: c.removesuffix(f" {metric}") if c != metric else "mean [95% CI]").to_string()
+                           for metric in comparison.metrics)
+    return text + "\n\n" + (textwrap.fill(note, width) if width else note) + "\n" + slice_section(comparison, fmt, width)
 
 
 def slice_table(comparison: Comparison) -> pd.DataFrame | None:

@@ -407,7 +407,7 @@ class MlflowTracker(Tracker):
         """The run id, the run's page and (after :meth:`share_runs_view`) its systems' runs table: on the
         tracking server, or in ``ragtrack ui`` for a local store."""
         local = is_local_store(self.uri)
-        base = UI_URL if local else self.uri.rstrip("/")
+        base = ui_base(self.uri)
         lines = [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})",
                  f"Run page:      {base}/{run_page(self.experiment_id, self.run_id)}"]
         if self.view_shared:
@@ -434,6 +434,11 @@ class MlflowTracker(Tracker):
                 self.client.log_artifacts(run_id, str(path), artifact_path=Path(path).name)
             else:
                 self.client.log_artifact(run_id, str(path))
+
+
+def ui_base(uri: str) -> str:
+    """Where the UI of a store is: the tracking server, or ``ragtrack ui`` for a local store."""
+    return UI_URL if is_local_store(uri) else uri.rstrip("/")
 
 
 def _masked_tags(tags: Mapping) -> dict[str, str]:

@@ -292,5 +292,4 @@ def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: di
         client.log_metric(run.info.run_id, f"best_{metric_key(row['metric'])}", float(row["mean"]))
     client.log_artifacts(run.info.run_id, str(outputs))
     client.set_terminated(run.info.run_id, "FINISHED")
-    log.info("comparison logged to MLflow run %s (%s)", run.info.run_id, name)
     return run.info.run_id, name

@@ -329,6 +329,30 @@ def against_param(axis, comparison: Comparison, metric: str, param: str) -> None
     axis.legend(fontsize=7)
 
 
+def sweep_plot(comparison: Comparison, path: Path, title: str = "") -> Path | None:
+    """Each metric against each swept numeric setting (:func:`against_param`), one panel each; None
+    (nothing written) without such a setting."""
+    params = numeric_params(comparison.systems)
+    if not params:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(len(comparison.metrics), len(params), figsize=(6 * len(params), 4 * len(comparison.metrics)),
+                                squeeze=False)
+    for row, metric in zip(axes, comparison.metrics):
+        for axis, param in zip(row, params):
+            against_param(axis, comparison, metric, param)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return Path(path)
+
+
 # --------------------------------------------------------------------------- failure analysis
 
 def _top(run: Run, qid: str, dataset: Dataset, titles: dict[str, str], k: int = 5) -> list[str]:
@@ -374,23 +398,27 @@ def _slug(label: str) -> str:
 
 def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: Dataset | None = None,
                      runs: dict[str, Run] | None = None, failures: int = 10, config_text: str = "") -> None:
-    """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``failures/<row>.md`` (with the
-    dataset and the rows' runs, by run id) and ``report.html`` into ``folder``."""
+    """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``sweep.png`` (rows with a swept
+    numeric setting), ``failures/<row>.md`` (with the dataset and the rows' runs, by run id) and
+    ``report.html`` into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, kind in (("comparison.md", "markdown"), ("comparison.csv", "csv"), ("comparison.json", "json"), ("comparison.txt", "table")):
         (folder / name).write_text(render(comparison, kind), encoding="utf-8")
     figure = plot(comparison, folder / "comparison.png", title)
+    swept = sweep_plot(comparison, folder / SWEEP_PLOT_FILE, title)
     cases = dataset is not None and bool(runs) and failures > 0
     if cases:
         (folder / "failures").mkdir(exist_ok=True)
         for s in comparison.systems:
             if s is not comparison.baseline:
                 (folder / "failures" / f"{_slug(s.label)}.md").write_text(failure_report(comparison, s, runs, dataset, failures), encoding="utf-8")
-    report = html_report(comparison, title, figure.read_bytes(), config_text, *((dataset, runs, failures) if cases else ()))
+    report = html_report(comparison, title, [figure.read_bytes(), *([swept.read_bytes()] if swept else [])], config_text,
+                         *((dataset, runs, failures) if cases else ()))
     (folder / REPORT_FILE).write_text(report, encoding="utf-8")
 
 
 REPORT_FILE = "report.html"
+SWEEP_PLOT_FILE = "sweep.png"  # the metrics against each swept numeric setting (rows of several jobs only)
 _REPORT_STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right;
 vertical-align:top}th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}.best{font-weight:bold;background:#e8f5e9}
@@ -475,11 +503,11 @@ def _wins_and_losses(comparison: Comparison, runs: dict[str, Run], dataset: Data
     return parts
 
 
-def html_report(comparison: Comparison, title: str, plot_png: bytes, config_text: str = "", dataset: Dataset | None = None,
+def html_report(comparison: Comparison, title: str, plots: list[bytes], config_text: str = "", dataset: Dataset | None = None,
                 runs: dict[str, Run] | None = None, limit: int = 10) -> str:
     """One self-contained HTML page (inline CSS, the plot as a data URI) that fits 1,280 px: a verdict
     per metric, contents, a table per metric (CIs, Δ and Holm-corrected tests against the baseline),
-    the plot, slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``)
+    the ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``)
     and the (redacted) config."""
     wide = wide_table(comparison, ("", ""))
     sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
@@ -488,7 +516,8 @@ def html_report(comparison: Comparison, title: str, plot_png: bytes, config_text
                  f"randomization test, Holm-corrected) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
                  "per-query wins/ties/losses; best value highlighted.</p>"
                  + "".join(_metric_block(comparison, wide, m) for m in comparison.metrics)),
-                ("plot", "Plot", f'<img alt="comparison plot" src="data:image/png;base64,{base64.b64encode(plot_png).decode()}">')]
+                ("plot", "Plots", "".join(f'<img alt="comparison plot" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+                                          for png in plots))]
     slices = slice_table(comparison)
     sections.append(("slices", "Slices", '<p class="note">no slices in this dataset</p>' if slices is None else
                      slices.to_html() + '<p class="note">mean [95% bootstrap CI] over each slice\'s queries</p>'))

@@ -187,7 +187,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
         tracker.finish(exc)
         raise
     tracker.finish()
-    print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0))
+    if not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
+        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0))
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
 
 

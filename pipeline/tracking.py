@@ -396,11 +396,9 @@ class MlflowTracker(Tracker):
         """The job's systems in the runs table with the key metric columns showing, stored the way the
         MLflow UI stores a shared view (an experiment tag :data:`TAG_VIEW_PREFIX` + the job's run id,
         opened by ``?viewStateShareKey=``): filtered on the job, sorted by the first key metric."""
-        columns = [f"metrics.`{metric_key(m)}`" for m in key_metrics]
-        state = {"searchFilter": f"tags.`{TAG_PARENT}` = '{self.run_id}'", "orderByKey": columns[0], "orderByAsc": False,
-                 "selectedColumns": columns, "columnOrder": columns, "columnWidths": {c: 170 for c in columns}}
         with reported_as_one_line():
-            self.client.set_experiment_tag(self.experiment_id, f"{TAG_VIEW_PREFIX}{self.run_id}", json.dumps(state))
+            share_view(self.client, self.experiment_id, self.run_id, f"tags.`{TAG_PARENT}` = '{self.run_id}'",
+                       [f"metrics.`{metric_key(m)}`" for m in key_metrics])
         self.view_shared = True
 
     def where(self) -> list[str]:
@@ -434,6 +432,15 @@ class MlflowTracker(Tracker):
                 self.client.log_artifacts(run_id, str(path), artifact_path=Path(path).name)
             else:
                 self.client.log_artifact(run_id, str(path))
+
+
+def share_view(client: Any, experiment_id: str, key: str, search_filter: str, columns: list[str]) -> None:
+    """A runs-table view stored the way the MLflow UI stores a shared one (experiment tag
+    :data:`TAG_VIEW_PREFIX` + ``key``, opened by ``?viewStateShareKey=``): the runs ``search_filter``
+    selects, ``columns`` showing, sorted by the first (descending)."""
+    state = {"searchFilter": search_filter, "orderByKey": columns[0], "orderByAsc": False,
+             "selectedColumns": columns, "columnOrder": columns, "columnWidths": {c: 170 for c in columns}}
+    client.set_experiment_tag(experiment_id, f"{TAG_VIEW_PREFIX}{key}", json.dumps(state))
 
 
 def ui_base(uri: str) -> str:

@@ -134,9 +134,13 @@ def file_uri(path: str | Path) -> str:
     return Path(path).absolute().as_uri()
 
 
+UI_WORKFLOW = "machine_learning"  # the MLflow 3 UI's "Model training" switch (URL parameter workflowType), not "GenAI"
+
+
 def runs_table_page(experiment_id: str, view: str) -> str:
-    """The UI route of a shared runs-table view (experiment tag :data:`TAG_VIEW_PREFIX` + ``view``)."""
-    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}"
+    """The UI route of a shared runs-table view (experiment tag :data:`TAG_VIEW_PREFIX` + ``view``), in
+    the UI's model-training mode."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}&workflowType={UI_WORKFLOW}"
 
 
 def run_page(experiment_id: str, run_id: str, artifact: str = "") -> str:

@@ -108,8 +108,9 @@ def curve_key(base: str) -> str:
 
 
 def child_run_name(system: str, job_name: str) -> str:
-    """A system's run name, telling apart the same system in different jobs: ``hybrid · rrf_k k=30``."""
-    return f"{system} · {job_name}"
+    """A system's run name, telling apart the same system in different jobs: ``hybrid · rrf_k k=30``;
+    a job named after the system is not named twice (job ``hybrid k=60``: ``hybrid · k=60``)."""
+    return f"{system} · {job_name.removeprefix(f'{system} ') or job_name}"
 
 
 def default_tracking_uri(root: str | Path) -> str:

@@ -35,6 +35,7 @@ def test_sweep_jobs_share_one_tag_and_have_readable_names(toy_sweep) -> None:
     assert len({j.data.tags["ragtrack.sweep"] for j in jobs}) == 1
     assert all(j.info.status == "FINISHED" for j in jobs)
     assert sorted(c.data.tags["ragtrack.system"] for c in children) == sorted(["bm25", "dense", "hybrid"] * len(toy_sweep.ks))
+    assert sorted(c.info.run_name for c in children if c.data.tags["ragtrack.system"] == "hybrid") == sorted(f"hybrid · k={k}" for k in toy_sweep.ks)
 
 
 def test_a_sweep_shows_at_most_three_lines_per_job_and_its_page(toy_sweep) -> None:

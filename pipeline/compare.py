@@ -35,10 +35,10 @@ from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.tracking import ui_base
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
-                                      TAG_DATASET_HASH, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, metric_key,
-                                      run_page)
+                                      TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
+                                      metric_key, run_page)
 from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, REPORT_FILE, TEXT_WIDTH, Comparison, SystemRun, compare_systems, find_baseline,
-                                          render, write_comparison)
+                                          render, verdicts, write_comparison)
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,9 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
 
 
 def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> tuple[str, str]:
-    """A run named ``comparison ...`` holding the tables, the plot and the failure analyses: its id and name."""
+    """A run named ``comparison ...`` holding the tables, the plot and the failure analyses, each row's
+    mean as ``<row label>/<metric>`` and a description (verdicts, the table, the report's link): its id
+    and name."""
     sweeps = {job.data.tags.get(TAG_SWEEP) for job in jobs.values()} - {None}
     tags = {TAG_COMPARISON: "true", TAG_COMPARED_RUNS: ",".join(s.run_id for s in comparison.systems)[:5000]}
     if sweep and len(sweeps) == 1:
@@ -287,9 +289,11 @@ def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: di
     client.log_param(run.info.run_id, "baseline", comparison.baseline.label)
     client.log_param(run.info.run_id, "metrics", ",".join(comparison.metrics))
     client.log_param(run.info.run_id, "queries", len(comparison.queries))
-    best = comparison.table[comparison.table["best"]]
-    for _, row in best.iterrows():
-        client.log_metric(run.info.run_id, f"best_{metric_key(row['metric'])}", float(row["mean"]))
+    for _, row in comparison.table.iterrows():  # each row's mean, named by its label: ``hybrid_k_30/ndcg_at_10``
+        client.log_metric(run.info.run_id, f"{key_part(row['system'])}/{metric_key(row['metric'])}", float(row["mean"]))
     client.log_artifacts(run.info.run_id, str(outputs))
+    link = run_page(experiment_id, run.info.run_id, REPORT_FILE)
+    client.set_tag(run.info.run_id, TAG_NOTE, "\n".join(f"- {v}." for v in verdicts(comparison)) + "\n\n"
+                   + render(comparison, "markdown") + f"\nThe full comparison: [report.html]({link}).")
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id, name

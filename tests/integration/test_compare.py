@@ -170,6 +170,10 @@ def test_compare_over_a_real_sweep(toy_sweep, tmp_path) -> None:
     logged = client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id],
                                 filter_string="tags.`ragtrack.comparison` = 'true'")
     assert logged and logged[0].info.run_name.startswith("comparison vs bm25 (") and logged[0].data.tags["ragtrack.sweep"]
+    assert logged[0].data.metrics["hybrid_k_30/ndcg_at_10"] == pytest.approx(float(comparison.table.query(
+        "system == 'hybrid k=30' and metric == 'ndcg@10'")["mean"].iloc[0]))  # each row's metrics name it
+    note = logged[0].data.tags["mlflow.note.content"]
+    assert note.startswith("- ") and " best on ndcg@10: " in note and "| hybrid k=30 |" in note and "artifacts/report.html)" in note
     artifacts = {f.path for f in client.list_artifacts(logged[0].info.run_id)} | {f.path for f in client.list_artifacts(logged[0].info.run_id, "failures")}
     assert {"comparison.md", "comparison.csv", "comparison.json", "comparison.png", "failures/dense.md", "failures/hybrid_k=30.md"} <= artifacts
 

@@ -225,7 +225,8 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     notes = [f"{len(jobs)} jobs; * marks the best value of each column"]
     if not varying:
         same = ", ".join(f"{c} {table[c].iloc[0]:.4f}" for c in table)
-        notes = [f"{len(jobs)} jobs, all with the same key metrics: {same}", *([f"every job: {' '.join(o for o in jobs[0][0] if o in shared)}"] if shared else [])]
+        notes = [f"{len(jobs)} jobs, all with the same key metrics: {same}"]
+        notes += [f"every job: {' '.join(o for o in jobs[0][0] if o in shared)}"] if shared else []
         return "\n".join(textwrap.fill(note, TEXT_WIDTH, subsequent_indent="  ") for note in notes)
     if len(varying) < len(table.columns):
         notes.append(f"the same in every job: {', '.join(f'{c} {table[c].iloc[0]:.4f}' for c in table if c not in varying)}")

@@ -411,7 +411,8 @@ def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: 
         (folder / "failures").mkdir(exist_ok=True)
         for s in comparison.systems:
             if s is not comparison.baseline:
-                (folder / "failures" / f"{_slug(s.label)}.md").write_text(failure_report(comparison, s, runs, dataset, failures), encoding="utf-8")
+                text = failure_report(comparison, s, runs, dataset, failures)
+                (folder / "failures" / f"{_slug(s.label)}.md").write_text(text, encoding="utf-8")
     report = html_report(comparison, title, [figure.read_bytes(), *([swept.read_bytes()] if swept else [])], config_text,
                          *((dataset, runs, failures) if cases else ()))
     (folder / REPORT_FILE).write_text(report, encoding="utf-8")

@@ -7,7 +7,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support import TOY_JOB, ragtrack

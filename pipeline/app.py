@@ -7,10 +7,12 @@ add the user's own (docs/configuration.md). The app registers the config resolve
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import hydra
@@ -26,6 +28,7 @@ from ragtrack.core.secrets import mask
 from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
 from ragtrack.pipeline.experiment import JobInfo, run_experiment
 from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
+from ragtrack.pipeline.comparison import TEXT_WIDTH
 from ragtrack.pipeline.redaction import redact_overrides, remember_config_secrets
 from ragtrack.pipeline.settings import discard_job_folder, validate
 
@@ -43,8 +46,13 @@ def main(cfg: DictConfig) -> float | None:
         discard_job_folder(Path(hydra_cfg.runtime.output_dir), hydra_cfg.job.name, log_dir)
         fail(str(exc))
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if multirun:  # a sweep's terminal shows a line per job at its end; each job's ragtrack.log keeps every stage
+        for handler in logging.getLogger().handlers:
+            if not isinstance(handler, logging.FileHandler):
+                handler.setLevel(logging.WARNING)
     job = JobInfo(
         choices=dict(hydra_cfg.runtime.choices),
+        default_choices=default_choices(),
         overrides=list(hydra_cfg.overrides.task),
         sweep=hydra_cfg.sweep.dir if multirun else None,
         hydra_dir=None if hydra_cfg.output_subdir is None else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
@@ -59,6 +67,13 @@ def main(cfg: DictConfig) -> float | None:
             raise
         mark_failed(Path(hydra_cfg.runtime.output_dir), message, before)
         fail(message)
+
+
+@functools.cache
+def default_choices() -> dict:
+    """The config groups' choices with no override (``hydra.runtime.choices`` of the bare config),
+    composed once per process with the job's search path."""
+    return dict(hydra.compose(config_name=CONFIG_NAME, return_hydra_config=True).hydra.runtime.choices)
 
 
 FAILED_MARKER = "FAILED"
@@ -144,7 +159,8 @@ def check_output_folder(folder: Path) -> None:
 
 class SweepSummary(Callback):
     """Hydra callback (``conf/hydra/default.yaml``): when a sweep ends, one table of its jobs, each row
-    labeled by the values that job swept, with every system's key metrics, the best marked ``*``."""
+    labeled by the values that job swept, with every system's key metrics, the best marked ``*``; with
+    MLflow tracking, the sweep's page (:func:`sweep_page`)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir)
@@ -152,6 +168,42 @@ class SweepSummary(Callback):
         text = sweep_summary(folder, key_metrics)
         if text:
             print(mask(f"\nSweep summary ({folder}):\n{text}"))
+        if text and config.tracking.get("enabled"):
+            try:
+                print(mask("\n".join(sweep_page(config.tracking, str(config.hydra.sweep.dir), key_metrics))))
+            except RagtrackError as exc:
+                print(mask(f"ragtrack: no sweep page: {exc}"), file=sys.stderr)
+
+
+def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str]) -> list[str]:
+    """The sweep compared as ``ragtrack compare --sweep`` does (logged as its comparison run: tables,
+    report.html, the key metrics against each swept numeric setting), then a line per job (its swept
+    settings, the first key metric of a system that varies with its CI, its run page) and a runs view of
+    the sweep's jobs with those systems' key metrics as columns."""
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    from ragtrack.pipeline.compare import run_compare, short_settings
+    from ragtrack.pipeline.layout import TAG_SWEEP, run_page, runs_table_page, system_metric_key
+    from ragtrack.pipeline.tracking import share_view, tracking_target, ui_base
+
+    uri, experiment, *_ = tracking_target(tracking)
+    comparison, _ = run_compare(uri, experiment, sweep, key_metrics)
+    name = Path(sweep).name
+    counts = pd.Series([s.system for s in comparison.systems]).value_counts()
+    swept = [s for s in comparison.systems if counts[s.system] > 1] or comparison.systems
+    metric = comparison.metrics[0]
+    rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
+    experiment_id = MlflowClient(uri).get_experiment_by_name(experiment).experiment_id
+    base = ui_base(uri)
+    lines = [f"{short_settings(s.params) or s.label}  {s.system} {metric} {rows.at[s.label, 'mean']:.4f} "
+             f"[{rows.at[s.label, 'ci_low']:.4f}, {rows.at[s.label, 'ci_high']:.4f}]  {base}/{run_page(experiment_id, s.job_id)}"
+             for s in swept]
+    systems = list(dict.fromkeys(s.system for s in swept))
+    share_view(MlflowClient(uri), experiment_id, name, f"tags.`{TAG_SWEEP}` = '{sweep}'",
+               [f"metrics.`{system_metric_key(system, m)}`" for system in systems for m in comparison.metrics])
+    return ["", *lines, f"Sweep runs:   {base}/{runs_table_page(experiment_id, name)}",
+            f"Sweep report: {comparison.links['report.html']}", f"Next:         ragtrack compare --sweep {name}"]
 
 
 def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
@@ -173,7 +225,9 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     notes = [f"{len(jobs)} jobs; * marks the best value of each column"]
     if not varying:
         same = ", ".join(f"{c} {table[c].iloc[0]:.4f}" for c in table)
-        return f"{len(jobs)} jobs, all with the same key metrics: {same}" + (f"\nevery job: {' '.join(o for o in jobs[0][0] if o in shared)}" if shared else "")
+        notes = [f"{len(jobs)} jobs, all with the same key metrics: {same}"]
+        notes += [f"every job: {' '.join(o for o in jobs[0][0] if o in shared)}"] if shared else []
+        return "\n".join(textwrap.fill(note, TEXT_WIDTH, subsequent_indent="  ") for note in notes)
     if len(varying) < len(table.columns):
         notes.append(f"the same in every job: {', '.join(f'{c} {table[c].iloc[0]:.4f}' for c in table if c not in varying)}")
         table = table[varying]
@@ -182,4 +236,4 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     best = table.max()
     cells = table.apply(lambda column: [f"{v:.4f}{'*' if v == best[column.name] else ' '}" for v in column])
     cells.index.name = "job"
-    return cells.to_string() + "\n" + "\n".join(notes)
+    return cells.to_string() + "\n" + "\n".join(textwrap.fill(note, TEXT_WIDTH, subsequent_indent="  ") for note in notes)

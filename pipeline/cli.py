@@ -146,9 +146,10 @@ def command_compare(args: argparse.Namespace) -> int:
     print(text, end="")
     if args.plot:
         print(f"ragtrack: wrote the comparison plot to {args.plot}", file=sys.stderr)
+    print(textwrap.fill(mask(f"ragtrack: compared {comparison.scope}"), TEXT_WIDTH, subsequent_indent="  "), file=sys.stderr)
     if comparison.logged:
-        print(mask(f"ragtrack: logged the comparison (tables, plot, failure analysis) as MLflow run {comparison.logged} in {uri}"),
-              file=sys.stderr)
+        for name, link in {"MLflow run": comparison.logged, **comparison.links}.items():
+            print(mask(f"{name + ':':<13}{link}"), file=sys.stderr)
     return 0
 
 

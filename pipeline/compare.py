@@ -33,10 +33,12 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import read_trec
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.pipeline.tracking import ui_base
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
-                                      TAG_DATASET_HASH, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, metric_key)
-from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, TEXT_WIDTH, Comparison, SystemRun, compare_systems, find_baseline,
-                                          render, write_comparison)
+                                      TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
+                                      metric_key, run_page)
+from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, REPORT_FILE, TEXT_WIDTH, Comparison, SystemRun, compare_systems, find_baseline,
+                                          render, verdicts, write_comparison)
 
 log = logging.getLogger(__name__)
 
@@ -75,19 +77,25 @@ def _sweep_matches(tag: str, wanted: str) -> bool:
     return tag == wanted or tag.rstrip("/").endswith("/" + wanted.strip("/"))
 
 
-def select_jobs(runs: list, sweep: str | None) -> dict[str, object]:
-    """Finished parent runs (jobs) by id, of one sweep if given (``latest``: the newest sweep)."""
+def select_jobs(runs: list, sweep: str | None, experiment: str = "") -> tuple[dict[str, object], str]:
+    """Finished parent runs (jobs) by id, of one sweep if given (``latest``: the newest sweep), and what
+    was searched and found (``experiment``: its name, for messages)."""
     jobs = [r for r in runs if r.info.status == "FINISHED" and TAG_PARENT not in r.data.tags
             and TAG_COMPARISON not in r.data.tags]
     if sweep:
-        tags = [r.data.tags[TAG_SWEEP] for r in jobs if TAG_SWEEP in r.data.tags]
-        if not tags:
-            raise RagtrackError("no sweep in this experiment; run one with `ragtrack run -m ...`")
-        wanted = tags[-1] if sweep == "latest" else sweep
+        sweeps = list(dict.fromkeys(r.data.tags[TAG_SWEEP] for r in jobs if TAG_SWEEP in r.data.tags))
+        if not sweeps:
+            raise RagtrackError(f"no sweep in experiment {experiment!r}; run one with `ragtrack run -m ...` or pick another "
+                                "with --experiment")
+        wanted = sweeps[-1] if sweep == "latest" else sweep
         jobs = [r for r in jobs if _sweep_matches(r.data.tags.get(TAG_SWEEP, ""), wanted)]
         if not jobs:
-            raise RagtrackError(f"no finished runs of sweep {sweep!r}; sweeps: {', '.join(dict.fromkeys(tags))}")
-    return {r.info.run_id: r for r in jobs}
+            raise RagtrackError(f"no finished runs of sweep {sweep!r} in experiment {experiment!r}; sweeps: "
+                                + ", ".join(Path(t).name for t in sweeps))
+        scope = f"sweep {Path(wanted).name} of experiment {experiment!r}; its sweeps: {', '.join(Path(t).name for t in sweeps)}"
+    else:
+        scope = f"experiment {experiment!r}"
+    return {r.info.run_id: r for r in jobs}, scope
 
 
 def download_artifact(client, run_id: str, path: str, folder: Path) -> Path:
@@ -98,8 +106,9 @@ def download_artifact(client, run_id: str, path: str, folder: Path) -> Path:
 
 
 def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun]:
-    """Every system child run of ``jobs`` with its per-query table and cutoff curves, duplicates removed."""
-    systems, seen = [], {}
+    """Every system child run of ``jobs`` with its per-query table, cutoff curves and the settings that
+    differ between the jobs, duplicates removed."""
+    systems, seen, swept = [], {}, differing_settings(jobs)
     for child in runs:
         job = jobs.get(child.data.tags.get(TAG_PARENT, ""))
         if job is None or TAG_SYSTEM not in child.data.tags or child.info.status != "FINISHED":
@@ -108,24 +117,51 @@ def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun
         per_query = read_csv(download_artifact(client, child.info.run_id, PER_QUERY_FILE, target), dtype={"qid": str}).set_index("qid")
         system = child.data.tags[TAG_SYSTEM]
         fingerprint = (system, tuple(sorted(child.data.params.items())), int(pd.util.hash_pandas_object(per_query).sum()))
-        if fingerprint in seen:
+        settings = swept.get(job.info.run_id, {})
+        if fingerprint in seen:  # shown once: keep only the settings its jobs share
+            kept = seen[fingerprint]
+            kept.params = {k: v for k, v in kept.params.items() if settings.get(k) == v}
             continue
-        seen[fingerprint] = child.info.run_id
         curves = {key: {m.step: m.value for m in client.get_metric_history(child.info.run_id, key)} for key in map(curve_key, CURVE_METRICS)}
         systems.append(SystemRun(system, child.info.run_id, job.info.run_name or job.info.run_id, job.info.run_id,
-                                 child.info.start_time, per_query, curves={k: v for k, v in curves.items() if v}))
+                                 child.info.start_time, per_query, curves={k: v for k, v in curves.items() if v},
+                                 params=settings))
+        seen[fingerprint] = systems[-1]
     if not systems:
         raise RagtrackError("no finished system runs (tag ragtrack.system) found for the selected runs")
     _label(systems)
     return systems
 
 
+def job_settings(job) -> dict[str, str]:
+    """The ``key=value`` overrides a job was run with (tag ``ragtrack.overrides``), keys without ``+``/``~``."""
+    pairs = (o.split("=", 1) for o in job.data.tags.get(TAG_OVERRIDES, "").split() if "=" in o)
+    return {key.lstrip("+~"): value for key, value in pairs}
+
+
+def differing_settings(jobs: dict) -> dict[str, dict[str, str]]:
+    """Per job id: the overrides whose value is not the same in every job (the swept settings)."""
+    settings = {job_id: job_settings(job) for job_id, job in jobs.items()}
+    keys = dict.fromkeys(k for values in settings.values() for k in values)
+    varying = [k for k in keys if len({values.get(k) for values in settings.values()}) > 1]
+    return {job_id: {k: values[k] for k in varying if k in values} for job_id, values in settings.items()}
+
+
+def short_settings(params: dict[str, str]) -> str:
+    """``k=60 k1=0.9``: each setting by the last part of its key, the whole key where that is ambiguous."""
+    last = pd.Series([k.rsplit(".", 1)[-1] for k in params])
+    return " ".join(f"{k if ambiguous else short}={v}" for (k, v), short, ambiguous in zip(params.items(), last, last.duplicated(keep=False)))
+
+
 def _label(systems: list[SystemRun]) -> None:
-    """System name if unique, else the job's run name (prefixed by the system unless it starts with it)."""
+    """System name if unique, else the system and the settings that differ between the jobs
+    (``bm25 k1=0.6``), else the job's run name (prefixed by the system unless it starts with it)."""
     counts = pd.Series([s.system for s in systems]).value_counts()
     for s in systems:
         if counts[s.system] == 1:
             s.label = s.system
+        elif s.params:
+            s.label = f"{s.system} {short_settings(s.params)}"
         else:
             s.label = s.job_name if s.job_name.split(" ")[0] == s.system else f"{s.system} {s.job_name}"
     labels = pd.Series([s.label for s in systems])
@@ -205,7 +241,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
     client = MlflowClient(tracking_uri)
     found = find_experiment(client, experiment)
     runs = _all_runs(client, found.experiment_id)
-    jobs = select_jobs(runs, sweep)
+    jobs, scope = select_jobs(runs, sweep, found.name)
     if not jobs:
         raise RagtrackError(f"experiment {found.name!r} has no finished runs")
     with tempfile.TemporaryDirectory(prefix="ragtrack-compare-") as scratch:
@@ -222,6 +258,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         shared = set.intersection(*(set(scope.counted) for scope in scopes.values()))
         queries = [q for q in next(iter(scopes.values())).counted if q in shared] if dataset is not None or difference else None
         comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), queries, seed, resamples)
+        comparison.scope = scope
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"
         trec = ({s.run_id: read_trec(download_artifact(client, s.run_id, RUN_FILE, folder / s.run_id)) for s in systems}
@@ -231,12 +268,18 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
             Path(plot_file).parent.mkdir(parents=True, exist_ok=True)
             Path(plot_file).write_bytes((outputs / "comparison.png").read_bytes())
         if log_to_mlflow:
-            comparison.logged = _log_comparison(client, found.experiment_id, comparison, jobs, sweep, outputs)
+            run_id, name = _log_comparison(client, found.experiment_id, comparison, jobs, sweep, outputs)
+            comparison.logged = f"{run_id} ({name})"
+            base = ui_base(tracking_uri)
+            comparison.links = {"Run page": f"{base}/{run_page(found.experiment_id, run_id)}",
+                                "report.html": f"{base}/{run_page(found.experiment_id, run_id, REPORT_FILE)}"}
     return comparison, text
 
 
-def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> str:
-    """A run named ``comparison ...`` holding the tables, the plot and the failure analyses."""
+def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> tuple[str, str]:
+    """A run named ``comparison ...`` holding the tables, the plot and the failure analyses, each row's
+    mean as ``<row label>/<metric>`` and a description (verdicts, the table, the report's link): its id
+    and name."""
     sweeps = {job.data.tags.get(TAG_SWEEP) for job in jobs.values()} - {None}
     tags = {TAG_COMPARISON: "true", TAG_COMPARED_RUNS: ",".join(s.run_id for s in comparison.systems)[:5000]}
     if sweep and len(sweeps) == 1:
@@ -246,10 +289,11 @@ def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: di
     client.log_param(run.info.run_id, "baseline", comparison.baseline.label)
     client.log_param(run.info.run_id, "metrics", ",".join(comparison.metrics))
     client.log_param(run.info.run_id, "queries", len(comparison.queries))
-    best = comparison.table[comparison.table["best"]]
-    for _, row in best.iterrows():
-        client.log_metric(run.info.run_id, f"best_{metric_key(row['metric'])}", float(row["mean"]))
+    for _, row in comparison.table.iterrows():  # each row's mean, named by its label: ``hybrid_k_30/ndcg_at_10``
+        client.log_metric(run.info.run_id, f"{key_part(row['system'])}/{metric_key(row['metric'])}", float(row["mean"]))
     client.log_artifacts(run.info.run_id, str(outputs))
+    link = run_page(experiment_id, run.info.run_id, REPORT_FILE)
+    client.set_tag(run.info.run_id, TAG_NOTE, "\n".join(f"- {v}." for v in verdicts(comparison)) + "\n\n"
+                   + render(comparison, "markdown") + f"\nThe full comparison: [report.html]({link}).")
     client.set_terminated(run.info.run_id, "FINISHED")
-    log.info("comparison logged to MLflow run %s (%s)", run.info.run_id, name)
-    return f"{run.info.run_id} ({name})"
+    return run.info.run_id, name

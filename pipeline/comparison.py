@@ -52,6 +52,7 @@ class SystemRun:
     per_query: pd.DataFrame
     label: str = ""
     curves: dict[str, dict[int, float]] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)  # the job's settings that differ between compared jobs
 
 
 @dataclass
@@ -64,17 +65,22 @@ class Comparison:
     metrics: list[str]
     queries: list[str]
     logged: str | None = None  # "<run id> (<run name>)" of the comparison run ``run_compare`` logged
+    links: dict[str, str] = field(default_factory=dict)  # that run's page and report.html in the UI
+    scope: str = ""  # what ``run_compare`` searched and compared: the experiment, the sweep and its sweeps
 
 
 def find_baseline(systems: list[SystemRun], baseline: str | None) -> SystemRun:
-    """A row by label, system name (first such row) or run id (child or job); default: bm25 or the first row."""
+    """A row by label, system name or run id (child or job), refused when several rows match; default:
+    the first bm25 row, else the first row."""
     if baseline is None:
         return next((s for s in systems if s.system == "bm25"), systems[0])
-    for matches in ((s for s in systems if s.label == baseline), (s for s in systems if s.system == baseline),
-                    (s for s in systems if baseline in (s.run_id, s.job_id))):
-        found = next(matches, None)
-        if found is not None:
-            return found
+    for matches in ([s for s in systems if s.label == baseline], [s for s in systems if s.system == baseline],
+                    [s for s in systems if baseline in (s.run_id, s.job_id)]):
+        if len(matches) > 1:
+            raise RagtrackError(f"baseline {baseline!r} matches {len(matches)} rows; pass one of: "
+                                + ", ".join(repr(s.label) for s in matches))
+        if matches:
+            return matches[0]
     raise RagtrackError(f"baseline {baseline!r} is not a compared system or run; rows: {', '.join(s.label for s in systems)}")
 
 
@@ -118,9 +124,25 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
     return Comparison(table, systems, baseline, list(metrics), list(queries))
 
 
+def per_query_differences(comparison: Comparison, texts: dict[str, str], decimals: int = 4) -> pd.DataFrame:
+    """One row per compared query: qid, its text (``texts``), each row's metrics and, for every row but
+    the baseline, the difference to it (``<row> Δ <metric>``), rounded to ``decimals``."""
+    rows = comparison.queries
+    frame = pd.DataFrame({"qid": rows, "query": [texts.get(q, "") for q in rows]})
+    for metric in comparison.metrics:
+        base = comparison.baseline.per_query.loc[rows, metric].to_numpy(float)
+        for s in comparison.systems:
+            values = s.per_query.loc[rows, metric].to_numpy(float)
+            frame[f"{s.label} {metric}"] = values.round(decimals)
+            if s is not comparison.baseline:
+                frame[f"{s.label} Δ {metric}"] = (values - base).round(decimals)
+    return frame
+
+
 # --------------------------------------------------------------------------- rendering
 
-def _p(value: float) -> str:
+def p_text(value: float) -> str:
+    """A p-value as shown in tables: 4 decimals, ``<0.0001`` below, blank when there is none."""
     if pd.isna(value):
         return ""
     return "<0.0001" if value < 1e-4 else f"{value:.4f}"
@@ -135,8 +157,8 @@ def wide_table(comparison: Comparison, bold: tuple[str, str] = ("", "*")) -> pd.
         cell = rows.apply(lambda r: f"{r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]", axis=1)
         out[metric] = [f"{open_mark}{c}{close_mark}" if best else c for c, best in zip(cell, rows["best"])]
         out[f"Δ {metric}"] = rows["delta"].map(lambda v: "baseline" if pd.isna(v) else f"{v:+.4f}")
-        out[f"p t-test {metric}"] = rows["p_ttest_holm"].map(_p)
-        out[f"p rand. {metric}"] = rows["p_randomization_holm"].map(_p)
+        out[f"p t-test {metric}"] = rows["p_ttest_holm"].map(p_text)
+        out[f"p rand. {metric}"] = rows["p_randomization_holm"].map(p_text)
         out[f"W/T/L {metric}"] = rows.apply(lambda r: "" if pd.isna(r["wins"]) else f"{int(r['wins'])}/{int(r['ties'])}/{int(r['losses'])}", axis=1)
     return out
 
@@ -146,8 +168,8 @@ def _latex_escape(text: str) -> str:
 
 
 def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> str:
-    """The comparison as ``table`` (text; column blocks and notes wrapped at ``width`` characters, None:
-    one wide table), ``markdown``, ``latex``, ``csv`` or ``json`` (full precision)."""
+    """The comparison as ``table`` (text; wider than ``width`` characters: a block per metric, notes
+    wrapped; None: one wide table), ``markdown``, ``latex``, ``csv`` or ``json`` (full precision)."""
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if fmt == "csv":
@@ -172,8 +194,12 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
         return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n"
     wide = wide_table(comparison)
     note = f"{footer} (*)"
-    return (wide.to_string(line_width=width) + "\n\n" + (textwrap.fill(note, width) if width else note) + "\n"
-            + slice_section(comparison, fmt, width))
+    text = wide.to_string()
+    if width and max(map(len, text.splitlines())) > width:  # one block per metric, its figures as columns
+        text = "\n\n".join(f"{metric}\n" + wide[[c for c in wide.columns if c == metric or c.endswith(f" {metric}")]]
+                           .rename(columns=lambda c: c.removesuffix(f" {metric}") if c != metric else "mean [95% CI]").to_string()
+                           for metric in comparison.metrics)
+    return text + "\n\n" + (textwrap.fill(note, width) if width else note) + "\n" + slice_section(comparison, fmt, width)
 
 
 def slice_table(comparison: Comparison) -> pd.DataFrame | None:
@@ -225,16 +251,20 @@ def plot(comparison: Comparison, path: Path, title: str = "") -> Path:
     metric = comparison.metrics[0]
     rows = comparison.table[comparison.table["metric"] == metric]
     figure, axes = plt.subplots(1, 3, figsize=(17, max(4.5, 0.35 * len(rows) + 1.5)))
-    positions = np.arange(len(rows))[::-1]
-    errors = [rows["mean"] - rows["ci_low"], rows["ci_high"] - rows["mean"]]
     palette = plt.get_cmap("tab10" if len(comparison.systems) <= 10 else "tab20")  # one distinct color per row
     colors = [palette(i % palette.N) for i in range(len(comparison.systems))]
-    for position, mean, low, high, color in zip(positions, rows["mean"], *errors, colors):
-        axes[0].errorbar(mean, position, xerr=[[low], [high]], fmt="o", color=color, capsize=4)
-    axes[0].axvline(rows[rows["baseline"]]["mean"].iloc[0], color="gray", linestyle=":", linewidth=1)
-    axes[0].set_yticks(positions, rows["system"])
-    axes[0].set_xlabel(f"{metric}: mean and 95% CI (dotted: baseline)")
-    axes[0].set_title(f"{metric} by system")
+    swept = numeric_params(comparison.systems)
+    if swept:
+        against_param(axes[0], comparison, metric, swept[0])
+    else:
+        positions = np.arange(len(rows))[::-1]
+        errors = [rows["mean"] - rows["ci_low"], rows["ci_high"] - rows["mean"]]
+        for position, mean, low, high, color in zip(positions, rows["mean"], *errors, colors):
+            axes[0].errorbar(mean, position, xerr=[[low], [high]], fmt="o", color=color, capsize=4)
+        axes[0].axvline(rows[rows["baseline"]]["mean"].iloc[0], color="gray", linestyle=":", linewidth=1)
+        axes[0].set_yticks(positions, rows["system"])
+        axes[0].set_xlabel(f"{metric}: mean and 95% CI (dotted: baseline)")
+        axes[0].set_title(f"{metric} by system")
     for s, color in zip(comparison.systems, colors):
         for key, style in ((curve_key("recall"), "-"), (curve_key("ndcg"), "--")):
             curve = s.curves.get(key)
@@ -266,6 +296,71 @@ def plot(comparison: Comparison, path: Path, title: str = "") -> Path:
     return path
 
 
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def numeric_params(systems: Sequence[SystemRun]) -> list[str]:
+    """The parameters that take at least two numeric values among the rows (swept numeric settings)."""
+    names = dict.fromkeys(name for s in systems for name in s.params)
+    return [name for name in names if len({_number(s.params[name]) for s in systems if name in s.params} - {None}) >= 2
+            and all(_number(s.params[name]) is not None for s in systems if name in s.params)]
+
+
+def against_param(axis, comparison: Comparison, metric: str, param: str) -> None:
+    """``metric`` (mean, 95% CI) against the numeric ``param`` on a numeric axis (log when it spans
+    two decades), a line per system; rows without the parameter as dotted horizontal lines."""
+    rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
+    by_system: dict[str, list[tuple[float, pd.Series]]] = {}
+    for s in comparison.systems:
+        row = rows.loc[s.label]
+        if param in s.params:
+            by_system.setdefault(s.system, []).append((float(s.params[param]), row))
+        else:
+            axis.axhline(row["mean"], linestyle=":", linewidth=1, color="gray")
+            axis.annotate(s.label, (0, row["mean"]), xycoords=("axes fraction", "data"), fontsize=7, color="gray")
+    values = []
+    for system, points in by_system.items():
+        points.sort(key=lambda point: point[0])
+        xs, means = [x for x, _ in points], np.array([r["mean"] for _, r in points])
+        errors = [means - [r["ci_low"] for _, r in points], [r["ci_high"] for _, r in points] - means]
+        axis.errorbar(xs, means, yerr=errors, marker="o", capsize=4, label=system)
+        values += xs
+    if min(values) > 0 and max(values) / min(values) >= 100:
+        axis.set_xscale("log")
+    axis.set_xlabel(param)
+    axis.set_ylabel(f"{metric}: mean and 95% CI")
+    axis.set_title(f"{metric} against {param}")
+    axis.legend(fontsize=7)
+
+
+def sweep_plot(comparison: Comparison, path: Path, title: str = "") -> Path | None:
+    """Each metric against each swept numeric setting (:func:`against_param`), one panel each; None
+    (nothing written) without such a setting."""
+    params = numeric_params(comparison.systems)
+    if not params:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(len(comparison.metrics), len(params), figsize=(6 * len(params), 4 * len(comparison.metrics)),
+                                squeeze=False)
+    for row, metric in zip(axes, comparison.metrics):
+        for axis, param in zip(row, params):
+            against_param(axis, comparison, metric, param)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return Path(path)
+
+
 # --------------------------------------------------------------------------- failure analysis
 
 def _top(run: Run, qid: str, dataset: Dataset, titles: dict[str, str], k: int = 5) -> list[str]:
@@ -274,19 +369,28 @@ def _top(run: Run, qid: str, dataset: Dataset, titles: dict[str, str], k: int = 
             for rank, (doc, _) in enumerate(run.ranking(qid)[:k], start=1)] or ["  (nothing retrieved)"]
 
 
+def _relevant(qid: str, dataset: Dataset, titles: dict[str, str]) -> list[str]:
+    ranked = sorted(((g, d) for d, g in dataset.qrels.get(qid, {}).items() if g > 0), reverse=True)
+    return [f"  - {d} (grade {g}) {titles.get(d, '')}" for g, d in ranked]
+
+
+def _differences(comparison: Comparison, system: SystemRun) -> pd.Series:
+    """Per query: ``system`` minus the baseline on the first metric, most negative first."""
+    metric, rows = comparison.metrics[0], comparison.queries
+    return (system.per_query.loc[rows, metric] - comparison.baseline.per_query.loc[rows, metric]).sort_values(kind="stable")
+
+
 def failure_report(comparison: Comparison, system: SystemRun, runs: dict[str, Run], dataset: Dataset, limit: int = 10) -> str:
     """Markdown: the queries where ``system`` loses most against the baseline, with both top-5 lists."""
     metric, baseline = comparison.metrics[0], comparison.baseline
     titles = dict(zip(dataset.corpus.ids, dataset.corpus.titles))
-    diff = (system.per_query.loc[comparison.queries, metric] - baseline.per_query.loc[comparison.queries, metric]).sort_values(kind="stable")
+    diff = _differences(comparison, system)
     losses = diff[diff < 0].head(limit)
     lines = [f"# {system.label} vs {baseline.label}: largest {metric} losses", "",
              f"{int((diff < 0).sum())} of {len(diff)} queries lose; the {len(losses)} largest losses follow.", ""]
     for qid, delta in losses.items():
-        relevant = sorted(((g, d) for d, g in dataset.qrels.get(qid, {}).items() if g > 0), reverse=True)
         lines += [f"## {qid}: {metric} {baseline.per_query.loc[qid, metric]:.4f} -> {system.per_query.loc[qid, metric]:.4f} ({delta:+.4f})",
-                  "", f"Query: {dataset.queries.get(qid, '?')}", "", "Relevant:",
-                  *[f"  - {d} (grade {g}) {titles.get(d, '')}" for g, d in relevant], "",
+                  "", f"Query: {dataset.queries.get(qid, '?')}", "", "Relevant:", *_relevant(qid, dataset, titles), "",
                   f"{baseline.label} top 5:", *_top(runs[baseline.run_id], qid, dataset, titles), "",
                   f"{system.label} top 5:", *_top(runs[system.run_id], qid, dataset, titles), ""]
     return "\n".join(lines)
@@ -302,53 +406,137 @@ def _slug(label: str) -> str:
 
 def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: Dataset | None = None,
                      runs: dict[str, Run] | None = None, failures: int = 10, config_text: str = "") -> None:
-    """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``failures/<row>.md`` (with the
-    dataset and the rows' runs, by run id) and ``report.html`` into ``folder``."""
+    """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``sweep.png`` (rows with a swept
+    numeric setting), ``failures/<row>.md`` (with the dataset and the rows' runs, by run id) and
+    ``report.html`` into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, kind in (("comparison.md", "markdown"), ("comparison.csv", "csv"), ("comparison.json", "json"), ("comparison.txt", "table")):
         (folder / name).write_text(render(comparison, kind), encoding="utf-8")
     figure = plot(comparison, folder / "comparison.png", title)
-    reports = {}
-    if dataset is not None and runs and failures > 0:
+    swept = sweep_plot(comparison, folder / SWEEP_PLOT_FILE, title)
+    cases = dataset is not None and bool(runs) and failures > 0
+    if cases:
         (folder / "failures").mkdir(exist_ok=True)
         for s in comparison.systems:
             if s is not comparison.baseline:
-                reports[s.label] = failure_report(comparison, s, runs, dataset, failures)
-                (folder / "failures" / f"{_slug(s.label)}.md").write_text(reports[s.label], encoding="utf-8")
-    (folder / REPORT_FILE).write_text(html_report(comparison, title, figure.read_bytes(), reports, config_text), encoding="utf-8")
+                text = failure_report(comparison, s, runs, dataset, failures)
+                (folder / "failures" / f"{_slug(s.label)}.md").write_text(text, encoding="utf-8")
+    report = html_report(comparison, title, [figure.read_bytes(), *([swept.read_bytes()] if swept else [])], config_text,
+                         *((dataset, runs, failures) if cases else ()))
+    (folder / REPORT_FILE).write_text(report, encoding="utf-8")
 
 
 REPORT_FILE = "report.html"
-_REPORT_STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
-th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}.best{font-weight:bold;background:#e8f5e9}
-img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:13px}.note{color:#555}"""
+SWEEP_PLOT_FILE = "sweep.png"  # the metrics against each swept numeric setting (rows of several jobs only)
+_REPORT_STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right;
+vertical-align:top}th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}.best{font-weight:bold;background:#e8f5e9}
+table.cases{width:100%;table-layout:fixed;font-size:13px}table.cases th,table.cases td{text-align:left;overflow-wrap:anywhere}
+.verdict{font-size:16px;margin:.3em 0}img{max-width:100%}summary{cursor:pointer;font-weight:bold;margin:.5em 0}
+pre{background:#f7f7f7;padding:1em;white-space:pre-wrap;overflow-wrap:anywhere;font-size:13px}.note{color:#555}
+nav ul{margin:.3em 0;padding-left:1.2em}"""
 
 
-def html_report(comparison: Comparison, title: str, plot_png: bytes, failures: dict[str, str], config_text: str) -> str:
-    """One self-contained HTML page (inline CSS, the plot as a data URI): systems x metrics with CIs
-    and tests against the baseline, the plot (curves, per-query differences), slices, the worst
-    queries per system and the (redacted) config."""
-    wide = wide_table(comparison, ("<<best>>", ""))
-    header = "".join(f"<th>{html.escape(c)}</th>" for c in ["system", *wide.columns])
+def _p_phrase(p: float) -> str:
+    if pd.isna(p):
+        return "no p-value"
+    return "p < 0.001" if p < 1e-3 else f"p = {p:.3f}"
+
+
+def verdicts(comparison: Comparison) -> list[str]:
+    """One sentence per metric: the best row with its mean, difference to the baseline and
+    Holm-corrected paired t-test p (for the best non-baseline row when the baseline is best)."""
+    sentences = []
+    for metric in comparison.metrics:
+        rows = comparison.table[comparison.table["metric"] == metric]
+        best = rows.loc[rows["mean"].idxmax()]
+        others = rows[~rows["baseline"]]
+        if not best["baseline"]:
+            sentences.append(f"{best['system']} best on {metric}: {best['mean']:.4f}, {best['delta']:+.4f} over "
+                             f"{comparison.baseline.label}, {_p_phrase(best['p_ttest_holm'])} (paired t-test, Holm)")
+        elif others.empty:
+            sentences.append(f"{best['system']} on {metric}: {best['mean']:.4f} (no other system)")
+        else:
+            runner = others.loc[others["mean"].idxmax()]
+            sentences.append(f"{best['system']} (the baseline) best on {metric}: {best['mean']:.4f}; next {runner['system']}, "
+                             f"{runner['delta']:+.4f}, {_p_phrase(runner['p_ttest_holm'])} (paired t-test, Holm)")
+    return sentences
+
+
+def _html_table(frame: pd.DataFrame, best: Sequence[bool] = ()) -> str:
+    """A frame as an HTML table, the index as the first column; rows flagged in ``best`` highlighted."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in [frame.index.name or "", *frame.columns])
     rows = []
-    for label, cells in zip(wide.index, wide.to_numpy()):
-        tds = "".join(f'<td class="best">{html.escape(c.removeprefix("<<best>>"))}</td>' if c.startswith("<<best>>") else f"<td>{html.escape(c)}</td>"
-                      for c in cells)
-        rows.append(f"<tr><td>{html.escape(label)}</td>{tds}</tr>")
-    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title><style>{_REPORT_STYLE}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1>",
-             f"<p class=\"note\">{len(comparison.queries)} queries; mean [95% bootstrap CI]; Δ and p-values (paired t-test, "
-             f"randomization test, Holm-corrected) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: per-query wins/ties/losses; "
-             f"best value per metric highlighted.</p>",
-             f"<table><tr>{header}</tr>{''.join(rows)}</table>",
-             f"<img alt=\"comparison plot\" src=\"data:image/png;base64,{base64.b64encode(plot_png).decode()}\">"]
+    for i, (label, cells) in enumerate(zip(frame.index, frame.to_numpy())):
+        mark = ' class="best"' if i < len(best) and best[i] else ""
+        rows.append(f"<tr{mark}><td>{html.escape(str(label))}</td>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _metric_block(comparison: Comparison, wide: pd.DataFrame, metric: str) -> str:
+    columns = {metric: "mean [95% CI]", f"Δ {metric}": "Δ", f"p t-test {metric}": "p t-test (Holm)",
+               f"p rand. {metric}": "p rand. (Holm)", f"W/T/L {metric}": "W/T/L"}
+    best = comparison.table[comparison.table["metric"] == metric]["best"].tolist()
+    return f"<h3>{html.escape(metric)}</h3>" + _html_table(wide[list(columns)].rename(columns=columns), best)
+
+
+def _lines(lines: list[str]) -> str:
+    return "<br>".join(html.escape(line.strip()) for line in lines)
+
+
+def _cases_table(comparison: Comparison, system: SystemRun, qids: pd.Series, runs: dict[str, Run], dataset: Dataset,
+                 titles: dict[str, str]) -> str:
+    metric, base = comparison.metrics[0], comparison.baseline
+    head = (f"<tr><th>query</th><th>{html.escape(metric)}</th><th>relevant</th><th>{html.escape(base.label)} top 3</th>"
+            f"<th>{html.escape(system.label)} top 3</th></tr>")
+    rows = [f"<tr><td>{html.escape(qid)}: {html.escape(dataset.queries.get(qid, '?'))}</td>"
+            f"<td>{base.per_query.loc[qid, metric]:.4f} → {system.per_query.loc[qid, metric]:.4f} ({delta:+.4f})</td>"
+            f"<td>{_lines(_relevant(qid, dataset, titles))}</td><td>{_lines(_top(runs[base.run_id], qid, dataset, titles, 3))}</td>"
+            f"<td>{_lines(_top(runs[system.run_id], qid, dataset, titles, 3))}</td></tr>" for qid, delta in qids.items()]
+    return f'<table class="cases">{head}{"".join(rows)}</table>' if rows else "<p class=\"note\">none</p>"
+
+
+def _wins_and_losses(comparison: Comparison, runs: dict[str, Run], dataset: Dataset, limit: int) -> list[str]:
+    """Per system, a collapsible block with its largest wins and losses against the baseline."""
+    titles = dict(zip(dataset.corpus.ids, dataset.corpus.titles))
+    parts = []
+    for s in comparison.systems:
+        if s is comparison.baseline:
+            continue
+        diff = _differences(comparison, s)
+        wins, losses = diff[diff > 0].iloc[::-1].head(limit), diff[diff < 0].head(limit)
+        parts.append(f"<details><summary>{html.escape(s.label)}: {int((diff > 0).sum())} wins, {int((diff == 0).sum())} ties, "
+                     f"{int((diff < 0).sum())} losses against {html.escape(comparison.baseline.label)}</summary>"
+                     f"<h4>Largest wins</h4>{_cases_table(comparison, s, wins, runs, dataset, titles)}"
+                     f"<h4>Largest losses</h4>{_cases_table(comparison, s, losses, runs, dataset, titles)}</details>")
+    return parts
+
+
+def html_report(comparison: Comparison, title: str, plots: list[bytes], config_text: str = "", dataset: Dataset | None = None,
+                runs: dict[str, Run] | None = None, limit: int = 10) -> str:
+    """One self-contained HTML page (inline CSS, the plot as a data URI) that fits 1,280 px: a verdict
+    per metric, contents, a table per metric (CIs, Δ and Holm-corrected tests against the baseline),
+    the ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``)
+    and the (redacted) config."""
+    wide = wide_table(comparison, ("", ""))
+    sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
+                ("metrics", "Systems and metrics",
+                 f'<p class="note">{len(comparison.queries)} queries; mean [95% bootstrap CI]; Δ and p-values (paired t-test, '
+                 f"randomization test, Holm-corrected) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
+                 "per-query wins/ties/losses; best value highlighted.</p>"
+                 + "".join(_metric_block(comparison, wide, m) for m in comparison.metrics)),
+                ("plot", "Plots", "".join(f'<img alt="comparison plot" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+                                          for png in plots))]
     slices = slice_table(comparison)
-    if slices is not None:
-        parts += ["<h2>Slices</h2>", slices.to_html(), "<p class=\"note\">mean [95% bootstrap CI] over each slice's queries</p>"]
-    if failures:
-        parts.append(f"<h2>Worst queries against {html.escape(comparison.baseline.label)}</h2>")
-        parts += [f"<h3>{html.escape(label)}</h3><pre>{html.escape(text)}</pre>" for label, text in failures.items()]
+    sections.append(("slices", "Slices", '<p class="note">no slices in this dataset</p>' if slices is None else
+                     slices.to_html() + '<p class="note">mean [95% bootstrap CI] over each slice\'s queries</p>'))
+    if dataset is not None and runs:
+        sections.append(("queries", f"Wins and losses against {comparison.baseline.label} ({comparison.metrics[0]})",
+                         "".join(_wins_and_losses(comparison, runs, dataset, limit))))
     if config_text:
-        parts += ["<h2>Config</h2>", f"<pre>{html.escape(config_text)}</pre>"]
+        sections.append(("config", "Config", f"<pre>{html.escape(config_text)}</pre>"))
+    contents = "".join(f'<li><a href="#{anchor}">{html.escape(heading)}</a></li>' for anchor, heading, _ in sections)
+    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title><style>{_REPORT_STYLE}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1>", f"<nav><b>Contents</b><ul>{contents}</ul></nav>",
+             *(f'<h2 id="{anchor}">{html.escape(heading)}</h2>{body}' for anchor, heading, body in sections)]
     return "\n".join([*parts, "</body></html>"]) + "\n"

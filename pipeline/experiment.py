@@ -35,7 +35,8 @@ from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness
 from ragtrack.pipeline.csv_files import csv_text
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseline, write_comparison
+from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, p_text,
+                                         per_query_differences, write_comparison)
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import (check_variable_names, flatten, redact, redact_hydra_files, redact_overrides,
@@ -52,6 +53,7 @@ class JobInfo:
     """What Hydra knows about the job; empty when called outside Hydra."""
 
     choices: dict = field(default_factory=dict)
+    default_choices: dict = field(default_factory=dict)  # logged are the choices that differ from these
     overrides: list[str] = field(default_factory=list)
     sweep: str | None = None
     hydra_dir: Path | None = None
@@ -168,7 +170,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     overrides = " ".join(typed)
     tags = {layout.TAG_DATASET: dataset.name, layout.TAG_DATASET_HASH: dataset.hash, **provenance_tags(),
             layout.TAG_OVERRIDES: overrides or "(none)",
-            **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None}}
+            **{f"{layout.HYDRA_CHOICE_PREFIX}{k}": v for k, v in job.choices.items() if v is not None and v != job.default_choices.get(k)}}
     if job.sweep:
         tags[layout.TAG_SWEEP] = job.sweep
     name = mask(cfg.get("run_name") or job_name(job.choices, typed))
@@ -180,12 +182,13 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
                              lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan, stages))
         findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir)).merge(against_inputs(cfg, dataset, results))
         report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results, name)
-        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings)
+        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings, report)
     except BaseException as exc:
         tracker.finish(exc)
         raise
     tracker.finish()
-    print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0))
+    if not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
+        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0))
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
 
 
@@ -368,7 +371,10 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
     config_yaml = yaml_text(redact(resolved))
     (output_dir / layout.CONFIG_FILE).write_text(config_yaml)
     with stage("compare systems"):
-        _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml)
+        comparison = _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml)
+    wide = None if comparison is None else per_query_differences(comparison, dict(dataset.queries.items()))
+    if wide is not None:
+        (output_dir / layout.PER_QUERY_WIDE_FILE).write_text(csv_text(wide))
     payload = {
         "dataset": {"name": dataset.name, "provider": cfg.dataset.type, "source": dataset.source, "hash": dataset.hash,
                     "hashes": dataset.hashes, "documents": len(dataset.corpus), "queries": len(dataset.queries)},
@@ -381,7 +387,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         **(extra or {}),
     }
     write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(masked(payload), indent=2))  # last, whole: it marks the results complete
-    return {"results": payload, "table": table, "per_query": per_query}
+    return {"results": payload, "table": table, "per_query": per_query, "comparison": comparison, "per_query_wide": wide}
 
 
 def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str, dict[int, float]]:
@@ -392,7 +398,8 @@ def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str
                                 cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold).items()})
 
 
-def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], folder: Path, name: str, config_yaml: str) -> None:
+def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], folder: Path, name: str,
+                      config_yaml: str) -> Comparison | None:
     """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
     does across jobs): comparison.md/.png, failures/ and report.html in ``folder``; baseline bm25 or the
     first system; queries: those with a relevant judgment."""
@@ -400,12 +407,13 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
     metrics = [m for m in key_metrics if m in common] or common[:1]
     if not metrics:
-        return
+        return None
     queries = judged_queries(cfg, dataset)
     systems = [SystemRun(system, system, name, "", 0, r.per_query, label=system, curves=_curves(r, dataset, cfg)) for system, r in results.items()]
     comparison = compare_systems(systems, metrics, find_baseline(systems, None), queries, seed=int(cfg.seed))
     title = f"{dataset.name} ({len(comparison.queries)} queries): {name}"
     write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml)
+    return comparison
 
 
 def yaml_text(container: dict) -> str:
@@ -422,10 +430,12 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
 
 
 def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig,
-                    findings: Findings | None = None) -> None:
+                    findings: Findings | None = None, written: dict | None = None) -> None:
+    """``written``: what :func:`_write_outputs` returned (its comparison and per-query table)."""
     if not tracker.enabled:
         return
     key_metrics = job_key_metrics(cfg)
+    top = int(OmegaConf.select(cfg, "tracking.per_query_table", default=10))
     with stage("log to MLflow"):
         parent_metrics = {}
         for name, result in results.items():
@@ -436,13 +446,18 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             write_atomically(folder / layout.PER_QUERY_FILE, text)
             metrics = _system_metrics(result) | (findings.system_metrics.get(name, {}) if findings else {})
             tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=_curves(result, dataset, cfg),
-                               table=queries_table(result, dataset, key_metrics, int(OmegaConf.select(cfg, "tracking.per_query_table", default=10))))
+                               table=queries_table(result, dataset, key_metrics, top))
             parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS] + (findings.artifacts if findings else [])
         parent_metrics |= findings.parent_metrics if findings else {}
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
-        tracker.log_parent(parent_metrics, artifacts, summary_note(results, key_metrics, dataset, tracker.run_name))
+        comparison, wide = (written or {}).get("comparison"), (written or {}).get("per_query_wide")
+        if wide is not None:
+            artifacts.append(output_dir / layout.PER_QUERY_WIDE_FILE)
+        report = layout.run_page(tracker.experiment_id, tracker.run_id, f"{layout.COMPARISON_DIR}/{REPORT_FILE}")
+        note = summary_note(results, key_metrics, dataset, tracker.run_name, comparison, report)
+        tracker.log_parent(parent_metrics, artifacts, note, wide if top else None)
         tracker.share_runs_view(key_metrics)
 
 
@@ -465,7 +480,7 @@ def queries_table(result: SystemResult, dataset: Dataset, key_metrics: list[str]
                "relevant": " ".join(f"{doc}[{grade}]" for doc, grade in sorted(judged.items(), key=lambda item: (-item[1], item[0])) if grade > 0)}
         if "generated_answer" in result.per_query.columns:
             row["answer"] = str(result.per_query.at[qid, "generated_answer"])
-        rows.append(row | {m: float(result.per_query.at[qid, m]) for m in metrics})
+        rows.append(row | {m: round(float(result.per_query.at[qid, m]), 4) for m in metrics})
     return pd.DataFrame(rows)
 
 
@@ -476,24 +491,34 @@ def job_name(choices: Mapping, typed: list[str]) -> str:
     return " ".join([choices.get("experiment") or "ragtrack", *others])
 
 
-def summary_note(results: dict[str, SystemResult], key_metrics: list[str], dataset: Dataset, name: str) -> str:
-    """Markdown for the job's run page: systems x key metrics, mean [95% CI], the best in bold."""
+NOTE_PAD = "&nbsp;" * 2  # around a cell: MLflow's description table has no cell padding
+
+
+def summary_note(results: dict[str, SystemResult], key_metrics: list[str], dataset: Dataset, name: str,
+                 comparison: Comparison | None = None, report: str = "") -> str:
+    """Markdown for the job's run page, a column per system and per key metric three rows: the mean
+    (best in bold), its 95% CI and, from ``comparison``, Δ and the Holm-corrected paired t-test p
+    against its baseline; a link to ``report`` (the route of report.html)."""
     metrics = [m for m in key_metrics if any(m in r.summary.index for r in results.values())]
-    best = {m: max(r.summary.loc[m, "mean"] for r in results.values() if m in r.summary.index) for m in metrics}
-    lines = ["| system | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]  # first: the UI folds long notes
-    for system, result in results.items():
-        cells = []
-        for metric in metrics:
-            if metric not in result.summary.index or pd.isna(result.summary.loc[metric, "mean"]):
-                cells.append("")
-                continue
-            row = result.summary.loc[metric]
-            cell = f"{row['mean']:.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
-            cells.append(f"**{cell}**" if row["mean"] == best[metric] else cell)
-        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    tests = comparison.table.set_index(["system", "metric"]) if comparison is not None and len(results) > 1 else None
+    lines = ["| | " + " | ".join(results) + " |", "|---|" + "---:|" * len(results)]  # first: the UI folds long notes
+    for metric in metrics:
+        rows = {system: r.summary.loc[metric] for system, r in results.items()
+                if metric in r.summary.index and pd.notna(r.summary.loc[metric, "mean"])}
+        best = max(row["mean"] for row in rows.values())
+        means = {s: f"**{row['mean']:.4f}**" if row["mean"] == best else f"{row['mean']:.4f}" for s, row in rows.items()}
+        table = [(f"**{metric}**", means), ("95% CI", {s: f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}]" for s, row in rows.items()})]
+        if tests is not None and metric in comparison.metrics:
+            table.append(("Δ (p)", {s: "baseline" if tests.loc[(s, metric), "baseline"] else
+                                    f"{tests.loc[(s, metric), 'delta']:+.4f} (p {p_text(tests.loc[(s, metric), 'p_ttest_holm'])})"
+                                    for s in results}))
+        for label, cells in table:
+            lines.append(f"| {label} | " + " | ".join(f"{NOTE_PAD}{cells[s]}{NOTE_PAD}" if s in cells else "" for s in results) + " |")
     counted = max(int(r.summary["n"].max()) for r in results.values())
+    against = f" Δ and p (paired t-test, Holm-corrected) against {comparison.baseline.label}." if tests is not None else ""
     lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over the {counted} queries with a "
-              "relevant judgment [95% bootstrap CI], best in bold. All metrics are in the child runs; `ragtrack compare` adds paired tests."]
+              f"relevant judgment [95% bootstrap CI], best in bold.{against} All metrics are in the child runs"
+              + (f"; the full comparison: [report.html]({report})." if report else ".")]
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ One parent run per Hydra job, one child run per system (tag ``mlflow.parentRunId
   (inside a git checkout only), :data:`TAG_OVERRIDES`, ``hydra.choice.<group>``, :data:`TAG_SWEEP` in a
   sweep; params: the shared config; metrics ``<system>/<metric_key>``; artifacts :data:`JOB_ARTIFACTS`
   and Hydra's ``.hydra/`` folder;
-- parent description (:data:`TAG_NOTE`): systems x key metrics (mean and 95% CI, best in bold);
+- parent description (:data:`TAG_NOTE`): systems x key metrics (mean, 95% CI, Δ and p, report link);
 - child: run name :func:`child_run_name`, tag :data:`TAG_SYSTEM`; params: its config; metrics ``<metric_key>`` plus ``_std``,
   ``_ci_low``, ``_ci_high`` and efficiency figures, identical keys across systems; step metrics
   :func:`curve_key` (step = cutoff k); artifacts :data:`RUN_FILE` and :data:`PER_QUERY_FILE`;
@@ -47,11 +47,12 @@ KEY_METRICS = ("ndcg@10", "recall@100", "mrr")  # the default of tracking.key_me
 
 RUN_FILE = "run.trec"
 PER_QUERY_FILE = "per_query.csv"
+PER_QUERY_WIDE_FILE = "per_query_wide.csv"  # a job's compared queries: each system's key metrics and Δ to the baseline
 CONFIG_FILE = "config.yaml"
 RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.csv"
 TAG_VIEW_PREFIX = "mlflow.sharedViewState."  # MLflow UI's own: an experiment tag holding a shared runs-table view
-QUERIES_TABLE = "queries.json"  # a system run's per-query table (MlflowClient.log_table): query, top documents, answer, metrics
+QUERIES_TABLE = "queries.json"  # a system run's and (every system side by side) a job's per-query table (MlflowClient.log_table): query, top documents, answer, metrics
 COMPARISON_DIR = "comparison"  # the job's systems side by side: comparison.md/.png, failures/, report.html (pipeline.comparison)
 JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE, COMPARISON_DIR)
 
@@ -107,8 +108,9 @@ def curve_key(base: str) -> str:
 
 
 def child_run_name(system: str, job_name: str) -> str:
-    """A system's run name, telling apart the same system in different jobs: ``hybrid · rrf_k k=30``."""
-    return f"{system} · {job_name}"
+    """A system's run name, telling apart the same system in different jobs: ``hybrid · rrf_k k=30``;
+    a job named after the system is not named twice (job ``hybrid k=60``: ``hybrid · k=60``)."""
+    return f"{system} · {job_name.removeprefix(f'{system} ') or job_name}"
 
 
 def default_tracking_uri(root: str | Path) -> str:
@@ -133,6 +135,15 @@ def file_uri(path: str | Path) -> str:
     return Path(path).absolute().as_uri()
 
 
+UI_WORKFLOW = "machine_learning"  # the MLflow 3 UI's "Model training" switch (URL parameter workflowType), not "GenAI"
+
+
 def runs_table_page(experiment_id: str, view: str) -> str:
-    """The UI route of a shared runs-table view (experiment tag :data:`TAG_VIEW_PREFIX` + ``view``)."""
-    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}"
+    """The UI route of a shared runs-table view (experiment tag :data:`TAG_VIEW_PREFIX` + ``view``), in
+    the UI's model-training mode."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={view}&workflowType={UI_WORKFLOW}"
+
+
+def run_page(experiment_id: str, run_id: str, artifact: str = "") -> str:
+    """The UI route of a run's page, or of one of its artifacts (``comparison/report.html``)."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}" + (f"/artifacts/{artifact}" if artifact else "")

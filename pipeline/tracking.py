@@ -34,7 +34,8 @@ from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.core.secrets import mask, remember_url_credentials, split_credentials, without_credentials
 from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
-                                      TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, runs_table_page, sqlite_path, sqlite_uri)
+                                      TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, run_page, runs_table_page, sqlite_path,
+                                      sqlite_uri)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -308,7 +309,8 @@ class Tracker:
     def log_dataset(self, identity: DatasetIdentity) -> None: ...
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
                    steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None: ...
-    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None: ...
+    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None,
+                   table: pd.DataFrame | None = None) -> None: ...
     def share_runs_view(self, key_metrics: list[str]) -> None: ...
     def finish(self, error: BaseException | None = None) -> None: ...
 
@@ -370,10 +372,14 @@ class MlflowTracker(Tracker):
             self._log(run.info.run_id, params=params, metrics=metrics, steps=steps)
             self.client.set_terminated(run.info.run_id, "FINISHED")
 
-    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None) -> None:
-        """The job's metrics and artifacts; ``note``: markdown shown as the run's description."""
+    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None,
+                   table: pd.DataFrame | None = None) -> None:
+        """The job's metrics and artifacts; ``note``: markdown shown as the run's description; ``table``:
+        its systems per query, logged as :data:`QUERIES_TABLE`."""
         with reported_as_one_line():
             self._log_artifacts(self.run_id, artifacts)
+            if table is not None:
+                self.client.log_table(self.run_id, table, QUERIES_TABLE)
             self._log(self.run_id, metrics=metrics)
             if note:
                 self.client.set_tag(self.run_id, TAG_NOTE, mask(note))
@@ -390,20 +396,18 @@ class MlflowTracker(Tracker):
         """The job's systems in the runs table with the key metric columns showing, stored the way the
         MLflow UI stores a shared view (an experiment tag :data:`TAG_VIEW_PREFIX` + the job's run id,
         opened by ``?viewStateShareKey=``): filtered on the job, sorted by the first key metric."""
-        columns = [f"metrics.`{metric_key(m)}`" for m in key_metrics]
-        state = {"searchFilter": f"tags.`{TAG_PARENT}` = '{self.run_id}'", "orderByKey": columns[0], "orderByAsc": False,
-                 "selectedColumns": columns, "columnOrder": columns, "columnWidths": {c: 170 for c in columns}}
         with reported_as_one_line():
-            self.client.set_experiment_tag(self.experiment_id, f"{TAG_VIEW_PREFIX}{self.run_id}", json.dumps(state))
+            share_view(self.client, self.experiment_id, self.run_id, f"tags.`{TAG_PARENT}` = '{self.run_id}'",
+                       [f"metrics.`{metric_key(m)}`" for m in key_metrics])
         self.view_shared = True
 
     def where(self) -> list[str]:
         """The run id, the run's page and (after :meth:`share_runs_view`) its systems' runs table: on the
         tracking server, or in ``ragtrack ui`` for a local store."""
         local = is_local_store(self.uri)
-        base = UI_URL if local else self.uri.rstrip("/")
+        base = ui_base(self.uri)
         lines = [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})",
-                 f"Run page:      {base}/#/experiments/{self.experiment_id}/runs/{self.run_id}"]
+                 f"Run page:      {base}/{run_page(self.experiment_id, self.run_id)}"]
         if self.view_shared:
             lines.append(f"Runs table:    {base}/{runs_table_page(self.experiment_id, self.run_id)}")
         return lines + ([f"               after: ragtrack ui --tracking-uri {self.uri}"] if local else [])
@@ -428,6 +432,20 @@ class MlflowTracker(Tracker):
                 self.client.log_artifacts(run_id, str(path), artifact_path=Path(path).name)
             else:
                 self.client.log_artifact(run_id, str(path))
+
+
+def share_view(client: Any, experiment_id: str, key: str, search_filter: str, columns: list[str]) -> None:
+    """A runs-table view stored the way the MLflow UI stores a shared one (experiment tag
+    :data:`TAG_VIEW_PREFIX` + ``key``, opened by ``?viewStateShareKey=``): the runs ``search_filter``
+    selects, ``columns`` showing, sorted by the first (descending)."""
+    state = {"searchFilter": search_filter, "orderByKey": columns[0], "orderByAsc": False,
+             "selectedColumns": columns, "columnOrder": columns, "columnWidths": {c: 170 for c in columns}}
+    client.set_experiment_tag(experiment_id, f"{TAG_VIEW_PREFIX}{key}", json.dumps(state))
+
+
+def ui_base(uri: str) -> str:
+    """Where the UI of a store is: the tracking server, or ``ragtrack ui`` for a local store."""
+    return UI_URL if is_local_store(uri) else uri.rstrip("/")
 
 
 def _masked_tags(tags: Mapping) -> dict[str, str]:

@@ -20,7 +20,8 @@ def toy_path() -> Path:
 @pytest.fixture(scope="session")
 def toy_sweep(tmp_path_factory):
     """A real 5-job multirun (``ragtrack run -m experiment=rrf_k`` on the toy dataset, hashing encoder)
-    into a temporary SQLite MLflow store; shared by the sweep, compare and UI tests. It runs in a
+    into a temporary SQLite MLflow store; shared by the sweep, compare and UI tests. ``log``: what the
+    terminal showed; ``job_logs``: the jobs' ragtrack.log files. It runs in a
     subprocess: Chroma's native threads in this process would deadlock tests that fork."""
     import os
     import subprocess
@@ -32,8 +33,9 @@ def toy_sweep(tmp_path_factory):
                f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}"]
     done = subprocess.run(command, cwd=root, env={**os.environ, "RAGTRACK_ROOT": str(root)}, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    job_logs = "".join(path.read_text() for path in sorted(root.glob("outputs/multiruns/*/*/ragtrack.log")))
     return SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlruns/mlflow.db", experiment="ragtrack-toy",
-                           log=done.stdout + done.stderr, ks=SWEEP_KS)
+                           log=done.stdout + done.stderr, job_logs=job_logs, ks=SWEEP_KS)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from io import StringIO
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -18,8 +19,8 @@ from mlflow.tracking import MlflowClient
 
 from ragtrack.evaluators.significance import effect_size, holm, paired_t_test, randomization_test
 from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.pipeline.compare import run_compare
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, failure_report, find_baseline, render
+from ragtrack.pipeline.compare import differing_settings, run_compare, select_jobs, short_settings
+from ragtrack.pipeline.comparison import SystemRun, compare_systems, failure_report, find_baseline, numeric_params, render
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.reproduce import reproduce
@@ -105,6 +106,44 @@ def test_baseline_by_label_system_or_run_id() -> None:
     assert find_baseline(systems, "hybrid") is BETTER and find_baseline(systems, "job-dense") is WORSE
     with pytest.raises(RagtrackError, match="baseline 'splade' is not a compared system or run; rows: bm25, hybrid, dense"):
         find_baseline(systems, "splade")
+    sweep = [system(f"hybrid k={k}", {"ndcg@10": [0.5, 0.5, 0.5, 0.5]}) for k in (1, 10)]
+    for row in sweep:
+        row.system = "hybrid"
+    with pytest.raises(RagtrackError, match="^baseline 'hybrid' matches 2 rows; pass one of: 'hybrid k=1', 'hybrid k=10'$"):
+        find_baseline([BASE, *sweep], "hybrid")
+    assert find_baseline([BASE, *sweep], "hybrid k=10") is sweep[1]
+
+
+def test_rows_are_named_by_the_settings_that_differ_between_jobs() -> None:
+    assert short_settings({"retriever.bm25.k1": "0.6", "retriever.bm25.b": "0.4"}) == "k1=0.6 b=0.4"
+    assert short_settings({"retriever.bm25.k": "1", "fusion.rrf.k": "60"}) == "retriever.bm25.k=1 fusion.rrf.k=60"
+    jobs = {job: SimpleNamespace(data=SimpleNamespace(tags={"ragtrack.overrides": f"experiment=bm25_params retriever.bm25.k1={k1} +x=1"}))
+            for job, k1 in (("a", "0.6"), ("b", "1.2"))}
+    assert differing_settings(jobs) == {"a": {"retriever.bm25.k1": "0.6"}, "b": {"retriever.bm25.k1": "1.2"}}
+
+
+def test_sweep_latest_names_the_experiment_searched_and_the_sweeps_found() -> None:
+    def job(run_id: str, sweep: str | None) -> SimpleNamespace:
+        return SimpleNamespace(info=SimpleNamespace(status="FINISHED", run_id=run_id), data=SimpleNamespace(tags={"ragtrack.sweep": sweep} if sweep else {}))
+
+    with pytest.raises(RagtrackError, match="^no sweep in experiment 'scifact'; run one with"):
+        select_jobs([job("a", None)], "latest", "scifact")
+    jobs, scope = select_jobs([job("a", "/o/multiruns/s1"), job("b", "/o/multiruns/s2"), job("c", None)], "latest", "scifact")
+    assert list(jobs) == ["b"] and scope == "sweep s2 of experiment 'scifact'; its sweeps: s1, s2"
+    with pytest.raises(RagtrackError, match="^no finished runs of sweep 's3' in experiment 'scifact'; sweeps: s1, s2$"):
+        select_jobs([job("a", "/o/multiruns/s1"), job("b", "/o/multiruns/s2")], "s3", "scifact")
+
+
+def test_a_wide_table_becomes_a_block_per_metric() -> None:
+    metrics = ["ndcg@10", "recall@100", "mrr"]
+    rows = [system(name, {m: values for m in metrics}) for name, values in
+            (("bm25", [0.5, 0.2, 0.0, 1.0]), ("hybrid", [0.75, 0.5, 0.0, 1.0]))]
+    comparison = compare_systems(rows, metrics, rows[0], resamples=100)
+    text = render(comparison, "table")
+    assert max(map(len, text.splitlines())) <= 100 and render(comparison, "table", width=None).count("\n") < text.count("\n")
+    for metric in metrics:
+        assert f"\n{metric}\n" in "\n" + text
+    assert text.splitlines()[1].split() == ["mean", "[95%", "CI]", "Δ", "p", "t-test", "p", "rand.", "W/T/L"]
 
 
 def test_failure_report_shows_why() -> None:
@@ -126,6 +165,8 @@ def test_compare_over_a_real_sweep(toy_sweep, tmp_path) -> None:
                                    fmt="markdown", plot_file=str(tmp_path / "plot.png"), failures=3)
     labels = [s.label for s in comparison.systems]
     assert labels == ["bm25", "dense", *[f"hybrid k={k}" for k in toy_sweep.ks]]  # bm25/dense shown once
+    assert [s.params for s in comparison.systems] == [{}, {}, *[{"fusion.rrf.k": str(k)} for k in toy_sweep.ks]]
+    assert numeric_params(comparison.systems) == ["fusion.rrf.k"]  # the plot's numeric axis
     for s in comparison.systems:  # the logged means and CIs, recomputed from the per-query tables
         logged = client.get_run(s.run_id).data.metrics
         row = comparison.table[(comparison.table["system"] == s.label) & (comparison.table["metric"] == "ndcg@10")].iloc[0]
@@ -135,6 +176,10 @@ def test_compare_over_a_real_sweep(toy_sweep, tmp_path) -> None:
     logged = client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id],
                                 filter_string="tags.`ragtrack.comparison` = 'true'")
     assert logged and logged[0].info.run_name.startswith("comparison vs bm25 (") and logged[0].data.tags["ragtrack.sweep"]
+    assert logged[0].data.metrics["hybrid_k_30/ndcg_at_10"] == pytest.approx(float(comparison.table.query(
+        "system == 'hybrid k=30' and metric == 'ndcg@10'")["mean"].iloc[0]))  # each row's metrics name it
+    note = logged[0].data.tags["mlflow.note.content"]
+    assert note.startswith("- ") and " best on ndcg@10: " in note and "| hybrid k=30 |" in note and "artifacts/report.html)" in note
     artifacts = {f.path for f in client.list_artifacts(logged[0].info.run_id)} | {f.path for f in client.list_artifacts(logged[0].info.run_id, "failures")}
     assert {"comparison.md", "comparison.csv", "comparison.json", "comparison.png", "failures/dense.md", "failures/hybrid_k=30.md"} <= artifacts
 

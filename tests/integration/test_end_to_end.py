@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -158,11 +159,15 @@ def test_the_job_page_shows_the_comparison_and_runs_name_themselves(tmp_path: Pa
     assert job.info.run_name == "compare_retrievers dataset=toy encoder=hashing retriever.bm25.k1=1.2"
     assert sorted(r.info.run_name for r in runs if r is not job) == [f"{s} · {job.info.run_name}" for s in ("bm25", "dense", "hybrid")]
     note = job.data.tags["mlflow.note.content"].splitlines()
-    assert note[0] == "| system | ndcg@10 | recall@100 | mrr |" and note[-1].startswith(f"**{job.info.run_name}** on `toy`")
-    rows = {line.split(" | ")[0].strip("| "): line for line in note[2:5]}
+    assert note[0] == "| | bm25 | dense | hybrid |" and note[-1].startswith(f"**{job.info.run_name}** on `toy`")
+    assert "[report.html](#/experiments/" in note[-1]
+    means, cis, tests = ([cell.replace("&nbsp;", "").strip() for cell in line.strip("|").split("|")] for line in note[2:5])
+    assert (means[0], cis[0], tests[0]) == ("**ndcg@10**", "95% CI", "Δ (p)")
     results = json.loads(next((tmp_path / "outputs" / "runs").glob("*/results.json")).read_text())["aggregates"]
-    for system, line in rows.items():
+    best = max(r["ndcg@10"]["mean"] for r in results.values())
+    for i, system in enumerate(("bm25", "dense", "hybrid"), start=1):  # a column per system: mean, CI, Δ (p)
         ndcg = results[system]["ndcg@10"]
-        cell = f"{ndcg['mean']:.4f} [{ndcg['ci_low']:.4f}, {ndcg['ci_high']:.4f}]"
-        best = max(r["ndcg@10"]["mean"] for r in results.values())
-        assert (f"**{cell}**" if ndcg["mean"] == best else f" {cell} ") in line
+        assert means[i] == (f"**{ndcg['mean']:.4f}**" if ndcg["mean"] == best else f"{ndcg['mean']:.4f}")
+        assert cis[i] == f"[{ndcg['ci_low']:.4f}, {ndcg['ci_high']:.4f}]"
+        assert tests[i] == "baseline" if system == "bm25" else re.fullmatch(r"[+-]\d\.\d{4} \(p [<\d.]+\)", tests[i])
+    assert set(job.data.tags) >= {"hydra.choice.dataset", "hydra.choice.encoder"} and "hydra.choice.paths" not in job.data.tags

@@ -7,7 +7,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support import TOY_JOB, ragtrack
@@ -26,7 +25,7 @@ def test_a_job_writes_and_logs_its_comparison_and_report(tmp_path: Path) -> None
     assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", report), "report.html must be self-contained"
     assert "data:image/png;base64," in report and "<style>" in report
     for system, metrics in results["systems"].items():  # the same means, to the 4 decimals shown
-        row = re.search(rf"<tr><td>{system}</td>(.*?)</tr>", report).group(1)
+        row = re.search(rf"<tr( class=\"best\")?><td>{system}</td>(.*?)</tr>", report).group(2)
         assert f"{metrics['ndcg@10']:.4f} [" in row
     assert "toy" in report.split("</h1>")[0]  # the dataset is named in the title
     assert "relevance_threshold" in report  # the config
@@ -53,7 +52,25 @@ def test_each_system_run_logs_what_it_retrieved_per_query_as_an_mlflow_table(tmp
             for row in table["data"]:
                 record = dict(zip(table["columns"], row))
                 assert len(record["retrieved"].splitlines()) <= 3 and record["retrieved"].startswith("1. ")
-                assert record["ndcg@10"] == pytest.approx(float(per_query[record["qid"]]["ndcg@10"]), abs=1e-9)  # MLflow writes 10 decimals
+                assert record["ndcg@10"] == round(float(per_query[record["qid"]]["ndcg@10"]), 4)  # rounded for reading
+
+
+def test_the_job_logs_every_systems_key_metrics_per_query_with_the_difference_to_the_baseline(tmp_path: Path) -> None:
+    done = ragtrack(tmp_path, *TOY_JOB, "hydra.run.dir=outputs/job")
+    assert done.returncode == 0, done.stderr[-3000:]
+    wide = _csv_rows(tmp_path / "outputs" / "job" / "per_query_wide.csv")
+    long = {(row["system"], row["qid"]): float(row["ndcg@10"]) for row in _csv_rows(tmp_path / "outputs" / "job" / "per_query.csv")}
+    assert list(wide[0])[:5] == ["qid", "query", "bm25 ndcg@10", "dense ndcg@10", "dense Δ ndcg@10"] and len(wide) == 6
+    for row in wide:
+        assert float(row["dense ndcg@10"]) == round(long["dense", row["qid"]], 4)
+        assert float(row["hybrid Δ ndcg@10"]) == round(long["hybrid", row["qid"]] - long["bm25", row["qid"]], 4)
+    assert wide[0]["query"] == "how do plants make glucose from sunlight"
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    (parent,) = [r for r in client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
+                 if "mlflow.parentRunId" not in r.data.tags]
+    table = json.loads(Path(client.download_artifacts(parent.info.run_id, "queries.json", str(tmp_path / "dl"))).read_text())
+    assert table["columns"] == list(wide[0]) and len(table["data"]) == 6
+    assert "per_query_wide.csv" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 
 def test_the_per_query_table_can_be_switched_off(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from importlib.resources import files
 from pathlib import Path
 
@@ -33,15 +35,37 @@ def test_sweep_jobs_share_one_tag_and_have_readable_names(toy_sweep) -> None:
     assert len({j.data.tags["ragtrack.sweep"] for j in jobs}) == 1
     assert all(j.info.status == "FINISHED" for j in jobs)
     assert sorted(c.data.tags["ragtrack.system"] for c in children) == sorted(["bm25", "dense", "hybrid"] * len(toy_sweep.ks))
+    assert sorted(c.info.run_name for c in children if c.data.tags["ragtrack.system"] == "hybrid") == sorted(f"hybrid · k={k}" for k in toy_sweep.ks)
+
+
+def test_a_sweep_shows_at_most_three_lines_per_job_and_its_page(toy_sweep) -> None:
+    """The terminal: a line per job from Hydra, from the summary table and with its run link; then the
+    sweep's runs view, its report and the next command; every line fits 100 columns but URLs."""
+    import re
+
+    lines = toy_sweep.log.splitlines()
+    jobs = len(toy_sweep.ks)
+    assert len(lines) <= 3 * jobs + 12, toy_sweep.log
+    for k in toy_sweep.ks:
+        assert len([line for line in lines if re.search(rf"(fusion\.rrf\.)?k={k}\b", line)]) <= 3
+        (line,) = [line for line in lines if line.startswith(f"k={k}  hybrid ndcg@10 ")]
+        assert re.fullmatch(rf"k={k}  hybrid ndcg@10 \d\.\d{{4}} \[\d\.\d{{4}}, \d\.\d{{4}}\]  http://127\.0\.0\.1:5000/#/experiments/\d+/runs/\w+", line)
+    assert all(len(line) <= 100 for line in lines if "http" not in line and "MLflow database" not in line)
+    view = re.search(r"^Sweep runs:   http://127\.0\.0\.1:5000/#/experiments/(\d+)/runs\?viewStateShareKey=([^&\s]+)&workflowType=machine_learning$", toy_sweep.log, re.MULTILINE)
+    state = json.loads(MlflowClient(toy_sweep.uri).get_experiment(view.group(1)).tags[f"mlflow.sharedViewState.{view.group(2)}"])
+    assert state["searchFilter"].startswith("tags.`ragtrack.sweep` = '") and "metrics.`hybrid/ndcg_at_10`" in state["selectedColumns"]
+    report = re.search(r"^Sweep report: http://\S+/runs/(\w+)/artifacts/report\.html$", toy_sweep.log, re.MULTILINE).group(1)
+    assert {"report.html", "sweep.png"} <= {a.path for a in MlflowClient(toy_sweep.uri).list_artifacts(report)}  # k on a numeric axis
+    assert f"Next:         ragtrack compare --sweep {view.group(2)}" in lines
 
 
 def test_sweep_encodes_the_corpus_once_and_reuses_every_index(toy_sweep) -> None:
     dataset = load_beir(TOY)
-    # the sweep's log: the corpus is encoded once, and each index is built once, by the first job
-    assert toy_sweep.log.count(f"dense: encoding {len(dataset.corpus)} documents") == 1
-    builds = sorted(line.split("cache build: ")[1].rsplit(" ", 3)[0] for line in toy_sweep.log.splitlines() if "cache build: " in line)
+    # the jobs' logs: the corpus is encoded once, and each index is built once, by the first job
+    assert toy_sweep.job_logs.count(f"dense: encoding {len(dataset.corpus)} documents") == 1
+    builds = sorted(line.split("cache build: ")[1].rsplit(" ", 3)[0] for line in toy_sweep.job_logs.splitlines() if "cache build: " in line)
     assert builds == ["bm25", "bm25 run", "dense embeddings", "dense run"]  # each once
-    assert toy_sweep.log.count("cache hit: dense run") == len(toy_sweep.ks) - 1  # later jobs reuse the run
+    assert toy_sweep.job_logs.count("cache hit: dense run") == len(toy_sweep.ks) - 1  # later jobs reuse the run
     _, children = jobs_and_children(toy_sweep.uri, toy_sweep.experiment)
     searched = sorted(c.data.tags["ragtrack.system"] for c in children if c.data.metrics.get("run_from_cache") == 0.0)
     assert searched == ["bm25", "dense"], "only the first job indexes and searches; the others reuse its runs"

@@ -4,6 +4,8 @@ one line and a non-zero exit."""
 
 from __future__ import annotations
 
+import re
+
 from mlflow.tracking import MlflowClient
 
 from tests.support import SWEEP_KS
@@ -25,7 +27,8 @@ def _logged(uri: str, experiment: str) -> list[dict]:
             "status": run.info.status,
             "metrics": {k: (None if any(t in k for t in TIMING) else v) for k, v in run.data.metrics.items()},
             "params": dict(run.data.params),
-            "tags": {k: v for k, v in run.data.tags.items() if k not in PER_PROCESS_TAGS and not k.startswith("mlflow.source")},
+            "tags": {k: re.sub(r"/runs/\w+/", "/runs/<run id>/", v) for k, v in run.data.tags.items()  # the note links its run
+                     if k not in PER_PROCESS_TAGS and not k.startswith("mlflow.source")},
             "artifacts": sorted(a.path for a in client.list_artifacts(run.info.run_id)),
             "steps": {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for k in ("recall", "ndcg")
                       if k in run.data.metrics},

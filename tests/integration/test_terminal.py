@@ -161,11 +161,16 @@ def test_compare_says_what_it_wrote_and_where_it_logged(toy_sweep, tmp_path: Pat
     assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "-m", "ndcg@10", "--plot", str(plot)]) == 0
     err = capsys.readouterr().err
     assert f"ragtrack: wrote the comparison plot to {plot}" in err and plot.stat().st_size > 10_000
-    run_id = re.search(r"logged the comparison \(tables, plot, failure analysis\) as MLflow run (\w+) \(comparison vs ", err).group(1)
+    run_id = re.search(r"^MLflow run:  (\w+) \(comparison vs ", err, re.MULTILINE).group(1)
+    experiment = MlflowClient(toy_sweep.uri).get_run(run_id).info.experiment_id
     assert MlflowClient(toy_sweep.uri).get_run(run_id).data.tags["ragtrack.comparison"] == "true"
+    assert f"\nRun page:    http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}\n" in err
+    assert f"\nreport.html: http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}/artifacts/report.html\n" in err
+    assert re.search(r"^ragtrack: compared sweep \S+ of experiment 'ragtrack-toy'; its sweeps: \S+\n", " ".join(err.split("\n  ")), re.MULTILINE)
+    assert all(len(line) <= 100 for line in err.splitlines() if "http" not in line and str(plot) not in line)
     assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "-m", "ndcg@10", "--no-log"]) == 0
     out = capsys.readouterr()
-    assert "logged" not in out.err and max(map(len, out.out.splitlines())) <= 100  # fits 100 columns
+    assert "MLflow run" not in out.err and max(map(len, out.out.splitlines())) <= 100  # fits 100 columns
     assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "-m", "ndcg@10", "--no-log", "--wide"]) == 0
     assert max(map(len, capsys.readouterr().out.splitlines())) > 100  # one wide table
 

@@ -20,6 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragtrack.pipeline.compare import run_compare
+from ragtrack.pipeline.comparison import p_text
 from tests.support import stop_group
 
 DEBIAN_CHROMIUM = "/usr/bin/chromium"
@@ -119,7 +120,8 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
 
 def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path) -> None:
     """A toy job, then the run page its last lines name: the description table holds the three
-    systems' nDCG@10 (mean [95% CI]) as results.json has them; a system run's queries.json opens as a
+    systems' nDCG@10 (mean [95% CI]) as results.json has them, dense's Holm-corrected p against bm25 and a
+    link to report.html, and only the Hydra choices that differ from the defaults as tags; a system run's queries.json opens as a
     table of queries; the run lists its dataset (name and digest) under Datasets; the job's report.html, opened from the run's artifacts on the same server, holds
     the same nDCG@10 cells."""
     import json
@@ -134,6 +136,9 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
     results = json.loads((tmp_path / "job" / "results.json").read_text())
     aggregates, digest = results["aggregates"], results["dataset"]["hash"][:16]
     cells = {s: "{mean:.4f} [{ci_low:.4f}, {ci_high:.4f}]".format(**aggregates[s]["ndcg@10"]) for s in ("bm25", "dense", "hybrid")}
+    comparison = json.loads((tmp_path / "job" / "comparison" / "comparison.json").read_text())["rows"]
+    dense = next(r for r in comparison if r["system"] == "dense" and r["metric"] == "ndcg@10")
+    p_dense = f"{dense['delta']:+.4f} (p {p_text(dense['p_ttest_holm'])})"
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "ragtrack", "ui", "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db", "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -148,10 +153,14 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
                 page = browser.new_page(viewport={"width": 1600, "height": 1400})
                 page.set_default_timeout(TIMEOUT_MS)
                 page.goto(link.replace("http://127.0.0.1:5000", url), wait_until="domcontentloaded")
-                for system, cell in cells.items():
-                    page.get_by_role("cell", name=system, exact=True).first.wait_for()
-                    page.get_by_text(cell, exact=True).first.wait_for()
+                for system, cell in cells.items():  # a column per system: the mean, then its CI beneath
+                    page.get_by_role("columnheader", name=system, exact=True).first.wait_for()
+                    for value in cell.replace(" [", "|[").split("|"):
+                        page.get_by_role("cell", name=value, exact=True).first.wait_for()
                 page.get_by_text(digest, exact=False).first.wait_for()  # the Datasets section: what the job was evaluated on
+                page.get_by_role("cell", name=p_dense, exact=True).first.wait_for()  # Δ and Holm p against bm25
+                page.get_by_role("link", name="report.html").first.wait_for()
+                assert page.get_by_text("hydra.choice.encoder").count() and not page.get_by_text("hydra.choice.paths").count()
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOTS / "mlflow_run_page.png"))
                 table_link = re.search(r"^Runs table:\s+(http://127\.0\.0\.1:5000/\S+)$", done.stdout, re.MULTILINE).group(1)

@@ -90,10 +90,11 @@ class OnnxEncoderSettings(TransformerEncoderSettings, extra="forbid"):
 class Encoder(ABC):
     """``encode(texts)`` -> (len(texts), dim) float32 array with unit-length rows.
 
-    Options every encoder takes (keywords): ``device`` — ``auto`` (a GPU where the backend sees one,
-    else the CPU), ``cpu``, ``cuda``, ``cuda:N``; ``distributed`` — ``none`` (this process) or ``ray``
+    Options every encoder takes (keywords): ``device`` — ``auto`` (a GPU where torch sees one, else
+    the CPU), ``cpu``, ``cuda``, ``cuda:N``; ``distributed`` — ``none`` (this process) or ``ray``
     (documents encoded by a pool of ``actors`` Ray actors, :mod:`ragtrack.retrievers.distributed`). Neither
-    changes the embeddings beyond float rounding, so neither is part of the fingerprint (the cache key).
+    changes the embeddings beyond float rounding, so neither is part of the fingerprint (the cache key);
+    the precision of the weights is.
     """
     settings_schema = EncoderSettings
 

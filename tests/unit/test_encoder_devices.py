@@ -95,3 +95,26 @@ def test_the_embeddings_record_what_encoded_them(tmp_path) -> None:
         assert retriever.stats.labels == {"encoded_by.device": "cpu", "encoded_by.backend": "numpy"}
     folder = next(path.parent for path in tmp_path.rglob(ENCODED_BY))
     assert json.loads((folder / ENCODED_BY).read_text()) == {"device": "cpu", "backend": "numpy"}
+
+
+class Tight:
+    """A loaded sentence-transformers model that runs out of memory on batches of more than 2 texts."""
+
+    def __init__(self, model):
+        self.model, self.device, self.preprocess = model, model.device, model.preprocess
+
+    def __call__(self, features):
+        if len(features["input_ids"]) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+        return self.model(features)
+
+
+def test_the_batch_halves_while_the_device_runs_out_of_memory(caplog) -> None:
+    texts = ["a short text", "a somewhat longer text about cells", "x", "mitochondria " * 30, "plate tectonics"]
+    reference = SentenceTransformerEncoder(device="cpu").encode(texts)
+    encoder = SentenceTransformerEncoder(device="cpu", batch_size=8)
+    encoder._model = Tight(encoder._load())
+    with caplog.at_level(logging.WARNING, logger="ragtrack.retrievers.encoders"):
+        vectors = encoder.encode(texts)
+    assert [r.getMessage().rsplit(" ", 1)[-1] for r in caplog.records] == ["4", "2"]
+    assert abs(vectors - reference).max() < 1e-6

@@ -5,11 +5,14 @@ embeddings cached in --cache-dir under the same keys `ragtrack run` uses, so the
 
     python bench/dense.py [--docs 512] [--repeats 3] [--full] [--cache-dir .cache/ragtrack]
 
+Where torch sees a GPU, the encoders run there (``device=auto``) and PyTorch fp16 and bf16 are added.
+
 Backends are timed in alternating rounds, the best round of each counted, so a machine whose load
 changes hurts every backend alike. GFLOP/s counts the encoder's multiply-adds (x2) over the real tokens
 of each text (no padding): per layer and token the Q, K, V and output projections and the feed-forward,
 per layer and text the attention's scores and weighted sums. The peak is numpy's float32 matrix product
-on every core, measured before and after the encoders (the higher counts).
+on every core, measured before and after the encoders (the higher counts); int8 runs other kernels, so
+its share of the float32 peak is not given.
 """
 
 from __future__ import annotations
@@ -36,14 +39,16 @@ from ragtrack.retrievers.dense import EMBEDDINGS, DenseRetriever
 from machine import cpu_model, matmul_peak  # bench/ scripts share the machine line
 
 PROJECT = Path(__file__).resolve().parent.parent
-BACKENDS = {"torch fp32 (sentence-transformers)": "minilm", "onnx fp32 (fused)": "minilm_onnx", "onnx int8": "minilm_onnx_int8"}
+BACKENDS = {"torch fp32 (sentence-transformers)": ["encoder=minilm"], "onnx fp32 (fused)": ["encoder=minilm_onnx"],
+            "onnx int8": ["encoder=minilm_onnx_int8"]}
+GPU_BACKENDS = {f"torch {precision}": ["encoder=minilm", f"encoder.precision={precision}"] for precision in ("fp16", "bf16")}
 REFERENCE = "torch fp32 (sentence-transformers)"
 MODEL = "all-MiniLM-L6-v2"
 
 
-def encoder(config_name: str):
+def encoder(overrides: list[str]):
     with initialize_config_dir(str(PROJECT / "conf"), version_base="1.3"):
-        return registry.build("encoders", compose("config", overrides=[f"encoder={config_name}"]).encoder)
+        return registry.build("encoders", compose("config", overrides=overrides).encoder)
 
 
 def token_lengths(texts: list[str]) -> np.ndarray:
@@ -87,7 +92,10 @@ def main() -> None:
     lengths = token_lengths(texts)
     flops = encoder_flops(lengths)
     peak = matmul_peak()
-    models = {label: encoder(config_name) for label, config_name in BACKENDS.items()}
+    import torch
+
+    backends = BACKENDS | (GPU_BACKENDS if torch.cuda.is_available() else {})
+    models = {label: encoder(overrides) for label, overrides in backends.items()}
     for model in models.values():
         model.prepare(cache)
         model.encode(texts[:8])  # load the model and warm up
@@ -103,9 +111,10 @@ def main() -> None:
     for label, model in models.items():
         best = min(seconds[label])
         runtime = model.runtime()
-        rows[label] = {"device": runtime["device"], "docs/s": len(texts) / best, "GFLOP/s": flops / best / 1e9,
-                       "% of CPU peak": 100 * flops / best / 1e9 / peak if runtime["device"] == "cpu" else float("nan"),
-                       "min cosine vs torch": float((vectors[label] * vectors[REFERENCE]).sum(axis=1).min()),
+        fp32_on_cpu = runtime["device"] == "cpu" and runtime["precision"] == "fp32"  # int8 kernels have other peaks
+        rows[label] = {"device": runtime["device"], "docs/s": len(texts) / best, "GFLOP/s": float(flops / best / 1e9),
+                       "% of fp32 peak": float(100 * flops / best / 1e9 / peak) if fp32_on_cpu else float("nan"),
+                       "min cosine vs torch": f"{(vectors[label] * vectors[REFERENCE]).sum(axis=1).min():.7f}",
                        "rounds s": " ".join(f"{s:.2f}" for s in seconds[label])}
         if args.full:
             rows[label]["nDCG@10 SciFact"] = ndcg_at_10(DenseRetriever(model), dataset, cache)
@@ -117,7 +126,7 @@ def main() -> None:
     print(f"\nCPU: {cpu_model()}; float32 peak (numpy matmul, every core): {peak:,.1f} GFLOP/s")
     print(f"{len(texts)} SciFact documents (title + text), {int(lengths.sum()):,} tokens, {flops / 1e12:.2f} TFLOP; "
           f"batch sizes from conf/encoder/; best of {args.repeats} alternating rounds")
-    print(table.to_string(float_format=lambda v: f"{v:,.4f}"))
+    print(table.to_string(float_format=lambda v: f"{v:,.2f}"))
     print(f"peak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
 
 

@@ -209,6 +209,8 @@ class TransformerEncoder(Encoder):
 
 
 class SentenceTransformerEncoder(TransformerEncoder):
+    """A sentence-transformers model on PyTorch, on the CPU or a GPU."""
+
     settings_schema = SentenceTransformerSettings
     _runtime = ("_model", "_device")
 

@@ -418,7 +418,8 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
     for name, row in result.summary.iterrows():
         key = layout.metric_key(str(name))
         metrics |= {key: row["mean"], f"{key}_std": row["std"], f"{key}_ci_low": row["ci_low"], f"{key}_ci_high": row["ci_high"]}
-    return {k: v for k, v in metrics.items() if pd.notna(v)} | {k: v for k, v in result.efficiency.items() if k not in labels(result.efficiency)}
+    params = labels(result.efficiency)
+    return {k: v for k, v in metrics.items() if pd.notna(v)} | {k: v for k, v in result.efficiency.items() if k not in params}
 
 
 def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig,

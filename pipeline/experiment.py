@@ -65,7 +65,7 @@ class SystemResult:
     run: Run
     per_query: pd.DataFrame
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
-    efficiency: dict[str, float]
+    efficiency: dict[str, float | str]  # figures (MLflow metrics) and labels (strings: MLflow params)
     params: dict
     passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (ragtrack.chunking)
     passages: Corpus | None = None  # the indexed units: chunks, or the documents when unchunked
@@ -262,9 +262,15 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
             log.warning("%s: %d of %d queries have no hits (they score 0 on every metric)", name, without_hits, len(dataset.queries))
         results[name] = SystemResult(name, run, per_query, summary,
                                      {**efficiency, "queries_without_hits": float(without_hits), **plan.stats(dataset.corpus)},
-                                     params[name] | {"search": "approximate" if output.approximate else "exact"}, passage_run, indexed.corpus, counted,
+                                     params[name] | {"search": "approximate" if output.approximate else "exact"} | labels(efficiency),
+                                     passage_run, indexed.corpus, counted,
                                      list(output.stage.inputs))
     return results
+
+
+def labels(efficiency: Mapping[str, float | str]) -> dict[str, str]:
+    """The labels among a system's efficiency figures (strings, e.g. ``encoded_by.device``): MLflow params, not metrics."""
+    return {key: value for key, value in efficiency.items() if isinstance(value, str)}
 
 
 def _findings(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], attributes: list[Attribute], output_dir: Path,
@@ -426,7 +432,8 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
     for name, row in result.summary.iterrows():
         key = layout.metric_key(str(name))
         metrics |= {key: row["mean"], f"{key}_std": row["std"], f"{key}_ci_low": row["ci_low"], f"{key}_ci_high": row["ci_high"]}
-    return {k: v for k, v in metrics.items() if pd.notna(v)} | result.efficiency
+    params = labels(result.efficiency)
+    return {k: v for k, v in metrics.items() if pd.notna(v)} | {k: v for k, v in result.efficiency.items() if k not in params}
 
 
 def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig,

@@ -26,12 +26,13 @@ from ragtrack.core.settings import ComponentSettings
 
 @dataclass
 class IndexStats:
-    """What building (or loading) the index cost; logged beside quality."""
+    """What building (or loading) the index cost, logged beside quality, and ``labels``: what built it
+    (e.g. the device that encoded it), logged as the system's params."""
 
     build_seconds: float = 0.0
     size_bytes: int = 0
     from_cache: bool = False
-    extra: dict = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 class RetrieverSettings(ComponentSettings):
@@ -67,7 +68,7 @@ class Retriever(Stage):
 
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         """Index, then search one query per call so latencies are per query (mean, p50, p95 in the
-        efficiency figures); peak memory is the process's peak resident set size so far (getrusage);
+        efficiency figures, with the index's ``labels``); peak memory is the process's peak resident set size so far (getrusage);
         then ``search_checks`` (e.g. ``approximate_recall``), outside the timing. The whole is cached
         by the chain key: a hit touches no index."""
         key = chain_key(self, inputs, context)
@@ -81,7 +82,7 @@ class Retriever(Stage):
             run = Run(self.name, {qid: ranked for qid, ranked in scores.items() if ranked})
             return run, {**self.search_checks(context.dataset.queries, run, context.search_depth), **latency_figures(seconds),
                          "index_seconds": self.stats.build_seconds, "index_bytes": self.stats.size_bytes,
-                         "index_from_cache": float(self.stats.from_cache),
+                         "index_from_cache": float(self.stats.from_cache), **self.stats.labels,
                          "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}, seconds
 
         passage_run, efficiency, latency_ms = cached_run(context, key, self.name, compute)

@@ -1,6 +1,8 @@
 """Dense retrieval: an encoder embeds title + text; exact search over the cached vectors, or Chroma's HNSW.
 
-Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint). The Chroma collection
+Embeddings are cached as ``.npy`` (key: corpus hash + encoder fingerprint), beside ``encoded_by.json``:
+the device, backend and precision that encoded them (:meth:`Encoder.document_runtime`), which the
+retriever reports as ``encoded_by.<key>`` labels (the system's MLflow params). The Chroma collection
 (key: embeddings key + HNSW settings) lives, by ``chroma.mode``:
 
 - ``persistent``: a PersistentClient folder in the cache, built in a temporary folder and renamed
@@ -37,6 +39,7 @@ build is most of the job and grows faster than the corpus (docs/scale.md).
 from __future__ import annotations
 
 from typing import Any, Literal
+import json
 import logging
 import os
 import time
@@ -65,6 +68,7 @@ log = logging.getLogger(__name__)
 
 COLLECTION = "corpus"
 EMBEDDINGS = "embeddings.npy"
+ENCODED_BY = "encoded_by.json"
 COMPLETE = "ragtrack.complete"
 BUILDER = "ragtrack.process"
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
@@ -225,6 +229,7 @@ class DenseRetriever(Retriever):
             log.info("%s: encoding %d documents", self.name, len(corpus))
             vectors = self.encoder.encode(corpus.full_texts(), kind="document", progress=f"{self.name}: encode")
             np.save(folder / EMBEDDINGS, vectors, allow_pickle=False)
+            (folder / ENCODED_BY).write_text(json.dumps(self.encoder.document_runtime()))
 
         return cache.entry("embeddings", parts, build, label=f"{self.name} embeddings"), parts
 
@@ -245,6 +250,8 @@ class DenseRetriever(Retriever):
                     progress.update(len(ids))
 
         self.stats.size_bytes = folder_size(embeddings_folder)
+        encoded_by = embeddings_folder / ENCODED_BY  # absent from entries built before it was recorded
+        self.stats.labels = {f"encoded_by.{key}": value for key, value in (json.loads(encoded_by.read_text()) if encoded_by.exists() else {}).items()}
         if self.builds_collection and self.chroma["mode"] == "http":
             self._client = self._http_client()
             name = f"ragtrack-{cache_key('chroma', parts)}"

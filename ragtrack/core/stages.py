@@ -71,7 +71,7 @@ class StageOutput:
     passage_run: Run
     key: str
     stage: "Stage"
-    efficiency: dict[str, float] = field(default_factory=dict)
+    efficiency: dict[str, float | str] = field(default_factory=dict)  # figures, and labels (strings) such as encoded_by.device
     latency_ms: dict[str, float] = field(default_factory=dict)
     approximate: bool = False
 

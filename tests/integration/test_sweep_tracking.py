@@ -73,3 +73,16 @@ def test_a_sweep_without_tracking_writes_no_store(tmp_path) -> None:
     done = ragtrack(tmp_path, "run", "-m", *TOY_JOB[1:], "fusion.rrf.k=10,60", "tracking=none")
     assert done.returncode == 0, done.stderr[-3000:]
     assert not (tmp_path / "mlruns").exists() and "Traceback" not in done.stderr
+
+
+def test_the_dense_runs_say_what_encoded_them(toy_sweep) -> None:
+    """Every job, its runs from the cache included, logs the device and backend that encoded the
+    embeddings as params of the dense run (not as metrics), and results.json has them too."""
+    import json
+
+    jobs = _logged(toy_sweep.uri, toy_sweep.experiment)
+    for job in jobs:
+        assert {k: v for k, v in job["dense"]["params"].items() if k.startswith("encoded_by.")} == {"encoded_by.device": "cpu", "encoded_by.backend": "numpy"}
+        assert not any(k.startswith("encoded_by.") for k in job["dense"]["metrics"])
+    results = [json.loads(path.read_text()) for path in toy_sweep.root.rglob("results.json")]
+    assert results and all(r["efficiency"]["dense"]["encoded_by.device"] == "cpu" for r in results)

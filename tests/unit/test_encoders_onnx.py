@@ -1,10 +1,12 @@
-"""The ONNX Runtime encoder reproduces sentence-transformers' embeddings; its exports are cached."""
+"""The ONNX Runtime encoder reproduces sentence-transformers' embeddings (its fp32 graph fused); its
+exports are cached."""
 
 from __future__ import annotations
 
 import json
 import random
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +56,18 @@ def test_rows_follow_input_order_whatever_the_batching(encoders) -> None:
 def test_exports_are_cached_and_precision_is_in_the_key(cache: Cache, encoders) -> None:
     builds = list(cache.builds)
     OnnxEncoder(precision="int8").prepare(cache)
-    assert cache.builds == builds and len([b for b in builds if b.startswith("onnx/")]) == 2
+    assert cache.builds == builds and len([b for b in builds if b.startswith("onnx/")]) == 3  # export, fusion, int8
     assert encoders["fp32"].fingerprint() != encoders["int8"].fingerprint()
     assert encoders["fp32"].fingerprint() != SentenceTransformerEncoder().fingerprint()
+
+
+def test_fp32_runs_the_fused_graph_at_float_rounding(encoders) -> None:
+    import onnx
+
+    operators = Counter(node.op_type for node in onnx.load(str(encoders["fp32"]._model_file)).graph.node)
+    assert operators["Attention"] == 6 and operators["EmbedLayerNormalization"] == 1 and operators["SkipLayerNormalization"] == 12
+    reference = SentenceTransformerEncoder().encode(TEXTS)
+    assert (encoders["fp32"].encode(TEXTS) * reference).sum(axis=1).min() >= 0.9999
 
 
 def test_unsupported_settings_fail_in_one_line(tmp_path: Path) -> None:

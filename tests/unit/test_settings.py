@@ -118,7 +118,7 @@ HOSTILE = {
     "bm25 unicode form": (["retriever.bm25.tokenizer.normalize=nfd"], "retriever.bm25.tokenizer.normalize: 'nfd' is not allowed: one of nfkc, nfc, none"),
     "encoder dim zero": (["encoder.dim=0"], "encoder.dim: 0 is not allowed: an integer >= 1"),
     "onnx batch zero": (["encoder=minilm_onnx", "encoder.batch_size=0"], "encoder.batch_size: 0 is not allowed: an integer >= 1 or null"),
-    "onnx precision": (["encoder=minilm_onnx", "encoder.precision=fp16"], "encoder.precision: 'fp16' is not allowed: one of fp32, int8"),
+    "onnx precision": (["encoder=minilm_onnx", "encoder.precision=fp8"], "encoder.precision: 'fp8' is not allowed: one of fp32, int8, fp16, bf16"),
     "chroma port": (["retriever.dense.chroma.port=0"], "retriever.dense.chroma.port: 0 is not allowed: an integer in [1, 65535]"),
     "chroma mode": (["retriever.dense.chroma.mode=cloud"], "retriever.dense.chroma.mode: 'cloud' is not allowed: one of persistent, http"),
     "hnsw zero": (["retriever.dense.chroma.hnsw.ef_search=0"], "retriever.dense.chroma.hnsw.ef_search: 0 is not allowed: an integer >= 1"),

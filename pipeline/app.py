@@ -185,9 +185,10 @@ def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str]) -> list
 
     from ragtrack.pipeline.compare import run_compare, short_settings
     from ragtrack.pipeline.layout import TAG_SWEEP, run_page, runs_table_page, system_metric_key
-    from ragtrack.pipeline.tracking import share_view, tracking_target, ui_base
+    from ragtrack.pipeline.tracking import share_view, tracking_target, ui_base, use_credentials
 
     uri, experiment, *_ = tracking_target(tracking)
+    uri = use_credentials(uri)  # MLflow gets the URI's credentials as its variables, never in a URI it prints
     comparison, _ = run_compare(uri, experiment, sweep, key_metrics)
     name = Path(sweep).name
     counts = pd.Series([s.system for s in comparison.systems]).value_counts()

@@ -162,10 +162,12 @@ def command_reproduce(args: argparse.Namespace) -> int:
     else:
         print(f"run {result.run_id} did NOT reproduce: {len(result.mismatches)} of {len(result.table)} metrics differ")
         print(result.mismatches.to_string(index=False, float_format=lambda v: f"{v:.17g}"))
-    print(f"\nreproduction measures (docs/metrics.md): RMSE over queries; effect ratio and ΔRI against {result.baseline}")
-    print(result.measures.to_string(index=False, float_format=lambda v: f"{v:.6g}"))
-    print("\nrankings: Kendall's tau_b and RBO (p=0.95) between original and reproduced, mean over queries")
-    print(result.rankings.to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    if not result.measures.empty:
+        print(f"\nreproduction measures (docs/metrics.md): RMSE over queries; effect ratio and ΔRI against {result.baseline}")
+        print(result.measures.to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    if not result.rankings.empty:
+        print("\nrankings: Kendall's tau_b and RBO (p=0.95) between original and reproduced, mean over queries")
+        print(result.rankings.to_string(index=False, float_format=lambda v: f"{v:.6g}"))
     return 0 if result.identical else 1
 
 

@@ -133,6 +133,9 @@ def _by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {name: rows.set_index("qid") for name, rows in per_query.groupby("system")}
 
 
+MEASURE_COLUMNS = ["system", "metric", "queries", "rmse", "effect_ratio", "delta_ri"]
+
+
 def reproduction_measures(original: Sequence[SystemRun], reproduced: Mapping[str, pd.DataFrame], metrics: Sequence[str],
                           baseline: SystemRun) -> pd.DataFrame:
     """Per system and metric: RMSE over the queries both scored (non-blank), effect ratio and ΔRI against
@@ -147,7 +150,7 @@ def reproduction_measures(original: Sequence[SystemRun], reproduced: Mapping[str
             rows.append({"system": s.label, "metric": metric, "queries": pair.shape[1], "rmse": rmse(*pair) if pair.shape[1] else math.nan,
                          "effect_ratio": effect_ratio(*four) if against else math.nan,
                          "delta_ri": delta_relative_improvement(*four) if against else math.nan})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=MEASURE_COLUMNS)
 
 
 def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, overrides: Sequence[str] = (),
@@ -188,7 +191,11 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
             raise RagtrackError(f"dataset {current.source} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
         results = run_experiment(cfg)
         reproduced_runs = {name: read_trec(Path(cfg.paths.output_dir) / "runs" / f"{name}.trec") for name in results["systems"]}
-        logged_per_query = read_csv(download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str})
+        try:
+            logged_per_query = read_csv(download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str})
+        except RagtrackError as exc:  # a run logged without its per-query values: the metrics are still compared
+            print(f"ragtrack: {exc}: no reproduction measures", file=sys.stderr)
+            logged_per_query = pd.DataFrame(columns=["system", "qid"])
         children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'")
         children = {c.data.tags[TAG_SYSTEM]: c for c in children if c.data.tags.get(TAG_SYSTEM) in reproduced_runs}
         original_runs = {name: read_trec(download_artifact(client, c.info.run_id, RUN_FILE, Path(scratch) / c.info.run_id))
@@ -196,9 +203,9 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
     logged_tables, reproduced_tables = _by_system(logged_per_query), _by_system(results["per_query_table"])
     originals = [SystemRun(name, children.get(name, job).info.run_id, job.info.run_name, job.info.run_id, job.info.start_time,
                            logged_tables[name], label=name) for name in results["systems"] if name in logged_tables]
-    base = find_baseline(originals, baseline)
     metrics = [m for m in dict.fromkeys(m for values in results["systems"].values() for m in values) if m in logged_per_query.columns]
-    measures = reproduction_measures(originals, reproduced_tables, metrics, base)
+    base = find_baseline(originals, baseline) if originals else None
+    measures = reproduction_measures(originals, reproduced_tables, metrics, base) if base else pd.DataFrame(columns=MEASURE_COLUMNS)
     rankings = pd.DataFrame([{"system": name, **dict(zip(("kendall_tau", "rbo"), ranking_agreement(run, reproduced_runs[name])))}
                              for name, run in original_runs.items()], columns=["system", "kendall_tau", "rbo"])
     rows = []
@@ -210,4 +217,4 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
             logged = math.nan if logged is None else logged
             difference = 0.0 if logged == value else value - logged
             rows.append({"system": system, "metric": metric, "logged": logged, "reproduced": value, "difference": difference})
-    return Reproduction(job.info.run_id, pd.DataFrame(rows), measures, rankings, base.label)
+    return Reproduction(job.info.run_id, pd.DataFrame(rows), measures, rankings, base.label if base else "")

@@ -31,7 +31,7 @@ def toy_sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     command = [sys.executable, "-m", "ragtrack.pipeline.cli", "run", "-m", "experiment=rrf_k", "dataset=toy", "encoder=hashing",
                f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}"]
-    done = subprocess.run(command, cwd=root, env={**os.environ, "RAGTRACK_ROOT": str(root)}, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, cwd=root, env={**os.environ, "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache")}, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     job_logs = "".join(path.read_text() for path in sorted(root.glob("outputs/multiruns/*/*/ragtrack.log")))
     return SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlruns/mlflow.db", experiment="ragtrack-toy",

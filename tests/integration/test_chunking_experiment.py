@@ -21,7 +21,7 @@ from ragtrack.chunking import plan_chunks
 def toy_config(tmp_path: Path, *overrides: str):
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
         return compose("config", overrides=["dataset=toy", "encoder=hashing", f"paths.root_dir={tmp_path}",
-                                            f"paths.output_dir={tmp_path / 'out'}", *overrides])
+                                            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path / 'out'}", *overrides])
 
 
 def chunked(cfg):

@@ -241,7 +241,7 @@ def test_compare_refuses_jobs_of_different_thresholds_unless_allowed(tmp_path) -
     """Two toy jobs at relevance thresholds 1 and 2: refused in one line naming both jobs and the
     difference; --allow-mixed keeps them, each row labelled with its threshold, over the queries
     relevant at both thresholds."""
-    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path)}
+    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     for threshold in (1, 2):
         done = subprocess.run([sys.executable, "-m", "ragtrack.pipeline.cli", "run", "dataset=toy", "encoder=hashing",
                                f"evaluator.ranking.relevance_threshold={threshold}", f"hydra.job.name=t{threshold}"],

@@ -16,7 +16,7 @@ from tests.support import PYTHON_CLI, TOY_JOB
 
 
 def test_three_jobs_started_at_once_keep_their_own_folders_and_records(tmp_path: Path) -> None:
-    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path)}
+    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     seeds = (11, 12, 13)  # one override that tells the jobs apart
     jobs = [subprocess.Popen([*PYTHON_CLI, *TOY_JOB, f"seed={seed}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for seed in seeds]

@@ -194,7 +194,7 @@ def test_keys_echoed_by_the_server_reach_no_output_cache_log_or_store(hostile_se
 
 
 def _run_cli(root: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "RAGTRACK_ROOT": str(root), **(env or {})}
+    environment = {**os.environ, "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache"), **(env or {})}
     result = subprocess.run([sys.executable, "-m", "ragtrack", "run", *overrides], cwd=root, env=environment,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

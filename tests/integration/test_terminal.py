@@ -190,7 +190,7 @@ sys.exit(main())
 
 
 def test_a_job_logs_no_debug_lines_no_carriage_returns_and_progress_only_for_its_slow_step(tmp_path: Path) -> None:
-    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path)}
+    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     done = subprocess.run([sys.executable, "-c", SLOW_SEARCH, *TOY_JOB, "tracking=none"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -127,7 +127,7 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
     import json
     import re
 
-    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path)}
+    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     env.pop("MLFLOW_TRACKING_URI", None)
     done = subprocess.run([sys.executable, "-m", "ragtrack", "run", "dataset=toy", "encoder=hashing", f"hydra.run.dir={tmp_path}/job"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

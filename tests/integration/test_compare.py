@@ -237,6 +237,7 @@ def test_the_python_compare_equals_the_command_on_the_same_runs(toy_sweep, tmp_p
     pd.testing.assert_frame_equal(table, expected, check_exact=True, check_like=False)
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow
 def test_compare_refuses_jobs_of_different_thresholds_unless_allowed(tmp_path) -> None:
     """Two toy jobs at relevance thresholds 1 and 2: refused in one line naming both jobs and the
     difference; --allow-mixed keeps them, each row labelled with its threshold, over the queries

@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from mlflow.artifacts import download_artifacts
 from mlflow.tracking import MlflowClient
@@ -15,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from tests.support import PYTHON_CLI, TOY_JOB
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow
 def test_three_jobs_started_at_once_keep_their_own_folders_and_records(tmp_path: Path) -> None:
     env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     seeds = (11, 12, 13)  # one override that tells the jobs apart

@@ -232,6 +232,7 @@ def test_api_key_reaches_no_output_log_cache_or_mlflow(chat_server: ChatServer, 
     assert json.loads((output / "results.json").read_text())["efficiency"]["bm25"]["generation_failures"] == 1
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow
 def test_qa_xquad_end_to_end(tmp_path: Path) -> None:
     _run_cli(tmp_path, "experiment=qa_xquad", "encoder=hashing", "evaluator=[ranking,answer,context_recall]")
     output = next(tmp_path.glob("outputs/runs/*"))

@@ -209,6 +209,7 @@ def test_killed_job_leaves_a_usable_store_and_cache_at_every_point(tmp_path: Pat
     check_kill_and_rerun(tmp_path, point, clean_job)
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow
 def test_a_store_half_migrated_by_a_killed_mlflow_is_rebuilt(tmp_path: Path, reference: dict, fresh_store: Path) -> None:
     """The issue's case: MLflow itself killed while migrating a new store (as an older ragtrack could be:
     a migration's tables and indexes are in, its version not yet recorded) leaves a store that every

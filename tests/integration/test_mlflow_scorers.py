@@ -255,6 +255,7 @@ def test_mlflow_genai_evaluate_on_rows_with_outputs(tracing) -> None:
 
 # --------------------------------------------------------------------------- the example app, end to end
 
+@pytest.mark.slow  # a whole job or several: make test-slow
 def test_example_rag_app_scores_equal_ragtrack_evaluate_on_the_traced_lists(tmp_path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     summary_file = tmp_path / "summary.json"

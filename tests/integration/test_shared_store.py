@@ -7,11 +7,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support import PYTHON_CLI, TOY_JOB, ragtrack
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow
 def test_an_experiment_deleted_in_the_ui_is_one_line_saying_how_to_restore_it(tmp_path: Path) -> None:
     first = ragtrack(tmp_path, *TOY_JOB, "retriever=[bm25]", "fusion=[]")
     assert first.returncode == 0, first.stderr[-3000:]

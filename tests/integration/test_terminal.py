@@ -42,6 +42,7 @@ def test_a_run_ends_with_its_output_folder_run_id_and_run_page(tmp_path: Path) -
     assert max(map(len, lines[header:footer + 1])) <= 100
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow
 def test_mlflow_tracking_uri_is_honoured_by_run_and_compare(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/elsewhere/store.db"
     done = ragtrack(tmp_path, *TOY_JOB, env={"MLFLOW_TRACKING_URI": store})

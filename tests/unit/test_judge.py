@@ -240,6 +240,7 @@ def test_pairwise_pairs_default_to_the_baseline_against_each_system(judge_server
         _pairwise(judge_server.url, pairs=[["bm25", "bm25"]])
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow
 def test_pairwise_judge_in_a_job(judge_server: JudgeServer, tmp_path: Path) -> None:
     """Two systems answer (the fake reader repeats the top passage), the pairwise judge compares them:
     results.json, pairwise.jsonl and the parent run's MLflow metrics."""

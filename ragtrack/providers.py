@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -53,7 +54,7 @@ class DatasetSettings(ComponentSettings):
         return name
 
 
-class DatasetProvider:
+class DatasetProvider(ABC):
     """Reads one dataset from its validated settings (``settings_schema``, beside each provider)."""
 
     settings_schema: type[DatasetSettings] = DatasetSettings
@@ -62,10 +63,10 @@ class DatasetProvider:
     def __init__(self, **values: Any):
         self.settings = validated(self.settings_schema, values, f"dataset ({self.kind})")
 
+    @abstractmethod
     def load(self, check_documents: bool = True) -> Dataset:
         """The dataset; judged documents must be in the corpus unless ``check_documents`` is false (the
         experiment checks them against what it indexes, chunks included)."""
-        raise NotImplementedError
 
 
 class BeirSettings(DatasetSettings, extra="forbid"):

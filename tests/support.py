@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import urllib.request
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -168,7 +169,7 @@ def random_pairs(seeds: range) -> tuple[dict, dict]:
     return qrels, run
 
 
-class LocalServer:
+class LocalServer(ABC):
     """An HTTP server on 127.0.0.1 (a free port) in a thread, every request of ``methods`` passed to
     ``handle(handler, body)``; ``stop`` shuts it down."""
 
@@ -189,8 +190,9 @@ class LocalServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
+    @abstractmethod
     def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
-        raise NotImplementedError
+        """Answer one request (``body``: its content) with :meth:`send`."""
 
     @staticmethod
     def send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict | None = None) -> None:

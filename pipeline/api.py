@@ -282,7 +282,7 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
     from omegaconf import open_dict
 
     from ragtrack.pipeline.config import compose
-    from ragtrack.pipeline.experiment import JobInfo
+    from ragtrack.pipeline.job import JobInfo
     from ragtrack.pipeline.experiment import run_experiment as run_job
     from ragtrack.pipeline.redaction import remember_config_secrets
     from ragtrack.pipeline.settings import validate

@@ -24,12 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import RagtrackError, describe_fault
+from ragtrack.core.progress import step
 from ragtrack.core.secrets import mask
 from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
-from ragtrack.pipeline.experiment import JobInfo, run_experiment
 from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
-from ragtrack.pipeline.comparison import TEXT_WIDTH
-from ragtrack.pipeline.redaction import redact_overrides, remember_config_secrets
+from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.pipeline.job import JobInfo
+from ragtrack.pipeline.redaction import redact_hydra_files, redact_overrides, remember_config_secrets
 from ragtrack.pipeline.settings import discard_job_folder, validate
 
 log = logging.getLogger("ragtrack")
@@ -52,14 +53,19 @@ def main(cfg: DictConfig) -> float | None:
                 handler.setLevel(logging.WARNING)
     job = JobInfo(
         choices=dict(hydra_cfg.runtime.choices),
-        default_choices=default_choices(),
         overrides=list(hydra_cfg.overrides.task),
         sweep=hydra_cfg.sweep.dir if multirun else None,
         hydra_dir=None if hydra_cfg.output_subdir is None else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
     )
     before = existing_paths(Path(hydra_cfg.runtime.output_dir))
-    try:
-        results = run_experiment(cfg, job)
+    try:  # the dataset is read before the stages' modules are imported: a data mistake too is told in about a second
+        redact_hydra_files(job.hydra_records)
+        with step("load dataset", log):
+            dataset = load_dataset(cfg.dataset, check_documents=False)
+        job.default_choices = default_choices()  # a second composition: after the data are checked
+        from ragtrack.pipeline.experiment import run_experiment
+
+        results = run_experiment(cfg, job, dataset)
         return objective(results, cfg.get("optimize_metric"))
     except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
         message = describe_fault(exc) or (one_line(exc) if isinstance(exc, OmegaConfBaseException) else None)
@@ -211,6 +217,8 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     """The table of :class:`SweepSummary` from the jobs' ``results.json`` and ``.hydra/overrides.yaml``
     under a sweep folder ("" when no job left results there, e.g. jobs run on other machines)."""
     import pandas as pd
+
+    from ragtrack.pipeline.comparison import TEXT_WIDTH
 
     jobs = []
     for results_file in sorted(folder.glob(f"*/{RESULTS_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):

@@ -156,7 +156,9 @@ def command_compare(args: argparse.Namespace) -> int:
 def command_reproduce(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.reproduce import reproduce
 
-    result = reproduce(args.run_id, args.tracking_uri, args.cache_dir, args.overrides, args.allow_endpoints, args.baseline)
+    result = reproduce(args.run_id, args.tracking_uri, args.cache_dir, args.overrides, args.allow_endpoints, args.baseline, args.output_dir)
+    if args.output_dir:
+        print(f"reproduced job's outputs: {Path(args.output_dir).absolute()}")
     if result.identical:
         print(f"reproduced run {result.run_id}: all {len(result.table)} metrics identical")
     else:
@@ -233,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("run_id", help="an MLflow run id (the job or one of its system runs)")
     reproduce.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     reproduce.add_argument("--cache-dir", help="index/embedding cache to use (default: the logged paths.cache_dir)")
+    reproduce.add_argument("--output-dir", metavar="DIR", help="keep the re-run job's outputs (runs, per_query.csv, report.html) in DIR "
+                           "(default: a temporary folder, removed at the end)")
     reproduce.add_argument("--baseline", help="system name or run id the effect ratio and ΔRI compare against (default: bm25, else the first)")
     reproduce.add_argument("--allow-endpoints", action="store_true",
                            help="contact the hosts the downloaded config names (base_url, a Chroma server); your keys still go only where you give api_key_env/token_env")

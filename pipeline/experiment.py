@@ -38,6 +38,7 @@ from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, p_text,
                                          per_query_differences, write_comparison)
 from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.pipeline.job import JobInfo
 from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import (check_variable_names, flatten, redact, redact_hydra_files, redact_overrides,
                                          remember_config_secrets)
@@ -46,17 +47,6 @@ from ragtrack.pipeline.systems import PlannedSystem, plan_systems
 from ragtrack.pipeline.tracking import DatasetIdentity, MlflowTracker, Tracker, tracking_target
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class JobInfo:
-    """What Hydra knows about the job; empty when called outside Hydra."""
-
-    choices: dict = field(default_factory=dict)
-    default_choices: dict = field(default_factory=dict)  # logged are the choices that differ from these
-    overrides: list[str] = field(default_factory=list)
-    sweep: str | None = None
-    hydra_dir: Path | None = None
 
 
 @dataclass
@@ -147,15 +137,16 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     (per_query.csv as a DataFrame)."""
     job = job or JobInfo()
     remember_config_secrets(cfg)  # first: every secret value is masked wherever the job writes or prints
-    redact_hydra_files(hydra_records(job))
+    redact_hydra_files(job.hydra_records)
     check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     chunker, oversample = build_chunker(cfg.get("chunking"))
     stages = build_stages(cfg)
-    with stage("load dataset"):
-        dataset = dataset or load_dataset(cfg.dataset, check_documents=False)
-        attributes = query_attributes(cfg, dataset, relevance_threshold(cfg))
+    if dataset is None:  # ``ragtrack run`` reads it before importing this module (pipeline.app)
+        with stage("load dataset"):
+            dataset = load_dataset(cfg.dataset, check_documents=False)
+    attributes = query_attributes(cfg, dataset, relevance_threshold(cfg))
     with stage("chunk" if chunker else "check judgments"):
         plan = plan_chunks(dataset, chunker, oversample)
     cache = Cache(cfg.paths.cache_dir)
@@ -187,17 +178,9 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
         tracker.finish(exc)
         raise
     tracker.finish()
-    if not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
+    if job.report and not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
         print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0))
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
-
-
-def hydra_records(job: JobInfo) -> list[Path]:
-    """Hydra's records of the job: ``.hydra/*.yaml`` and a sweep's ``multirun.yaml``."""
-    records = sorted(job.hydra_dir.glob("*.yaml")) if job.hydra_dir and job.hydra_dir.is_dir() else []
-    if job.sweep and (Path(job.sweep) / "multirun.yaml").is_file():
-        records.append(Path(job.sweep) / "multirun.yaml")
-    return records
 
 
 def build_stages(cfg: DictConfig) -> list[tuple[PlannedSystem, Stage]]:

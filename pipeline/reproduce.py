@@ -154,16 +154,18 @@ def reproduction_measures(original: Sequence[SystemRun], reproduced: Mapping[str
 
 
 def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, overrides: Sequence[str] = (),
-              allow_endpoints: bool = False, baseline: str | None = None) -> Reproduction:
+              allow_endpoints: bool = False, baseline: str | None = None, output_dir: str | None = None) -> Reproduction:
     """Re-run the job of ``run_id`` (a job or one of its system runs) and compare every metric;
     ``overrides`` (``KEY=VALUE``) and ``allow_endpoints`` as in :func:`prepare`; ``baseline`` (a system
-    name or run id) as in ``ragtrack compare``."""
+    name or run id) as in ``ragtrack compare``; ``output_dir``: where the re-run job's outputs stay
+    (default: a temporary folder, removed at the end)."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     from ragtrack.pipeline.compare import download_artifact
     from ragtrack.pipeline.experiment import run_experiment
     from ragtrack.pipeline.inputs import load_dataset
+    from ragtrack.pipeline.job import JobInfo
     from ragtrack.pipeline.settings import validate
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stderr holds one line per problem
@@ -177,7 +179,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
     with tempfile.TemporaryDirectory(prefix="ragtrack-reproduce-") as scratch:
         downloaded = OmegaConf.load(download_artifact(client, job.info.run_id, CONFIG_FILE, Path(scratch) / "logged"))
         cfg, dropped = prepare(downloaded, overrides, allow_endpoints)
-        cfg.paths.output_dir = str(Path(scratch) / "output")
+        cfg.paths.output_dir = str(Path(output_dir).absolute() if output_dir else Path(scratch) / "output")
         cfg.tracking = {"enabled": False}
         if cache_dir:
             cfg.paths.cache_dir = cache_dir
@@ -189,7 +191,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
         current_hash = current.hash
         if logged_hash != current_hash:
             raise RagtrackError(f"dataset {current.source} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
-        results = run_experiment(cfg)
+        results = run_experiment(cfg, JobInfo(report=False))
         reproduced_runs = {name: read_trec(Path(cfg.paths.output_dir) / "runs" / f"{name}.trec") for name in results["systems"]}
         try:
             logged_per_query = read_csv(download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str})

@@ -17,6 +17,7 @@ import base64
 import contextlib
 import functools
 import json
+import importlib
 import logging
 import os
 import sqlite3
@@ -152,6 +153,15 @@ def configure_http(timeout: int, retries: int) -> None:
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"] = "0.5"
 
 
+def quiet_mlflow_logs() -> None:
+    """MLflow's own INFO lines ("Creating initial MLflow database tables...") stay out of the terminal:
+    its loggers (configured when ``mlflow`` is imported, hence the import first) show warnings and
+    errors only, unless the user chose a level with MLflow's ``MLFLOW_LOGGING_LEVEL``."""
+    importlib.import_module("mlflow")
+    if "MLFLOW_LOGGING_LEVEL" not in os.environ:
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
 def is_server(uri: str) -> bool:
     """A tracking server (``http(s)://``), as opposed to a store this process opens itself."""
     return uri.startswith(("http://", "https://"))
@@ -180,6 +190,7 @@ def prepare_connection(uri: str, timeout: int = DEFAULT_TIMEOUT, retries: int = 
     """Before a command talks to MLflow: its HTTP settings and credentials, and a tracking server that
     must answer; returns the URI to give MLflow (:func:`use_credentials`)."""
     configure_http(timeout, retries)
+    quiet_mlflow_logs()
     probe_server(uri, timeout)
     return use_credentials(uri)
 

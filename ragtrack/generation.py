@@ -17,7 +17,8 @@ and writes ``generation.json`` (failure count and the failed queries) into the s
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+import functools
 import json
 import logging
 import math
@@ -29,8 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-from bm25s.stopwords import STOPWORDS_EN
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
@@ -39,6 +38,9 @@ from ragtrack.core.llm import ChatClient, check_template, is_abstention, numbere
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
 from ragtrack.core.settings import ChatSettings, ComponentSettings, Count, Fraction, Text, TokenizerSettings
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +186,15 @@ class ExtractiveGenerator(Generator):
     @staticmethod
     def _is_filler(word: str) -> bool:
         bare = word.strip(_EDGE_PUNCTUATION).lower()
-        return not bare or bare in STOPWORDS_EN
+        return not bare or bare in _english_stopwords()
+
+
+@functools.cache
+def _english_stopwords() -> frozenset[str]:
+    """bm25s' English stop words, imported when first needed (bm25s brings numba and scipy)."""
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN)
 
 
 def _question_free_runs(words: list[str], marked: list[bool]) -> list[list[int]]:
@@ -276,6 +286,8 @@ class Answers:
         """The per-query table with question, gold answers (JSON list), answer and error in front, then
         ``answerable`` (1: gold answers, 0: an empty gold list, blank: not annotated; answer metrics count
         answerable queries only) and ``abstained`` (1 when the answer is the no-answer string)."""
+        import pandas as pd
+
         qids = per_query.index
         text = pd.DataFrame({
             "question": [dataset.queries.get(q, "") for q in qids],

@@ -194,12 +194,14 @@ def test_compare_cli(toy_sweep, capsys) -> None:
     assert "no finished runs of sweep" in capsys.readouterr().err
 
 
-def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep) -> None:
+def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep, tmp_path) -> None:
     client = MlflowClient(toy_sweep.uri)
     job = next(r for r in client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id])
                if r.info.run_name == "hybrid k=30")
-    done = reproduce_cli(job.info.run_id, toy_sweep.uri)
+    done = reproduce_cli(job.info.run_id, toy_sweep.uri, "--output-dir", str(tmp_path / "kept"))
     assert done.returncode == 0 and f"reproduced run {job.info.run_id}: all 54 metrics identical" in done.stdout, done.stderr[-2000:]
+    assert "ragtrack-reproduce-" not in done.stdout + done.stderr  # no temporary folder is named: it is gone when the command ends
+    assert f"reproduced job's outputs: {tmp_path / 'kept'}" in done.stdout and (tmp_path / "kept" / "per_query.csv").is_file()
     measures, rankings = done.stdout.split("\nreproduction measures")[1].split("\nrankings:")  # identical: RMSE 0, ER 1, ΔRI 0, tau 1, RBO 1
     rows = [line.split() for line in measures.splitlines()[2:] if line]
     assert len(rows) == 54 and {float(r[3]) for r in rows} == {0.0} and {r[4:] for r in map(tuple, rows) if r[0] != "bm25"} <= {("1", "0"), ("NaN", "0"), ("NaN", "NaN")}  # ER 0/0 where no improvement

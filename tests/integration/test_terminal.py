@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,27 @@ def test_a_run_ends_with_its_output_folder_run_id_and_run_page(tmp_path: Path) -
     header = next(i for i, line in enumerate(lines) if line.split() == ["bm25", "dense", "hybrid"])
     footer = lines.index("6 queries; mean per query; * best of each metric")
     assert max(map(len, lines[header:footer + 1])) <= 100
+    assert "mlflow.store.db.utils" not in done.stdout + done.stderr  # MLflow's "Creating initial MLflow database tables..." stays out
+
+
+HEAVY_MODULES = ("pandas", "scipy", "bm25s", "numba", "torch", "chromadb", "mlflow", "ragtrack.pipeline.experiment")
+
+
+@pytest.mark.parametrize("mistake", [["retriever.bm25.k1=-1"], ["dataset=beir", "dataset.path=bad"]], ids=["setting", "data"])
+def test_a_mistake_is_told_before_the_stages_are_imported(tmp_path: Path, mistake: list[str]) -> None:
+    """A bad setting or data file stops ``ragtrack run`` before pandas, scipy, torch, MLflow or the
+    stages are imported (these take seconds): the one-line error comes within about a second."""
+    bad = tmp_path / "bad"
+    shutil.copytree(TOY, bad)
+    with (bad / "queries.jsonl").open("a") as queries:
+        queries.write('{"_id": "q9", "text": \n')
+    probe = ("import sys\nfrom ragtrack.pipeline.cli import main\ntry:\n    code = main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code\n"
+             f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules), code)")
+    done = subprocess.run([sys.executable, "-c", probe, "run", "tracking=none", *mistake], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAGTRACK_ROOT": str(tmp_path)})
+    assert done.stdout.strip().splitlines()[-1] == "LOADED [] 2", done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] in ("ragtrack: error: retriever.bm25.k1: -1 is not allowed: a finite number >= 0",
+                                                     "ragtrack: error: bad/queries.jsonl:8: malformed JSON: Expecting value (column 23)")
 
 
 @pytest.mark.slow  # a whole job or several: make test-slow

@@ -463,6 +463,35 @@ def verdicts(comparison: Comparison) -> list[str]:
     return sentences
 
 
+def detectability(row: pd.Series) -> str:
+    """Whether the query set could have seen the difference of one comparison row: significant
+    (uncorrected paired t-test p ≤ α), or underpowered (|Δ| below the minimal detectable difference at
+    80% power and not significant), or neither (not significant although |Δ| ≥ MDD)."""
+    if pd.isna(row["p_ttest"]) or pd.isna(row["mdd"]):
+        return "cannot tell (no variance)"
+    if row["p_ttest"] <= ALPHA:
+        return f"detected: p = {row['p_ttest']:.3g} ≤ {ALPHA:g}"
+    if row["underpowered"]:
+        return f"underpowered: |Δ| {abs(row['delta']):.4f} < MDD {row['mdd']:.4f}; this query set could miss a difference this small"
+    return f"not significant, although |Δ| ≥ MDD {row['mdd']:.4f}"
+
+
+def _power_table(comparison: Comparison) -> str:
+    """Per metric and system against the baseline: Δ with its CI, Cohen's d_z, rank-biserial r, the
+    minimal detectable difference and :func:`detectability`."""
+    rows = comparison.table[~comparison.table["baseline"]]
+    if rows.empty:
+        return '<p class="note">no comparison: one system</p>'
+    frame = pd.DataFrame({"metric": rows["metric"].to_numpy(),
+                          "Δ [95% CI]": [f"{r.delta:+.4f} [{r.delta_ci_low:+.4f}, {r.delta_ci_high:+.4f}]" for r in rows.itertuples()],
+                          "d_z": rows["cohens_d"].map(lambda v: f"{v:+.2f}").to_numpy(),
+                          "r (rank)": rows["rank_biserial"].map(lambda v: f"{v:+.2f}").to_numpy(),
+                          "MDD (80%)": rows["mdd"].map(lambda v: f"{v:.4f}").to_numpy(),
+                          "could this query set see it?": [detectability(r) for _, r in rows.iterrows()]},
+                         index=pd.Index(rows["system"].to_numpy(), name="system"))
+    return _html_table(frame)
+
+
 def _html_table(frame: pd.DataFrame, best: Sequence[bool] = ()) -> str:
     """A frame as an HTML table, the index as the first column; rows flagged in ``best`` highlighted."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in [frame.index.name or "", *frame.columns])
@@ -516,7 +545,7 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
                 runs: dict[str, Run] | None = None, limit: int = 10) -> str:
     """One self-contained HTML page (inline CSS, the plot as a data URI) that fits 1,280 px: a verdict
     per metric, contents, a table per metric (CIs, Δ and Holm-corrected tests against the baseline),
-    the ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``)
+    effect sizes with whether the query set could detect each difference (:func:`detectability`), the ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``)
     and the (redacted) config."""
     wide = wide_table(comparison, ("", ""))
     sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
@@ -525,6 +554,10 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
                  f"randomization test, Holm-corrected) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
                  "per-query wins/ties/losses; best value highlighted.</p>"
                  + "".join(_metric_block(comparison, wide, m) for m in comparison.metrics)),
+                ("power", "Effect size and power",
+                 f'<p class="note">Against <b>{html.escape(comparison.baseline.label)}</b> on {len(comparison.queries)} queries: '
+                 "mean difference with its 95% CI, paired Cohen's d_z, rank-biserial r, and the minimal detectable difference "
+                 f"(MDD) of a two-sided paired t-test at α = {ALPHA:g} and 80% power (docs/metrics.md).</p>" + _power_table(comparison)),
                 ("plot", "Plots", "".join(f'<img alt="comparison plot" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
                                           for png in plots))]
     slices = slice_table(comparison)

@@ -1,6 +1,6 @@
 """Citation quality of generated answers: does each cited passage support its sentence, and does each
 sentence carry citations that support it. Definitions of ALCE (Gao et al., "Enabling Large Language
-Models to Generate Text with Citations", EMNLP 2023, §2.3 and its ``eval.py``).
+Models to Generate Text with Citations", EMNLP 2023, and its ``eval.py``).
 
 A generator cites passages by their numbers in ``{context}`` (``[1] text``, ``[2] text``, ... - the
 top-``top_k`` of the ranking it read): ``[1]``, ``[1, 3]`` or ``[1][3]``. The answer is split into

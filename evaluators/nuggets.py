@@ -17,7 +17,7 @@ The nuggets are written to ``nuggets.jsonl`` in the job's output folder, one JSO
 ``nuggets_file``: creation is then skipped (no request is sent for steps 1 and 2). Replies are also
 in the chat client's cache, so a rerun sends nothing.
 
-Scores of one answer (the paper's §3; s_i = 1 for support, 0.5 for partial_support, 0 for
+Scores of one answer (the paper's nugget scores; s_i = 1 for support, 0.5 for partial_support, 0 for
 not_support; the strict variants count support only):
 
 - ``nugget_all`` = Σ_i s_i / |N| over all nuggets N of the query (the paper's A);
@@ -35,7 +35,7 @@ scores, the error) in the system's output folder.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 import functools
 import json
 import logging

@@ -38,7 +38,8 @@ def group_options() -> list[str]:
 GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "dataset=irds": ["dataset.id=beir/scifact/test"],
                 "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=t.tsv", "dataset.qrels=q.txt"], "generator=openai": ["generator.model=m"],
                 "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"],
-                "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"],
+                "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"], "evaluator=[nuggets]": ["evaluator.nuggets.model=m"],
+                "generator=openai_cited": ["generator.model=m"],
                 "rewriter=[llm]": ["rewriter.llm.model=m"], "reranker=[llm]": ["reranker.llm.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"],
                 "retriever=[run_file]": ["retriever.run_file.path=a.trec"]}
 

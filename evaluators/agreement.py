@@ -68,9 +68,9 @@ def kappa(counts: np.ndarray, weights: Weights = "none") -> np.ndarray:
     """Cohen's (weighted) kappa of confusion matrices ``counts`` (..., K, K) (module docstring)."""
     counts = np.asarray(counts, dtype=float)
     w = _weights(counts.shape[-1], weights)
-    p = counts / counts.sum(axis=(-2, -1), keepdims=True)
-    expected = p.sum(axis=-1)[..., :, None] * p.sum(axis=-2)[..., None, :]
     with np.errstate(divide="ignore", invalid="ignore"):
+        p = counts / counts.sum(axis=(-2, -1), keepdims=True)
+        expected = p.sum(axis=-1)[..., :, None] * p.sum(axis=-2)[..., None, :]
         return 1 - (w * p).sum(axis=(-2, -1)) / (w * expected).sum(axis=(-2, -1))
 
 

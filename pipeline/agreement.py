@@ -224,7 +224,7 @@ def _note(results: Mapping) -> str:
     return "; ".join(parts)
 
 
-HEADER = ("judged", "what", "labels", "κ [95% CI]", "α [95% CI]", "accuracy [95% CI]", "judge mean", "PPI-corrected [95% CI]")
+HEADER = ("system or pair", "judge", "labels compared", "κ [95% CI]", "α [95% CI]", "accuracy [95% CI]", "judge mean", "PPI-corrected [95% CI]")
 
 
 def report_section(results: Mapping) -> tuple[str, str, str] | None:
@@ -233,10 +233,10 @@ def report_section(results: Mapping) -> tuple[str, str, str] | None:
     if not rows:
         return None
     frame = pd.DataFrame([(what, figure, found["compared"], _interval(found, "kappa"), _interval(found, "alpha"), _interval(found, "accuracy"),
-                           mean, corrected) for what, figure, found, mean, corrected in rows], columns=list(HEADER)).set_index("judged")
-    table = frame.to_html(escape=True)
+                           mean, corrected) for what, figure, found, mean, corrected in rows], columns=list(HEADER))
+    table = frame.to_html(index=False, escape=True)
     confusions = "".join(f"<details><summary>{html.escape(what)}, {html.escape(figure)}: confusion matrix (rows: judge, columns: people)</summary>"
-                         + pd.DataFrame(found["confusion"]["counts"], index=pd.Index(map(str, found["confusion"]["categories"]), name="judge"),
+                         + pd.DataFrame(found["confusion"]["counts"], index=list(map(str, found["confusion"]["categories"])),
                                         columns=list(map(str, found["confusion"]["categories"]))).to_html(escape=True) + "</details>"
                          for what, figure, found, _, _ in rows)
     note = (f'<p class="note">{html.escape(_note(results))}. κ: Cohen\'s kappa (quadratic weights on graded scales, unweighted on two-point '

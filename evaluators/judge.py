@@ -17,6 +17,8 @@ number per criterion and an optional ``rationale``; otherwise text lines such as
 be a number on the rubric's scale. Queries whose request or reply fails (and queries without an answer) are left
 out of the means and reported: a warning with the count and the first error, and ``judge.jsonl`` (per query: scores,
 rationale, error) in the system's output folder, which is logged to MLflow with the system's run.
+``human_labels`` (a file of people's labels, ``evaluators.human_labels``) adds the judge's agreement with
+them and its PPI-corrected mean (``pipeline.agreement``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ and ``first_position_rate`` (share of non-tie verdicts that chose ANSWER A: 0.5 
 Queries whose request or reply fails are left out and counted in ``failed`` with the first error.
 
 It compares systems, so it scores no single run: the experiment calls :meth:`PairwiseJudge.compare`
-once every system has answered (``conf/evaluator/pairwise_judge.yaml``).
+once every system has answered (``conf/evaluator/pairwise_judge.yaml``). ``human_labels`` (people's
+verdicts, ``evaluators.human_labels``) adds the judge's agreement with them (``pipeline.agreement``).
 """
 
 from __future__ import annotations

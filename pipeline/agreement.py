@@ -120,7 +120,7 @@ def rubric_agreement(judges: Sequence, results: Mapping, dataset: Dataset, outpu
         scales = {r.name: sorted(r.scale) for r in judge.rubrics}
         for (system, criterion), group in sorted(grouped.items()):
             per_query, metric = results[system].per_query, f"judge_{criterion}"
-            scores = per_query[metric].dropna().to_dict()
+            scores = per_query[metric].dropna().to_dict() if metric in per_query else {}  # none: the judge did not apply (no answers)
             answers = per_query["generated_answer"].to_dict() if "generated_answer" in per_query else {}
             before = skipped.copy()
             labelled, on_scale = {}, {}

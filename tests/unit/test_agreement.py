@@ -201,7 +201,8 @@ def test_labels_that_cannot_be_compared_are_counted_and_warned(tmp_path: Path, c
     lines = [{"qid": "q1", "system": "bm25", "label": 4}, {"qid": "q2", "system": "bm25", "label": 2},
              {"qid": "q3", "system": "bm25", "label": 5, "answer": "an  old\nanswer"}, {"qid": "q4", "system": "bm25", "label": 1},
              {"qid": "q5", "system": "bm25", "label": 3, "answer": "answer five"}, {"qid": "q6", "system": "bm25", "label": 3},
-             {"qid": "q99", "system": "bm25", "label": 3}, {"qid": "q1", "system": "colbert", "label": 3}]
+             {"qid": "q99", "system": "bm25", "label": 3}, {"qid": "q1", "system": "colbert", "label": 3},
+             {"qid": "q1", "system": "dense", "label": 3}]  # dense: the judge did not apply (no answers)
     path = _file(tmp_path, "labels.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
     judge = LLMJudge(prompt="{answer}", rubrics=["correctness"], base_url="http://127.0.0.1:9/v1", model="m", human_labels=str(path))
     per_query = pd.DataFrame({"judge_correctness": [5.0, 2.0, 4.0, np.nan, 3.0, 3.5, 1.0],
@@ -210,10 +211,12 @@ def test_labels_that_cannot_be_compared_are_counted_and_warned(tmp_path: Path, c
     dataset = SimpleNamespace(queries={f"q{i}": "?" for i in range(1, 8)})
     (tmp_path / "systems" / "bm25").mkdir(parents=True)
     with caplog.at_level(logging.WARNING):
-        found = rubric_agreement([judge], {"bm25": SimpleNamespace(per_query=per_query)}, dataset, tmp_path, seed=0)
+        found = rubric_agreement([judge], {"bm25": SimpleNamespace(per_query=per_query), "dense": SimpleNamespace(per_query=per_query[[]])},
+                                 dataset, tmp_path, seed=0)
     section = found.results["agreement"]
     assert {k: section[k] for k in ("labels", "unknown_query", "unknown_system", "stale", "judge_missing", "off_scale")} == {
-        "labels": 8, "unknown_query": 1, "unknown_system": 1, "stale": 1, "judge_missing": 1, "off_scale": 1}
+        "labels": 9, "unknown_query": 1, "unknown_system": 1, "stale": 1, "judge_missing": 2, "off_scale": 1}
+    assert section["systems"]["dense"]["judge_correctness"]["judge_missing"] == 1
     figures_ = section["systems"]["bm25"]["judge_correctness"]
     assert (figures_["labels"], figures_["compared"], figures_["ppi_labelled"], figures_["judged"]) == (6, 3, 4, 6)
     assert figures_["kappa"] == pytest.approx(cohen_kappa_score([4, 2, 3], [5, 2, 3], labels=[1, 2, 3, 4, 5], weights="quadratic"))
@@ -221,8 +224,8 @@ def test_labels_that_cannot_be_compared_are_counted_and_warned(tmp_path: Path, c
     labelled = {"q1": 4.0, "q2": 2.0, "q5": 3.0, "q6": 3.0}
     assert figures_["ppi"] == pytest.approx(judged.mean() + np.mean([labelled[q] - judged[q] for q in labelled]))
     messages = "\n".join(r.getMessage() for r in caplog.records)
-    for kind, line in (("unknown query", 7), ("unknown system", 8), ("stale", 3), ("judge missing", 4), ("off scale", 6)):
-        assert f"1 label(s) {kind}; first: line {line}" in messages
+    for count, kind, line in ((1, "unknown query", 7), (1, "unknown system", 8), (1, "stale", 3), (2, "judge missing", 4), (1, "off scale", 6)):
+        assert f"{count} label(s) {kind}; first: line {line}" in messages
     metrics = found.system_metrics["bm25"]
     assert {"judge_correctness_kappa", "judge_correctness_kappa_ci_low", "judge_correctness_alpha_ci_high", "judge_correctness_accuracy",
             "judge_correctness_ppi", "judge_correctness_ppi_ci_low", "judge_correctness_human_labels"} <= set(metrics)

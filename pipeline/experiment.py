@@ -34,6 +34,7 @@ from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness
+from ragtrack.pipeline.agreement import pairwise_agreement, report_section, rubric_agreement, run_page_note
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, p_text,
                                          per_query_differences, write_comparison)
@@ -171,7 +172,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan, stages)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
                              lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan, stages))
-        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir)).merge(against_inputs(cfg, dataset, results))
+        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir, int(cfg.seed))).merge(against_inputs(cfg, dataset, results))
+        findings = findings.merge(rubric_agreement(evaluators, results, dataset, output_dir, int(cfg.seed)))
         report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results, name)
         _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings, report)
     except BaseException as exc:
@@ -272,15 +274,20 @@ def _findings(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult
     return found
 
 
-def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path) -> Findings:
+def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path, seed: int = 0) -> Findings:
     """The pairwise judges' summaries by pair (results.json ``pairwise``, parent metrics
-    ``pairwise/<first>_vs_<second>/<name>``, ``pairwise.jsonl``) over the systems that generated answers."""
+    ``pairwise/<first>_vs_<second>/<name>``, ``pairwise.jsonl``) over the systems that generated answers,
+    and their agreement with people where a judge has ``human_labels`` (``pipeline.agreement``)."""
     answers = {name: r.per_query["generated_answer"].to_dict() for name, r in results.items() if "generated_answer" in r.per_query}
-    pairs = {pair: summary for judge in judges for pair, summary in judge.compare(answers, dataset.queries, dataset.answers).items()}
+    pairs, agreed = {}, Findings()
+    for judge in judges:
+        summaries, records = judge.judge(answers, dataset.queries, dataset.answers)
+        pairs |= summaries
+        agreed = agreed.merge(pairwise_agreement(judge, records, dataset, output_dir, seed))
     if not pairs:
-        return Findings()
+        return agreed
     metrics = {f"pairwise/{layout.system_key(s['first'])}_vs_{layout.system_key(s['second'])}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
-    return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()])
+    return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()]).merge(agreed)
 
 
 def job_key_metrics(cfg: DictConfig) -> list[str]:
@@ -360,7 +367,8 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
     config_yaml = yaml_text(redact(resolved))
     (output_dir / layout.CONFIG_FILE).write_text(config_yaml)
     with stage("compare systems"):
-        comparison = _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml)
+        comparison = _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml,
+                                       [found for found in [report_section(extra or {})] if found])
     wide = None if comparison is None else per_query_differences(comparison, dict(dataset.queries.items()))
     if wide is not None:
         (output_dir / layout.PER_QUERY_WIDE_FILE).write_text(csv_text(wide))
@@ -388,10 +396,10 @@ def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str
 
 
 def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], folder: Path, name: str,
-                      config_yaml: str) -> Comparison | None:
+                      config_yaml: str, sections: list[tuple[str, str, str]] | None = None) -> Comparison | None:
     """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
-    does across jobs): comparison.md/.png, failures/ and report.html in ``folder``; baseline bm25 or the
-    first system; queries: those with a relevant judgment."""
+    does across jobs): comparison.md/.png, failures/ and report.html (with more ``sections``) in ``folder``;
+    baseline bm25 or the first system; queries: those with a relevant judgment."""
     key_metrics = job_key_metrics(cfg)
     common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
     metrics = [m for m in key_metrics if m in common] or common[:1]
@@ -401,7 +409,8 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     systems = [SystemRun(system, system, name, "", 0, r.per_query, label=system, curves=_curves(r, dataset, cfg)) for system, r in results.items()]
     comparison = compare_systems(systems, metrics, find_baseline(systems, None), queries, seed=int(cfg.seed))
     title = f"{dataset.name} ({len(comparison.queries)} queries): {name}"
-    write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml)
+    write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml,
+                     sections=sections)
     return comparison
 
 
@@ -446,7 +455,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
         if wide is not None:
             artifacts.append(output_dir / layout.PER_QUERY_WIDE_FILE)
         report = layout.run_page(tracker.experiment_id, tracker.run_id, f"{layout.COMPARISON_DIR}/{REPORT_FILE}")
-        note = summary_note(results, key_metrics, dataset, tracker.run_name, comparison, report)
+        note = summary_note(results, key_metrics, dataset, tracker.run_name, comparison, report) + run_page_note(findings.results if findings else {})
         tracker.log_parent(parent_metrics, artifacts, note, wide if top else None)
         tracker.share_runs_view(key_metrics)
 

@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.secrets import mask
 from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
+from ragtrack.pipeline.dryrun import dry_run, print_dry_run
 from ragtrack.pipeline.experiment import JobInfo, run_experiment
 from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.comparison import TEXT_WIDTH
@@ -59,6 +60,9 @@ def main(cfg: DictConfig) -> float | None:
     )
     before = existing_paths(Path(hydra_cfg.runtime.output_dir))
     try:
+        if cfg.get("dry_run"):
+            print_dry_run(dry_run(cfg), Path(cfg.paths.output_dir))
+            return None
         results = run_experiment(cfg, job)
         return objective(results, cfg.get("optimize_metric"))
     except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback

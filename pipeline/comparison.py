@@ -405,10 +405,11 @@ def _slug(label: str) -> str:
 # --------------------------------------------------------------------------- files
 
 def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: Dataset | None = None,
-                     runs: dict[str, Run] | None = None, failures: int = 10, config_text: str = "") -> None:
+                     runs: dict[str, Run] | None = None, failures: int = 10, config_text: str = "",
+                     sections: Sequence[tuple[str, str, str]] = ()) -> None:
     """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``sweep.png`` (rows with a swept
     numeric setting), ``failures/<row>.md`` (with the dataset and the rows' runs, by run id) and
-    ``report.html`` into ``folder``."""
+    ``report.html`` (with the extra ``sections``: anchor, heading, HTML body) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, kind in (("comparison.md", "markdown"), ("comparison.csv", "csv"), ("comparison.json", "json"), ("comparison.txt", "table")):
         (folder / name).write_text(render(comparison, kind), encoding="utf-8")
@@ -422,7 +423,7 @@ def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: 
                 text = failure_report(comparison, s, runs, dataset, failures)
                 (folder / "failures" / f"{_slug(s.label)}.md").write_text(text, encoding="utf-8")
     report = html_report(comparison, title, [figure.read_bytes(), *([swept.read_bytes()] if swept else [])], config_text,
-                         *((dataset, runs, failures) if cases else ()))
+                         *((dataset, runs, failures) if cases else (None, None, failures)), extra_sections=sections)
     (folder / REPORT_FILE).write_text(report, encoding="utf-8")
 
 
@@ -513,11 +514,11 @@ def _wins_and_losses(comparison: Comparison, runs: dict[str, Run], dataset: Data
 
 
 def html_report(comparison: Comparison, title: str, plots: list[bytes], config_text: str = "", dataset: Dataset | None = None,
-                runs: dict[str, Run] | None = None, limit: int = 10) -> str:
+                runs: dict[str, Run] | None = None, limit: int = 10, extra_sections: Sequence[tuple[str, str, str]] = ()) -> str:
     """One self-contained HTML page (inline CSS, the plot as a data URI) that fits 1,280 px: a verdict
     per metric, contents, a table per metric (CIs, Δ and Holm-corrected tests against the baseline),
-    the ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``)
-    and the (redacted) config."""
+    the ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``),
+    the ``extra_sections`` (anchor, heading, HTML body: a job's cost and tokens) and the (redacted) config."""
     wide = wide_table(comparison, ("", ""))
     sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
                 ("metrics", "Systems and metrics",
@@ -533,6 +534,7 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
     if dataset is not None and runs:
         sections.append(("queries", f"Wins and losses against {comparison.baseline.label} ({comparison.metrics[0]})",
                          "".join(_wins_and_losses(comparison, runs, dataset, limit))))
+    sections += list(extra_sections)
     if config_text:
         sections.append(("config", "Config", f"<pre>{html.escape(config_text)}</pre>"))
     contents = "".join(f'<li><a href="#{anchor}">{html.escape(heading)}</a></li>' for anchor, heading, _ in sections)

@@ -203,3 +203,32 @@ def test_dry_run_counts_the_requests_of_the_real_run(tmp_path: Path) -> None:
         assert len(server.requests) == 12
     finally:
         server.stop()
+
+
+@pytest.mark.slow  # two whole jobs in subprocesses: make test-slow
+def test_dry_run_command_and_token_metrics_in_mlflow(tmp_path: Path) -> None:
+    """``ragtrack run --dry-run`` prints the table and sends nothing; the real job logs the server's
+    tokens as the system run's MLflow metrics and prints the LLM calls table."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.support import ragtrack
+
+    server = ChatServer(atp_fails=False)
+    try:
+        job = ["dataset=toy", "encoder=hashing", "retriever=[bm25]", "fusion=[]", "generator=openai", f"generator.base_url={server.url}",
+               "generator.model=g", "generator.top_k=1", "generator.prompt='{question} {context}'", "generator.price_prompt=2.5"]
+        dry = ragtrack(tmp_path, "run", "--dry-run", *job, "hydra.run.dir=outputs/dry")
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert "would send 6 LLM requests" in dry.stdout and "generator" in dry.stdout and not server.requests
+        real = ragtrack(tmp_path, "run", *job, "hydra.run.dir=outputs/real")
+        assert real.returncode == 0, real.stderr[-3000:]
+        assert len(server.requests) == 6 and "LLM calls:" in real.stdout
+        client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+        runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
+        system = next(r for r in runs if r.data.tags.get("ragtrack.system") == "bm25")
+        expected = sum(server_usage(r["body"]["messages"], "")["prompt_tokens"] for r in server.requests)
+        assert system.data.metrics["llm/generator/prompt_tokens"] == expected == system.data.metrics["llm/all/prompt_tokens"]
+        assert system.data.metrics["llm/generator/cost"] == pytest.approx(2.5 * expected / 1e6)
+        assert "usage.csv" in {a.path for a in client.list_artifacts(system.info.run_id)}
+    finally:
+        server.stop()

@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-RUN_USAGE = """usage: ragtrack run [-m] [--config-dir DIR] [OVERRIDE ...]
+RUN_USAGE = """usage: ragtrack run [-m] [--dry-run] [--config-dir DIR] [OVERRIDE ...]
 
 Run an experiment: the default preset compares bm25, dense and hybrid (RRF) on SciFact, scores
 them and logs everything to MLflow. Overrides are Hydra's: GROUP=OPTION picks a config,
@@ -267,6 +267,7 @@ examples:
   ragtrack run --config-dir ~/myconf dataset=mine       your own configs
   ragtrack run -m experiment=rrf_k                      a sweep: one MLflow run per RRF k
   ragtrack run fusion.rrf.k=30 depth=1000 tracking=none a value, and no MLflow
+  ragtrack run --dry-run generator=openai ...           the LLM calls and tokens it would make; sends nothing
 
 config groups (GROUP=OPTION):
 {groups}
@@ -306,7 +307,7 @@ def run_command(argv: list[str]) -> int:
         if {"-h", "--help"} & set(argv[1:]):
             print(run_help())
             return 0
-        return run_hydra(["--help" if a == "--hydra-help" else a for a in argv[1:]])
+        return run_hydra([{"--hydra-help": "--help", "--dry-run": "dry_run=true"}.get(a, a) for a in argv[1:]])
     args = build_parser().parse_args(argv)
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]

@@ -409,7 +409,7 @@ def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: 
                      sections: Sequence[tuple[str, str, str]] = ()) -> None:
     """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``sweep.png`` (rows with a swept
     numeric setting), ``failures/<row>.md`` (with the dataset and the rows' runs, by run id) and
-    ``report.html`` (with more ``sections``: anchor, heading, HTML) into ``folder``."""
+    ``report.html`` (with the extra ``sections``: anchor, heading, HTML body) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, kind in (("comparison.md", "markdown"), ("comparison.csv", "csv"), ("comparison.json", "json"), ("comparison.txt", "table")):
         (folder / name).write_text(render(comparison, kind), encoding="utf-8")
@@ -423,7 +423,7 @@ def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: 
                 text = failure_report(comparison, s, runs, dataset, failures)
                 (folder / "failures" / f"{_slug(s.label)}.md").write_text(text, encoding="utf-8")
     report = html_report(comparison, title, [figure.read_bytes(), *([swept.read_bytes()] if swept else [])], config_text,
-                         *((dataset, runs, failures) if cases else ()), extra_sections=sections)
+                         *((dataset, runs, failures) if cases else (None, None, failures)), extra_sections=sections)
     (folder / REPORT_FILE).write_text(report, encoding="utf-8")
 
 
@@ -547,8 +547,9 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
     """One self-contained HTML page (inline CSS, the plot as a data URI) that fits 1,280 px: a verdict
     per metric, contents, a table per metric (CIs, Δ and Holm-corrected tests against the baseline),
     effect sizes with whether the query set could detect each difference (:func:`detectability`), the
-    ``plots`` (PNG), slices, ``extra_sections`` (anchor, heading, HTML: the judges' agreement), each
-    system's largest wins and losses (with ``dataset`` and the rows' ``runs``) and the (redacted) config."""
+    ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``),
+    the ``extra_sections`` (anchor, heading, HTML body: the judges' agreement, a job's cost and tokens) and
+    the (redacted) config."""
     wide = wide_table(comparison, ("", ""))
     sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
                 ("metrics", "Systems and metrics",

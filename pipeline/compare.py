@@ -289,6 +289,8 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
 
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if reference_map and not reference:
+        raise RagtrackError("--reference-map pairs rows with a reference's systems: give the reference with --reference RUN_OR_TABLE")
     if reference and not tolerance >= 0:
         raise RagtrackError(f"--tolerance {tolerance}: give a difference >= 0 (Pyserini's: {TOLERANCE})")
     original = read_reference(reference) if reference else None  # a file or folder: a bad one fails before MLflow is read
@@ -301,6 +303,8 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         raise RagtrackError(f"experiment {found.name!r} has no finished runs")
     with tempfile.TemporaryDirectory(prefix="ragtrack-compare-") as scratch:
         folder = Path(scratch)
+        if reference:  # an MLflow run id, found before the rows are read (its runs are downloaded when measured)
+            original = original or load_logged_reference(client, reference, folder)
         systems = load_systems(client, jobs, runs, folder)
         scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items()}
         difference = scope_difference(list(scopes.values()))
@@ -322,7 +326,6 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
             return runs[s.run_id]
 
         if reference:
-            original = original or load_logged_reference(client, reference, folder)
             differs = reference_scope_difference(original, next(iter(scopes.values())))
             if differs and not allow_mixed:
                 raise RagtrackError(f"{differs}; pass --allow-mixed to check against it anyway")

@@ -149,7 +149,12 @@ def read_per_query(path: Path) -> dict[str, pd.DataFrame]:
         raise InputError(path, f"not a readable CSV: {str(exc).strip().splitlines()[-1]}") from None
     if not {"system", "qid"} <= set(table.columns):
         raise InputError(path, "no 'system' and 'qid' columns: not a ragtrack per_query.csv", 1)
-    return {name: rows.drop(columns="system").set_index("qid") for name, rows in table.groupby("system", sort=False)}
+    return by_system(table)
+
+
+def by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A per-query table (columns system, qid, ...) split by system, indexed by qid."""
+    return {name: rows.drop(columns="system").set_index("qid") for name, rows in per_query.groupby("system", sort=False)}
 
 
 def read_table(path: Path) -> dict[str, dict[str, float]]:

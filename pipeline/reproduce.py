@@ -43,6 +43,7 @@ from ragtrack.core.secrets import is_variable_name_key
 from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, measures_table, rankings_table
 from ragtrack.pipeline.comparison import SystemRun, find_baseline
 from ragtrack.pipeline.csv_files import read_csv
+from ragtrack.pipeline.reference import by_system
 from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, RUN_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM, system_metric_key
 
 RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # ${name:...}: a resolver call (oc.env, oc.decode, cwd, ...)
@@ -126,11 +127,6 @@ def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: boo
             OmegaConf.update(cfg, path, None)
             dropped.append(f"dropped {path} of the downloaded config (your keys go only to hosts you configure; give it again as an override)")
     return OmegaConf.merge(cfg, given), dropped
-
-
-def by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """A per-query table (columns system, qid, ...) split by system, indexed by qid."""
-    return {name: rows.set_index("qid") for name, rows in per_query.groupby("system")}
 
 
 def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, overrides: Sequence[str] = (),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict
 
 import numpy as np
 import pandas as pd

@@ -15,7 +15,7 @@ import pytest
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.runs import Run, write_trec
 from ragtrack.evaluators.reproduction import delta_relative_improvement, effect_ratio, ranking_agreement, rmse
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, render
+from ragtrack.pipeline.comparison import SystemRun, compare_systems, html_report, render
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.reference import check_reference, read_reference
 
@@ -98,6 +98,8 @@ def test_annotated_rows_carry_the_reference_figures(tmp_path) -> None:
     assert rows.loc[("dense", "ndcg@10"), "reference"] == "anserini-dense" and rows.loc[("dense", "ndcg@10"), "reference_within_tolerance"] == False  # noqa: E712
     assert pd.isna(rows.loc[("hybrid k=60", "ndcg@10"), "reference"])
     assert "| bm25 | bm25 | ndcg@10 |" in render(comparison, "markdown") and r"\begin{tabular}{lllllll}" in render(comparison, "latex")
+    page = html_report(comparison, "t", [])
+    assert f'id="reference">Against the reference {path}</h2>' in page and "<td>anserini-dense</td>" in page and "rows without a reference" in page
 
 
 def test_nothing_matched_or_a_bad_pair_is_one_line(tmp_path) -> None:

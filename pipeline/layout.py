@@ -19,7 +19,8 @@ One parent run per Hydra job, one child run per system (tag ``mlflow.parentRunId
   LLM tokens and cost :func:`usage_key` (``llm/generator/prompt_tokens``);
   the child run logs them as they are, the parent run with the ``<system>/`` prefix
   (:func:`system_metric_key`);
-- a ``ragtrack compare`` run: tag :data:`TAG_COMPARISON`.
+- a ``ragtrack compare`` run: tag :data:`TAG_COMPARISON`; each row's mean as ``<row>/<metric_key>``, and
+  with ``--reference`` its figures against the reference :func:`reference_key` (``<row>/ndcg_at_10/reference/rmse``).
 """
 
 from __future__ import annotations
@@ -96,6 +97,12 @@ def slice_key(metric: str, attribute: str, value: str) -> str:
 def drop_key(metric: str, perturbation: str) -> str:
     """How much a metric drops when queries are perturbed (clean - perturbed): ``ndcg_at_10/drop/typos_10``."""
     return f"{metric_key(metric)}/drop/{key_part(perturbation)}"
+
+
+def reference_key(measure: str, metric: str | None = None) -> str:
+    """A row's figure against ``ragtrack compare --reference``: per metric ``ndcg_at_10/reference/difference``,
+    per row ``reference/kendall_tau``."""
+    return f"{metric_key(metric)}/reference/{measure}" if metric else f"reference/{measure}"
 
 
 def latency_key(stage: str, quantile: int) -> str:

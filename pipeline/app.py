@@ -190,7 +190,7 @@ def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str]) -> list
     """The sweep compared as ``ragtrack compare --sweep`` does (logged as its comparison run: tables,
     report.html, the key metrics against each swept numeric setting), then a line per job (its swept
     settings, the first key metric of a system that varies with its CI, its run page) and a runs view of
-    the sweep's jobs with those systems' key metrics as columns."""
+    the sweep's jobs with the swept settings (job params) and those systems' key metrics as columns."""
     import pandas as pd
     from mlflow.tracking import MlflowClient
 
@@ -212,8 +212,10 @@ def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str]) -> list
              f"[{rows.at[s.label, 'ci_low']:.4f}, {rows.at[s.label, 'ci_high']:.4f}]  {base}/{run_page(experiment_id, s.job_id)}"
              for s in swept]
     systems = list(dict.fromkeys(s.system for s in swept))
+    swept_keys = dict.fromkeys(key for s in comparison.systems for key in s.params)
+    metric_columns = [f"metrics.`{system_metric_key(system, m)}`" for system in systems for m in comparison.metrics]
     share_view(MlflowClient(uri), experiment_id, name, f"tags.`{TAG_SWEEP}` = '{sweep}'",
-               [f"metrics.`{system_metric_key(system, m)}`" for system in systems for m in comparison.metrics])
+               [*(f"params.`{key}`" for key in swept_keys), *metric_columns], order_by=metric_columns[0])
     return ["", *lines, f"Sweep runs:   {base}/{runs_table_page(experiment_id, name)}",
             f"Sweep report: {comparison.links['report.html']}", f"Next:         ragtrack compare --sweep {name}"]
 

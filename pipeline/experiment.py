@@ -164,8 +164,11 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     evaluators, pair_judges = build_evaluators(cfg, meter)
     tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    shared = {k: v for k, v in flatten(resolved).items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
+    flat = flatten(resolved)
+    shared = {k: v for k, v in flat.items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
     typed = redact_overrides(job.overrides)
+    overridden = (override.partition("=")[0].lstrip("+~") for override in typed)
+    shared |= {key: flat[key] for key in overridden if key in flat}  # a sweep's view shows each job's swept values as columns
     overrides = " ".join(typed)
     tags = {layout.TAG_DATASET: dataset.name, layout.TAG_DATASET_HASH: dataset.hash, **provenance_tags(),
             layout.TAG_OVERRIDES: overrides or "(none)",

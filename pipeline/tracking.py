@@ -445,11 +445,11 @@ class MlflowTracker(Tracker):
                 self.client.log_artifact(run_id, str(path))
 
 
-def share_view(client: Any, experiment_id: str, key: str, search_filter: str, columns: list[str]) -> None:
+def share_view(client: Any, experiment_id: str, key: str, search_filter: str, columns: list[str], order_by: str | None = None) -> None:
     """A runs-table view stored the way the MLflow UI stores a shared one (experiment tag
     :data:`TAG_VIEW_PREFIX` + ``key``, opened by ``?viewStateShareKey=``): the runs ``search_filter``
-    selects, ``columns`` showing, sorted by the first (descending)."""
-    state = {"searchFilter": search_filter, "orderByKey": columns[0], "orderByAsc": False,
+    selects, ``columns`` showing, sorted by ``order_by`` (default: the first column), descending."""
+    state = {"searchFilter": search_filter, "orderByKey": order_by or columns[0], "orderByAsc": False,
              "selectedColumns": columns, "columnOrder": columns, "columnWidths": {c: 170 for c in columns}}
     client.set_experiment_tag(experiment_id, f"{TAG_VIEW_PREFIX}{key}", json.dumps(state))
 

@@ -55,6 +55,9 @@ def test_a_sweep_shows_at_most_three_lines_per_job_and_its_page(toy_sweep) -> No
     view = re.search(r"^Sweep runs:   http://127\.0\.0\.1:5000/#/experiments/(\d+)/runs\?viewStateShareKey=([^&\s]+)&workflowType=machine_learning$", toy_sweep.log, re.MULTILINE)
     state = json.loads(MlflowClient(toy_sweep.uri).get_experiment(view.group(1)).tags[f"mlflow.sharedViewState.{view.group(2)}"])
     assert state["searchFilter"].startswith("tags.`ragtrack.sweep` = '") and "metrics.`hybrid/ndcg_at_10`" in state["selectedColumns"]
+    assert state["selectedColumns"][0] == "params.`fusion.rrf.k`" and state["orderByKey"] == "metrics.`hybrid/ndcg_at_10`"  # the swept value, then the metrics
+    jobs, _ = jobs_and_children(toy_sweep.uri, toy_sweep.experiment)
+    assert sorted(int(j.data.params["fusion.rrf.k"]) for j in jobs) == sorted(toy_sweep.ks)  # the column's values: each job's own
     report = re.search(r"^Sweep report: http://\S+/runs/(\w+)/artifacts/report\.html$", toy_sweep.log, re.MULTILINE).group(1)
     assert {"report.html", "sweep.png"} <= {a.path for a in MlflowClient(toy_sweep.uri).list_artifacts(report)}  # k on a numeric axis
     assert f"Next:         ragtrack compare --sweep {view.group(2)}" in lines

@@ -9,6 +9,7 @@ they must run. MLflow pages never reach network idle, so the tests wait for elem
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -84,16 +85,32 @@ def ui_server(toy_sweep, tmp_path):
 def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_server) -> None:
     from playwright.sync_api import sync_playwright
 
-    run_compare(toy_sweep.uri, sweep="latest", baseline="bm25")
     client = MlflowClient(toy_sweep.uri)
     experiment = client.get_experiment_by_name(toy_sweep.experiment).experiment_id
+    sweep_link = re.search(r"^Sweep runs:\s+http://127\.0\.0\.1:5000(/\S+)$", toy_sweep.log, re.MULTILINE).group(1)
+    sweep_run = re.search(r"^Sweep report: http://\S+/runs/(\w+)/artifacts/report\.html$", toy_sweep.log, re.MULTILINE).group(1)
+    jobs = [r for r in client.search_runs([experiment], filter_string="tags.`ragtrack.sweep` != ''") if "ragtrack.comparison" not in r.data.tags
+            and "mlflow.parentRunId" not in r.data.tags]
+    run_compare(toy_sweep.uri, sweep="latest", baseline="bm25")
     comparison = client.search_runs([experiment], filter_string="tags.`ragtrack.comparison` = 'true'")[0]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = launch(playwright)
         try:
-            page = browser.new_page(viewport={"width": 2400, "height": 1100})
+            page = browser.new_page(viewport={"width": 1600, "height": 900})
             page.set_default_timeout(TIMEOUT_MS)
+            page.goto(ui_server + sweep_link, wait_until="domcontentloaded")  # the sweep's view as printed: no click
+            page.get_by_role("columnheader").filter(has_text="fusion.rrf.k").first.wait_for()
+            page.get_by_role("columnheader").filter(has_text="hybrid/ndcg_at_10").first.wait_for()
+            for job in jobs:  # each job's swept value and hybrid nDCG@10 (the grid draws the pinned name column as a row of its own)
+                index = page.get_by_role("row").filter(has=page.get_by_text(job.info.run_name, exact=True)).first.get_attribute("row-index")
+                cells = page.locator(f"[role=row][row-index='{index}']").filter(has_text=str(job.data.metrics["hybrid/ndcg_at_10"])).first
+                cells.get_by_text(job.data.params["fusion.rrf.k"], exact=True).first.wait_for()
+            page.screenshot(path=str(SCREENSHOTS / "mlflow_sweep_view.png"))
+            page.goto(f"{ui_server}/#/experiments/{experiment}/runs/{sweep_run}/artifacts/sweep.png", wait_until="domcontentloaded")
+            page.get_by_role("img", name="sweep.png").first.wait_for()  # the key metrics against k, with CIs
+            page.screenshot(path=str(SCREENSHOTS / "mlflow_sweep_plot.png"))
+            page.set_viewport_size({"width": 2400, "height": 1100})
             page.goto(f"{ui_server}/#/experiments/{experiment}/runs", wait_until="domcontentloaded")
             for k in toy_sweep.ks:  # every job of the sweep, by its readable name
                 page.get_by_text(f"hybrid k={k}", exact=True).first.wait_for()
@@ -114,7 +131,8 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
             page.screenshot(path=str(SCREENSHOTS / "mlflow_comparison.png"))
         finally:
             browser.close()
-    assert (SCREENSHOTS / "mlflow_runs.png").stat().st_size > 10_000
+    for shot in ("mlflow_sweep_view.png", "mlflow_sweep_plot.png", "mlflow_runs.png"):
+        assert (SCREENSHOTS / shot).stat().st_size > 10_000, shot
     assert (SCREENSHOTS / "mlflow_comparison.png").stat().st_size > 10_000
 
 

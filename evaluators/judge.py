@@ -17,6 +17,8 @@ number per criterion and an optional ``rationale``; otherwise text lines such as
 be a number on the rubric's scale. Queries whose request or reply fails (and queries without an answer) are left
 out of the means and reported: a warning with the count and the first error, and ``judge.jsonl`` (per query: scores,
 rationale, error) in the system's output folder, which is logged to MLflow with the system's run.
+``human_labels`` (a file of people's labels, ``evaluators.human_labels``) adds the judge's agreement with
+them and its PPI-corrected mean (``pipeline.agreement``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ragtrack.core.llm import ChatClient, check_template, numbered_passages, ret
 from ragtrack.core.files import write_atomically
 from ragtrack.core.settings import ChatSettings, Count, Text
 from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.evaluators.human_labels import read_human_labels
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +200,8 @@ class JudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     rubrics: Annotated[list[Text], Field(min_length=1)] | None = None
     top_k: Count = 3
     output_dir: Text | None = None
+    human_labels: Text | None = Field(None, description="a .jsonl or .tsv file of people's labels (qid, system, criterion, label): "
+                                                         "the judge's agreement with them and the PPI-corrected mean")
 
 
 class LLMJudge(Evaluator):
@@ -208,10 +213,11 @@ class LLMJudge(Evaluator):
         return {f"judge_{name}": f"LLM judge, {load_rubric(name).description}" for name in BUILT_IN_RUBRICS}
 
     def __init__(self, prompt: str, rubrics: Sequence[str] | None = None, metrics: Sequence[str] | None = None, top_k: int = 3,
-                 output_dir: str | None = None, **client):
+                 output_dir: str | None = None, human_labels: str | None = None, **client):
         """``rubrics``: built-in names or YAML paths (default: the ``judge_<name>`` of ``metrics``, else
-        correctness, faithfulness, relevance); ``client``: the :class:`ChatClient` settings (``base_url``,
-        ``model``, ``api_key_env``, ...)."""
+        correctness, faithfulness, relevance); ``human_labels``: a labels file (``evaluators.human_labels``),
+        read here, so a defect stops the job before any work; ``client``: the :class:`ChatClient` settings
+        (``base_url``, ``model``, ``api_key_env``, ...)."""
         specs = list(rubrics or [m.removeprefix("judge_") for m in metrics or []] or DEFAULT_RUBRICS)
         self.rubrics = [load_rubric(str(spec)) for spec in specs]
         names = [r.name for r in self.rubrics]
@@ -224,6 +230,7 @@ class LLMJudge(Evaluator):
         self.criteria = names
         check_template(prompt, {"question", "context", "gold_answers", "answer", "rubrics", "reply_format"}, "llm_judge")
         self.prompt, self.top_k, self.output_dir = prompt, int(top_k), output_dir
+        self.human_labels = read_human_labels(human_labels, {r.name: sorted(r.scale) for r in self.rubrics}, "system") if human_labels else None
         self.client = ChatClient(**client)
 
     def applies_to(self, data: EvalInput) -> bool:

@@ -16,7 +16,8 @@ and ``first_position_rate`` (share of non-tie verdicts that chose ANSWER A: 0.5 
 Queries whose request or reply fails are left out and counted in ``failed`` with the first error.
 
 It compares systems, so it scores no single run: the experiment calls :meth:`PairwiseJudge.compare`
-once every system has answered (``conf/evaluator/pairwise_judge.yaml``).
+once every system has answered (``conf/evaluator/pairwise_judge.yaml``). ``human_labels`` (people's
+verdicts, ``evaluators.human_labels``) adds the judge's agreement with them (``pipeline.agreement``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.evaluators.judge import load_rubric
 from ragtrack.core.settings import ChatSettings, SystemName, Text
 from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.evaluators.human_labels import OUTCOMES, read_human_labels
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ class PairwiseJudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     pairs: list[Annotated[list[SystemName], Field(min_length=2, max_length=2, description="a pair [first, second] of system names")]] | None = None
     rubric: Text = "correctness"
     output_dir: Text | None = None
+    human_labels: Text | None = Field(None, description="a .jsonl or .tsv file of people's verdicts (qid, pair, label win/tie/loss): "
+                                                         "the judge's agreement with them and PPI-corrected rates")
 
 
 class PairwiseJudge(Evaluator):
@@ -106,15 +110,17 @@ class PairwiseJudge(Evaluator):
                 "pairwise_loss_rate": "pairwise LLM judge: share of queries where the second system's answer wins"}
 
     def __init__(self, prompt: str, rubric: str = "correctness", baseline: str | None = None, pairs: Sequence[Sequence[str]] | None = None,
-                 output_dir: str | None = None, metrics: Sequence[str] | None = None, **client):
+                 output_dir: str | None = None, metrics: Sequence[str] | None = None, human_labels: str | None = None, **client):
         """``pairs``: ``[[a, b], ...]``; without them ``baseline`` (default: the first system that answers)
         against each other system. ``rubric``: a built-in name or YAML path; its description is ``{rubric}``.
-        ``metrics``: the figures reported (default: all)."""
+        ``metrics``: the figures reported (default: all). ``human_labels``: a labels file
+        (``evaluators.human_labels``), read here."""
         super().__init__(list(metrics or self.provides()))
         check_template(prompt, {"question", "gold_answers", "answer_a", "answer_b", "rubric"}, "pairwise_judge")
         self.prompt, self.criterion = prompt, load_rubric(str(rubric))
         self.baseline, self.output_dir = baseline, output_dir
         self.pairs = [tuple(map(str, pair)) for pair in pairs or []]
+        self.human_labels = read_human_labels(human_labels, {self.criterion.name: OUTCOMES}, "pair") if human_labels else None
         if any(len(pair) != 2 or pair[0] == pair[1] for pair in self.pairs):
             raise RagtrackError(f"pairwise_judge: pairs must be [first, second] of two different systems, got {[list(p) for p in self.pairs]}")
         self.client = ChatClient(**client)
@@ -136,9 +142,15 @@ class PairwiseJudge(Evaluator):
     def compare(self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], golds: Mapping[str, list[str]]) -> dict[str, dict]:
         """Summary by pair (``"a vs b"``) of ``answers`` (system -> query id -> answer); writes
         ``pairwise.jsonl`` (one record per pair and query) to ``output_dir``."""
+        return self.judge(answers, queries, golds)[0]
+
+    def judge(self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
+              golds: Mapping[str, list[str]]) -> tuple[dict[str, dict], list[dict]]:
+        """:meth:`compare`'s summaries and the records of ``pairwise.jsonl`` (``pair``, ``qid``, verdicts,
+        ``outcome``: win / tie / loss of the first system, None where not judged)."""
         if len(answers) < 2:
             log.warning("pairwise_judge: fewer than two systems produced answers; nothing to compare")
-            return {}
+            return {}, []
         summaries, records = {}, []
         for first, second in self.pairs_of(list(answers)):
             summary, pair_records = self._compare_pair(first, second, answers[first], answers[second], queries, golds)
@@ -146,7 +158,7 @@ class PairwiseJudge(Evaluator):
             records += pair_records
         if self.output_dir:
             write_atomically(Path(self.output_dir) / "pairwise.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-        return summaries
+        return summaries, records
 
     def _compare_pair(self, first: str, second: str, answers_a: Mapping[str, str], answers_b: Mapping[str, str],
                       queries: Mapping[str, str], golds: Mapping[str, list[str]]) -> tuple[dict, list[dict]]:

@@ -17,13 +17,18 @@ Per query, between the original ranking A and the reproduced ranking B:
   Clarke et al. 2020): RBO = Σ_{d=1}^{D} p^{d−1} |A_{:d} ∩ B_{:d}| / d  /  Σ_{d=1}^{D} p^{d−1}, p = 0.95
   (repro_eval's). D defaults to the longer list's length, so identical rankings score 1; repro_eval's
   fixed D = 1000 scores identical lists of 100 documents 0.9991.
+
+:func:`measures_table` and :func:`rankings_table` give these per system for a set of systems, each with
+its original and reproduced values (``ragtrack reproduce``, ``ragtrack compare --reference``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from ragtrack.core.runs import Run
@@ -81,11 +86,14 @@ def rank_biased_overlap(original: Sequence[str], reproduced: Sequence[str], p: f
     return float(np.sum(weights * overlap / np.arange(1, depth + 1)) / weights.sum())
 
 
-def ranking_agreement(original: Run, reproduced: Run, p: float = RBO_P, depth: int | None = None) -> tuple[float, float]:
+def ranking_agreement(original: Run, reproduced: Run, p: float = RBO_P, depth: int | None = None,
+                      queries: Collection[str] | None = None) -> tuple[float, float]:
     """Mean Kendall's τ_b and mean RBO (``depth`` as in :func:`rank_biased_overlap`) over the original's
-    queries, each over the queries where it is defined."""
+    queries (those of them in ``queries`` when given), each over the queries where it is defined."""
     taus, overlaps = [], []
     for qid, ranking in original.rankings():
+        if queries is not None and qid not in queries:
+            continue
         a, b = [doc for doc, _ in ranking], [doc for doc, _ in reproduced.ranking(qid)]
         taus.append(kendall_tau(a, b))
         overlaps.append(rank_biased_overlap(a, b, p, depth))
@@ -95,3 +103,34 @@ def ranking_agreement(original: Run, reproduced: Run, p: float = RBO_P, depth: i
 def _mean_defined(values: list[float]) -> float:
     defined = [v for v in values if not np.isnan(v)]
     return float(np.mean(defined)) if defined else float("nan")
+
+
+MEASURE_COLUMNS = ["system", "metric", "queries", "rmse", "effect_ratio", "delta_ri"]
+RANKING_COLUMNS = ["system", "kendall_tau", "rbo"]
+
+
+def measures_table(pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]], metrics: Sequence[str], baseline: str | None) -> pd.DataFrame:
+    """Per system and metric (columns :data:`MEASURE_COLUMNS`): RMSE over the queries both tables scored
+    (non-blank), and effect ratio and ΔRI against the pair labelled ``baseline`` over the queries all four
+    tables scored (NaN for the baseline itself, or without it). ``pairs``: (label, original per-query
+    table, reproduced per-query table), tables indexed by query id with a column per metric."""
+    base = next(((original, reproduced) for label, original, reproduced in pairs if label == baseline), None)
+    rows = []
+    for label, original, reproduced in pairs:
+        for metric in metrics:
+            pair = pd.concat([original[metric], reproduced[metric]], axis=1, join="inner").dropna().to_numpy(float).T
+            four = (np.empty((4, 0)) if base is None or label == baseline else
+                    pd.concat([original[metric], base[0][metric], reproduced[metric], base[1][metric]], axis=1, join="inner")
+                    .dropna().to_numpy(float).T)
+            against = four.shape[1] > 0
+            rows.append({"system": label, "metric": metric, "queries": pair.shape[1], "rmse": rmse(*pair) if pair.shape[1] else math.nan,
+                         "effect_ratio": effect_ratio(*four) if against else math.nan,
+                         "delta_ri": delta_relative_improvement(*four) if against else math.nan})
+    return pd.DataFrame(rows, columns=MEASURE_COLUMNS)
+
+
+def rankings_table(pairs: Sequence[tuple[str, Run, Run]], queries: Collection[str] | None = None) -> pd.DataFrame:
+    """Per system (columns :data:`RANKING_COLUMNS`): :func:`ranking_agreement` of its original and
+    reproduced runs, over ``queries`` when given. ``pairs``: (label, original run, reproduced run)."""
+    return pd.DataFrame([{"system": label, **dict(zip(("kendall_tau", "rbo"), ranking_agreement(original, reproduced, queries=queries)))}
+                         for label, original, reproduced in pairs], columns=RANKING_COLUMNS)

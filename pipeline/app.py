@@ -63,6 +63,11 @@ def main(cfg: DictConfig) -> float | None:
         with step("load dataset", log):
             dataset = load_dataset(cfg.dataset, check_documents=False)
         job.default_choices = default_choices()  # a second composition: after the data are checked
+        if cfg.get("dry_run"):
+            from ragtrack.pipeline.dryrun import dry_run, print_dry_run
+
+            print_dry_run(dry_run(cfg, dataset), Path(cfg.paths.output_dir))
+            return None
         from ragtrack.pipeline.experiment import run_experiment
 
         results = run_experiment(cfg, job, dataset)

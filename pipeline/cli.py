@@ -138,12 +138,20 @@ def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> int:
 def command_compare(args: argparse.Namespace) -> int:
     from ragtrack.pipeline.compare import run_compare
     from ragtrack.pipeline.comparison import TEXT_WIDTH
+    from ragtrack.pipeline.reference import TOLERANCE
 
+    if (args.reference_map or args.tolerance is not None) and not args.reference:
+        raise RagtrackError("--reference-map and --tolerance check against a reference: give it with --reference RUN_OR_TABLE")
     uri = args.tracking_uri
     comparison, text = run_compare(uri, args.experiment, args.sweep, args.metric, args.baseline,
                                    args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log,
-                                   width=None if args.wide else TEXT_WIDTH, allow_mixed=args.allow_mixed)
+                                   width=None if args.wide else TEXT_WIDTH, allow_mixed=args.allow_mixed, reference=args.reference,
+                                   reference_map=args.reference_map or (), tolerance=TOLERANCE if args.tolerance is None else args.tolerance)
     print(text, end="")
+    if comparison.reference and args.format == "csv":  # the other formats carry the notes in their text
+        for note in comparison.reference.notes:
+            print(textwrap.fill(mask(f"ragtrack: reference: {note}"), TEXT_WIDTH, subsequent_indent="  ", break_on_hyphens=False,
+                                break_long_words=False), file=sys.stderr)
     if args.plot:
         print(f"ragtrack: wrote the comparison plot to {args.plot}", file=sys.stderr)
     print(textwrap.fill(mask(f"ragtrack: compared {comparison.scope}"), TEXT_WIDTH, subsequent_indent="  "), file=sys.stderr)
@@ -231,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--no-log", action="store_true", help="do not log the comparison to MLflow")
     compare.add_argument("--allow-mixed", action="store_true",
                          help="keep jobs whose qrels, relevance threshold or query set differ (refused by default); rows are labelled with their threshold")
+    compare.add_argument("--reference", metavar="RUN_OR_TABLE",
+                         help="check the rows against an original job (MLflow run id, output folder or results.json) or a published "
+                              "table (.csv/.tsv/.yaml of system, metric, value): differences, RMSE, effect ratio, ΔRI, Kendall's tau, RBO")
+    compare.add_argument("--reference-map", action="append", metavar="ROW=REFERENCE",
+                         help="pair a row (label or system name) with a reference system of another name (repeatable)")
+    compare.add_argument("--tolerance", type=float, help="largest |difference| to the reference that passes (default: Pyserini's 0.0005)")
     reproduce = commands.add_parser("reproduce", help="re-run a logged job from its config.yaml and check every metric")
     reproduce.add_argument("run_id", help="an MLflow run id (the job or one of its system runs)")
     reproduce.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
@@ -254,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-RUN_USAGE = """usage: ragtrack run [-m] [--config-dir DIR] [OVERRIDE ...]
+RUN_USAGE = """usage: ragtrack run [-m] [--dry-run] [--config-dir DIR] [OVERRIDE ...]
 
 Run an experiment: the default preset compares bm25, dense and hybrid (RRF) on SciFact, scores
 them and logs everything to MLflow. Overrides are Hydra's: GROUP=OPTION picks a config,
@@ -267,6 +281,7 @@ examples:
   ragtrack run --config-dir ~/myconf dataset=mine       your own configs
   ragtrack run -m experiment=rrf_k                      a sweep: one MLflow run per RRF k
   ragtrack run fusion.rrf.k=30 depth=1000 tracking=none a value, and no MLflow
+  ragtrack run --dry-run generator=openai ...           the LLM calls and tokens it would make; sends nothing
 
 config groups (GROUP=OPTION):
 {groups}
@@ -306,7 +321,7 @@ def run_command(argv: list[str]) -> int:
         if {"-h", "--help"} & set(argv[1:]):
             print(run_help())
             return 0
-        return run_hydra(["--help" if a == "--hydra-help" else a for a in argv[1:]])
+        return run_hydra([{"--hydra-help": "--help", "--dry-run": "dry_run=true"}.get(a, a) for a in argv[1:]])
     args = build_parser().parse_args(argv)
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]

@@ -14,15 +14,24 @@ without the dataset every query of the per-query table counts and failure analys
 Jobs whose qrels (dataset hash), relevance threshold or query set differ are refused, naming two of
 them and what differs; ``allow_mixed`` keeps them, labels every row with its job's threshold and
 counts the queries relevant in every job (so a row's mean may differ from the one its job logged).
+
+With a reference (``pipeline.reference``: an original job's folder, results.json or MLflow run, or a
+published table of means), each row is also checked against the reference system of its name: the
+difference per metric within a tolerance and, with the original's per-query values and runs, the
+reproduction measures of ``evaluators.reproduction``. A job reference of other qrels or another
+relevance threshold is refused as jobs are, unless ``allow_mixed``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -30,15 +39,16 @@ from omegaconf import OmegaConf
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.runs import read_trec
+from ragtrack.core.runs import Run, read_trec
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.tracking import ui_base
-from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
+from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
                                       TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
-                                      metric_key, run_page)
+                                      metric_key, reference_key, run_page)
 from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, REPORT_FILE, TEXT_WIDTH, Comparison, SystemRun, compare_systems, find_baseline,
                                           render, verdicts, write_comparison)
+from ragtrack.pipeline.reference import TOLERANCE, Reference, check_reference, read_job, read_reference
 
 log = logging.getLogger(__name__)
 
@@ -225,18 +235,65 @@ def scope_difference(scopes: Sequence[JobScope]) -> str | None:
     return None
 
 
+def load_logged_reference(client, run_id: str, folder: Path) -> Reference:
+    """The reference of an MLflow run id: its job's results.json, per_query.csv and config.yaml, its system
+    runs' run.trec (downloaded when read); a system run gives only its system."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise RagtrackError(f"reference {run_id!r}: no such file or folder, and no such run in the tracking store") from None
+    parent = run.data.tags.get(TAG_PARENT)
+    job = client.get_run(parent) if parent else run
+    target = folder / "reference"
+    results = download_artifact(client, job.info.run_id, RESULTS_FILE, target)
+    for optional in (PER_QUERY_FILE, CONFIG_FILE):
+        try:
+            download_artifact(client, job.info.run_id, optional, target)
+        except RagtrackError:
+            log.warning("reference run %s has no %s", job.info.run_id, optional)
+    children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'")
+    runs = {c.data.tags[TAG_SYSTEM]: partial(_download_run, client, c.info.run_id, folder) for c in children if TAG_SYSTEM in c.data.tags}
+    reference = read_job(results, run_id, runs)
+    system = run.data.tags.get(TAG_SYSTEM) if parent else None
+    return reference.only(system) if system in reference.values else reference
+
+
+def _download_run(client, run_id: str, folder: Path) -> Run:
+    return read_trec(download_artifact(client, run_id, RUN_FILE, folder / run_id))
+
+
+def reference_scope_difference(reference: Reference, scope: JobScope) -> str | None:
+    """``reference X and job 'a' differ in <what> (<its> vs <the job's>)`` for a job reference of other
+    qrels or another relevance threshold; None when they agree or the reference does not say."""
+    for what, theirs, mine in (("qrels (dataset hash)", reference.dataset_hash, scope.dataset_hash),
+                               ("relevance threshold", reference.threshold, scope.threshold)):
+        if theirs is not None and mine is not None and theirs != mine:
+            return f"reference {reference.source} and job {scope.name!r} differ in {what} ({str(theirs)[:12]} vs {str(mine)[:12]})"
+    return None
+
+
 # --------------------------------------------------------------------------- the command
 
 def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | None = None, metrics: Sequence[str] | None = None,
                 baseline: str | None = None, fmt: str = "table", plot_file: str | None = None, seed: int = 0,
                 resamples: int = 10_000, failures: int = 10, log_to_mlflow: bool = True,
-                width: int | None = TEXT_WIDTH, allow_mixed: bool = False) -> tuple[Comparison, str]:
+                width: int | None = TEXT_WIDTH, allow_mixed: bool = False, reference: str | None = None,
+                reference_map: Sequence[str] = (), tolerance: float = TOLERANCE) -> tuple[Comparison, str]:
     """Load, compare, render; write the plot; log everything as a comparison run. Returns (comparison, text).
-    Jobs of different qrels, thresholds or query sets fail unless ``allow_mixed`` (module docstring)."""
+    Jobs of different qrels, thresholds or query sets fail unless ``allow_mixed`` (module docstring).
+    ``reference``: a path or MLflow run id the rows are checked against (``pipeline.reference``), its
+    systems paired by name or by ``reference_map`` (``ROW=REFERENCE``), differences within ``tolerance``."""
     from mlflow.tracking import MlflowClient
 
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if reference_map and not reference:
+        raise RagtrackError("--reference-map pairs rows with a reference's systems: give the reference with --reference RUN_OR_TABLE")
+    if reference and not tolerance >= 0:
+        raise RagtrackError(f"--tolerance {tolerance}: give a difference >= 0 (Pyserini's: {TOLERANCE})")
+    original = read_reference(reference) if reference else None  # a file or folder: a bad one fails before MLflow is read
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     client = MlflowClient(tracking_uri)
     found = find_experiment(client, experiment)
@@ -246,6 +303,8 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         raise RagtrackError(f"experiment {found.name!r} has no finished runs")
     with tempfile.TemporaryDirectory(prefix="ragtrack-compare-") as scratch:
         folder = Path(scratch)
+        if reference:  # an MLflow run id, found before the rows are read (its runs are downloaded when measured)
+            original = original or load_logged_reference(client, reference, folder)
         systems = load_systems(client, jobs, runs, folder)
         scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items()}
         difference = scope_difference(list(scopes.values()))
@@ -259,10 +318,24 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         queries = [q for q in next(iter(scopes.values())).counted if q in shared] if dataset is not None or difference else None
         comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), queries, seed, resamples)
         comparison.scope = scope
+        runs: dict[str, Run] = {}
+
+        def row_run(s: SystemRun) -> Run:
+            if s.run_id not in runs:
+                runs[s.run_id] = _download_run(client, s.run_id, folder)
+            return runs[s.run_id]
+
+        if reference:
+            differs = reference_scope_difference(original, next(iter(scopes.values())))
+            if differs and not allow_mixed:
+                raise RagtrackError(f"{differs}; pass --allow-mixed to check against it anyway")
+            comparison.reference = check_reference(comparison, original, reference_map, tolerance, row_run)
+            if differs:
+                comparison.reference.notes.insert(0, differs)
+            comparison.table = comparison.reference.annotate(comparison.table)
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"
-        trec = ({s.run_id: read_trec(download_artifact(client, s.run_id, RUN_FILE, folder / s.run_id)) for s in systems}
-                if dataset is not None and failures > 0 else None)
+        trec = {s.run_id: row_run(s) for s in systems} if dataset is not None and failures > 0 else None
         write_comparison(comparison, outputs, f"{found.name}: {len(systems)} systems vs {comparison.baseline.label}", dataset, trec, failures)
         if plot_file:
             Path(plot_file).parent.mkdir(parents=True, exist_ok=True)
@@ -291,9 +364,34 @@ def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: di
     client.log_param(run.info.run_id, "queries", len(comparison.queries))
     for _, row in comparison.table.iterrows():  # each row's mean, named by its label: ``hybrid_k_30/ndcg_at_10``
         client.log_metric(run.info.run_id, f"{key_part(row['system'])}/{metric_key(row['metric'])}", float(row["mean"]))
+    if comparison.reference is not None:
+        _log_reference(client, run.info.run_id, comparison.reference)
     client.log_artifacts(run.info.run_id, str(outputs))
     link = run_page(experiment_id, run.info.run_id, REPORT_FILE)
     client.set_tag(run.info.run_id, TAG_NOTE, "\n".join(f"- {v}." for v in verdicts(comparison)) + "\n\n"
                    + render(comparison, "markdown") + f"\nThe full comparison: [report.html]({link}).")
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id, name
+
+
+def _log_reference(client, run_id: str, check) -> None:
+    """The reference (params ``reference``, ``reference_tolerance``) and each row's figures against it,
+    :func:`layout.reference_key` under the row's label: ``bm25/ndcg_at_10/reference/difference``."""
+    client.log_param(run_id, "reference", check.source[:500])
+    client.log_param(run_id, "reference_tolerance", check.tolerance)
+    figures = {}
+    for _, row in check.differences.iterrows():
+        for measure in ("difference", "within_tolerance"):
+            figures[f"{key_part(row['system'])}/{reference_key(measure, row['metric'])}"] = float(row[measure])
+    for _, row in check.measures.iterrows():
+        for measure in ("rmse", "effect_ratio", "delta_ri"):
+            figures[f"{key_part(row['system'])}/{reference_key(measure, row['metric'])}"] = float(row[measure])
+    for _, row in check.rankings.iterrows():
+        for measure in ("kendall_tau", "rbo"):
+            figures[f"{key_part(row['system'])}/{reference_key(measure)}"] = float(row[measure])
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    logged = [Metric(key, value, now, 0) for key, value in figures.items() if math.isfinite(value)]
+    for start in range(0, len(logged), 1000):  # MLflow's limit per batch
+        client.log_batch(run_id, metrics=logged[start:start + 1000])

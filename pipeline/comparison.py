@@ -22,6 +22,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,9 @@ from ragtrack.evaluators.significance import ALPHA, effect_size, holm, paired_t_
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.layout import curve_key
 from ragtrack.pipeline.slices import COLUMN_PREFIX as SLICE_COLUMN_PREFIX
+
+if TYPE_CHECKING:
+    from ragtrack.pipeline.reference import ReferenceCheck
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100")
 FORMATS = ("table", "markdown", "csv", "json", "latex")
@@ -67,6 +71,7 @@ class Comparison:
     logged: str | None = None  # "<run id> (<run name>)" of the comparison run ``run_compare`` logged
     links: dict[str, str] = field(default_factory=dict)  # that run's page and report.html in the UI
     scope: str = ""  # what ``run_compare`` searched and compared: the experiment, the sweep and its sweeps
+    reference: ReferenceCheck | None = None  # ``ragtrack compare --reference``: its rows against the reference
 
 
 def find_baseline(systems: list[SystemRun], baseline: str | None) -> SystemRun:
@@ -175,8 +180,9 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
     if fmt == "csv":
         return csv_text(comparison.table, float_format="%.17g")
     if fmt == "json":
+        reference = {"reference": comparison.reference.summary()} if comparison.reference else {}
         return json.dumps({"baseline": comparison.baseline.label, "metrics": comparison.metrics, "queries": len(comparison.queries),
-                           "rows": json.loads(comparison.table.to_json(orient="records"))}, indent=2)
+                           "rows": json.loads(comparison.table.to_json(orient="records")), **reference}, indent=2)
     footer = (f"{len(comparison.queries)} queries; mean [95% bootstrap CI]; p: paired t-test and randomization test "
               f"against {comparison.baseline.label}, Holm-corrected; W/T/L: per-query wins/ties/losses; best marked")
     if fmt == "markdown":
@@ -184,14 +190,15 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
         header = "| system | " + " | ".join(wide.columns) + " |"
         lines = [header, "|" + "---|" * (len(wide.columns) + 1)]
         lines += ["| " + " | ".join([label, *row]) + " |" for label, row in zip(wide.index, wide.to_numpy())]
-        return "\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}\n" + slice_section(comparison, fmt)
+        return ("\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}\n" + slice_section(comparison, fmt)
+                + reference_section(comparison, fmt))
     if fmt == "latex":
         wide = wide_table(comparison, (r"\textbf{", "}"))
         lines = [r"\begin{tabular}{l" + "r" * len(wide.columns) + "}", r"\toprule",
                  " & ".join(["system", *map(_latex_escape, wide.columns)]) + r" \\", r"\midrule"]
         lines += [" & ".join([_latex_escape(label), *(c if c.startswith(r"\textbf") else _latex_escape(c) for c in row)]) + r" \\"
                   for label, row in zip(wide.index, wide.to_numpy())]
-        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n"
+        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n" + reference_section(comparison, fmt)
     wide = wide_table(comparison)
     note = f"{footer} (*)"
     text = wide.to_string()
@@ -199,7 +206,38 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
         text = "\n\n".join(f"{metric}\n" + wide[[c for c in wide.columns if c == metric or c.endswith(f" {metric}")]]
                            .rename(columns=lambda c: c.removesuffix(f" {metric}") if c != metric else "mean [95% CI]").to_string()
                            for metric in comparison.metrics)
-    return text + "\n\n" + (textwrap.fill(note, width) if width else note) + "\n" + slice_section(comparison, fmt, width)
+    return (text + "\n\n" + (textwrap.fill(note, width) if width else note) + "\n" + slice_section(comparison, fmt, width)
+            + reference_section(comparison, fmt, width))
+
+
+def reference_section(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> str:
+    """``compare --reference``'s tables (``ReferenceCheck.tables``) and notes for the ``table``,
+    ``markdown`` and ``latex`` formats (csv and json carry them in their rows); "" without a reference."""
+    check = comparison.reference
+    if check is None or fmt not in ("table", "markdown", "latex"):
+        return ""
+    parts = []
+    for title, frame in check.tables():
+        if fmt == "markdown":
+            rows = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+            parts.append(f"{title}\n\n" + "\n".join(rows + ["| " + " | ".join(map(str, row)) + " |" for row in frame.to_numpy()]))
+        elif fmt == "latex":
+            rows = [" & ".join(_latex_escape(str(c)) for c in row) + r" \\" for row in [frame.columns, *frame.to_numpy()]]
+            parts.append("\n".join([f"% {title}", r"\begin{tabular}{" + "l" * len(frame.columns) + "}", r"\toprule", rows[0], r"\midrule",
+                                     *rows[1:], r"\bottomrule", r"\end{tabular}"]))
+        else:
+            parts.append(_fill(title, width) + "\n" + frame.to_string(index=False, line_width=width))
+    notes = [f"note: {note}" for note in check.notes]
+    if fmt == "markdown":
+        return "\n## Reference\n\n" + "\n\n".join(parts) + "\n\n" + "".join(f"- {note}\n" for note in notes)
+    if fmt == "latex":
+        return "\n".join(parts) + "\n" + "".join(f"% {note}\n" for note in notes)
+    return "\n" + "\n\n".join(parts) + "\n" + "".join(f"{_fill(note, width)}\n" for note in notes)
+
+
+def _fill(text: str, width: int | None) -> str:
+    """``text`` wrapped at ``width`` (None: one line), names with hyphens and paths kept whole."""
+    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False) if width else text
 
 
 def slice_table(comparison: Comparison) -> pd.DataFrame | None:
@@ -405,10 +443,11 @@ def _slug(label: str) -> str:
 # --------------------------------------------------------------------------- files
 
 def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: Dataset | None = None,
-                     runs: dict[str, Run] | None = None, failures: int = 10, config_text: str = "") -> None:
+                     runs: dict[str, Run] | None = None, failures: int = 10, config_text: str = "",
+                     sections: Sequence[tuple[str, str, str]] = ()) -> None:
     """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``sweep.png`` (rows with a swept
     numeric setting), ``failures/<row>.md`` (with the dataset and the rows' runs, by run id) and
-    ``report.html`` into ``folder``."""
+    ``report.html`` (with the extra ``sections``: anchor, heading, HTML body) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, kind in (("comparison.md", "markdown"), ("comparison.csv", "csv"), ("comparison.json", "json"), ("comparison.txt", "table")):
         (folder / name).write_text(render(comparison, kind), encoding="utf-8")
@@ -422,7 +461,7 @@ def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: 
                 text = failure_report(comparison, s, runs, dataset, failures)
                 (folder / "failures" / f"{_slug(s.label)}.md").write_text(text, encoding="utf-8")
     report = html_report(comparison, title, [figure.read_bytes(), *([swept.read_bytes()] if swept else [])], config_text,
-                         *((dataset, runs, failures) if cases else ()))
+                         *((dataset, runs, failures) if cases else (None, None, failures)), extra_sections=sections)
     (folder / REPORT_FILE).write_text(report, encoding="utf-8")
 
 
@@ -542,11 +581,13 @@ def _wins_and_losses(comparison: Comparison, runs: dict[str, Run], dataset: Data
 
 
 def html_report(comparison: Comparison, title: str, plots: list[bytes], config_text: str = "", dataset: Dataset | None = None,
-                runs: dict[str, Run] | None = None, limit: int = 10) -> str:
+                runs: dict[str, Run] | None = None, limit: int = 10, extra_sections: Sequence[tuple[str, str, str]] = ()) -> str:
     """One self-contained HTML page (inline CSS, the plot as a data URI) that fits 1,280 px: a verdict
     per metric, contents, a table per metric (CIs, Δ and Holm-corrected tests against the baseline),
-    effect sizes with whether the query set could detect each difference (:func:`detectability`), the ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``)
-    and the (redacted) config."""
+    effect sizes with whether the query set could detect each difference (:func:`detectability`), the
+    ``plots`` (PNG), slices, each system's largest wins and losses (with ``dataset`` and the rows' ``runs``),
+    the ``extra_sections`` (anchor, heading, HTML body: the judges' agreement, a job's cost and tokens) and
+    the (redacted) config."""
     wide = wide_table(comparison, ("", ""))
     sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
                 ("metrics", "Systems and metrics",
@@ -563,6 +604,12 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
     slices = slice_table(comparison)
     sections.append(("slices", "Slices", '<p class="note">no slices in this dataset</p>' if slices is None else
                      slices.to_html() + '<p class="note">mean [95% bootstrap CI] over each slice\'s queries</p>'))
+    sections += list(extra_sections)
+    if comparison.reference is not None:
+        tables = "".join(f"<h3>{html.escape(title)}</h3>" + _html_table(frame.set_index(frame.columns[0]))
+                         for title, frame in comparison.reference.tables())
+        sections.append(("reference", f"Against the reference {comparison.reference.source}",
+                         tables + "".join(f'<p class="note">{html.escape(note)}</p>' for note in comparison.reference.notes)))
     if dataset is not None and runs:
         sections.append(("queries", f"Wins and losses against {comparison.baseline.label} ({comparison.metrics[0]})",
                          "".join(_wins_and_losses(comparison, runs, dataset, limit))))

@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,7 +33,8 @@ from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
-from ragtrack.pipeline import layout, registry, robustness
+from ragtrack.pipeline import layout, registry, robustness, usage
+from ragtrack.pipeline.agreement import pairwise_agreement, report_section, rubric_agreement, run_page_note
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, p_text,
                                          per_query_differences, write_comparison)
@@ -45,6 +46,7 @@ from ragtrack.pipeline.redaction import (check_variable_names, flatten, redact, 
 from ragtrack.pipeline.slices import Attribute, Findings, annotate, query_attributes, summarize
 from ragtrack.pipeline.systems import PlannedSystem, plan_systems
 from ragtrack.pipeline.tracking import DatasetIdentity, MlflowTracker, Tracker, tracking_target
+from ragtrack.pipeline.usage import Meter, Usage
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +90,18 @@ def build_chunker(cfg: Mapping | None) -> tuple[Chunker | None, int]:
     return chunker, getattr(chunker, "oversample", settings.get("oversample", 1))
 
 
+def eval_input(run: Run, dataset: Dataset, generated: dict | None = None, context_run: Run | None = None) -> EvalInput:
+    """What the evaluators see of one system (``dataset.corpus``: the passages ``context_run`` ranks)."""
+    return EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {},
+                     corpus=dataset.corpus, context_run=context_run)
+
+
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None,
                  context_run: Run | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per-query table (all evaluators side by side), its summary (mean, std, bootstrap CI) and which
     queries count for each metric (booleans, same rows and metric columns as the table).
     ``dataset.corpus`` holds the passages (chunks when chunked) that ``context_run`` ranks."""
-    data = EvalInput(qrels=dataset.qrels, run=run, queries=dataset.queries, answers=dataset.answers, generated=generated or {},
-                     corpus=dataset.corpus, context_run=context_run)
+    data = eval_input(run, dataset, generated, context_run)
     tables, summaries, masks = [], [], []
     for evaluator in evaluators:
         if not evaluator.applies_to(data):
@@ -136,6 +143,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking) and ``per_query_table``
     (per_query.csv as a DataFrame)."""
     job = job or JobInfo()
+    if cfg.get("dry_run"):
+        raise RagtrackError("dry_run is true: a dry run is ragtrack.pipeline.dryrun.dry_run(cfg) (ragtrack run --dry-run), not run_experiment")
     remember_config_secrets(cfg)  # first: every secret value is masked wherever the job writes or prints
     redact_hydra_files(job.hydra_records)
     check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
@@ -151,9 +160,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
         plan = plan_chunks(dataset, chunker, oversample)
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
-    evaluators = [registry.build("evaluators", ecfg) for ecfg in (cfg.get("evaluator") or {}).values()]
-    pair_judges = [e for e in evaluators if isinstance(e, PairwiseJudge)]  # they compare systems, after all have answered
-    evaluators = [e for e in evaluators if not isinstance(e, PairwiseJudge)]
+    meter = Meter()
+    evaluators, pair_judges = build_evaluators(cfg, meter)
     tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     flat = flatten(resolved)
@@ -171,19 +179,28 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     tracker.start(name, tags, shared)
     tracker.log_dataset(dataset_identity(dataset, str(cfg.dataset.type)))
     try:
-        results = _run_systems(cfg, dataset, cache, depth, evaluators, plan, stages)
+        results = _run_systems(cfg, dataset, cache, depth, evaluators, plan, stages, meter)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
                              lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan, stages))
-        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir)).merge(against_inputs(cfg, dataset, results))
-        report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results, name)
-        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings, report)
+        findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir, int(cfg.seed), meter)).merge(against_inputs(cfg, dataset, results))
+        findings = findings.merge(rubric_agreement(evaluators, results, dataset, output_dir, int(cfg.seed)))
+        used = Usage(meter.table(), {name: r.inputs for name, r in results.items()}, len(dataset.queries))
+        report = _write_outputs(cfg, resolved, dataset, results, output_dir, findings.results, name, used)
+        _log_to_tracker(tracker, results, output_dir, job, dataset, cfg, findings, report, used)
     except BaseException as exc:
         tracker.finish(exc)
         raise
     tracker.finish()
     if job.report and not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
-        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0))
+        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0), used)
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
+
+
+def build_evaluators(cfg: DictConfig, meter: Meter) -> tuple[list[Evaluator], list[PairwiseJudge]]:
+    """The evaluators of ``cfg``, their stages named by their config keys on ``meter``, and apart the
+    pairwise judges (they compare systems, after all have answered)."""
+    built = [meter.name(str(key), registry.build("evaluators", ecfg)) for key, ecfg in (cfg.get("evaluator") or {}).items()]
+    return [e for e in built if not isinstance(e, PairwiseJudge)], [e for e in built if isinstance(e, PairwiseJudge)]
 
 
 def build_stages(cfg: DictConfig) -> list[tuple[PlannedSystem, Stage]]:
@@ -200,27 +217,42 @@ def build_stages(cfg: DictConfig) -> list[tuple[PlannedSystem, Stage]]:
     return stages
 
 
-def run_stages(stages: list[tuple[PlannedSystem, Stage]], dataset: Dataset, cache: Cache, depth: int,
-               plan: ChunkPlan) -> tuple[dict[str, StageOutput], dict[str, dict]]:
-    """Every system made by its stage, inputs first (one loop, whatever the stage kinds): the outputs
-    and the parameters (the stage's config, flattened, and the chunking) by system name."""
+def stage_context(dataset: Dataset, cache: Cache, depth: int, plan: ChunkPlan) -> StageContext:
+    """What the stages of a job see (:class:`StageContext`)."""
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
-    context = StageContext(indexed, plan.judged_corpus(dataset.corpus), cache, depth, plan.search_depth(depth),
-                           judged=lambda run: plan.evaluated(run, depth), passages=plan.passages)
+    return StageContext(indexed, plan.judged_corpus(dataset.corpus), cache, depth, plan.search_depth(depth),
+                        judged=lambda run: plan.evaluated(run, depth), passages=plan.passages)
+
+
+def stage_label(system: PlannedSystem) -> str:
+    """The step's name in the log: ``bm25+llm: reranker of bm25``."""
+    return f"{system.name}: {system.section}" + (f" of {', '.join(system.inputs)}" if system.inputs else "")
+
+
+def run_stages(stages: list[tuple[PlannedSystem, Stage]], dataset: Dataset, cache: Cache, depth: int,
+               plan: ChunkPlan, meter: Meter | None = None) -> tuple[dict[str, StageOutput], dict[str, dict]]:
+    """Every system made by its stage, inputs first (one loop, whatever the stage kinds): the outputs
+    and the parameters (the stage's config, flattened, and the chunking) by system name; the stages'
+    chat calls go to ``meter``."""
+    context = stage_context(dataset, cache, depth, plan)
     outputs: dict[str, StageOutput] = {}
     params: dict[str, dict] = {}
     for system, stage_object in stages:
-        with stage(f"{system.name}: {system.section}" + (f" of {', '.join(system.inputs)}" if system.inputs else "")):
+        with stage(stage_label(system)):
             outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
+        if meter is not None:
+            meter.collect(system.name, system.section, [stage_object], chain=True)
         params[system.name] = flatten(OmegaConf.to_container(system.config, resolve=True)) | plan.params()
     return outputs, params
 
 
 def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, evaluators: list[Evaluator], plan: ChunkPlan | None = None,
-                 stages: list[tuple[PlannedSystem, Stage]] | None = None) -> dict[str, SystemResult]:
+                 stages: list[tuple[PlannedSystem, Stage]] | None = None, meter: Meter | None = None) -> dict[str, SystemResult]:
+    """Every system run, answered (with a generator) and scored; the chat calls of its stages,
+    generator and evaluators go to ``meter``."""
     plan = plan or ChunkPlan()
     indexed = replace(dataset, corpus=plan.corpus(dataset.corpus))
-    outputs, params = run_stages(stages or build_stages(cfg), dataset, cache, depth, plan)
+    outputs, params = run_stages(stages or build_stages(cfg), dataset, cache, depth, plan, meter)
     generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
     evaluation = ("evaluate", OmegaConf.to_yaml(cfg.get("evaluator") or {}, resolve=True), int(cfg.seed))
     results = {}
@@ -232,6 +264,8 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
                 started = time.perf_counter()
                 answers = answer_questions(generator, passage_run, indexed, Path(cfg.paths.output_dir) / "systems" / name)
                 generation_ms = (time.perf_counter() - started) * 1000 / len(dataset.queries)  # generators answer a batch
+            if meter is not None:
+                meter.collect(name, "generator", [generator])
         with stage(f"{name}: evaluate"):
             if answers:
                 per_query, summary, counted = evaluate_run(run, indexed, evaluators, int(cfg.seed), answers.texts, passage_run)
@@ -239,6 +273,9 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
                 key = (run, passage_run, indexed.qrels, indexed.queries, indexed.answers, indexed.corpus)
                 per_query, summary, counted = _scored.get(key, evaluation,
                                                  lambda: evaluate_run(run, indexed, evaluators, int(cfg.seed), None, passage_run))
+        if meter is not None:
+            for evaluator in evaluators:
+                meter.collect(name, meter.stage_of(evaluator), [evaluator])
         if answers:
             per_query, efficiency = answers.annotate(per_query, dataset), efficiency | answers.efficiency
         per_query = with_latency(per_query, output.latency_ms, generation_ms)
@@ -275,15 +312,24 @@ def _findings(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult
     return found
 
 
-def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path) -> Findings:
+def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path, seed: int = 0,
+                meter: Meter | None = None) -> Findings:
     """The pairwise judges' summaries by pair (results.json ``pairwise``, parent metrics
-    ``pairwise/<first>_vs_<second>/<name>``, ``pairwise.jsonl``) over the systems that generated answers."""
+    ``pairwise/<first>_vs_<second>/<name>``, ``pairwise.jsonl``) over the systems that generated answers,
+    their agreement with people where a judge has ``human_labels`` (``pipeline.agreement``); their chat
+    calls go to ``meter`` (under :data:`usage.PAIRWISE`)."""
     answers = {name: r.per_query["generated_answer"].to_dict() for name, r in results.items() if "generated_answer" in r.per_query}
-    pairs = {pair: summary for judge in judges for pair, summary in judge.compare(answers, dataset.queries, dataset.answers).items()}
+    pairs, agreed = {}, Findings()
+    for judge in judges:
+        summaries, records = judge.judge(answers, dataset.queries, dataset.answers)
+        pairs |= summaries
+        agreed = agreed.merge(pairwise_agreement(judge, records, dataset, output_dir, seed))
+        if meter is not None:
+            meter.collect(usage.PAIRWISE, meter.stage_of(judge), [judge])
     if not pairs:
-        return Findings()
+        return agreed
     metrics = {f"pairwise/{layout.system_key(s['first'])}_vs_{layout.system_key(s['second'])}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
-    return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()])
+    return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()]).merge(agreed)
 
 
 def job_key_metrics(cfg: DictConfig) -> list[str]:
@@ -348,10 +394,11 @@ def per_query_table(system: str, per_query: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: dict[str, SystemResult], output_dir: Path,
-                   extra: dict | None = None, name: str = "ragtrack") -> dict:
+                   extra: dict | None = None, name: str = "ragtrack", used: Usage | None = None) -> dict:
     """``resolved``: ``cfg`` as a plain, resolved container (written redacted as config.yaml);
     ``extra``: more top-level sections of results.json (slices, robustness); ``name``: the job's
-    (the title of its comparison)."""
+    (the title of its comparison); ``used``: its LLM calls (``usage.csv`` files, results.json ``usage``,
+    a report.html section)."""
     for result in results.values():  # a run shared by the jobs of a multirun is formatted once
         text = _scored.get((result.run,), ("trec", result.name), lambda: trec_text(result.run, result.name))
         write_atomically(output_dir / "runs" / f"{result.name}.trec", text)
@@ -362,8 +409,13 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
     (output_dir / layout.COMPARISON_FILE).write_text(csv_text(table, index=True))
     config_yaml = yaml_text(redact(resolved))
     (output_dir / layout.CONFIG_FILE).write_text(config_yaml)
+    spent = used.section() if used is not None else {}
+    if spent:
+        usage.write(used, output_dir)
     with stage("compare systems"):
-        comparison = _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml)
+        sections = [found for found in [report_section(extra or {})] if found]
+        sections += [("cost", "Cost and tokens", usage.summary_html(used.calls))] if spent else []
+        comparison = _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml, sections)
     wide = None if comparison is None else per_query_differences(comparison, dict(dataset.queries.items()))
     if wide is not None:
         (output_dir / layout.PER_QUERY_WIDE_FILE).write_text(csv_text(wide))
@@ -376,6 +428,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
         "search": {name: r.params["search"] for name, r in results.items()},  # exact, or approximate (see approximate_recall)
+        **({"usage": spent} if spent else {}),
         **(extra or {}),
     }
     write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(masked(payload), indent=2))  # last, whole: it marks the results complete
@@ -391,10 +444,10 @@ def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str
 
 
 def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], folder: Path, name: str,
-                      config_yaml: str) -> Comparison | None:
+                      config_yaml: str, sections: Sequence[tuple[str, str, str]] = ()) -> Comparison | None:
     """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
-    does across jobs): comparison.md/.png, failures/ and report.html in ``folder``; baseline bm25 or the
-    first system; queries: those with a relevant judgment."""
+    does across jobs): comparison.md/.png, failures/ and report.html (with the extra ``sections``) in
+    ``folder``; baseline bm25 or the first system; queries: those with a relevant judgment."""
     key_metrics = job_key_metrics(cfg)
     common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
     metrics = [m for m in key_metrics if m in common] or common[:1]
@@ -404,7 +457,8 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     systems = [SystemRun(system, system, name, "", 0, r.per_query, label=system, curves=_curves(r, dataset, cfg)) for system, r in results.items()]
     comparison = compare_systems(systems, metrics, find_baseline(systems, None), queries, seed=int(cfg.seed))
     title = f"{dataset.name} ({len(comparison.queries)} queries): {name}"
-    write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml)
+    write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml,
+                     sections=sections)
     return comparison
 
 
@@ -423,25 +477,30 @@ def _system_metrics(result: SystemResult) -> dict[str, float]:
 
 
 def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_dir: Path, job: JobInfo, dataset: Dataset, cfg: DictConfig,
-                    findings: Findings | None = None, written: dict | None = None) -> None:
-    """``written``: what :func:`_write_outputs` returned (its comparison and per-query table)."""
+                    findings: Findings | None = None, written: dict | None = None, used: Usage | None = None) -> None:
+    """``written``: what :func:`_write_outputs` returned (its comparison and per-query table); ``used``:
+    the job's LLM calls (child metrics ``llm/<stage>/<figure>`` of each system's chain, the job's on
+    the parent run, ``usage.csv``)."""
     if not tracker.enabled:
         return
     key_metrics = job_key_metrics(cfg)
     top = int(OmegaConf.select(cfg, "tracking.per_query_table", default=10))
     with stage("log to MLflow"):
-        parent_metrics = {}
+        spent = used.section() if used is not None else {}
+        parent_metrics = usage.metrics(spent.get("job", {}))
         for name, result in results.items():
             folder = output_dir / "systems" / name
             folder.mkdir(parents=True, exist_ok=True)
             link_or_copy(output_dir / "runs" / f"{name}.trec", folder / layout.RUN_FILE)
             text = _scored.get((result.per_query,), ("csv", name), lambda: csv_text(per_query_table(name, result.per_query)))
             write_atomically(folder / layout.PER_QUERY_FILE, text)
-            metrics = _system_metrics(result) | (findings.system_metrics.get(name, {}) if findings else {})
+            metrics = (_system_metrics(result) | (findings.system_metrics.get(name, {}) if findings else {})
+                       | usage.metrics(spent.get("systems", {}).get(name, {})))
             tracker.log_system(name, result.params, metrics, sorted(folder.iterdir()), steps=_curves(result, dataset, cfg),
                                table=queries_table(result, dataset, key_metrics, top))
             parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS] + (findings.artifacts if findings else [])
+        artifacts += [output_dir / usage.FILE] if spent else []
         parent_metrics |= findings.parent_metrics if findings else {}
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)
@@ -449,7 +508,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
         if wide is not None:
             artifacts.append(output_dir / layout.PER_QUERY_WIDE_FILE)
         report = layout.run_page(tracker.experiment_id, tracker.run_id, f"{layout.COMPARISON_DIR}/{REPORT_FILE}")
-        note = summary_note(results, key_metrics, dataset, tracker.run_name, comparison, report)
+        note = summary_note(results, key_metrics, dataset, tracker.run_name, comparison, report) + run_page_note(findings.results if findings else {})
         tracker.log_parent(parent_metrics, artifacts, note, wide if top else None)
         tracker.share_runs_view(key_metrics)
 
@@ -533,9 +592,11 @@ def report_table(table: pd.DataFrame, width: int = 100) -> str:
     return cells.to_string(line_width=width)
 
 
-def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int) -> None:
+def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int, used: Usage | None = None) -> None:
     """The metrics x systems table (the best value of each metric marked ``*``; columns wrapped at 100
-    characters), the number of queries, then where the outputs and the MLflow runs are."""
-    lines = ["", report_table(table), f"{queries} queries; mean per query; * best of each metric", "", f"Output folder: {output_dir}",
-             *tracker.where()]
+    characters), the number of queries, the LLM calls' tokens and cost (``used``, when there were
+    any), then where the outputs and the MLflow runs are."""
+    spent = usage.summary_text(used.calls) if used is not None else ""
+    lines = ["", report_table(table), f"{queries} queries; mean per query; * best of each metric", *(["", "LLM calls:", spent] if spent else []),
+             "", f"Output folder: {output_dir}", *tracker.where()]
     print(mask("\n".join(lines)))

@@ -15,10 +15,12 @@ One parent run per Hydra job, one child run per system (tag ``mlflow.parentRunId
   :func:`curve_key` (step = cutoff k); artifacts :data:`RUN_FILE` and :data:`PER_QUERY_FILE`;
 - derived keys, all built from a metric key and suffixed like it (:data:`SUMMARY_SUFFIXES`): per slice
   :func:`slice_key` (``ndcg_at_10/slice/question_type/who``), per query perturbation :func:`drop_key`
-  (``ndcg_at_10/drop/typos_10``), latency quantiles :func:`latency_key` (``latency/retrieval_p95_ms``);
+  (``ndcg_at_10/drop/typos_10``), latency quantiles :func:`latency_key` (``latency/retrieval_p95_ms``),
+  LLM tokens and cost :func:`usage_key` (``llm/generator/prompt_tokens``);
   the child run logs them as they are, the parent run with the ``<system>/`` prefix
   (:func:`system_metric_key`);
-- a ``ragtrack compare`` run: tag :data:`TAG_COMPARISON`.
+- a ``ragtrack compare`` run: tag :data:`TAG_COMPARISON`; each row's mean as ``<row>/<metric_key>``, and
+  with ``--reference`` its figures against the reference :func:`reference_key` (``<row>/ndcg_at_10/reference/rmse``).
 """
 
 from __future__ import annotations
@@ -97,9 +99,20 @@ def drop_key(metric: str, perturbation: str) -> str:
     return f"{metric_key(metric)}/drop/{key_part(perturbation)}"
 
 
+def reference_key(measure: str, metric: str | None = None) -> str:
+    """A row's figure against ``ragtrack compare --reference``: per metric ``ndcg_at_10/reference/difference``,
+    per row ``reference/kendall_tau``."""
+    return f"{metric_key(metric)}/reference/{measure}" if metric else f"reference/{measure}"
+
+
 def latency_key(stage: str, quantile: int) -> str:
     """A per-query latency quantile in milliseconds: ``latency/retrieval_p50_ms``."""
     return f"latency/{stage}_p{quantile}_ms"
+
+
+def usage_key(stage: str, figure: str) -> str:
+    """A figure of a stage's LLM calls (``pipeline.usage``): ``llm/generator/prompt_tokens``, ``llm/all/cost``."""
+    return f"llm/{key_part(stage)}/{figure}"
 
 
 def curve_key(base: str) -> str:

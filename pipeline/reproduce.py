@@ -13,7 +13,7 @@ The dataset must hash to the logged ``ragtrack.dataset_hash``; the job runs agai
 logging (outputs in a temporary folder, indexes from the shared cache) and every logged metric
 ``<system>/<metric>`` is compared with the new value for exact equality.
 
-Then how close it came (:func:`reproduction_measures`, ``evaluators.reproduction``, Breuer et al. 2020):
+Then how close it came (``evaluators.reproduction``: :func:`measures_table`, :func:`rankings_table`, Breuer et al. 2020):
 per system and metric against the original per-query values (the job's ``per_query.csv``), the RMSE over
 queries, and against a baseline row (as ``ragtrack compare --baseline``; default bm25, else the first
 system) the effect ratio and the delta relative improvement; per system, Kendall's τ and RBO between the
@@ -40,9 +40,10 @@ from omegaconf.errors import OmegaConfBaseException
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import read_trec
 from ragtrack.core.secrets import is_variable_name_key
-from ragtrack.evaluators.reproduction import delta_relative_improvement, effect_ratio, ranking_agreement, rmse
+from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, measures_table, rankings_table
 from ragtrack.pipeline.comparison import SystemRun, find_baseline
 from ragtrack.pipeline.csv_files import read_csv
+from ragtrack.pipeline.reference import by_system
 from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, RUN_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM, system_metric_key
 
 RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # ${name:...}: a resolver call (oc.env, oc.decode, cwd, ...)
@@ -128,31 +129,6 @@ def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: boo
     return OmegaConf.merge(cfg, given), dropped
 
 
-def _by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """A per-query table (columns system, qid, ...) split by system, indexed by qid."""
-    return {name: rows.set_index("qid") for name, rows in per_query.groupby("system")}
-
-
-MEASURE_COLUMNS = ["system", "metric", "queries", "rmse", "effect_ratio", "delta_ri"]
-
-
-def reproduction_measures(original: Sequence[SystemRun], reproduced: Mapping[str, pd.DataFrame], metrics: Sequence[str],
-                          baseline: SystemRun) -> pd.DataFrame:
-    """Per system and metric: RMSE over the queries both scored (non-blank), effect ratio and ΔRI against
-    ``baseline`` over the queries all four scored; ``reproduced``: per-query tables by system."""
-    rows = []
-    for s in original:
-        for metric in metrics:
-            pair = pd.concat([s.per_query[metric], reproduced[s.system][metric]], axis=1, join="inner").dropna().to_numpy(float).T
-            four = pd.concat([s.per_query[metric], baseline.per_query[metric], reproduced[s.system][metric],
-                              reproduced[baseline.system][metric]], axis=1, join="inner").dropna().to_numpy(float).T
-            against = s is not baseline and four.shape[1] > 0
-            rows.append({"system": s.label, "metric": metric, "queries": pair.shape[1], "rmse": rmse(*pair) if pair.shape[1] else math.nan,
-                         "effect_ratio": effect_ratio(*four) if against else math.nan,
-                         "delta_ri": delta_relative_improvement(*four) if against else math.nan})
-    return pd.DataFrame(rows, columns=MEASURE_COLUMNS)
-
-
 def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, overrides: Sequence[str] = (),
               allow_endpoints: bool = False, baseline: str | None = None, output_dir: str | None = None) -> Reproduction:
     """Re-run the job of ``run_id`` (a job or one of its system runs) and compare every metric;
@@ -202,14 +178,14 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
         children = {c.data.tags[TAG_SYSTEM]: c for c in children if c.data.tags.get(TAG_SYSTEM) in reproduced_runs}
         original_runs = {name: read_trec(download_artifact(client, c.info.run_id, RUN_FILE, Path(scratch) / c.info.run_id))
                          for name, c in children.items()}
-    logged_tables, reproduced_tables = _by_system(logged_per_query), _by_system(results["per_query_table"])
+    logged_tables, reproduced_tables = by_system(logged_per_query), by_system(results["per_query_table"])
     originals = [SystemRun(name, children.get(name, job).info.run_id, job.info.run_name, job.info.run_id, job.info.start_time,
                            logged_tables[name], label=name) for name in results["systems"] if name in logged_tables]
     metrics = [m for m in dict.fromkeys(m for values in results["systems"].values() for m in values) if m in logged_per_query.columns]
     base = find_baseline(originals, baseline) if originals else None
-    measures = reproduction_measures(originals, reproduced_tables, metrics, base) if base else pd.DataFrame(columns=MEASURE_COLUMNS)
-    rankings = pd.DataFrame([{"system": name, **dict(zip(("kendall_tau", "rbo"), ranking_agreement(run, reproduced_runs[name])))}
-                             for name, run in original_runs.items()], columns=["system", "kendall_tau", "rbo"])
+    measures = (measures_table([(s.label, s.per_query, reproduced_tables[s.system]) for s in originals], metrics, base.label)
+                if base else pd.DataFrame(columns=MEASURE_COLUMNS))
+    rankings = rankings_table([(name, run, reproduced_runs[name]) for name, run in original_runs.items()])
     rows = []
     for system, values in results["systems"].items():
         for metric, value in values.items():

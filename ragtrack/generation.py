@@ -37,7 +37,7 @@ from ragtrack.core.files import write_atomically
 from ragtrack.core.llm import ChatClient, check_template, is_abstention, numbered_passages, retrieved_passages
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
-from ragtrack.core.settings import ChatSettings, ComponentSettings, Count, Fraction, Text, TokenizerSettings
+from ragtrack.core.settings import ChatSettings, ComponentSettings, Count, Flag, Fraction, Text, TokenizerSettings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,6 +61,7 @@ class ExtractiveSettings(GeneratorSettings, extra="forbid"):
     tokenizer: TokenizerSettings = TokenizerSettings()
     no_answer: Text | None = "unanswerable"
     abstain_below: Fraction = 0.0
+    cite: Flag = False
 
 
 class OpenAISettings(GeneratorSettings, ChatSettings, extra="forbid"):
@@ -121,6 +122,8 @@ class ExtractiveGenerator(Generator):
        the question's idf: coverage = sum of idf of the question terms in the sentence / sum of idf of
        all question terms (terms absent from every sentence count with the largest idf, ln(1 + N)). The
        default 0 never abstains.
+    5. ``cite: true`` appends the number of the passage the answer comes from, as in ``{context}``:
+       ``Denver Broncos [1]`` (for the ``citations`` evaluator; answer metrics then see the marker too).
 
     On XQuAD-en given the *gold* passage (top_k=1): span F1 0.280 / EM 0.153, sentence F1 0.161 / EM 0.
     A heuristic baseline that needs no model, not a reader: plug in ``openai`` for real answers.
@@ -128,7 +131,7 @@ class ExtractiveGenerator(Generator):
     settings_schema = ExtractiveSettings
 
     def __init__(self, top_k: int = 1, unit: str = "span", tokenizer: dict | None = None, no_answer: str | None = None,
-                 abstain_below: float = 0.0):
+                 abstain_below: float = 0.0, cite: bool = False):
         super().__init__()
         if unit not in ("sentence", "span"):
             raise RagtrackError(f"extractive generator: unit must be 'sentence' or 'span', got {unit!r}")
@@ -137,12 +140,14 @@ class ExtractiveGenerator(Generator):
         if not 0 <= abstain_below <= 1 or (abstain_below > 0 and not no_answer):
             raise RagtrackError(f"extractive generator: abstain_below must be in [0, 1] and needs no_answer, got {abstain_below!r}")
         self.top_k, self.unit, self.no_answer, self.abstain_below = int(top_k), unit, no_answer, float(abstain_below)
+        self.cite = bool(cite)
         self.tokenize = Tokenizer(**(tokenizer or {}))
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
         self.failures = {}
-        sentences = {qid: [s for passage in contexts.get(qid, [])[:self.top_k] for s in _SENTENCE_END.split(passage) if s.strip()]
-                     for qid in queries}
+        numbered = {qid: [(number, s) for number, passage in enumerate(contexts.get(qid, [])[:self.top_k], start=1)
+                          for s in _SENTENCE_END.split(passage) if s.strip()] for qid in queries}
+        sentences = {qid: [s for _, s in found] for qid, found in numbered.items()}
         unique = list(dict.fromkeys(s for found in sentences.values() for s in found))
         terms = dict(zip(unique, map(set, self.tokenize(unique))))
         frequency = Counter(t for words in terms.values() for t in words)
@@ -153,13 +158,15 @@ class ExtractiveGenerator(Generator):
                 self.failures[qid] = "no retrieved passage"
                 continue
             asked = set(self.tokenize([question])[0])
-            best = max(enumerate(sentences[qid]), key=lambda item: (sum(idf.get(t, 0.0) for t in asked & terms[item[1]]), -item[0]))[1]
+            position, best = max(enumerate(sentences[qid]), key=lambda item: (sum(idf.get(t, 0.0) for t in asked & terms[item[1]]), -item[0]))
             unseen = math.log(1 + len(unique))  # the idf of a term in no sentence (df -> 1)
             covered = sum(idf.get(t, 0.0) for t in asked & terms[best]) / (sum(idf.get(t, unseen) for t in asked) or 1.0)
             if covered < self.abstain_below:
                 answers[qid] = self.no_answer
                 continue
             answers[qid] = best.strip() if self.unit == "sentence" else self._span(best, question, asked)
+            if self.cite:
+                answers[qid] += f" [{numbered[qid][position][0]}]"
         return answers
 
     def _span(self, sentence: str, question: str, asked: set[str]) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import model_validator
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import ChatClient, check_template, numbered_passages
+from ragtrack.core.llm import ChatClient, chat_clients, check_template, numbered_passages
 from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_loading
 from ragtrack.core.pairs import Pair, PairScores
 from ragtrack.core.progress import Progress
@@ -95,7 +95,7 @@ class Reranker(SingleInputStage):
             share = seconds / max(len(heads), 1)
             return Run(self.name, run.scores), {**efficiency, "rerank_seconds": seconds}, {qid: share for qid in heads}
 
-        run, efficiency, latency_ms = cached_run(context, key, self.name, compute)
+        run, efficiency, latency_ms = cached_run(context, key, self.name, compute, chat_clients(self))
         latency_ms = {qid: upstream.latency_ms.get(qid, 0.0) + ms for qid, ms in latency_ms.items()}  # the chain's time per query
         return StageOutput(run, context.passages(run, {self.input: upstream.passage_run}), key, self, efficiency, latency_ms,
                            upstream.approximate)
@@ -283,6 +283,16 @@ class LLMReranker(Reranker):
 
     settings_schema = LLMRerankerSettings
 
+    def __init__(self, name: str | None = None, **values):
+        super().__init__(name, **values)
+        self.client = ChatClient(**self.settings.model_dump(include=CHAT_CLIENT_KEYS), cache_dir=self.settings.cache_dir)
+
+    def max_chat_calls(self, queries: int, depth: int) -> int:
+        """pointwise: a prompt per document of the top ``depth``; listwise: one per window."""
+        shown = min(self.depth, depth)
+        settings = self.settings
+        return queries * (shown if settings.mode == "pointwise" else len(sliding_windows(shown, settings.window, settings.step)))
+
     def scorer_identity(self) -> dict:
         settings = self.settings
         return {"model": settings.model, "base_url": without_credentials(settings.base_url), "mode": settings.mode, "window": settings.window,
@@ -291,8 +301,9 @@ class LLMReranker(Reranker):
 
     def rerank_scores(self, heads: Mapping[str, list[str]], queries: Mapping[str, str], texts: Mapping[str, str],
                       context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-        settings = self.settings
-        client = ChatClient(**settings.model_dump(include=CHAT_CLIENT_KEYS), cache_dir=settings.cache_dir or str(context.cache.root))
+        settings, client = self.settings, self.client
+        client.cache_dir = settings.cache_dir or str(context.cache.root)
+        sent_before = client.requests_sent
         shown = {doc: " ".join(text.split()[:settings.max_words]) if settings.max_words else text for doc, text in texts.items()}
         rerank = self._pointwise if settings.mode == "pointwise" else self._listwise
         scores, problems, prompts = rerank(client, heads, queries, shown)
@@ -303,7 +314,7 @@ class LLMReranker(Reranker):
             qid, (kind, detail) = next(iter(problems.items()))
             log.warning("%s: %d of %d queries keep their input order: %d failed requests, %d unparsable replies; first: query %s, %s: %s",
                         self.name, len(problems), len(heads), failed, len(problems) - failed, qid, kind, " ".join(detail.split())[:200])
-        return scores, {"prompts": float(prompts), "chat_requests": float(client.requests_sent),
+        return scores, {"prompts": float(prompts), "chat_requests": float(client.requests_sent - sent_before),
                         "failed_queries": float(failed), "unparsed_queries": float(len(problems) - failed)}
 
     def _pointwise(self, client: ChatClient, heads: Mapping[str, list[str]], queries: Mapping[str, str], shown: Mapping[str, str]):

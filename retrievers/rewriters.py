@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import ChatClient, check_template
+from ragtrack.core.llm import ChatClient, chat_clients, check_template
 from ragtrack.core.runs import Run
 from ragtrack.core.secrets import without_credentials
 from ragtrack.core.settings import ChatSettings, Count, Fraction, StageSettings, Text
@@ -70,7 +70,7 @@ class Rewriter(SingleInputStage):
             run = Run(self.name, {qid: ranked for qid, ranked in scores.items() if ranked})
             return run, {**efficiency, **latency_figures(seconds), "rewrite_seconds": rewrite_share * len(rewritten)}, seconds
 
-        passage_run, efficiency, latency_ms = cached_run(context, key, self.name, compute)
+        passage_run, efficiency, latency_ms = cached_run(context, key, self.name, compute, chat_clients(self))
         return StageOutput(context.judged(passage_run), passage_run, key, self, efficiency, latency_ms, first.approximate)
 
 
@@ -223,6 +223,10 @@ class LLMRewriter(Rewriter):
         check_template(settings.prompt, {"query"}, f"rewriter {self.name}")
         self.prompt, self.mode = settings.prompt, settings.mode
         self.client = ChatClient(**settings.model_dump(include=set(ChatSettings.model_fields) - {"prompt"}))
+
+    def max_chat_calls(self, queries: int, depth: int) -> int:
+        """A prompt per query."""
+        return queries
 
     def rewrite_identity(self) -> dict:
         client = self.client

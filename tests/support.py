@@ -241,14 +241,16 @@ class ChatServer(LocalServer):
     """An OpenAI-style ``POST /v1/chat/completions`` server whose behaviour is chosen by a tag in the
     prompt: [429] and [500] fail once, [slow] sleeps past the client's time-out once, [garbage] always
     answers malformed JSON, [down] always answers 500, [401] refuses, [nonnumeric] gives a judge reply
-    without numbers; prompts mentioning "ATP" (a toy question) always get 500. Judge prompts (they
+    without numbers, [nousage] gets a reply without ``usage`` (others: :func:`server_usage`); prompts
+    mentioning "ATP" (a toy question) always get 500 (unless ``atp_fails`` is false). Judge prompts (they
     contain "GOLD ANSWERS") get JSON scores, reranker prompts (they contain "Search query:") a grade or
     a ranking (:func:`rerank_reply`), other prompts "answer to <first prompt line>"."""
 
-    def __init__(self) -> None:
+    def __init__(self, atp_fails: bool = True) -> None:
         self.requests: list[dict] = []
         self.attempts: dict[str, int] = {}
         self.lock = threading.Lock()
+        self.atp_fails = atp_fails
         super().__init__(("POST",))
         self.url = f"http://127.0.0.1:{self.port}/v1"
 
@@ -260,7 +262,7 @@ class ChatServer(LocalServer):
             attempt = self.attempts[prompt] = self.attempts.get(prompt, 0) + 1
         if "[401]" in prompt:
             return self.send(handler, 401, b'{"error": {"message": "invalid api key"}}')
-        if "[down]" in prompt or ("ATP" in prompt and "GOLD ANSWERS" not in prompt):
+        if "[down]" in prompt or (self.atp_fails and "ATP" in prompt and "GOLD ANSWERS" not in prompt):
             return self.send(handler, 500, b'{"error": "internal"}')
         if "[429]" in prompt and attempt == 1:
             return self.send(handler, 429, b'{"error": "rate limited"}', {"Retry-After": "0"})
@@ -278,7 +280,17 @@ class ChatServer(LocalServer):
         else:
             content = f"answer to {prompt.splitlines()[0]}"
         reply = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+        if "[nousage]" not in prompt:
+            reply["usage"] = server_usage(request["messages"], content)
         self.send(handler, 200, json.dumps(reply).encode())
+
+
+def server_usage(messages: list[dict], content: str) -> dict:
+    """The ``usage`` the chat server reports: prompt tokens = words of all messages, completion tokens =
+    words of the reply (so that a test can compute them from the requests it saw)."""
+    prompt = sum(len(message["content"].split()) for message in messages)
+    completion = len(content.split())
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def rerank_reply(prompt: str) -> str:

@@ -1,6 +1,13 @@
 """A client for OpenAI-compatible chat-completions endpoints and the prompt helpers that the
 ``openai`` generator and the ``llm_judge`` evaluator share.
 
+Every LLM stage (generator, judges, rerankers, rewriters, nuggets) asks through :class:`ChatClient`, so
+each gets token accounting for free: the client records a :class:`ChatCall` per prompt (the server's
+``usage.prompt_tokens`` / ``usage.completion_tokens``, whether the reply came from the cache, the wall
+time of the request); the job takes them with :meth:`ChatClient.take_calls` (``pipeline.usage``).
+An ``offline`` client (``ragtrack run --dry-run``) sends nothing: it answers from the cache and records
+the prompts it would send with estimated tokens (:func:`estimate_tokens`).
+
 Secrets: the API key is read from the environment variable named by ``api_key_env`` and sent only as
 the ``Authorization`` header; it never enters a config, a cache entry, a log line or an error message.
 """
@@ -13,10 +20,11 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ragtrack.core.cache import cache_key
 from ragtrack.core.data import Corpus
@@ -33,6 +41,56 @@ class ChatError(RagtrackError):
     """A chat-completions request that failed for good (after retries where retrying made sense)."""
 
 
+class NotSent(RagtrackError):
+    """A dry run's stage whose result needs replies that are not in the cache (it is not stored)."""
+
+
+NOT_SENT = "not sent (dry run)"  # the failure of a prompt an offline client would have sent
+CHARS_PER_TOKEN = 4  # the estimate of a dry run: OpenAI's rule of thumb for English text
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of ``text`` as a dry run estimates them: ⌈characters / 4⌉ (OpenAI's rule of thumb for
+    English; a real tokenizer gives fewer for plain prose and more for code, numbers and other
+    languages)."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """One prompt's reply as a stage got it. ``prompt_id``: the key the stage gave the prompt (a query
+    id, or a tuple whose first item is one); ``prompt_tokens`` / ``completion_tokens``: the server's
+    ``usage`` figures (``None``: unknown: the server gave none, or a reply cached before ragtrack
+    stored them); ``cached``: the reply came from the cache, so this run spent nothing on it (it keeps
+    the tokens of its original request); ``seconds``: wall time of the request, retries included (0
+    when cached); ``planned``: a dry run's prompt, not sent, its tokens estimated (prompt:
+    :func:`estimate_tokens`, completion: ``max_tokens``)."""
+
+    prompt_id: Hashable
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached: bool = False
+    seconds: float = 0.0
+    planned: bool = False
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"prompt_id": list(self.prompt_id) if isinstance(self.prompt_id, tuple) else self.prompt_id}
+
+    @classmethod
+    def from_json(cls, record: dict) -> "ChatCall":
+        prompt_id = record["prompt_id"]
+        return cls(**record | {"prompt_id": tuple(prompt_id) if isinstance(prompt_id, list) else prompt_id})
+
+
+def _usage(payload: Any) -> tuple[int | None, int | None]:
+    """``usage.prompt_tokens`` and ``usage.completion_tokens`` of a reply (or a cache entry); ``None``
+    for each that is absent or not a non-negative integer."""
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    usage = usage if isinstance(usage, dict) else {}
+    return tuple(value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+                 for value in (usage.get("prompt_tokens"), usage.get("completion_tokens")))
+
+
 @dataclass
 class ChatClient:
     """A small OpenAI-compatible chat-completions client (vLLM, llama.cpp server, Ollama, hosted APIs).
@@ -45,9 +103,14 @@ class ChatClient:
     ``choices[0].message.content``) are retried ``max_retries`` times after ``backoff · 2^attempt`` seconds (or the server's
     ``Retry-After``, capped at ``max_backoff``); other 4xx fail at once. Up to ``concurrency`` requests
     run in parallel. Replies are cached under ``cache_dir/chat/`` by sha256(model, messages, parameters):
-    a rerun sends nothing. Cache files hold the reply only, written atomically (temp file + rename). The
-    key is masked (``***``) in replies before they are cached or returned, and in error excerpts before
-    they are cut, should a server echo it.
+    a rerun sends nothing. Cache files hold the model, the reply and the server's token ``usage``
+    (entries written before usage was stored still load: their usage is unknown), written atomically
+    (temp file + rename). The key is masked (``***``) in replies before they are cached or returned,
+    and in error excerpts before they are cut, should a server echo it.
+
+    ``price_prompt`` / ``price_completion``: what the endpoint charges per million prompt and completion
+    tokens (any currency; not part of any cache key), for the job's cost figures. ``offline``: send
+    nothing (a dry run): see :meth:`complete_all`.
     """
 
     base_url: str
@@ -61,6 +124,9 @@ class ChatClient:
     parameters: dict = field(default_factory=dict)
     system_prompt: str | None = None
     cache_dir: str | None = None
+    price_prompt: float | None = None
+    price_completion: float | None = None
+    offline: bool = False
 
     def __post_init__(self) -> None:
         self.parameters = dict(self.parameters or {})
@@ -76,6 +142,37 @@ class ChatClient:
                 raise RagtrackError(f"chat client: environment variable {self.api_key_env} (api_key_env) is not set")
         self.requests_sent = 0
         self._count_lock = threading.Lock()
+        self._calls: list[ChatCall] = []
+        self._planned: set[Path] = set()  # an offline client's prompts so far: a repeat would be a cache hit
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The ``max_tokens`` (or ``max_completion_tokens``) sent with every request: the most
+        completion tokens a reply may have (``None``: not set)."""
+        value = self.parameters.get("max_tokens", self.parameters.get("max_completion_tokens"))
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def cost(self, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
+        """price_prompt · prompt_tokens / 10⁶ + price_completion · completion_tokens / 10⁶; ``None``
+        without prices or when a token count it needs is unknown (a part whose price is not set
+        counts 0)."""
+        if self.price_prompt is None and self.price_completion is None:
+            return None
+        parts = [(self.price_prompt, prompt_tokens), (self.price_completion, completion_tokens)]
+        if any(price and tokens is None for price, tokens in parts):
+            return None
+        return sum((price or 0.0) * (tokens or 0) for price, tokens in parts) / 1e6
+
+    def take_calls(self) -> list[ChatCall]:
+        """The calls recorded since the last take (in the order their replies arrived), and forget them."""
+        with self._count_lock:
+            calls, self._calls = self._calls, []
+        return calls
+
+    def record(self, calls: Iterable[ChatCall]) -> None:
+        """Add calls to the record (a stage's calls read back from its run cache entry)."""
+        with self._count_lock:
+            self._calls.extend(calls)
 
     def _messages(self, prompt: str) -> list[dict]:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -87,13 +184,21 @@ class ChatClient:
         key = cache_key("chat", {"model": self.model, "messages": self._messages(prompt), "parameters": self.parameters})
         return Path(self.cache_dir) / "chat" / key[:2] / f"{key}.json"
 
-    def complete_all(self, prompts: Mapping[str, str], label: str = "chat") -> tuple[dict[str, str], dict[str, str]]:
-        """Replies by id and failures by id (reason); never raises for one failed prompt."""
+    def complete_all(self, prompts: Mapping[Hashable, str], label: str = "chat") -> tuple[dict, dict[Hashable, str]]:
+        """Replies by id and failures by id (reason); never raises for one failed prompt. Each prompt
+        that got a reply is recorded as a :class:`ChatCall` (:meth:`take_calls`); give prompts the
+        query id as their id, or a tuple starting with it, so that their tokens count for that query.
+
+        Offline (a dry run), nothing is sent: cached replies are returned as always, every other
+        prompt fails with :data:`NOT_SENT` and is recorded as a planned call with estimated tokens
+        (a prompt repeated within the dry run counts once: the real run would find it cached)."""
+        if self.offline:
+            return self._offline(prompts)
         import httpx
 
         replies, failures = {}, {}
         with httpx.Client(timeout=self.timeout) as http, ThreadPoolExecutor(self.concurrency) as pool:
-            futures = {pool.submit(self.complete, prompt, http): pid for pid, prompt in prompts.items()}
+            futures = {pool.submit(self._complete, pid, prompt, http): pid for pid, prompt in prompts.items()}
             for future in track(futures, label, "requests"):
                 pid = futures[future]
                 try:
@@ -102,21 +207,59 @@ class ChatClient:
                     failures[pid] = str(exc)
         return replies, failures
 
-    def complete(self, prompt: str, http) -> str:
-        """The reply to one prompt, from the cache or the server; the key is masked in it before it is
-        cached or returned, should the server echo it."""
+    def _offline(self, prompts: Mapping[Hashable, str]) -> tuple[dict, dict[Hashable, str]]:
+        replies, failures, calls = {}, {}, []
+        for pid, prompt in prompts.items():
+            found = self._cached(prompt)
+            if found is not None:
+                replies[pid] = found[0]
+                calls.append(ChatCall(pid, *found[1], cached=True))
+                continue
+            failures[pid] = NOT_SENT
+            identity = self._cache_file(prompt)
+            repeat = identity in self._planned  # without a cache (identity None) nothing repeats
+            if identity is not None:
+                self._planned.add(identity)
+            tokens = estimate_tokens("\n".join(message["content"] for message in self._messages(prompt)))
+            calls.append(ChatCall(pid, tokens, self.max_tokens, cached=repeat, planned=True))
+        self.record(calls)
+        return replies, failures
+
+    def _complete(self, pid: Hashable, prompt: str, http) -> str:
+        """The reply to one prompt, from the cache or the server, recorded as a call; the key is masked
+        in it before it is cached or returned, should the server echo it."""
+        found = self._cached(prompt)
+        if found is not None:
+            self.record([ChatCall(pid, *found[1], cached=True)])
+            return found[0]
+        started = time.perf_counter()
+        text, usage = self._request(prompt, http)
+        call = ChatCall(pid, *usage, seconds=time.perf_counter() - started)
+        reply = mask(text, self._key)
         cached = self._cache_file(prompt)
-        if cached is not None and cached.exists():
-            try:
-                return json.loads(cached.read_text(encoding="utf-8"))["reply"]
-            except (OSError, ValueError, KeyError, TypeError):
-                log.warning("unreadable cached reply %s is replaced", cached)
-        reply = mask(self._request(prompt, http), self._key)
         if cached is not None:
-            write_atomically(cached, json.dumps({"model": self.model, "reply": reply}))
+            write_atomically(cached, json.dumps({"model": self.model, "reply": reply,
+                                                 "usage": {"prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens}}))
+        self.record([call])
         return reply
 
-    def _request(self, prompt: str, http) -> str:
+    def _cached(self, prompt: str) -> tuple[str, tuple[int | None, int | None]] | None:
+        """The cached reply to ``prompt`` and its usage (unknown in entries written before usage was
+        stored); ``None`` when there is none (an unreadable entry is logged and will be replaced)."""
+        cached = self._cache_file(prompt)
+        if cached is None or not cached.exists():
+            return None
+        try:
+            entry = json.loads(cached.read_text(encoding="utf-8"))
+            reply = entry["reply"]
+            if not isinstance(reply, str):
+                raise TypeError("reply is not text")
+            return reply, _usage(entry)
+        except (OSError, ValueError, KeyError, TypeError):
+            log.warning("unreadable cached reply %s is replaced", cached)
+            return None
+
+    def _request(self, prompt: str, http) -> tuple[str, tuple[int | None, int | None]]:
         url = self.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         body = {"model": self.model, "messages": self._messages(prompt), **self.parameters}
@@ -130,7 +273,8 @@ class ChatClient:
             if problem is None:
                 if 200 <= status < 300:
                     try:
-                        return _reply_text(json.loads(raw))
+                        payload = json.loads(raw)
+                        return _reply_text(payload), _usage(payload)
                     except (ValueError, KeyError, IndexError, TypeError) as exc:
                         problem = f"malformed reply ({type(exc).__name__}): {self._excerpt(text)}"
                 elif status == 429 or status >= 500:
@@ -167,6 +311,13 @@ class ChatClient:
     def _excerpt(self, text: str) -> str:
         """First 200 characters on one line; the key is masked before cutting, so no part of it survives."""
         return " ".join(mask(text, self._key).split())[:200]
+
+
+def chat_clients(component: object) -> list[ChatClient]:
+    """The chat clients a component (a stage, generator or evaluator) asks through: those among its
+    attributes, so a plugin that keeps its :class:`ChatClient` as an attribute is metered and dry-run
+    like the built-ins."""
+    return [value for value in vars(component).values() if isinstance(value, ChatClient)]
 
 
 def _retry_after(value: str | None, default: float) -> float:

@@ -93,6 +93,8 @@ class ChatSettings(Section):
     cache_dir: Text | None = None
     system_prompt: str | None = None
     prompt: Text
+    price_prompt: NonNegative | None = Field(None, description="price per million prompt tokens (any currency), or null")
+    price_completion: NonNegative | None = Field(None, description="price per million completion tokens (any currency), or null")
 
 
 

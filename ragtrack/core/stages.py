@@ -19,8 +19,8 @@ import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -28,12 +28,14 @@ import numpy as np
 
 from ragtrack.core.cache import Cache, cache_key
 from ragtrack.core.data import Corpus, Dataset
+from ragtrack.core.llm import ChatCall, ChatClient, NotSent
 from ragtrack.core.runs import Run, read_trec, write_trec
 from ragtrack.core.settings import StageSettings, validated
 
 RUN_FILE = "run.trec"  # a run cache entry's run (TREC, full-precision scores)
 EFFICIENCY_FILE = "efficiency.json"  # its efficiency figures as measured when it was built
 LATENCY_FILE = "latency.json"  # its per-query latencies (ms)
+CHAT_CALLS_FILE = "chat_calls.json"  # the chat calls its stage made to build it, per client (ragtrack.core.llm.ChatCall)
 
 
 @dataclass
@@ -100,6 +102,11 @@ class Stage(ABC):
         found), by setting name: what is wrong; none by default."""
         return {}
 
+    def max_chat_calls(self, queries: int, depth: int) -> int:
+        """The most chat prompts this stage sends for ``queries`` queries whose input rankings hold
+        ``depth`` documents: what a dry run counts when the prompts cannot be known yet (0: no LLM)."""
+        return 0
+
 
 class SingleInputStage(Stage):
     """A stage that reads one system, ``input``, and makes ``system`` (default ``<input>+<type>``, the
@@ -123,20 +130,33 @@ def chain_key(stage: Stage, inputs: Mapping[str, StageOutput], context: StageCon
                                 "inputs": [inputs[name].key for name in stage.inputs]})
 
 
-def cached_run(context: StageContext, key: str, label: str,
-               compute: Callable[[], tuple[Run, dict[str, float], dict[str, float]]]) -> tuple[Run, dict[str, float], dict[str, float]]:
+def cached_run(context: StageContext, key: str, label: str, compute: Callable[[], tuple[Run, dict[str, float], dict[str, float]]],
+               clients: Sequence[ChatClient] = ()) -> tuple[Run, dict[str, float], dict[str, float]]:
     """A stage's run from the run cache (entry ``run/<key>``), or ``compute()``d and stored there with
-    its efficiency figures and per-query latencies (seconds from ``compute``, kept in ms). Returns the
-    run, the efficiency (``run_from_cache`` 1 on a hit) and the latencies in ms."""
+    its efficiency figures, per-query latencies (seconds from ``compute``, kept in ms) and the calls its
+    chat ``clients`` made. Returns the run, the efficiency (``run_from_cache`` 1 on a hit) and the
+    latencies in ms. On a hit the stored calls are recorded on the clients again, as cached (the run's
+    tokens without new spend). A dry run's compute that needed replies not in the cache (planned calls)
+    stores nothing and raises :class:`~ragtrack.core.llm.NotSent`, its calls left on the clients."""
 
     def build(folder: Path) -> None:
         run, efficiency, latencies = compute()
+        calls = [client.take_calls() for client in clients]
+        for client, made in zip(clients, calls):
+            client.record(made)
+        if any(call.planned for made in calls for call in made):
+            raise NotSent(f"{label}: its run needs replies that are not cached")
         write_trec(run, folder / RUN_FILE, tag=label)
         (folder / EFFICIENCY_FILE).write_text(json.dumps(efficiency))
         (folder / LATENCY_FILE).write_text(json.dumps({qid: seconds * 1000 for qid, seconds in latencies.items()}))
+        if clients:
+            (folder / CHAT_CALLS_FILE).write_text(json.dumps([[call.to_json() for call in made] for made in calls]))
 
     builds_before = len(context.cache.builds)
     folder = context.cache.entry("run", {"system": key}, build, label=f"{label} run")
+    if len(context.cache.builds) == builds_before and (folder / CHAT_CALLS_FILE).exists():
+        for client, made in zip(clients, json.loads((folder / CHAT_CALLS_FILE).read_text())):
+            client.record(replace(ChatCall.from_json(record), cached=True, seconds=0.0) for record in made)
     efficiency = json.loads((folder / EFFICIENCY_FILE).read_text())
     latency_ms = json.loads((folder / LATENCY_FILE).read_text()) if (folder / LATENCY_FILE).exists() else {}
     return read_cached_run(folder / RUN_FILE, label), {**efficiency, "run_from_cache": float(len(context.cache.builds) == builds_before)}, latency_ms

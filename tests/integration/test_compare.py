@@ -257,3 +257,60 @@ def test_compare_refuses_jobs_of_different_thresholds_unless_allowed(tmp_path) -
     comparison, _ = run_compare(uri, metrics=["map"], log_to_mlflow=False, allow_mixed=True, failures=0)
     assert len(comparison.systems) == 6 and {s.label.rsplit(" [", 1)[1] for s in comparison.systems} == {"threshold 1]", "threshold 2]"}
     assert 0 < len(comparison.queries)
+
+
+def test_compare_against_a_reference_job(toy_sweep, tmp_path, capsys) -> None:
+    """``--reference`` with the MLflow run of the sweep's k=30 job: each row against the system of its
+    name there (every hybrid row against that hybrid), the k=30 row reproducing it exactly; the measures
+    equal ``evaluators.reproduction`` on the two jobs' per_query.csv and run files (read from their output
+    folders), and are logged on the comparison run; a system run gives that system. A bad table: one
+    line naming file and line, exit 2."""
+    from ragtrack.evaluators.reproduction import ranking_agreement, rmse
+    from ragtrack.pipeline.compare import load_logged_reference
+    from ragtrack.pipeline.reference import read_reference
+
+    client = MlflowClient(toy_sweep.uri)
+    runs = client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id])
+    job = next(r for r in runs if r.info.run_name == "hybrid k=30")
+    comparison, text = run_compare(toy_sweep.uri, sweep="latest", metrics=["ndcg@10", "map"], failures=0, reference=job.info.run_id,
+                                   reference_map=["dense=dense"])
+    check = comparison.reference
+    assert check.notes == [] and max(map(len, text.splitlines())) <= 100
+    differences = check.differences.set_index(["system", "metric"])
+    assert set(differences["reference"]) == {"bm25", "dense", "hybrid"} and len(differences) == 2 * (2 + len(toy_sweep.ks))
+    assert (differences.loc["hybrid k=30", "difference"] == 0).all() and differences["within_tolerance"].loc["hybrid k=30"].all()
+    measures, rankings = check.measures.set_index(["system", "metric"]), check.rankings.set_index("system")
+    assert measures.loc["hybrid k=30", "rmse"].tolist() == [0.0, 0.0] and rankings.loc["hybrid k=30"].tolist() == pytest.approx([1.0, 1.0], abs=1e-15)
+    folders = {rrf_k(path / "config.yaml"): path for path in toy_sweep.root.glob("outputs/multiruns/*/*/") if (path / "results.json").exists()}
+    original, other = read_reference(str(folders[30])), read_reference(str(folders[1]))
+    queries = comparison.queries
+    for metric in ("ndcg@10", "map"):
+        x, y = original.per_query["hybrid"].loc[queries, metric], other.per_query["hybrid"].loc[queries, metric]
+        assert measures.loc[("hybrid k=1", metric), "rmse"] == pytest.approx(rmse(x, y), abs=1e-15)
+    expected = ranking_agreement(original.runs["hybrid"](), other.runs["hybrid"](), queries=set(queries))
+    assert rankings.loc["hybrid k=1"].tolist() == pytest.approx(list(expected), abs=1e-15)
+    logged = client.get_run(comparison.logged.split()[0]).data
+    assert logged.params["reference"] == job.info.run_id and logged.params["reference_tolerance"] == "0.0005"
+    assert logged.metrics["hybrid_k_1/ndcg_at_10/reference/rmse"] == pytest.approx(measures.loc[("hybrid k=1", "ndcg@10"), "rmse"])
+    assert logged.metrics["hybrid_k_30/reference/kendall_tau"] == pytest.approx(1.0, abs=1e-15)
+    child = next(r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id and r.data.tags["ragtrack.system"] == "hybrid")
+    system = load_logged_reference(client, child.info.run_id, tmp_path)  # a system run: that system only
+    assert list(system.values) == list(system.per_query) == list(system.runs) == ["hybrid"] and system.values["hybrid"] == original.values["hybrid"]
+    pd.testing.assert_frame_equal(system.per_query["hybrid"], original.per_query["hybrid"])
+    assert system.runs["hybrid"]().scores == original.runs["hybrid"]().scores and system.threshold == original.threshold == 1
+    table = tmp_path / "published.tsv"
+    table.write_text("system\tmetric\tvalue\nbm25\tndcg@10\t0.9\nbm25\tmap\tn/a\n")
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "--no-log", "--reference", str(table)]) == 2
+    assert capsys.readouterr().err == f"ragtrack: error: {table}:3: value 'n/a' of bm25 map is not a number\n"
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--sweep", "latest", "--no-log", "--reference", "0" * 32]) == 2
+    assert "no such file or folder, and no such run in the tracking store" in capsys.readouterr().err
+    assert cli_main(["compare", "--tracking-uri", toy_sweep.uri, "--reference-map", "bm25=x"]) == 2
+    assert capsys.readouterr().err == ("ragtrack: error: --reference-map and --tolerance check against a reference: give it with "
+                                       "--reference RUN_OR_TABLE\n")
+
+
+def rrf_k(config) -> int:
+    """fusion.rrf.k of a job's config.yaml."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(OmegaConf.load(config), "fusion.rrf.k")

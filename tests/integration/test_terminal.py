@@ -168,7 +168,7 @@ def test_a_sweep_ends_with_one_summary_labeled_by_the_swept_values(toy_sweep, tm
 
 def test_run_help_lists_usage_examples_and_every_config_group(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "ragtrack", "run", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.startswith("usage: ragtrack run [-m] [--config-dir DIR] [OVERRIDE ...]")
+    assert done.returncode == 0 and done.stdout.startswith("usage: ragtrack run [-m] [--dry-run] [--config-dir DIR] [OVERRIDE ...]")
     assert "ragtrack run -m experiment=rrf_k" in done.stdout and "ragtrack run --cfg job" in done.stdout
     assert max(map(len, done.stdout.splitlines())) <= 100
     from importlib.resources import files

@@ -10,8 +10,8 @@ import pytest
 from scipy.stats import kendalltau
 
 from ragtrack.core.runs import Run
-from ragtrack.evaluators.reproduction import (delta_relative_improvement, effect_ratio, kendall_tau, rank_biased_overlap, ranking_agreement,
-                                              rmse)
+from ragtrack.evaluators.reproduction import (delta_relative_improvement, effect_ratio, kendall_tau, measures_table, rank_biased_overlap,
+                                              ranking_agreement, rankings_table, rmse)
 
 repro_eval = pytest.importorskip("repro_eval")
 from repro_eval.measure.document_order import KTU, RBO  # noqa: E402
@@ -89,17 +89,18 @@ def test_worked_example() -> None:
     assert rank_biased_overlap(hundred, hundred, depth=1000) == pytest.approx(0.9991, abs=5e-5)
 
 
-def test_reproduction_measures_per_system_and_metric() -> None:
+def test_measures_table_per_system_and_metric() -> None:
     import pandas as pd
 
-    from ragtrack.pipeline.comparison import SystemRun
-    from ragtrack.pipeline.reproduce import reproduction_measures
+    def table(values, qids=("q1", "q2")):
+        return pd.DataFrame({"ndcg@10": values}, index=pd.Index(list(qids), name="qid"))
 
-    def row(name, values, qids=("q1", "q2")):
-        return SystemRun(name, name, "job", "job", 0, pd.DataFrame({"ndcg@10": values}, index=pd.Index(list(qids), name="qid")), label=name)
-
-    base, system = row("bm25", [0.4, 0.6]), row("dense", [0.5, 0.9])
-    reproduced = {"bm25": row("bm25", [0.4, 0.5]).per_query, "dense": row("dense", [0.5, 0.7, 0.1], ("q1", "q2", "q3")).per_query}
-    table = reproduction_measures([base, system], reproduced, ["ndcg@10"], base).set_index("system")
-    assert table.loc["dense", ["queries", "rmse", "effect_ratio", "delta_ri"]].tolist() == pytest.approx([2, np.sqrt(0.02), 0.75, 0.4 - 0.15 / 0.45])
-    assert table.loc["bm25", "rmse"] == pytest.approx(np.sqrt(0.01 / 2)) and np.isnan(table.loc["bm25", "effect_ratio"])
+    pairs = [("bm25", table([0.4, 0.6]), table([0.4, 0.5])), ("dense", table([0.5, 0.9]), table([0.5, 0.7, 0.1], ("q1", "q2", "q3")))]
+    measures = measures_table(pairs, ["ndcg@10"], "bm25").set_index("system")
+    assert measures.loc["dense", ["queries", "rmse", "effect_ratio", "delta_ri"]].tolist() == pytest.approx([2, np.sqrt(0.02), 0.75, 0.4 - 0.15 / 0.45])
+    assert measures.loc["bm25", "rmse"] == pytest.approx(np.sqrt(0.01 / 2)) and np.isnan(measures.loc["bm25", "effect_ratio"])
+    assert measures_table(pairs, ["ndcg@10"], None)["effect_ratio"].isna().all()  # no baseline: no ER, no ΔRI
+    run = Run("a", {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}, "q2": {"a": 2.0, "b": 1.0}})
+    other = Run("b", {"q1": {"b": 3.0, "a": 2.0, "d": 1.0}, "q2": {"a": 2.0, "b": 1.0}})
+    rankings = rankings_table([("x", run, other)], queries={"q1"}).set_index("system")
+    assert rankings.loc["x"].tolist() == pytest.approx([kendall_tau(list("abc"), list("bad")), rank_biased_overlap(list("abc"), list("bad"))])

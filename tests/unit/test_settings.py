@@ -38,7 +38,8 @@ def group_options() -> list[str]:
 GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "dataset=irds": ["dataset.id=beir/scifact/test"],
                 "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=t.tsv", "dataset.qrels=q.txt"], "generator=openai": ["generator.model=m"],
                 "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"],
-                "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"],
+                "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"], "evaluator=[nuggets]": ["evaluator.nuggets.model=m"],
+                "experiment=qa_xquad_cited": ["generator.model=m"],
                 "rewriter=[llm]": ["rewriter.llm.model=m"], "reranker=[llm]": ["reranker.llm.model=m"], "hparams_search=rrf_optuna": ["fusion.rrf.weights=[1.0,0.5]"],
                 "retriever=[run_file]": ["retriever.run_file.path=a.trec"]}
 
@@ -197,7 +198,7 @@ COMPOSITION = {
     "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, dense, run_file; did you mean 'dense'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
     "unknown preset": (["experiment=nothing_like_it"], "experiment: 'nothing_like_it' is not allowed: one of bm25_params, chunk_size, compare_retrievers, "
-                                                        "depth, embedding_models, fusion_methods, qa_xquad, query_robustness, rrf_k "
+                                                        "depth, embedding_models, fusion_methods, qa_xquad, qa_xquad_cited, query_robustness, rrf_k "
                                                         "(your own: --config-dir DIR with DIR/experiment/nothing_like_it.yaml)"),
     "override that does not parse": (["depth=[1,"], "depth=[1,: not a valid override: no viable alternative at input '[1,'"),
 }

@@ -1,0 +1,50 @@
+"""What the LLM-judged evaluators share after the requests: lenient reading of list replies, and the
+report of queries that could not be scored (a warning with the count and the first error, and one
+JSON line per query in the system's output folder).
+
+A query whose request failed or whose reply could not be read is never scored 0: its metrics are
+NaN, so it is left out of the means, and its ``error`` says why.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from ragtrack.core.files import write_atomically
+
+log = logging.getLogger(__name__)
+
+_WHOLE_LIST = re.compile(r"\[.*\]", re.DOTALL)
+_FLAT_LIST = re.compile(r"\[[^\[\]]*\]")
+
+
+def string_list(reply: str) -> list[str]:
+    """The list of strings in a reply: JSON (``["a", "b"]``) or a Python literal (``['a', 'b']``),
+    alone, in a code fence or inside prose; ``ValueError`` says what is wrong."""
+    text = reply.strip()
+    for candidate in [text, *_WHOLE_LIST.findall(text), *_FLAT_LIST.findall(text)]:
+        for read in (json.loads, ast.literal_eval):
+            try:
+                found = read(candidate)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            if isinstance(found, list) and all(isinstance(item, str) for item in found):
+                return found
+    raise ValueError(f"no list of strings in the reply {' '.join(text.split())[:80]!r}")
+
+
+def report(evaluator: str, system: str, records: Sequence[dict], output_dir: str | None, file_name: str) -> None:
+    """Warn about the records with an ``error`` (count and first) and write every record as one JSON
+    line to ``<output_dir>/systems/<system>/<file_name>`` (when ``output_dir`` is set)."""
+    failed = [r for r in records if r["error"]]
+    if failed:
+        log.warning("%s %s: %d of %d queries not scored (left out of the means); first: %s: %s",
+                    evaluator, system, len(failed), len(records), failed[0]["qid"], failed[0]["error"])
+    if output_dir:
+        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        write_atomically(Path(output_dir) / "systems" / system / file_name, lines)

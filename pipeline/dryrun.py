@@ -1,0 +1,205 @@
+"""``ragtrack run --dry-run``: the LLM calls a job would make, and their tokens, before it spends anything.
+
+The dry run builds the job as ``ragtrack run`` does, with every chat client offline
+(:class:`~ragtrack.core.llm.ChatClient` ``offline``): nothing is sent; a prompt whose reply is cached is
+answered from the cache as in the real run; every other prompt is counted as a request to send, with
+its prompt tokens estimated (:func:`~ragtrack.core.llm.estimate_tokens`: characters / 4) and
+``max_tokens`` as its completion tokens (an upper bound). Then, in the job's order:
+
+1. The stages (retrievers, rewriters, fusions, rerankers) run inputs first. Retrieval runs as in the
+   real job (the generator's prompts hold the retrieved passages; the indexes it builds are cached for
+   the real run). An LLM stage whose run is cached costs nothing; one whose prompts all have cached
+   replies is computed (and its run cached, as the real run would). Otherwise its uncached prompts are
+   counted, nothing of it is stored, and its run is *unknown*: its prompts that depend on replies not
+   cached yet (a listwise reranker's later windows) and every LLM stage made from an unknown system
+   count as an upper bound (:meth:`~ragtrack.core.stages.Stage.max_chat_calls`, prompt tokens unknown).
+2. The generator builds every system's prompts from its passages (an unknown system's from the
+   passages of the nearest known system it is made from: an estimate, its calls an upper bound).
+3. The evaluators that call an LLM (judges) and the pairwise judges build their prompts from the
+   answers: a cached answer as it is, an answer not generated yet stood in by a text of ``max_tokens``
+   tokens (4 characters each), so their prompts are upper bounds, counted as such. A judge asks once
+   per answered query, so where every answer is non-empty (as with a working generator) the count is
+   exact; answers that turn out empty, or equal across systems (pairwise), make the real run send fewer.
+
+So the dry run's count equals the real run's requests when no prompt is marked ≤ and no request fails
+(retries send again). Not counted: the robustness study's reruns (``robustness``). The judges' files
+go to a scratch folder that is removed; the dry run writes ``dry_run.json`` and logs nothing to MLflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from ragtrack.chunking import plan_chunks
+from ragtrack.core.cache import Cache
+from ragtrack.core.data import Dataset
+from ragtrack.core.files import write_atomically
+from ragtrack.core.llm import CHARS_PER_TOKEN, NOT_SENT, NotSent, chat_clients, retrieved_passages
+from ragtrack.core.secrets import mask, masked
+from ragtrack.core.stages import StageOutput
+from ragtrack.generation import NoGenerator
+from ragtrack.pipeline import registry, usage
+from ragtrack.pipeline.experiment import (_with_output_dir, build_chunker, build_evaluators, build_stages, eval_input, stage,
+                                          stage_context, stage_label)
+from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.pipeline.redaction import check_variable_names, remember_config_secrets
+from ragtrack.pipeline.usage import Meter
+
+log = logging.getLogger(__name__)
+
+FILE = "dry_run.json"
+
+
+@dataclass
+class DryRun:
+    """What a dry run found: one row per call (``pipeline.usage.COLUMNS``; ``planned``: to send)."""
+
+    calls: pd.DataFrame
+
+    @property
+    def to_send(self) -> int:
+        """Requests the job would send (an upper bound when :attr:`upper_bound`)."""
+        return int((~self.calls["cached"].astype(bool)).sum())
+
+    @property
+    def upper_bound(self) -> bool:
+        return bool(self.calls["bound"].astype(bool).any())
+
+    def record(self) -> dict:
+        """``dry_run.json``: the totals and, per (system, stage), calls to send, cached, whether an upper
+        bound, estimated prompt tokens, completion tokens (max_tokens) and cost."""
+        rows = []
+        for (system, stage_name), group in self.calls.groupby(["system", "stage"], sort=False):
+            spend = group[~group["cached"].astype(bool)]
+            rows.append({"system": system, "stage": stage_name, "to_send": len(spend), "cached": int(group["cached"].astype(bool).sum()),
+                         "upper_bound": bool(spend["bound"].astype(bool).any()),
+                         "prompt_tokens": _total(spend["prompt_tokens"]), "completion_tokens": _total(spend["completion_tokens"]),
+                         "cost": float(spend["cost"].sum()) if spend["cost"].notna().any() else None})
+        return {"to_send": self.to_send, "upper_bound": self.upper_bound, "stages": rows}
+
+    def text(self) -> str:
+        if self.calls.empty:
+            return "Dry run: this job makes no LLM calls."
+        head = (f"Dry run: nothing was sent. The job would send {'at most ' if self.upper_bound else ''}{self.to_send:,} LLM "
+                "requests (the reply and run caches as they are now):")
+        return "\n".join([head, usage.summary_text(self.calls, dry=True)])
+
+
+def _total(values: pd.Series) -> int | None:
+    """The sum, ``None`` when some value is unknown."""
+    return None if values.isna().any() else int(values.sum())
+
+
+def stand_in(system: str, max_tokens: int | None) -> str:
+    """The answer a dry run puts where ``system``'s answer is not generated yet: ``max_tokens`` tokens'
+    worth of characters (4 each; 64 tokens when not set), different for every system."""
+    return f"[{system}] " + "x" * CHARS_PER_TOKEN * (max_tokens or 64)
+
+
+def dry_run(cfg: DictConfig, dataset: Dataset | None = None) -> DryRun:
+    """The LLM calls of the job ``cfg`` from the cache state, sending nothing (module docstring); writes
+    ``dry_run.json`` into ``paths.output_dir``."""
+    remember_config_secrets(cfg)
+    check_variable_names(OmegaConf.to_container(cfg, resolve=True))
+    output_dir = Path(cfg.paths.output_dir)
+    with tempfile.TemporaryDirectory(prefix="ragtrack-dry-run-") as scratch, _quiet_about_unsent():
+        calls = _plan(_with_output_dir(cfg, Path(scratch)), dataset)
+    found = DryRun(calls)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_atomically(output_dir / FILE, json.dumps(masked(found.record()), indent=2))
+    return found
+
+
+@contextlib.contextmanager
+def _quiet_about_unsent():
+    """Without the stages' warnings about prompts that failed because a dry run did not send them."""
+    def sent(record: logging.LogRecord) -> bool:
+        return NOT_SENT not in record.getMessage()
+
+    handlers = logging.getLogger().handlers
+    for handler in handlers:
+        handler.addFilter(sent)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(sent)
+
+
+def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
+    chunker, oversample = build_chunker(cfg.get("chunking"))
+    stages = build_stages(cfg)
+    meter = Meter()
+    evaluators, pair_judges = build_evaluators(cfg, meter)
+    generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
+    generator = None if isinstance(generator, NoGenerator) else generator
+    judges = [e for e in evaluators if chat_clients(e)]
+    for component in [*(s for _, s in stages), *([generator] if generator else []), *judges, *pair_judges]:
+        for client in chat_clients(component):
+            client.offline = True
+    with stage("load dataset"):
+        dataset = dataset or load_dataset(cfg.dataset, check_documents=False)
+    plan = plan_chunks(dataset, chunker, oversample)
+    context = stage_context(dataset, Cache(cfg.paths.cache_dir), int(cfg.depth), plan)
+    queries = context.dataset.queries
+    outputs: dict[str, StageOutput] = {}
+    inputs = {system.name: system.inputs for system, _ in stages}
+    for system, stage_object in stages:
+        if any(name not in outputs for name in system.inputs):  # made from an unknown system
+            for client in chat_clients(stage_object):
+                meter.add_bound(system.name, system.section, client, stage_object.max_chat_calls(len(queries), context.depth), chain=True)
+            continue
+        try:
+            with stage(stage_label(system)):
+                outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
+        except NotSent:
+            pass
+        counted = meter.collect(system.name, system.section, [stage_object], chain=True)
+        if system.name not in outputs:  # the prompts after those that need replies not cached yet
+            for client in chat_clients(stage_object):
+                meter.add_bound(system.name, system.section, client, stage_object.max_chat_calls(len(queries), context.depth) - counted,
+                                chain=True)
+    answers, stood_in = {}, {}
+    for name in inputs:
+        known = name in outputs
+        output = outputs[name] if known else outputs[_nearest_known(name, inputs, outputs)]
+        generated, stood_in[name] = {}, set() if known else set(queries)
+        if generator is not None:
+            texts = generator.generate(queries, retrieved_passages(output.passage_run, context.dataset.corpus, queries, generator.top_k))
+            meter.collect(name, "generator", [generator], bound=lambda qid, known=known: not known)
+            stood_in[name] |= {qid for qid, reason in generator.failures.items() if reason == NOT_SENT}
+            longest = max((client.max_tokens or 0 for client in chat_clients(generator)), default=0) or None
+            generated = {qid: stand_in(name, longest) if qid in stood_in[name] else texts.get(qid, "") for qid in queries}
+            answers[name] = generated
+        data = eval_input(output.run, context.dataset, generated, output.passage_run)
+        for judge in judges:
+            if judge.applies_to(data):
+                judge.evaluate(data)
+            meter.collect(name, meter.stage_of(judge), [judge], bound=lambda qid, guessed=stood_in[name]: qid in guessed)
+    for judge in pair_judges:
+        judge.compare(answers, queries, context.dataset.answers)
+        meter.collect(usage.PAIRWISE, meter.stage_of(judge), [judge], bound=lambda qid: any(qid in s for s in stood_in.values()))
+    return meter.table()
+
+
+def _nearest_known(name: str, inputs: dict[str, list[str]], outputs: dict[str, StageOutput]) -> str:
+    """The first system ``name`` is made from (breadth first) whose run is known."""
+    todo = list(inputs[name])
+    while todo:
+        candidate = todo.pop(0)
+        if candidate in outputs:
+            return candidate
+        todo += inputs[candidate]
+    raise AssertionError(f"{name}: no known system it is made from")  # a retriever (no inputs) always runs
+
+
+def print_dry_run(found: DryRun, output_dir: Path) -> None:
+    print(mask("\n".join(["", found.text(), "", f"Output folder: {output_dir} ({FILE})"])))

@@ -1,0 +1,231 @@
+"""Nugget evaluation (evaluators/nuggets.py) through a fake chat server: creation window by window,
+importance labels, a given nuggets file that skips creation (no request), the four TREC RAG 2024
+scores against an independent computation on random labels, unparseable replies counted and reported,
+and the strict readers of the nuggets file and the prompts file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import re
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from ragtrack.core.data import Corpus
+from ragtrack.core.errors import InputError, RagtrackError
+from ragtrack.core.runs import Run
+from ragtrack.evaluators.base import EvalInput
+from ragtrack.evaluators.nuggets import NuggetEvaluator, load_prompts, nugget_scores, read_nuggets
+from tests.support import ChatServer
+
+METRICS = ["nugget_all", "nugget_all_strict", "nugget_vital", "nugget_vital_strict"]
+
+
+class NuggetServer(ChatServer):
+    """Answers the three nugget prompts of the shipped prompts file:
+
+    - create: the current list plus, per passage ``[i] text``, its first three words (passages with
+      [garbage-list] get prose);
+    - importance: ``vital`` for nuggets in ``vital`` (a set), else ``okay``;
+    - assign: ``support`` / ``partial_support`` / ``not_support`` from ``labels[(answer, nugget)]``
+      (default not_support); answers with [prose] get prose, [short] one label too few, [odd] an
+      unknown label, [down] HTTP 500.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vital: set[str] = set()
+        self.labels: dict[tuple[str, str], str] = {}
+        self.kinds: list[str] = []
+
+    def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        prompt = json.loads(body)["messages"][-1]["content"]
+        with self.lock:
+            self.requests.append({"body": json.loads(body)})
+        if "CURRENT LIST:" in prompt:
+            self.kinds.append("create")
+            if "[garbage-list]" in prompt:
+                return self._reply(handler, "These passages are about many things.")
+            current = json.loads(re.search(r"CURRENT LIST: (.*)", prompt).group(1))
+            added = [" ".join(text.split()[:3]) for text in re.findall(r"^\[\d+\] (.*)$", prompt, re.MULTILINE)]
+            return self._reply(handler, "```json\n" + json.dumps(current + added) + "\n```")
+        nuggets = json.loads(re.search(r"NUGGETS: (.*)", prompt).group(1))
+        if '"vital" or "okay"' in prompt:
+            self.kinds.append("importance")
+            return self._reply(handler, str(["vital" if n in self.vital else "okay" for n in nuggets]))  # a Python list
+        self.kinds.append("assign")
+        answer = re.search(r"ANSWER: (.*)", prompt).group(1)
+        if "[down]" in answer:
+            return self.send(handler, 500, b'{"error": "internal"}')
+        labels = [self.labels.get((answer, n), "not_support") for n in nuggets]
+        if "[prose]" in answer:
+            return self._reply(handler, "The answer covers most of them.")
+        if "[short]" in answer:
+            labels = labels[:-1]
+        if "[odd]" in answer:
+            labels[0] = "maybe"
+        return self._reply(handler, "Labels: " + json.dumps(labels))
+
+    def _reply(self, handler: BaseHTTPRequestHandler, content: str) -> None:
+        self.send(handler, 200, json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode())
+
+
+@pytest.fixture
+def server():
+    found = NuggetServer()
+    yield found
+    found.stop()
+
+
+def evaluator(server: NuggetServer, tmp_path: Path, **settings) -> NuggetEvaluator:
+    return NuggetEvaluator(base_url=server.url, model="judge", timeout=5, max_retries=0, output_dir=str(tmp_path), **settings)
+
+
+def reference_scores(importance: list[str], labels: list[str]) -> dict[str, float]:
+    """Pradeep et al. 2024's nugget scores, written out: A, A_strict over all nuggets; V, V_strict over the vital ones."""
+    credit = {"support": 1.0, "partial_support": 0.5, "not_support": 0.0}
+    all_scores = [credit[label] for label in labels]
+    all_strict = [1.0 if label == "support" else 0.0 for label in labels]
+    vital = [i for i, kind in enumerate(importance) if kind == "vital"]
+    return {"nugget_all": sum(all_scores) / len(labels), "nugget_all_strict": sum(all_strict) / len(labels),
+            "nugget_vital": sum(all_scores[i] for i in vital) / len(vital) if vital else math.nan,
+            "nugget_vital_strict": sum(all_strict[i] for i in vital) / len(vital) if vital else math.nan}
+
+
+def test_the_four_scores_equal_the_formulas_on_random_labels() -> None:
+    rng = random.Random(7)
+    for _ in range(2000):
+        count = rng.randint(1, 12)
+        importance = [rng.choice(["vital", "okay"]) for _ in range(count)]
+        labels = [rng.choice(["support", "partial_support", "not_support"]) for _ in range(count)]
+        ours, expected = nugget_scores(importance, labels), reference_scores(importance, labels)
+        for metric in METRICS:
+            assert ours[metric] == pytest.approx(expected[metric], abs=1e-12, nan_ok=True)
+    assert nugget_scores(["vital", "okay"], ["partial_support", "support"]) == pytest.approx(
+        {"nugget_all": 0.75, "nugget_all_strict": 0.5, "nugget_vital": 0.5, "nugget_vital_strict": 0.0})
+
+
+def toy_data(generated: dict[str, str], system: str = "bm25") -> EvalInput:
+    """q1: 7 relevant documents (grades 1-3) and a non-relevant one; q2: none relevant; q3: one whose
+    text makes the creator answer prose; q4: its relevant document is not in the corpus."""
+    ids = [f"d{i}" for i in range(1, 9)] + ["g1"]
+    texts = [f"fact{i} alpha{i} beta{i} gamma{i} delta" for i in range(1, 9)] + ["[garbage-list] one two three"]
+    corpus = Corpus(ids, [""] * len(ids), texts, "h")
+    qrels = {"q1": {"d1": 1, "d2": 3, "d3": 2, "d4": 1, "d5": 1, "d6": 2, "d7": 1, "d8": 0}, "q2": {"d1": 0}, "q3": {"g1": 1}, "q4": {"zz": 2}}
+    queries = {"q1": "what about facts?", "q2": "no relevant", "q3": "garbage", "q4": "missing"}
+    run = Run(system, {qid: {"d1": 1.0} for qid in queries})
+    return EvalInput(qrels=qrels, run=run, queries=queries, generated=generated, corpus=corpus)
+
+
+def test_creation_goes_window_by_window_and_writes_a_reusable_file(server: NuggetServer, tmp_path: Path, caplog) -> None:
+    server.vital = {"fact2 alpha2 beta2", "fact6 alpha6 beta6"}
+    judge = evaluator(server, tmp_path, max_passages=6, passages_per_request=4, max_nuggets=5, nuggets_per_request=2,
+                      cache_dir=str(tmp_path / "cache"))
+    answers = {qid: f"answer {qid}" for qid in ["q1", "q2", "q3", "q4"]}
+    server.labels = {("answer q1", "fact2 alpha2 beta2"): "support", ("answer q1", "fact3 alpha3 beta3"): "partial_support"}
+    with caplog.at_level(logging.WARNING):
+        table = judge.evaluate(toy_data(answers))
+    # relevant documents best grade first, then by id, capped at 6: d2 d3 d6 d1 | d4 d5 (d7 is the 7th)
+    creates = [r["body"]["messages"][-1]["content"] for r in server.requests if "CURRENT LIST:" in r["body"]["messages"][-1]["content"]]
+    assert len(creates) == 3  # q1 twice (two windows), q3 once
+    second = next(p for p in creates if "[1] fact4" in p)
+    assert "[2] fact5" in second and 'CURRENT LIST: ["fact2 alpha2 beta2", "fact3 alpha3 beta3", "fact6 alpha6 beta6", "fact1 alpha1 beta1"]' in second
+    expected = ["fact2 alpha2 beta2", "fact3 alpha3 beta3", "fact6 alpha6 beta6", "fact1 alpha1 beta1", "fact4 alpha4 beta4"]  # capped at 5
+    written = read_nuggets(tmp_path / "nuggets.jsonl")
+    assert list(written) == ["q1"] and [n.text for n in written["q1"]] == expected
+    assert [n.importance for n in written["q1"]] == ["vital", "okay", "vital", "okay", "okay"]
+    assert server.kinds.count("importance") == 3 and server.kinds.count("assign") == 3  # 5 nuggets, 2 per request
+    assert table.loc["q1"].tolist() == pytest.approx([1.5 / 5, 1 / 5, 0.5, 0.5])
+    assert table.loc[["q2", "q3", "q4"]].isna().all().all()
+    records = {r["qid"]: r for r in map(json.loads, (tmp_path / "systems" / "bm25" / "nugget_scores.jsonl").read_text().splitlines())}
+    assert records["q1"]["nuggets"][0] == {"text": "fact2 alpha2 beta2", "importance": "vital", "assignment": "support"}
+    assert records["q2"]["error"] == "no nuggets: no relevant document (grade >= 1) in the judgments"
+    assert records["q3"]["error"].startswith("no nuggets: creation: unparseable reply: no list of strings in the reply")
+    assert records["q4"]["error"] == "no nuggets: none of its 1 relevant documents is in the evaluated corpus"
+    assert "nuggets bm25: 3 of 4 queries not scored" in caplog.text
+    # a second system reuses the nuggets: only its assignment is asked
+    sent = server.kinds.copy()
+    other = judge.evaluate(toy_data({qid: f"other {qid}" for qid in answers}, "dense"))
+    assert server.kinds[len(sent):] == ["assign"] * 3 and other.loc["q1"].tolist() == [0.0] * 4
+    # a new evaluator on the same cache sends nothing at all
+    again = evaluator(server, tmp_path, max_passages=6, passages_per_request=4, max_nuggets=5, nuggets_per_request=2,
+                      cache_dir=str(tmp_path / "cache"))
+    assert again.evaluate(toy_data(answers)).equals(table) and again.client.requests_sent == 0
+
+
+def test_a_given_nuggets_file_skips_creation_and_scores_match_the_reference(server: NuggetServer, tmp_path: Path) -> None:
+    rng = random.Random(3)
+    nuggets = {f"q{i}": [(f"nugget {i}-{j}", rng.choice(["vital", "okay"])) for j in range(rng.randint(1, 7))] for i in range(30)}
+    path = tmp_path / "given.jsonl"
+    path.write_text("".join(json.dumps({"qid": q, "text": t, "importance": k}) + "\n" for q, found in nuggets.items() for t, k in found))
+    answers = {qid: f"answer of {qid}" for qid in nuggets}
+    labels = {(answers[q], t): rng.choice(["support", "partial_support", "not_support"]) for q, found in nuggets.items() for t, _ in found}
+    server.labels = labels
+    judge = evaluator(server, tmp_path / "out", nuggets_file=str(path), nuggets_per_request=3)
+    data = EvalInput(qrels={}, run=Run("s", {}), queries={q: f"question {q}" for q in nuggets}, generated=answers, corpus=None)
+    assert judge.applies_to(data)
+    table = judge.evaluate(data)
+    assert set(server.kinds) == {"assign"} and judge.client.requests_sent == sum(math.ceil(len(f) / 3) for f in nuggets.values())
+    for qid, found in nuggets.items():
+        expected = reference_scores([k for _, k in found], [labels[answers[qid], t] for t, _ in found])
+        assert table.loc[qid].tolist() == pytest.approx([expected[m] for m in METRICS], abs=1e-12, nan_ok=True)
+    assert read_nuggets(tmp_path / "out" / "nuggets.jsonl") == read_nuggets(path)  # the run keeps the nuggets it used
+
+
+def test_unparseable_replies_are_counted_reported_and_left_out(server: NuggetServer, tmp_path: Path, caplog) -> None:
+    path = tmp_path / "given.jsonl"
+    path.write_text("".join(json.dumps({"qid": q, "text": f"n{j}", "importance": "vital"}) + "\n" for q in ["a", "b", "c", "d", "e", "f", "x"] for j in range(2)))
+    answers = {"a": "fine", "b": "[prose]", "c": "[short]", "d": "[odd]", "e": "[down]", "f": "", "g": "no nuggets for g"}
+    server.labels = {("fine", "n0"): "support", ("fine", "n1"): "partial_support"}
+    judge = evaluator(server, tmp_path, nuggets_file=str(path))
+    data = EvalInput(qrels={}, run=Run("s", {}), queries={q: q for q in answers}, generated=answers)
+    with caplog.at_level(logging.WARNING):
+        table = judge.evaluate(data)
+    assert table.loc["a"].tolist() == [0.75, 0.5, 0.75, 0.5] and table.drop(index="a").isna().all().all()
+    records = {r["qid"]: r for r in map(json.loads, (tmp_path / "systems" / "s" / "nugget_scores.jsonl").read_text().splitlines())}
+    assert records["b"]["error"] == "unparseable reply: no list of strings in the reply 'The answer covers most of them.'"
+    assert records["c"]["error"] == "unparseable reply: 1 labels for 2 nuggets"
+    assert records["d"]["error"].startswith("unparseable reply: unknown label 'maybe'")
+    assert "HTTP 500" in records["e"]["error"] and records["f"]["error"] == "no generated answer"
+    assert records["g"]["error"] == f"no nuggets: the query is not in {path}"
+    assert "nuggets s: 6 of 7 queries not scored" in caplog.text and "1 of the 7 queries in" in caplog.text  # x is not a query
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"qid": "q1", "text": "a"', "2: not JSON"),
+    ('["q1", "a", "vital"]', "2: a nugget is a JSON object with qid, text and importance"),
+    ('{"qid": "q1", "text": "a", "importance": "vital", "weight": 2}', "2: unknown keys ['weight']"),
+    ('{"qid": "q1", "text": "a"}', "2: missing importance"),
+    ('{"qid": 7, "text": "a", "importance": "vital"}', "2: qid must be a non-empty string (quote numbers), got 7"),
+    ('{"qid": "q1", "text": "  ", "importance": "vital"}', "2: text must be a non-empty string"),
+    ('{"qid": "q1", "text": "b", "importance": "ok"}', "2: importance must be 'vital' or 'okay', got 'ok'"),
+    ('{"qid": "q0", "text": " first  fact ", "importance": "okay"}', "2: duplicate nugget for query 'q0' (first on line 1)"),
+])
+def test_a_bad_nuggets_file_line_is_named(tmp_path: Path, line: str, problem: str) -> None:
+    path = tmp_path / "nuggets.jsonl"
+    path.write_text('{"qid": "q0", "text": "first fact", "importance": "vital"}\n' + line + "\n")
+    with pytest.raises(InputError, match=re.escape(f"{path}:{problem}")):
+        read_nuggets(path)
+    path.write_text("\n")
+    with pytest.raises(InputError, match="no nuggets"):
+        read_nuggets(path)
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda p: {k: v for k, v in p.items() if k != "assign"}, "exactly the keys create, importance, assign"),
+    (lambda p: p | {"assign": p["assign"] + " {score}"}, "uses unknown fields ['score']"),
+    (lambda p: p | {"assign": p["assign"].replace("{answer}", "the answer")}, "the 'assign' prompt must show {answer}"),
+])
+def test_a_bad_prompts_file_is_named(tmp_path: Path, edit, problem: str) -> None:
+    import yaml
+
+    path = tmp_path / "prompts.yaml"
+    path.write_text(yaml.safe_dump(edit(load_prompts())))
+    with pytest.raises(InputError, match=re.escape(problem)):
+        load_prompts(str(path))
+    with pytest.raises(RagtrackError, match="'prompt' is not used"):
+        NuggetEvaluator(base_url="http://x/v1", model="m", prompt="{question}")

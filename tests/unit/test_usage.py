@@ -1,0 +1,234 @@
+"""Tokens, cost and the dry run (issue 29, item 6): the chat client's token counts equal the fake
+server's usage fields; cached replies keep their usage and count no new spend; cache entries written
+before usage was stored load with usage unknown; cost = prices x tokens; a dry run sends nothing and
+counts the requests the real run then sends."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_module
+
+from ragtrack.core.cache import Cache
+from ragtrack.core.llm import NOT_SENT, ChatCall, ChatClient, NotSent, estimate_tokens
+from ragtrack.core.runs import Run
+from ragtrack.core.stages import cached_run
+from ragtrack.pipeline import usage
+from ragtrack.pipeline.config import CONFIG_MODULE
+from ragtrack.pipeline.dryrun import dry_run
+from ragtrack.pipeline.experiment import run_experiment
+from tests.support import ChatServer, server_usage
+
+
+def _client(server: ChatServer, cache: Path | None, **settings) -> ChatClient:
+    return ChatClient(base_url=server.url, model="m", cache_dir=str(cache) if cache else None, backoff=0.01,
+                      parameters={"max_tokens": 32}, **settings)
+
+
+def _expected_usage(server: ChatServer) -> dict[str, tuple[int, int]]:
+    """What the server reported for each prompt it answered (prompt text -> tokens)."""
+    found = {}
+    for request in server.requests:
+        messages = request["body"]["messages"]
+        content = f"answer to {messages[-1]['content'].splitlines()[0]}"
+        figures = server_usage(messages, content)
+        found[messages[-1]["content"]] = (figures["prompt_tokens"], figures["completion_tokens"])
+    return found
+
+
+def test_token_counts_are_the_servers_and_cached_replies_keep_them(chat_server: ChatServer, tmp_path: Path) -> None:
+    prompts = {f"q{i}": f"question {i} " + "word " * i for i in range(8)} | {"q8": "no figures [nousage]", ("q9", "d1"): "pair"}
+    client = _client(chat_server, tmp_path, system_prompt="Be brief.")
+    replies, failures = client.complete_all(prompts)
+    assert not failures and len(chat_server.requests) == len(prompts)
+    expected = _expected_usage(chat_server)
+    calls = {call.prompt_id: call for call in client.take_calls()}
+    assert client.take_calls() == []  # taken once
+    for pid, prompt in prompts.items():
+        call = calls[pid]
+        assert not call.cached and call.seconds > 0
+        if pid == "q8":
+            assert (call.prompt_tokens, call.completion_tokens) == (None, None)  # the server gave no usage: unknown, not 0
+        else:
+            assert (call.prompt_tokens, call.completion_tokens) == expected[prompt]
+    again = _client(chat_server, tmp_path, system_prompt="Be brief.")
+    assert again.complete_all(prompts) == (replies, {})
+    assert len(chat_server.requests) == len(prompts)  # nothing sent
+    cached = {call.prompt_id: call for call in again.take_calls()}
+    assert all(c.cached and c.seconds == 0 for c in cached.values())
+    assert {pid: (c.prompt_tokens, c.completion_tokens) for pid, c in cached.items()} == \
+           {pid: (c.prompt_tokens, c.completion_tokens) for pid, c in calls.items()}
+    again.record(cached.values())
+    table = usage.Meter()
+    table.collect("bm25", "generator", [SimpleNamespace(client=again)])
+    figures = usage.figures(table.table())
+    assert figures["cached"] == len(prompts) and figures["sent"] == 0 and figures["new_prompt_tokens"] == 0
+    assert figures["prompt_tokens"] == sum(expected[p][0] for pid, p in prompts.items() if pid != "q8")
+    assert figures["unknown_usage"] == 1
+
+
+def test_old_cache_entries_without_usage_load_as_unknown(chat_server: ChatServer, tmp_path: Path) -> None:
+    client = _client(chat_server, tmp_path)
+    client.complete_all({"a": "hello there"})
+    (entry,) = tmp_path.rglob("*.json")
+    stored = json.loads(entry.read_text())
+    assert stored["usage"] == dict(zip(("prompt_tokens", "completion_tokens"), _expected_usage(chat_server)["hello there"]))
+    entry.write_text(json.dumps({"model": "m", "reply": stored["reply"]}))  # as ragtrack wrote entries before usage
+    again = _client(chat_server, tmp_path)
+    assert again.complete_all({"a": "hello there"}) == ({"a": stored["reply"]}, {})
+    (call,) = again.take_calls()
+    assert call == ChatCall("a", None, None, cached=True)
+    assert len(chat_server.requests) == 1
+
+
+def test_cost_is_prices_times_tokens() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        prices = [rng.choice([None, 0.0, rng.uniform(0, 30)]) for _ in range(2)]
+        tokens = [rng.choice([None, rng.randrange(0, 10**6)]) for _ in range(2)]
+        client = ChatClient(base_url="http://127.0.0.1:9/v1", model="m", price_prompt=prices[0], price_completion=prices[1])
+        cost = client.cost(*tokens)
+        if prices == [None, None] or any(price and count is None for price, count in zip(prices, tokens)):
+            assert cost is None
+        else:
+            assert cost == pytest.approx(sum((p or 0) * (t or 0) for p, t in zip(prices, tokens)) / 1e6, rel=1e-12)
+
+
+def test_figures_equal_a_direct_computation_on_random_calls() -> None:
+    rng = np.random.default_rng(3)
+    client = ChatClient(base_url="http://127.0.0.1:9/v1", model="m", price_prompt=2.5, price_completion=10.0)
+    meter = usage.Meter()
+    calls = [ChatCall(f"q{rng.integers(20)}", *(None, None) if rng.random() < 0.2 else (int(rng.integers(1, 900)), int(rng.integers(1, 90))),
+                      cached=bool(rng.random() < 0.4), seconds=float(rng.random())) for _ in range(300)]
+    client.record(calls)
+    meter.collect("bm25", "llm_judge", [SimpleNamespace(client=client)])
+    got = usage.figures(meter.table(), queries=20)
+    known = [c for c in calls if c.prompt_tokens is not None]
+    new = [c for c in known if not c.cached]
+    assert got["calls"] == 300 and got["cached"] == sum(c.cached for c in calls) and got["unknown_usage"] == 300 - len(known)
+    assert got["prompt_tokens"] == sum(c.prompt_tokens for c in known) and got["new_completion_tokens"] == sum(c.completion_tokens for c in new)
+    assert got["cost"] == pytest.approx(sum(2.5 * c.prompt_tokens + 10 * c.completion_tokens for c in known) / 1e6)
+    assert got["new_cost"] == pytest.approx(sum(2.5 * c.prompt_tokens + 10 * c.completion_tokens for c in new) / 1e6)
+    assert got["cost_per_query"] == pytest.approx(got["cost"] / 20)
+    assert got["seconds_per_request"] == pytest.approx(np.mean([c.seconds for c in calls if not c.cached]))
+    per_query = usage.per_query(meter.table()).set_index("qid")
+    for qid in per_query.index:
+        mine = [c for c in calls if c.prompt_id == qid]
+        assert per_query.at[qid, "calls"] == len(mine)
+        assert per_query.at[qid, "prompt_tokens"] == sum(c.prompt_tokens or 0 for c in mine)
+    assert set(usage.metrics(usage.by_stage(meter.table()))) >= {"llm/llm_judge/prompt_tokens", "llm/all/cost"}
+
+
+def test_an_offline_client_sends_nothing_and_estimates(chat_server: ChatServer, tmp_path: Path) -> None:
+    _client(chat_server, tmp_path).complete_all({"a": "cached one"})
+    offline = _client(chat_server, tmp_path, offline=True, system_prompt="sys")
+    prompts = {"a": "cached one", "b": "x" * 41, "c": "x" * 41}
+    replies, failures = offline.complete_all(prompts)
+    assert len(chat_server.requests) == 1  # only the first client's
+    assert set(replies) == set() and failures == {pid: NOT_SENT for pid in prompts}  # "a" was asked with no system prompt
+    offline = _client(chat_server, tmp_path, offline=True)
+    replies, failures = offline.complete_all(prompts)
+    assert replies == {"a": "answer to cached one"} and failures == {"b": NOT_SENT, "c": NOT_SENT}
+    calls = {c.prompt_id: c for c in offline.take_calls()}
+    assert calls["b"] == ChatCall("b", estimate_tokens("x" * 41), 32, planned=True) and estimate_tokens("x" * 41) == 11
+    assert calls["c"].cached  # the same prompt again: the real run would find it cached
+    assert len(chat_server.requests) == 1
+
+
+def test_a_stage_run_keeps_its_calls_and_a_dry_run_stores_nothing(tmp_path: Path) -> None:
+    context = SimpleNamespace(cache=Cache(tmp_path))
+    client = ChatClient(base_url="http://127.0.0.1:9/v1", model="m")
+    made = [ChatCall("q1", 10, 2, seconds=0.5), ChatCall(("q2", "d1"), None, None, cached=True)]
+
+    def compute():
+        client.record(made)
+        return Run("s", {"q1": {"d1": 1.0}}), {}, {"q1": 0.1}
+
+    cached_run(context, "key", "s", compute, [client])
+    assert client.take_calls() == made
+    cached_run(context, "key", "s", compute, [client])  # a hit: the calls again, as cached, no new time
+    assert client.take_calls() == [ChatCall("q1", 10, 2, cached=True), ChatCall(("q2", "d1"), None, None, cached=True)]
+
+    def planned():
+        client.record([ChatCall("q1", 10, 2, planned=True)])
+        return Run("s", {}), {}, {}
+
+    with pytest.raises(NotSent):
+        cached_run(context, "other", "s", planned, [client])
+    assert client.take_calls() == [ChatCall("q1", 10, 2, planned=True)]
+    assert len(context.cache.builds) == 1  # the dry run's entry was not stored
+
+
+def _job(tmp_path: Path, url: str, *overrides: str):
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        return compose("config", overrides=[
+            "dataset=toy", "encoder=hashing", "retriever=[bm25]", "fusion=[]", "tracking=none", f"paths.root_dir={tmp_path}",
+            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path / 'out'}", "generator=openai",
+            f"generator.base_url={url}", "generator.model=g", "generator.top_k=1", "generator.prompt='{question} {context}'",
+            "generator.price_prompt=2.5", "generator.price_completion=10", "evaluator=[ranking,llm_judge]",
+            f"evaluator.llm_judge.base_url={url}", "evaluator.llm_judge.model=j", "evaluator.llm_judge.top_k=1", *overrides])
+
+
+def test_dry_run_counts_the_requests_of_the_real_run(tmp_path: Path) -> None:
+    """A generator and a judge on the toy set: the dry run sends nothing and counts as many requests
+    as the real run then sends (the judge's as an upper bound: they need the answers); the real
+    run's tokens are the server's; a second dry run finds everything cached."""
+    server = ChatServer(atp_fails=False)
+    try:
+        cfg = _job(tmp_path, server.url)
+        planned = dry_run(cfg)
+        assert len(server.requests) == 0
+        assert planned.to_send == 12 and planned.upper_bound  # 6 answers, then 6 judgements
+        assert json.loads((tmp_path / "out" / "dry_run.json").read_text())["to_send"] == 12
+        results = run_experiment(cfg)
+        assert len(server.requests) == planned.to_send
+        spent = results["usage"]["systems"]["bm25"]
+        sent = [request["body"] for request in server.requests]
+        expected = {model: sum(server_usage(b["messages"], "")["prompt_tokens"] for b in sent if b["model"] == model) for model in "gj"}
+        assert spent["generator"]["prompt_tokens"] == expected["g"] and spent["llm_judge"]["prompt_tokens"] == expected["j"]
+        assert spent["generator"]["cost"] == pytest.approx((2.5 * spent["generator"]["prompt_tokens"]
+                                                            + 10 * spent["generator"]["completion_tokens"]) / 1e6)
+        assert "cost" not in spent["llm_judge"]  # no prices given
+        per_query = pd.read_csv(tmp_path / "out" / "systems" / "bm25" / "usage.csv")
+        assert per_query.groupby("stage")["prompt_tokens"].sum().to_dict() == {"generator": expected["g"], "llm_judge": expected["j"]}
+        assert "Cost and tokens" in (tmp_path / "out" / "comparison" / "report.html").read_text()
+        again = dry_run(cfg)
+        assert again.to_send == 0 and int(again.calls["cached"].sum()) == 12
+        assert len(server.requests) == 12
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow  # two whole jobs in subprocesses: make test-slow
+def test_dry_run_command_and_token_metrics_in_mlflow(tmp_path: Path) -> None:
+    """``ragtrack run --dry-run`` prints the table and sends nothing; the real job logs the server's
+    tokens as the system run's MLflow metrics and prints the LLM calls table."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.support import ragtrack
+
+    server = ChatServer(atp_fails=False)
+    try:
+        job = ["dataset=toy", "encoder=hashing", "retriever=[bm25]", "fusion=[]", "generator=openai", f"generator.base_url={server.url}",
+               "generator.model=g", "generator.top_k=1", "generator.prompt='{question} {context}'", "generator.price_prompt=2.5"]
+        dry = ragtrack(tmp_path, "run", "--dry-run", *job, "hydra.run.dir=outputs/dry")
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert "would send 6 LLM requests" in dry.stdout and "generator" in dry.stdout and not server.requests
+        real = ragtrack(tmp_path, "run", *job, "hydra.run.dir=outputs/real")
+        assert real.returncode == 0, real.stderr[-3000:]
+        assert len(server.requests) == 6 and "LLM calls:" in real.stdout
+        client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+        runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
+        system = next(r for r in runs if r.data.tags.get("ragtrack.system") == "bm25")
+        expected = sum(server_usage(r["body"]["messages"], "")["prompt_tokens"] for r in server.requests)
+        assert system.data.metrics["llm/generator/prompt_tokens"] == expected == system.data.metrics["llm/all/prompt_tokens"]
+        assert system.data.metrics["llm/generator/cost"] == pytest.approx(2.5 * expected / 1e6)
+        assert "usage.csv" in {a.path for a in client.list_artifacts(system.info.run_id)}
+    finally:
+        server.stop()

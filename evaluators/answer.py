@@ -28,7 +28,8 @@
   relevance: Σ_{i ≤ k} P@i · rel_i / |relevant in top k|, rel_i = passage i contains a gold answer
   (``context_precision@k`` of the ranking evaluator takes relevance from the qrels instead).
 
-Queries without gold answers are left out of every mean. A query whose answer could not be generated
+Citation markers (``[1]``, ``[2, 3]``: ``evaluators.citations``) are taken out of an answer before
+any of these metrics sees it, as ALCE does. Queries without gold answers are left out of every mean. A query whose answer could not be generated
 (see ``ragtrack.generation``) is scored on the empty answer, i.e. 0.
 """
 
@@ -46,7 +47,7 @@ import pandas as pd
 
 from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import retrieved_passages
+from ragtrack.core.llm import retrieved_passages, without_citations
 from ragtrack.core.progress import Progress
 from ragtrack.core.settings import Count, Integer, Text
 from ragtrack.evaluators.base import EvaluatorSettings
@@ -216,7 +217,7 @@ class AnswerEvaluator(GoldAnswerEvaluator):
             tokenize_13a = Tokenizer13a()
         rows = []
         for qid in qids:
-            answer, golds = data.generated.get(qid, ""), data.answers[qid]
+            answer, golds = without_citations(data.generated.get(qid, "")), data.answers[qid]
             values = {}
             if "answer_f1" in self.metrics:
                 values["answer_f1"] = best_over_golds(token_f1, answer, golds)
@@ -292,11 +293,12 @@ class BertScoreEvaluator(GoldAnswerEvaluator):
         return [self._vectors[t] for t in texts]
 
     def score(self, data: EvalInput, qids: list[str]) -> np.ndarray:
-        texts = sorted({data.generated.get(q, "") for q in qids} | {g for q in qids for g in data.answers[q]})
+        answers = {q: without_citations(data.generated.get(q, "")) for q in qids}
+        texts = sorted(set(answers.values()) | {g for q in qids for g in data.answers[q]})
         vectors = dict(zip(texts, self.embed(texts)))
         rows = []
         for qid in qids:
-            candidate = vectors[data.generated.get(qid, "")]
+            candidate = vectors[answers[qid]]
             best = (0.0, 0.0, 0.0)
             for gold in data.answers[qid]:
                 reference = vectors[gold]

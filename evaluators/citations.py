@@ -48,16 +48,14 @@ import pandas as pd
 from pydantic import Field, Strict, ValidationInfo, field_validator
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import ChatClient, check_template, is_abstention, retrieved_passages
+from ragtrack.core.llm import CITATION_MARKER, ChatClient, check_template, is_abstention, retrieved_passages, without_citations
 from ragtrack.core.settings import ChatSettings, Count, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.faithfulness import covered, tokens
 from ragtrack.evaluators.replies import report
 
 PROMPT_FIELDS = {"question", "passages", "statement"}
-_MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
 _SENTENCE = re.compile(r"\S.*?(?:[.!?]+(?:\s*\[\s*\d+(?:\s*,\s*\d+)*\s*\])*(?=\s|$)|$)")
-_SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([.,;:!?])")
 
 Check = tuple[tuple[int, ...], str]  # (passage numbers, statement): does the join of those passages support it?
 
@@ -77,8 +75,8 @@ def cited_statements(answer: str, passages: int, max_citations: int = 3) -> list
     found = []
     for line in answer.splitlines():
         for sentence in _SENTENCE.findall(line):
-            numbers = [int(n) for marker in _MARKER.findall(sentence) for n in re.findall(r"\d+", marker)]
-            text = " ".join(_SPACE_BEFORE_PUNCTUATION.sub(r"\1", _MARKER.sub(" ", sentence)).split())
+            numbers = [int(n) for marker in CITATION_MARKER.findall(sentence) for n in re.findall(r"\d+", marker)]
+            text = " ".join(without_citations(sentence).split())
             if tokens(text):
                 cited = tuple(dict.fromkeys(numbers))
                 found.append(Statement(text, cited[:max_citations], any(not 1 <= n <= passages for n in cited)))

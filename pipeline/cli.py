@@ -281,7 +281,7 @@ examples:
   ragtrack run --config-dir ~/myconf dataset=mine       your own configs
   ragtrack run -m experiment=rrf_k                      a sweep: one MLflow run per RRF k
   ragtrack run fusion.rrf.k=30 depth=1000 tracking=none a value, and no MLflow
-  ragtrack run --dry-run generator=openai ...           the LLM calls and tokens it would make; sends nothing
+  ragtrack run --dry-run generator=openai ...           LLM calls and tokens it would spend
 
 config groups (GROUP=OPTION):
 {groups}

@@ -30,6 +30,7 @@ from ragtrack.core.runs import Run, trec_text
 from ragtrack.core.secrets import mask, masked
 from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.nuggets import NUGGETS_FILE
 from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
@@ -501,6 +502,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
             parent_metrics |= {layout.system_metric_key(name, str(m)): v for m, v in result.summary["mean"].items() if pd.notna(v)}
         artifacts = [output_dir / name for name in layout.JOB_ARTIFACTS] + (findings.artifacts if findings else [])
         artifacts += [output_dir / usage.FILE] if spent else []
+        artifacts += [path for path in [output_dir / NUGGETS_FILE] if path.is_file()]  # the nuggets evaluator's, reusable
         parent_metrics |= findings.parent_metrics if findings else {}
         if job.hydra_dir and job.hydra_dir.is_dir():
             artifacts.append(job.hydra_dir)

@@ -350,6 +350,18 @@ def numbered_passages(passages: list[str]) -> str:
     return "\n\n".join(f"[{i}] {text}" for i, text in enumerate(passages, start=1))
 
 
+CITATION_MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")  # [2] or [1, 3]: passages of numbered_passages
+_SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([.,;:!?])")
+
+
+def without_citations(answer: str) -> str:
+    """The answer with its citation markers (``[1]``, ``[2, 3]``) taken out and the space before
+    punctuation closed, as ALCE scores answers (its ``remove_citations``); unchanged without markers."""
+    if not CITATION_MARKER.search(answer):
+        return answer
+    return " ".join(_SPACE_BEFORE_PUNCTUATION.sub(r"\1", CITATION_MARKER.sub(" ", answer)).split())
+
+
 def check_template(template: str, fields: set[str], owner: str) -> None:
     """Fail early when a prompt template names a field that will not be filled (or is malformed)."""
     import string

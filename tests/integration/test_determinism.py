@@ -49,6 +49,7 @@ def job_outputs(root: Path, dataset: Path, hash_seed: int, threads: int) -> tupl
     return runs, json.loads((output / "results.json").read_text())
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow (the default run stays under 10 minutes on 2 cores)
 def test_run_files_are_identical_across_hash_seeds_threads_and_fresh_builds(tmp_path: Path) -> None:
     dataset = write_corpus(tmp_path / "data", documents=1500, queries=40)
     outputs = [job_outputs(tmp_path / f"job{seed}", dataset, hash_seed=seed, threads=1 + seed % 2) for seed in range(3)]

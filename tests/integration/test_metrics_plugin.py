@@ -18,7 +18,9 @@ from mlflow.tracking import MlflowClient
 
 from ragtrack.evaluators.abstention import AbstentionEvaluator
 from ragtrack.evaluators.answer import AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator
+from ragtrack.evaluators.citations import CitationEvaluator
 from ragtrack.evaluators.faithfulness import FaithfulnessEvaluator
+from ragtrack.evaluators.nuggets import NuggetEvaluator
 from ragtrack.evaluators.judge import LLMJudge
 from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import describe_metrics
@@ -105,7 +107,7 @@ def test_metrics_lists_every_metric_with_a_description(with_plugin: Path, capsys
             name, description = line.split(maxsplit=1)
             listed[name] = description
     answer_metrics = {name: text for cls in (AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator, FaithfulnessEvaluator, LLMJudge,
-                                                           AbstentionEvaluator, PairwiseJudge)
+                                                           AbstentionEvaluator, PairwiseJudge, NuggetEvaluator, CitationEvaluator)
                       for name, text in cls.provides().items()}
     assert listed == describe_metrics() | answer_metrics | {"best_grade@k": "highest grade among the top k documents (0 if none is judged)"}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support import SWEEP_KS
@@ -36,6 +37,7 @@ def _logged(uri: str, experiment: str) -> list[dict]:
     return jobs
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow (the default run stays under 10 minutes on 2 cores)
 def test_a_sweep_logs_every_job_and_the_same_content_when_run_again(toy_sweep, tmp_path) -> None:
     inline = ragtrack(tmp_path, "run", "-m", "experiment=rrf_k", "dataset=toy", "encoder=hashing",
                       f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}", timeout=600)

@@ -108,6 +108,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow (the default run stays under 10 minutes on 2 cores)
 def test_ui_stopped_by_sigterm_leaves_no_process_and_frees_its_port(tmp_path: Path) -> None:
     port, store = free_port(), f"sqlite:///{tmp_path}/ui.db"
     ui = subprocess.Popen([sys.executable, "-m", "ragtrack", "ui", "--tracking-uri", store, "--port", str(port)],

@@ -38,6 +38,7 @@ def test_a_secret_in_the_environment_never_reaches_store_outputs_or_cache(tmp_pa
     assert "llm_api_key: '***'" in (tmp_path / "outputs" / "job" / "config.yaml").read_text()
 
 
+@pytest.mark.slow  # a whole job or several: make test-slow (the default run stays under 10 minutes on 2 cores)
 def test_a_secret_typed_on_the_command_line_never_reaches_store_outputs_or_logs(tmp_path: Path) -> None:
     """Hydra records overrides as typed (``.hydra/``, a sweep's ``multirun.yaml``, its job list in the log);
     ragtrack rewrites those records redacted before logging them and filters every log line."""

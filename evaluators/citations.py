@@ -52,7 +52,7 @@ from ragtrack.core.llm import CITATION_MARKER, ChatClient, check_template, is_ab
 from ragtrack.core.settings import ChatSettings, Count, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.faithfulness import covered, tokens
-from ragtrack.evaluators.replies import report
+from ragtrack.evaluators.replies import read_replies, report
 
 PROMPT_FIELDS = {"question", "passages", "statement"}
 _SENTENCE = re.compile(r"\S.*?(?:[.!?]+(?:\s*\[\s*\d+(?:\s*,\s*\d+)*\s*\])*(?=\s|$)|$)")
@@ -281,15 +281,8 @@ class CitationEvaluator(Evaluator):
         prompts = {key: self.prompt.format(question=questions.get(qid, ""), passages=shown(qid, check[0], True), statement=check[1])
                    for key, (qid, check) in asked.items()}
         replies, failures = self.client.complete_all(prompts, label=f"citations {system}")
-        errors: dict[str, str] = {}
-        for key, (qid, check) in asked.items():
-            if qid in errors:
-                continue
-            if key in failures:
-                errors[qid] = failures[key]
-                continue
-            try:
-                found[qid][check] = parse_support(replies[key])
-            except ValueError as exc:
-                errors[qid] = f"unparseable reply: {exc}"
-        return found, errors
+
+        def accept(item: tuple[str, Check], reply: str) -> None:
+            found[item[0]][item[1]] = parse_support(reply)
+
+        return found, read_replies(asked, replies, failures, accept)

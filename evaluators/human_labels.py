@@ -21,7 +21,6 @@ a JSON object, a missing or unknown field, an unknown criterion, a label off the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Literal
 
 from ragtrack.core.errors import InputError, did_you_mean
 from ragtrack.core.fields import GRADE, check_id, check_text
-from ragtrack.core.files import read_lines
+from ragtrack.core.files import read_json_objects, read_lines
 
 Item = Literal["system", "pair"]
 PAIR_SEPARATOR = " vs "
@@ -72,7 +71,7 @@ def read_human_labels(path: str | Path, scales: Mapping[str, Sequence[int] | Seq
     kind = path.name.removesuffix(".gz").rpartition(".")[2]
     if kind not in ("jsonl", "tsv"):
         raise InputError(path, "human labels must be a .jsonl or .tsv file (optionally .gz)")
-    rows = _jsonl_rows(path) if kind == "jsonl" else _tsv_rows(path, item)
+    rows = read_json_objects(path) if kind == "jsonl" else _tsv_rows(path, item)
     labels, first_line = [], {}
     for number, row in rows:
         label = _checked(row, path, number, scales, item)
@@ -85,17 +84,6 @@ def read_human_labels(path: str | Path, scales: Mapping[str, Sequence[int] | Seq
     if not labels:
         raise InputError(path, "no labels in the file")
     return HumanLabels(path, item, labels)
-
-
-def _jsonl_rows(path: Path):
-    for number, text in read_lines(path):
-        try:
-            row = json.loads(text)
-        except ValueError as exc:
-            raise InputError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", number) from None
-        if not isinstance(row, dict):
-            raise InputError(path, f"a label is a JSON object, got {type(row).__name__}", number)
-        yield number, row
 
 
 def _tsv_rows(path: Path, item: Item):

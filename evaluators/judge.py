@@ -40,7 +40,7 @@ from pydantic import Field
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.llm import ChatClient, check_template, numbered_passages, retrieved_passages
-from ragtrack.core.files import write_atomically
+from ragtrack.core.files import read_yaml, write_atomically
 from ragtrack.core.settings import ChatSettings, Count, Text
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import read_human_labels
@@ -95,15 +95,7 @@ def _built_in_rubric(name: str) -> Rubric:
 
 
 def _read_rubric(path: Path) -> Rubric:
-    import yaml
-
-    if not path.is_file():
-        raise InputError(path, "rubric file not found")
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not valid YAML: {' '.join(str(exc).split())[:200]}") from None
-    return _checked_rubric(loaded, path)
+    return _checked_rubric(read_yaml(path, "rubric file"), path)
 
 
 def _checked_rubric(loaded: object, path: Path) -> Rubric:

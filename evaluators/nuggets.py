@@ -51,11 +51,11 @@ from pydantic import Field
 
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.files import read_lines, write_atomically
+from ragtrack.core.files import read_json_objects, read_yaml, write_atomically
 from ragtrack.core.llm import ChatClient, check_template, numbered_passages
 from ragtrack.core.settings import ChatSettings, Count, NonNegativeInt, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
-from ragtrack.evaluators.replies import report, string_list
+from ragtrack.evaluators.replies import read_replies, report, string_list
 
 log = logging.getLogger(__name__)
 
@@ -101,15 +101,8 @@ def load_prompts(path: str | None = None) -> dict[str, str]:
 
 @functools.cache
 def _read_prompts(path: str) -> dict[str, str]:
-    import yaml
-
     where = Path(path)
-    if not where.is_file():
-        raise InputError(where, "nugget prompts file not found")
-    try:
-        loaded = yaml.safe_load(where.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InputError(where, f"not valid YAML: {' '.join(str(exc).split())[:200]}") from None
+    loaded = read_yaml(where, "nugget prompts file")
     if not isinstance(loaded, dict) or set(loaded) != set(PROMPT_FIELDS):
         found = sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__
         raise InputError(where, f"nugget prompts are a mapping with exactly the keys create, importance, assign; found {found}")
@@ -133,13 +126,7 @@ def read_nuggets(path: str | Path) -> dict[str, list[Nugget]]:
     path = Path(path).expanduser()
     found: dict[str, list[Nugget]] = {}
     seen: dict[tuple[str, str], int] = {}
-    for number, line in read_lines(path):
-        try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise InputError(path, f"not JSON: {exc}", number) from None
-        if not isinstance(item, dict):
-            raise InputError(path, "a nugget is a JSON object with qid, text and importance", number)
+    for number, item in read_json_objects(path):
         if set(item) != {"qid", "text", "importance"}:
             wrong = sorted(set(item) - {"qid", "text", "importance"})
             problem = f"unknown keys {wrong}" if wrong else f"missing {', '.join(sorted({'qid', 'text', 'importance'} - set(item)))}"
@@ -328,18 +315,11 @@ class NuggetEvaluator(Evaluator):
                 asked[f"{qid}\t{start}"] = (qid, len(window), template.format(**fields, **({"answer": answers[qid]} if answers else {})))
         replies, failures = self.client.complete_all({key: prompt for key, (_, _, prompt) in asked.items()}, label=label) if asked else ({}, {})
         labels: dict[str, list[str]] = {qid: [] for qid in nuggets}
-        errors: dict[str, str] = {}
-        for key, (qid, count, _) in asked.items():  # in nugget order within each query
-            if qid in errors:
-                continue
-            if key in failures:
-                errors[qid] = failures[key]
-                continue
-            try:
-                labels[qid] += _labels(replies[key], count, words)
-            except ValueError as exc:
-                errors[qid] = f"unparseable reply: {exc}"
-        return labels, errors
+
+        def accept(item: tuple[str, int, str], reply: str) -> None:  # in nugget order within each query
+            labels[item[0]] += _labels(reply, item[1], words)
+
+        return labels, read_replies(asked, replies, failures, accept)
 
 
 def _texts_of(corpus: Corpus, wanted: set[str]) -> dict[str, str]:

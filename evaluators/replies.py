@@ -1,4 +1,5 @@
-"""What the LLM-judged evaluators share after the requests: lenient reading of list replies, and the
+"""What the LLM-judged evaluators share after the requests: lenient reading of list replies, the
+replies handed out in order with each query's first failure kept, and the
 report of queries that could not be scored (a warning with the count and the first error, and one
 JSON line per query in the system's output folder).
 
@@ -12,7 +13,7 @@ import ast
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ragtrack.core.files import write_atomically
@@ -36,6 +37,26 @@ def string_list(reply: str) -> list[str]:
             if isinstance(found, list) and all(isinstance(item, str) for item in found):
                 return found
     raise ValueError(f"no list of strings in the reply {' '.join(text.split())[:80]!r}")
+
+
+def read_replies(asked: Mapping[str, tuple], replies: Mapping[str, str], failures: Mapping[str, str],
+                 accept: Callable[[tuple, str], None]) -> dict[str, str]:
+    """Hand each reply to ``accept(item, reply)`` in the order of ``asked`` (request key -> item whose
+    first element is the query id); returns errors by query id: a query's first failed request, or
+    ``unparseable reply: ...`` when ``accept`` raises ``ValueError``; its later replies are skipped."""
+    errors: dict[str, str] = {}
+    for key, item in asked.items():
+        qid = item[0]
+        if qid in errors:
+            continue
+        if key in failures:
+            errors[qid] = failures[key]
+            continue
+        try:
+            accept(item, replies[key])
+        except ValueError as exc:
+            errors[qid] = f"unparseable reply: {exc}"
+    return errors
 
 
 def report(evaluator: str, system: str, records: Sequence[dict], output_dir: str | None, file_name: str) -> None:

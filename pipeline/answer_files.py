@@ -13,28 +13,16 @@ the gold file does not have - is an :class:`InputError` naming the file and, whe
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 from ragtrack.core.errors import InputError
-from ragtrack.core.files import read_lines
+from ragtrack.core.files import read_json_objects, read_lines
 
 
 def _numbered_lines(path: Path) -> list[str]:
     """The file's lines (index = line number - 1), blank ones kept empty so JSON errors point at the right line."""
     found = dict(read_lines(path))
     return [found.get(number, "") for number in range(1, max(found, default=0) + 1)]
-
-
-def _json_records(path: Path) -> Iterator[tuple[int, dict]]:
-    for number, text in read_lines(path):
-        try:
-            record = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise InputError(path, f"malformed JSON: {getattr(exc, 'msg', 'nesting too deep')}", number) from None
-        if not isinstance(record, dict):
-            raise InputError(path, f"expected a JSON object, got {type(record).__name__}", number)
-        yield number, record
 
 
 def _field(record: dict, keys: tuple[str, ...], path: Path, line: int) -> object:
@@ -82,7 +70,7 @@ def load_gold_answers(path: str | Path) -> dict[str, list[str]]:
     if path.suffix == ".json":
         return _squad_dataset(path)
     first_line: dict[str, int] = {}
-    for number, record in _json_records(path):
+    for number, record in read_json_objects(path):
         qid = _question_id(_field(record, ("_id", "id", "query_id"), path, number), path, number)
         if qid in first_line:
             raise InputError(path, f"duplicate question id {qid!r} (first on line {first_line[qid]})", number)
@@ -140,7 +128,7 @@ def load_predictions(path: str | Path, questions: set[str]) -> dict[str, str]:
             entries.append((_line_of(lines, qid, seen[qid]), qid, answer))
     else:
         entries = [(number, _field(record, ("id", "query_id"), path, number), _field(record, ("answer", "prediction"), path, number))
-                   for number, record in _json_records(path)]
+                   for number, record in read_json_objects(path)]
     predictions: dict[str, str] = {}
     first_line: dict[str, int | None] = {}
     for line, qid, answer in entries:

@@ -235,17 +235,23 @@ def scope_difference(scopes: Sequence[JobScope]) -> str | None:
     return None
 
 
-def load_logged_reference(client, run_id: str, folder: Path) -> Reference:
-    """The reference of an MLflow run id: its job's results.json, per_query.csv and config.yaml, its system
-    runs' run.trec (downloaded when read); a system run gives only its system."""
+def run_and_job(client, run_id: str, missing: str) -> tuple:
+    """The MLflow run ``run_id`` and its job: the run itself, or its parent when it is a system run;
+    ``missing``: the one-line error when the store has no such run."""
     from mlflow.exceptions import MlflowException
 
     try:
         run = client.get_run(run_id)
     except MlflowException:
-        raise RagtrackError(f"reference {run_id!r}: no such file or folder, and no such run in the tracking store") from None
+        raise RagtrackError(missing) from None
     parent = run.data.tags.get(TAG_PARENT)
-    job = client.get_run(parent) if parent else run
+    return run, client.get_run(parent) if parent else run
+
+
+def load_logged_reference(client, run_id: str, folder: Path) -> Reference:
+    """The reference of an MLflow run id: its job's results.json, per_query.csv and config.yaml, its system
+    runs' run.trec (downloaded when read); a system run gives only its system."""
+    run, job = run_and_job(client, run_id, f"reference {run_id!r}: no such file or folder, and no such run in the tracking store")
     target = folder / "reference"
     results = download_artifact(client, job.info.run_id, RESULTS_FILE, target)
     for optional in (PER_QUERY_FILE, CONFIG_FILE):
@@ -256,7 +262,7 @@ def load_logged_reference(client, run_id: str, folder: Path) -> Reference:
     children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'")
     runs = {c.data.tags[TAG_SYSTEM]: partial(_download_run, client, c.info.run_id, folder) for c in children if TAG_SYSTEM in c.data.tags}
     reference = read_job(results, run_id, runs)
-    system = run.data.tags.get(TAG_SYSTEM) if parent else None
+    system = run.data.tags.get(TAG_SYSTEM) if job is not run else None
     return reference.only(system) if system in reference.values else reference
 
 

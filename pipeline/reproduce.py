@@ -135,10 +135,9 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
     ``overrides`` (``KEY=VALUE``) and ``allow_endpoints`` as in :func:`prepare`; ``baseline`` (a system
     name or run id) as in ``ragtrack compare``; ``output_dir``: where the re-run job's outputs stay
     (default: a temporary folder, removed at the end)."""
-    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from ragtrack.pipeline.compare import download_artifact
+    from ragtrack.pipeline.compare import download_artifact, run_and_job
     from ragtrack.pipeline.experiment import run_experiment
     from ragtrack.pipeline.inputs import load_dataset
     from ragtrack.pipeline.job import JobInfo
@@ -146,12 +145,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stderr holds one line per problem
     client = MlflowClient(tracking_uri)
-    try:
-        run = client.get_run(run_id)
-    except MlflowException:
-        raise RagtrackError(f"no run {run_id!r} in {tracking_uri}") from None
-    parent_id = run.data.tags.get(TAG_PARENT)
-    job = client.get_run(parent_id) if parent_id else run
+    _, job = run_and_job(client, run_id, f"no run {run_id!r} in {tracking_uri}")
     with tempfile.TemporaryDirectory(prefix="ragtrack-reproduce-") as scratch:
         downloaded = OmegaConf.load(download_artifact(client, job.info.run_id, CONFIG_FILE, Path(scratch) / "logged"))
         cfg, dropped = prepare(downloaded, overrides, allow_endpoints)

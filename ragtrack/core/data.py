@@ -15,7 +15,6 @@ is allowed only as the first non-blank line of a qrels file. Only queries judged
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,7 +26,7 @@ import numpy as np
 from ragtrack.core import columnar
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.fields import BEIR_HEADER, check_id, check_text, parse_grade, split_columns
-from ragtrack.core.files import open_bytes, read_lines
+from ragtrack.core.files import open_bytes, read_json_objects, read_lines
 from ragtrack.core.strings import JoinedTexts, Strings, StringsBuilder
 
 log = logging.getLogger(__name__)
@@ -97,19 +96,6 @@ class Dataset:
         return sum(any(g >= threshold for g in docs.values()) for docs in self.qrels.values())
 
 
-def _read_jsonl(path: Path, digest: "hashlib._Hash | None") -> Iterator[tuple[int, dict]]:
-    for number, text in read_lines(path, digest):
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", number) from None
-        except RecursionError:
-            raise InputError(path, "malformed JSON: nesting too deep", number) from None
-        if not isinstance(record, dict):
-            raise InputError(path, f"expected a JSON object, got {type(record).__name__}", number)
-        yield number, record
-
-
 def _string_field(record: dict, key: str, path: Path, line: int, required: bool) -> str:
     if key not in record:
         if required:
@@ -160,7 +146,7 @@ def load_corpus(path: Path) -> Corpus:
     """Read a BEIR ``corpus.jsonl(.gz)`` into compact columns."""
     digest = hashlib.sha256()
     corpus = CorpusBuilder(lambda doc_id: f"line {_first_line(path, doc_id)}")
-    for number, record in _read_jsonl(path, digest):
+    for number, record in read_json_objects(path, digest):
         doc_id = check_id(record.get("_id"), path, number) if "_id" in record else None
         if doc_id is None:
             raise InputError(path, "missing field '_id'", number)
@@ -171,7 +157,7 @@ def load_corpus(path: Path) -> Corpus:
 
 def _first_line(path: Path, doc_id: str) -> int:
     """The line of the first document with id ``doc_id`` (read again: only a duplicate needs it)."""
-    return next(number for number, record in _read_jsonl(path, None) if record.get("_id") == doc_id)
+    return next(number for number, record in read_json_objects(path, None) if record.get("_id") == doc_id)
 
 
 def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str, dict[str, dict]]:
@@ -182,7 +168,7 @@ def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str,
     answers: dict[str, list[str]] = {}
     metadata: dict[str, dict] = {}
     first_line: dict[str, int] = {}
-    for number, record in _read_jsonl(path, digest):
+    for number, record in read_json_objects(path, digest):
         if "_id" not in record:
             raise InputError(path, "missing field '_id'", number)
         qid = check_id(record["_id"], path, number)

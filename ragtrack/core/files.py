@@ -106,6 +106,36 @@ def read_lines(path: Path, digest: "hashlib._Hash | None" = None) -> Iterator[tu
         raise InputError(path, f"cannot read file: {exc.strerror or exc}") from None
 
 
+def read_json_objects(path: Path, digest: "hashlib._Hash | None" = None) -> Iterator[tuple[int, dict]]:
+    """Yield (line number, object) for the non-blank lines of a JSON-lines file (:func:`read_lines`);
+    a line that is not JSON, or not a JSON object, raises :class:`InputError` naming file and line."""
+    import json
+
+    for number, text in read_lines(path, digest):
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", number) from None
+        except RecursionError:
+            raise InputError(path, "malformed JSON: nesting too deep", number) from None
+        if not isinstance(record, dict):
+            raise InputError(path, f"expected a JSON object, got {type(record).__name__}", number)
+        yield number, record
+
+
+def read_yaml(path: Path, what: str) -> object:
+    """The parsed content of a YAML file; :class:`InputError` when ``what`` (``"rubric file"``) is
+    missing, unreadable or not valid YAML."""
+    import yaml
+
+    if not path.is_file():
+        raise InputError(path, f"{what} not found")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not valid YAML: {' '.join(str(exc).split())[:200]}") from None
+
+
 def read_bytes(path: Path) -> bytes:
     """The whole content of a regular file, decompressed if its name ends in ``.gz`` (the columnar
     reader's input). Opening fails as in :func:`open_regular`; a corrupt gzip stream raises the

@@ -170,8 +170,8 @@ def test_labels_read_from_jsonl_and_tsv(tmp_path: Path) -> None:
      "l.jsonl:1: unknown criterion 'corectness'; the judge's rubrics: correctness, relevance; did you mean 'correctness'?"),
     ("l.jsonl", '{"qid": "q1", "sytem": "bm25", "criterion": "correctness", "label": 3}\n', "system", "l.jsonl:1: unknown field 'sytem'"),
     ("l.jsonl", '{"qid": "q1", "criterion": "correctness", "label": 3}\n', "system", "l.jsonl:1: missing field 'system'"),
-    ("l.jsonl", '\n{"qid": "q1", "system": "bm25", "criterion": "correctness", "label": 3\n', "system", "l.jsonl:2: not valid JSON"),
-    ("l.jsonl", '[1, 2]\n', "system", "l.jsonl:1: a label is a JSON object, got list"),
+    ("l.jsonl", '\n{"qid": "q1", "system": "bm25", "criterion": "correctness", "label": 3\n', "system", "l.jsonl:2: malformed JSON: Expecting ',' delimiter (column 71)"),
+    ("l.jsonl", '[1, 2]\n', "system", "l.jsonl:1: expected a JSON object, got list"),
     ("l.jsonl", '{"qid": "q 1", "system": "bm25", "criterion": "correctness", "label": 3}\n', "system", "l.jsonl:1: id 'q 1' contains whitespace"),
     ("l.jsonl", '{"qid": "q1", "system": "bm25", "criterion": "correctness", "label": 3}\n{"qid": "q1", "system": "bm25", "criterion": "correctness", '
                 '"label": 4}\n', "system", "l.jsonl:2: a second label for query 'q1', system 'bm25', criterion 'correctness' (first on line 1)"),

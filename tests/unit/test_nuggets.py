@@ -196,8 +196,8 @@ def test_unparseable_replies_are_counted_reported_and_left_out(server: NuggetSer
 
 
 @pytest.mark.parametrize("line, problem", [
-    ('{"qid": "q1", "text": "a"', "2: not JSON"),
-    ('["q1", "a", "vital"]', "2: a nugget is a JSON object with qid, text and importance"),
+    ('{"qid": "q1", "text": "a"', "2: malformed JSON: Expecting ',' delimiter (column 26)"),
+    ('["q1", "a", "vital"]', "2: expected a JSON object, got list"),
     ('{"qid": "q1", "text": "a", "importance": "vital", "weight": 2}', "2: unknown keys ['weight']"),
     ('{"qid": "q1", "text": "a"}', "2: missing importance"),
     ('{"qid": 7, "text": "a", "importance": "vital"}', "2: qid must be a non-empty string (quote numbers), got 7"),

@@ -10,6 +10,7 @@ the prompts it would send with estimated tokens (:func:`estimate_tokens`).
 
 Secrets: the API key is read from the environment variable named by ``api_key_env`` and sent only as
 the ``Authorization`` header; it never enters a config, a cache entry, a log line or an error message.
+Error messages name the endpoint without the ``user:password@`` a ``base_url`` may carry.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.progress import track
 from ragtrack.core.runs import Run
-from ragtrack.core.secrets import check_variable_name, mask
+from ragtrack.core.secrets import check_variable_name, mask, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -281,10 +282,10 @@ class ChatClient:
                     problem = f"HTTP {status}: {self._excerpt(text)}"
                     wait = min(_retry_after(retry_after, wait), self.max_backoff)
                 else:
-                    raise ChatError(f"{url}: HTTP {status}: {self._excerpt(text)}")
+                    raise ChatError(f"{without_credentials(url)}: HTTP {status}: {self._excerpt(text)}")
             if attempt < self.max_retries:
                 time.sleep(wait)
-        raise ChatError(mask(f"{url}: {problem} (gave up after {self.max_retries + 1} attempts)", self._key))
+        raise ChatError(mask(f"{without_credentials(url)}: {problem} (gave up after {self.max_retries + 1} attempts)", self._key))
 
     def _attempt(self, http, url: str, body: dict, headers: dict) -> tuple[int, bytes, str | None, str | None]:
         """One POST: status, body bytes, the problem (``None`` when a whole reply arrived) and Retry-After.

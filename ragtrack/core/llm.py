@@ -165,7 +165,7 @@ class ChatClient:
         return sum((price or 0.0) * (tokens or 0) for price, tokens in parts) / 1e6
 
     def take_calls(self) -> list[ChatCall]:
-        """The calls recorded since the last take (in the order their replies arrived), and forget them."""
+        """The calls recorded since the last take (each :meth:`complete_all`'s in the order of its prompts), and forget them."""
         with self._count_lock:
             calls, self._calls = self._calls, []
         return calls
@@ -197,15 +197,17 @@ class ChatClient:
             return self._offline(prompts)
         import httpx
 
-        replies, failures = {}, {}
+        replies, failures, calls = {}, {}, []
         with httpx.Client(timeout=self.timeout) as http, ThreadPoolExecutor(self.concurrency) as pool:
             futures = {pool.submit(self._complete, pid, prompt, http): pid for pid, prompt in prompts.items()}
             for future in track(futures, label, "requests"):
                 pid = futures[future]
                 try:
-                    replies[pid] = future.result()
+                    replies[pid], call = future.result()
+                    calls.append(call)
                 except ChatError as exc:
                     failures[pid] = str(exc)
+        self.record(calls)  # in the order of ``prompts``, however the replies arrived: sums over them come out the same
         return replies, failures
 
     def _offline(self, prompts: Mapping[Hashable, str]) -> tuple[dict, dict[Hashable, str]]:
@@ -226,13 +228,12 @@ class ChatClient:
         self.record(calls)
         return replies, failures
 
-    def _complete(self, pid: Hashable, prompt: str, http) -> str:
-        """The reply to one prompt, from the cache or the server, recorded as a call; the key is masked
-        in it before it is cached or returned, should the server echo it."""
+    def _complete(self, pid: Hashable, prompt: str, http) -> tuple[str, ChatCall]:
+        """The reply to one prompt, from the cache or the server, and its call; the key is masked in it
+        before it is cached or returned, should the server echo it."""
         found = self._cached(prompt)
         if found is not None:
-            self.record([ChatCall(pid, *found[1], cached=True)])
-            return found[0]
+            return found[0], ChatCall(pid, *found[1], cached=True)
         started = time.perf_counter()
         text, usage = self._request(prompt, http)
         call = ChatCall(pid, *usage, seconds=time.perf_counter() - started)
@@ -241,8 +242,7 @@ class ChatClient:
         if cached is not None:
             write_atomically(cached, json.dumps({"model": self.model, "reply": reply,
                                                  "usage": {"prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens}}))
-        self.record([call])
-        return reply
+        return reply, call
 
     def _cached(self, prompt: str) -> tuple[str, tuple[int | None, int | None]] | None:
         """The cached reply to ``prompt`` and its usage (unknown in entries written before usage was

@@ -104,7 +104,7 @@ def _read_prompts(path: str) -> dict[str, str]:
     where = Path(path)
     loaded = read_yaml(where, "nugget prompts file")
     if not isinstance(loaded, dict) or set(loaded) != set(PROMPT_FIELDS):
-        found = sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__
+        found = sorted(map(str, loaded)) if isinstance(loaded, dict) else type(loaded).__name__
         raise InputError(where, f"nugget prompts are a mapping with exactly the keys create, importance, assign; found {found}")
     for step, fields in PROMPT_FIELDS.items():
         template = loaded[step]

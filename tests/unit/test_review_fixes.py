@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
+from ragtrack.core.errors import InputError
 from ragtrack.core.llm import ChatClient
+from ragtrack.evaluators.human_labels import read_human_labels
+from ragtrack.evaluators.nuggets import load_prompts
+from ragtrack.pipeline.reference import read_reference
 from ragtrack.pipeline import usage
 from tests.support import ChatServer
 
@@ -67,3 +73,28 @@ def test_token_sums_of_calls_without_usage_are_unknown_not_zero() -> None:
     table = usage.per_query(calls).set_index(["stage", "qid"])
     assert pd.isna(table.loc[("generator", "q1"), "prompt_tokens"]) and table.loc[("llm_judge", "q1"), "prompt_tokens"] == 10
     assert "\r\ngenerator,q1,1,0,1,,,,0.5\r\n" in usage.usage_csv(calls)
+
+
+def test_hostile_label_prompt_and_reference_files_are_one_line(tmp_path: Path) -> None:
+    """Each of these was a TypeError or ValueError traceback."""
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text("1: a\ncreate: b\n")
+    with pytest.raises(InputError, match=r"prompts\.yaml: nugget prompts are a mapping with exactly the keys create, importance, "
+                                         r"assign; found \['1', 'create'\]$"):
+        load_prompts(str(prompts))
+    for number, criterion in enumerate(('["correctness"]', '{"a": 1}', "3")):
+        labels = tmp_path / f"labels{number}.jsonl"
+        labels.write_text(f'{{"qid": "q1", "system": "bm25", "criterion": {criterion}, "label": 3}}\n')
+        with pytest.raises(InputError, match=rf"labels{number}\.jsonl:1: 'criterion' must be a rubric's name, got "):
+            read_human_labels(labels, {"correctness": [1, 2, 3], "relevance": [1, 2, 3]}, "system")
+
+
+def test_a_reference_per_query_table_with_a_repeated_or_blank_query_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"systems": {"bm25": {"ndcg@10": 0.5}}}))
+    for rows, problem in ((["bm25,q1,0.5", "bm25,q2,0.25", "bm25,q1,0.5"], r":4: query 'q1' of bm25 is given twice \(first on line 2\)$"),
+                          (["bm25,q1,0.5", "bm25,,0.25"], r":3: empty qid$"), (["bm25,q1,0.5", ",q2,0.25"], r":3: empty system$")):
+        (folder / "per_query.csv").write_text("\r\n".join(["system,qid,ndcg@10", *rows]) + "\r\n")
+        with pytest.raises(InputError, match=r"per_query\.csv" + problem):
+            read_reference(str(folder))

@@ -11,6 +11,7 @@ import pytest
 
 from ragtrack.core.errors import InputError
 from ragtrack.core.llm import ChatClient
+from ragtrack.evaluators.faithfulness import FaithfulnessEvaluator
 from ragtrack.evaluators.human_labels import read_human_labels
 from ragtrack.evaluators.nuggets import load_prompts
 from ragtrack.pipeline.reference import read_reference
@@ -98,3 +99,15 @@ def test_a_reference_per_query_table_with_a_repeated_or_blank_query_is_one_line(
         (folder / "per_query.csv").write_text("\r\n".join(["system,qid,ndcg@10", *rows]) + "\r\n")
         with pytest.raises(InputError, match=r"per_query\.csv" + problem):
             read_reference(str(folder))
+
+
+def test_citing_changes_no_faithfulness_metric() -> None:
+    """docs/answers.md: the answer metrics take citation markers out, so citing changes none of them;
+    k_precision and sentence_support counted the marker's number as an unsupported token (and a marker
+    after the full stop as a sentence of its own)."""
+    from tests.unit.test_faithfulness import _data
+
+    passages = {"q": ["The Denver Broncos won Super Bowl 50.", "Carolina lost."]}
+    scores = [FaithfulnessEvaluator(top_k=2).evaluate(_data({"q": answer}, {"q": ["Denver Broncos"]}, passages)).loc["q"].to_dict()
+              for answer in ("The Denver Broncos won. Carolina lost.", "The Denver Broncos won [1]. Carolina lost. [2]")]
+    assert scores[0] == scores[1] == {"k_precision": 1.0, "answer_recall": 1.0, "sentence_support": 1.0}

@@ -11,9 +11,10 @@ import pytest
 
 from ragtrack.core.errors import InputError
 from ragtrack.core.llm import ChatClient
+from ragtrack.evaluators.citations import CitationEvaluator
 from ragtrack.evaluators.faithfulness import FaithfulnessEvaluator
 from ragtrack.evaluators.human_labels import read_human_labels
-from ragtrack.evaluators.nuggets import load_prompts
+from ragtrack.evaluators.nuggets import NuggetEvaluator, load_prompts
 from ragtrack.pipeline.reference import read_reference
 from ragtrack.pipeline import usage
 from tests.support import ChatServer
@@ -111,3 +112,47 @@ def test_citing_changes_no_faithfulness_metric() -> None:
     scores = [FaithfulnessEvaluator(top_k=2).evaluate(_data({"q": answer}, {"q": ["Denver Broncos"]}, passages)).loc["q"].to_dict()
               for answer in ("The Denver Broncos won. Carolina lost.", "The Denver Broncos won [1]. Carolina lost. [2]")]
     assert scores[0] == scores[1] == {"k_precision": 1.0, "answer_recall": 1.0, "sentence_support": 1.0}
+
+
+def test_a_dry_run_of_the_nuggets_evaluator_bounds_the_requests_of_the_real_run(tmp_path: Path) -> None:
+    """Offline, creation's first window failed as not sent and nothing after it was counted: 2 planned
+    requests where the real run sends 12 (3 creation, 3 importance, 3 assignments per system)."""
+    from tests.unit.test_nuggets import NuggetServer, toy_data
+
+    server = NuggetServer()
+    try:
+        settings = dict(base_url=server.url, model="judge", timeout=5, max_retries=0, max_passages=6, passages_per_request=4,
+                        max_nuggets=5, nuggets_per_request=2, cache_dir=str(tmp_path / "cache"))
+        dry, real = NuggetEvaluator(**settings), NuggetEvaluator(**settings)
+        dry.client.offline = True
+        planned = 0
+        for system in ("bm25", "dense"):
+            data = toy_data({qid: f"{system} {qid}" for qid in ("q1", "q2", "q3", "q4")}, system)
+            dry.evaluate(data)
+            planned += len(dry.client.take_calls()) + dry.unsent_followups()
+            real.evaluate(data)
+        assert real.client.requests_sent == 12
+        # upper bound: q1 1 more window + 3 importance + 3 assignments per system, q3 3 importance + 3 per system
+        assert planned == 2 + (1 + 3 + 3) + (3 + 3) + (3 + 3) >= real.client.requests_sent
+    finally:
+        server.stop()
+
+
+def test_a_dry_run_of_llm_citations_bounds_the_later_rounds() -> None:
+    """Offline, the joint checks failed as not sent and the single-passage checks after them went
+    uncounted: 2 planned where the real run asks 4 (ANSWER: [1][3] jointly, then each alone)."""
+    from tests.unit.test_citations import ANSWER, SupportServer, data_for
+
+    server = SupportServer()
+    try:
+        settings = dict(mode="llm", prompt="Q: {question}\nPASSAGES:\n{passages}\nSTATEMENT: {statement}\nyes or no?", top_k=3,
+                        base_url=server.url, model="m", timeout=5, max_retries=0)
+        dry, real = CitationEvaluator(**settings), CitationEvaluator(**settings)
+        dry.client.offline = True
+        dry.evaluate(data_for({"q": ANSWER}))
+        planned = dry.client.take_calls()
+        assert len(planned) == 2 and dry.unsent_followups() == 4  # (1, 3) and (2) jointly; then ≤ 2 checks per citation of (1, 3)
+        real.evaluate(data_for({"q": ANSWER}))
+        assert len(server.requests) == 4 <= len(planned) + dry.unsent_followups()
+    finally:
+        server.stop()

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from ragtrack.core.errors import InputError
-from ragtrack.core.llm import ChatClient
 from ragtrack.evaluators.citations import CitationEvaluator
 from ragtrack.evaluators.faithfulness import FaithfulnessEvaluator
 from ragtrack.evaluators.human_labels import read_human_labels
 from ragtrack.evaluators.nuggets import NuggetEvaluator, load_prompts
-from ragtrack.pipeline.reference import read_reference
 from ragtrack.pipeline import usage
+from ragtrack.pipeline.reference import read_reference
+
+from ragtrack.core.errors import InputError
+from ragtrack.core.llm import ChatClient
 from tests.support import ChatServer
 
 
@@ -51,7 +51,7 @@ def test_calls_are_recorded_in_prompt_order_however_the_replies_arrive() -> None
     assert [call.prompt_id for call in client.take_calls()] == list(prompts)
 
 
-def _calls(rows: list[tuple]) -> "pd.DataFrame":
+def _calls(rows: list[tuple]) -> pd.DataFrame:
     """Meter rows (system, stage, qid, cached, prompt_tokens, completion_tokens, cost)."""
     meter = usage.Meter()
     meter.rows = [dict(zip(usage.COLUMNS, (system, stage, qid, False, cached, False, False, prompt, completion, cost, 0.0 if cached else 0.5)))
@@ -121,8 +121,8 @@ def test_a_dry_run_of_the_nuggets_evaluator_bounds_the_requests_of_the_real_run(
 
     server = NuggetServer()
     try:
-        settings = dict(base_url=server.url, model="judge", timeout=5, max_retries=0, max_passages=6, passages_per_request=4,
-                        max_nuggets=5, nuggets_per_request=2, cache_dir=str(tmp_path / "cache"))
+        settings = {"base_url": server.url, "model": "judge", "timeout": 5, "max_retries": 0, "max_passages": 6, "passages_per_request": 4,
+                    "max_nuggets": 5, "nuggets_per_request": 2, "cache_dir": str(tmp_path / "cache")}
         dry, real = NuggetEvaluator(**settings), NuggetEvaluator(**settings)
         dry.client.offline = True
         planned = 0
@@ -145,8 +145,8 @@ def test_a_dry_run_of_llm_citations_bounds_the_later_rounds() -> None:
 
     server = SupportServer()
     try:
-        settings = dict(mode="llm", prompt="Q: {question}\nPASSAGES:\n{passages}\nSTATEMENT: {statement}\nyes or no?", top_k=3,
-                        base_url=server.url, model="m", timeout=5, max_retries=0)
+        settings = {"mode": "llm", "prompt": "Q: {question}\nPASSAGES:\n{passages}\nSTATEMENT: {statement}\nyes or no?", "top_k": 3,
+                    "base_url": server.url, "model": "m", "timeout": 5, "max_retries": 0}
         dry, real = CitationEvaluator(**settings), CitationEvaluator(**settings)
         dry.client.offline = True
         dry.evaluate(data_for({"q": ANSWER}))

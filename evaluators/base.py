@@ -102,6 +102,12 @@ class Evaluator(ABC):
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
         """Per-query scores: index = query id, one column per requested metric."""
 
+    def unsent_followups(self) -> int:
+        """After an :meth:`evaluate` whose chat client was offline (a dry run): the most requests it
+        would still have sent for that system had the replies it could not get arrived (later rounds
+        built from earlier replies); 0 for an evaluator that asks everything up front."""
+        return 0
+
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         """Which queries enter the aggregate (default: all)."""
         import pandas as pd

@@ -48,7 +48,7 @@ import pandas as pd
 from pydantic import Field, Strict, ValidationInfo, field_validator
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import CITATION_MARKER, ChatClient, check_template, is_abstention, retrieved_passages, without_citations
+from ragtrack.core.llm import CITATION_MARKER, NOT_SENT, ChatClient, check_template, is_abstention, retrieved_passages, without_citations
 from ragtrack.core.settings import ChatSettings, Count, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.faithfulness import covered, tokens
@@ -221,6 +221,10 @@ class CitationEvaluator(Evaluator):
         self.prompt, self.mode, self.top_k, self.max_citations = prompt, mode, int(top_k), int(max_citations)
         self.support_threshold, self.no_answer, self.output_dir = float(support_threshold), no_answer, output_dir
         self.client = ChatClient(**client) if mode == "llm" else None
+        self._followups = 0  # a dry run: the most checks the last evaluate would have asked after the replies it did not get
+
+    def unsent_followups(self) -> int:
+        return self._followups
 
     def applies_to(self, data: EvalInput) -> bool:
         return any(answer.strip() for answer in data.generated.values()) and data.corpus is not None
@@ -243,6 +247,7 @@ class CitationEvaluator(Evaluator):
             else:
                 statements[qid] = found
         known: dict[str, dict[Check, bool]] = {qid: {} for qid in statements}
+        self._followups, found_statements = 0, dict(statements)
         table = pd.DataFrame(np.nan, index=pd.Index(qids, name="qid"), columns=self.metrics, dtype=float)
         while statements:
             pending = {}
@@ -260,6 +265,8 @@ class CitationEvaluator(Evaluator):
             for qid, error in errors.items():
                 records[qid]["error"] = error
                 del statements[qid]
+                if error == NOT_SENT:  # a dry run: at most a single-passage and a leave-one-out check per citation follow
+                    self._followups += sum(2 * len(s.citations) for s in found_statements[qid] if len(s.citations) > 1 and not s.out_of_range)
             for qid in statements:
                 known[qid] |= answers[qid]
         report("citations", data.run.name, list(records.values()), self.output_dir, "citations.jsonl")

@@ -13,6 +13,7 @@ generator reads (``EvalInput.context``), ``top_k`` being the generator's.
   ``support_threshold`` of the sentence's tokens: max_p |sentence ∩ p| / |sentence| ≥ threshold
   (default 0.5); an answer without sentences scores 0.
 
+Citation markers (``[1]``, ``[2, 3]``) are taken out of an answer first, as for the answer metrics.
 Queries without gold answers are left out of the means, as for every answer metric.
 """
 
@@ -28,7 +29,7 @@ import numpy as np
 from pydantic import Field, Strict
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import retrieved_passages
+from ragtrack.core.llm import retrieved_passages, without_citations
 from ragtrack.evaluators.answer import GoldAnswerEvaluator, normalize_answer
 from ragtrack.evaluators.base import EvalInput
 from ragtrack.core.settings import Count
@@ -103,7 +104,7 @@ class FaithfulnessEvaluator(GoldAnswerEvaluator):
         retrieved = retrieved_passages(data.context, data.corpus, qids, self.top_k, full=True) if data.corpus is not None else {}
         rows = []
         for qid in qids:
-            answer = data.generated.get(qid, "")
+            answer = without_citations(data.generated.get(qid, ""))  # as the answer metrics: citing changes no score
             passages = retrieved.get(qid, [])
             values = {}
             if "k_precision" in self.metrics:

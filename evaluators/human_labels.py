@@ -128,6 +128,8 @@ def _checked(row: dict, path: Path, number: int, scales: Mapping[str, Sequence],
         if len(scales) > 1:
             raise InputError(path, f"missing field 'criterion': the judge has several rubrics ({', '.join(scales)})", number)
         criterion = next(iter(scales))
+    if not isinstance(criterion, str):
+        raise InputError(path, f"'criterion' must be a rubric's name, got {criterion!r}; the judge's rubrics: {', '.join(map(str, scales))}", number)
     if criterion not in scales:
         raise InputError(path, f"unknown criterion {criterion!r}; the judge's rubrics: {', '.join(map(str, scales))}"
                                f"{did_you_mean(str(criterion), list(scales))}", number)

@@ -52,7 +52,7 @@ from pydantic import Field
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import read_json_objects, read_yaml, write_atomically
-from ragtrack.core.llm import ChatClient, check_template, numbered_passages
+from ragtrack.core.llm import NOT_SENT, ChatClient, check_template, numbered_passages
 from ragtrack.core.settings import ChatSettings, Count, NonNegativeInt, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.replies import read_replies, report, string_list
@@ -104,7 +104,7 @@ def _read_prompts(path: str) -> dict[str, str]:
     where = Path(path)
     loaded = read_yaml(where, "nugget prompts file")
     if not isinstance(loaded, dict) or set(loaded) != set(PROMPT_FIELDS):
-        found = sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__
+        found = sorted(map(str, loaded)) if isinstance(loaded, dict) else type(loaded).__name__
         raise InputError(where, f"nugget prompts are a mapping with exactly the keys create, importance, assign; found {found}")
     for step, fields in PROMPT_FIELDS.items():
         template = loaded[step]
@@ -210,12 +210,18 @@ class NuggetEvaluator(Evaluator):
         self.nuggets: dict[str, list[Nugget]] = read_nuggets(nuggets_file) if nuggets_file else {}
         self.creation_errors: dict[str, str] = {}
         self._given_used = False
+        self._awaiting: set[str] = set()  # a dry run's queries whose nuggets wait on replies it did not send
+        self._followups = 0  # the most requests the last evaluate would have sent after those replies
+
+    def unsent_followups(self) -> int:
+        return self._followups
 
     def applies_to(self, data: EvalInput) -> bool:
         return any(answer.strip() for answer in data.generated.values()) and (bool(self.nuggets_file) or data.corpus is not None)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
         qids = list(data.queries)
+        self._followups = 0
         if self.nuggets_file:
             self._use_given(data)
         else:
@@ -229,6 +235,8 @@ class NuggetEvaluator(Evaluator):
             elif not nuggets:
                 records[qid]["error"] = f"no nuggets: {self.creation_errors.get(qid) or f'the query is not in {self.nuggets_file}'}"
         answered = [qid for qid in qids if not records[qid]["error"]]
+        per_answer = -(-self.max_nuggets // self.nuggets_per_request)  # assignment requests of at most max_nuggets nuggets
+        self._followups += per_answer * sum(1 for qid in self._awaiting if data.generated.get(qid, "").strip())
         assigned, errors = self._ask(self.prompts["assign"], {qid: self.nuggets[qid] for qid in answered}, _SUPPORT_WORDS,
                                      f"nuggets: assign {data.run.name}", data.queries, data.generated)
         table = pd.DataFrame(np.nan, index=pd.Index(qids, name="qid"), columns=self.metrics, dtype=float)
@@ -290,11 +298,15 @@ class NuggetEvaluator(Evaluator):
                 except ValueError as exc:
                     self.creation_errors[qid] = f"creation: {exc}" if qid in failures else f"creation: unparseable reply: {exc}"
                     del current[qid]
+                    if failures.get(qid) == NOT_SENT:  # a dry run: the later windows and the importance requests follow
+                        self._awaiting.add(qid)
+                        self._followups += len(windows[qid]) - step - 1 + -(-self.max_nuggets // self.nuggets_per_request)
         for qid in [q for q in current if not current[q]]:
             self.creation_errors[qid] = "creation: the model proposed no nugget"
             del current[qid]
         labelled, errors = self._ask(self.prompts["importance"], current, _IMPORTANCE_WORDS, "nuggets: importance", data.queries)
         self.creation_errors |= {qid: f"importance: {error}" for qid, error in errors.items()}
+        self._awaiting |= {qid for qid, error in errors.items() if error == NOT_SENT}
         self.nuggets |= {qid: [Nugget(text, label) for text, label in zip(current[qid], labelled[qid])] for qid in current if qid not in errors}
         failed = [qid for qid in qids if qid in self.creation_errors]
         if failed:

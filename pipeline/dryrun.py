@@ -20,6 +20,9 @@ its prompt tokens estimated (:func:`~ragtrack.core.llm.estimate_tokens`: charact
    tokens (4 characters each), so their prompts are upper bounds, counted as such. A judge asks once
    per answered query, so where every answer is non-empty (as with a working generator) the count is
    exact; answers that turn out empty, or equal across systems (pairwise), make the real run send fewer.
+   Evaluators that ask in rounds (``nuggets``: creation window by window, then importance, then
+   assignment; ``citations`` in ``llm`` mode: joint, then single-passage checks) count the rounds after
+   a reply that is not cached as upper bounds (:meth:`~ragtrack.evaluators.base.Evaluator.unsent_followups`).
 
 So the dry run's count equals the real run's requests when no prompt is marked ≤ and no request fails
 (retries send again). Not counted: the robustness study's reruns (``robustness``). The judges' files
@@ -181,9 +184,13 @@ def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
             answers[name] = generated
         data = eval_input(output.run, context.dataset, generated, output.passage_run)
         for judge in judges:
+            followups = 0
             if judge.applies_to(data):
                 judge.evaluate(data)
+                followups = judge.unsent_followups()
             meter.collect(name, meter.stage_of(judge), [judge], bound=lambda qid, guessed=stood_in[name]: qid in guessed)
+            for client in chat_clients(judge)[:1]:  # later rounds built from replies not sent: upper bounds
+                meter.add_bound(name, meter.stage_of(judge), client, followups)
     for judge in pair_judges:
         judge.compare(answers, queries, context.dataset.answers)
         meter.collect(usage.PAIRWISE, meter.stage_of(judge), [judge], bound=lambda qid: any(qid in s for s in stood_in.values()))

@@ -149,7 +149,32 @@ def read_per_query(path: Path) -> dict[str, pd.DataFrame]:
         raise InputError(path, f"not a readable CSV: {str(exc).strip().splitlines()[-1]}") from None
     if not {"system", "qid"} <= set(table.columns):
         raise InputError(path, "no 'system' and 'qid' columns: not a ragtrack per_query.csv", 1)
+    blank = table[["system", "qid"]].isna()
+    if blank.to_numpy().any():
+        row = int(blank.any(axis=1).to_numpy().argmax())
+        raise InputError(path, f"empty {'system' if blank['system'].iat[row] else 'qid'}", _row_lines(path)[row])
+    repeated = table.duplicated(["system", "qid"]).to_numpy()
+    if repeated.any():
+        row = int(repeated.argmax())
+        system, qid = table["system"].iat[row], table["qid"].iat[row]
+        first = int(((table["system"] == system) & (table["qid"] == qid)).to_numpy().argmax())
+        lines = _row_lines(path)
+        raise InputError(path, f"query {qid!r} of {system} is given twice (first on line {lines[first]})", lines[row])
     return by_system(table)
+
+
+def _row_lines(path: Path) -> list[int]:
+    """The line on which each data row of a CSV file starts (a quoted cell may hold line breaks; blank
+    lines are skipped, as pandas skips them)."""
+    import io
+
+    reader = csv.reader(io.StringIO(read_bytes(path).decode("utf-8-sig"), newline=""))
+    starts, end = [], 0
+    for record in reader:
+        if record:
+            starts.append(end + 1)
+        end = reader.line_num
+    return starts[1:]
 
 
 def by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:

@@ -13,7 +13,8 @@ pair, ``a vs b``). Figures of a set of calls (:func:`figures`):
 - ``prompt_tokens``, ``completion_tokens``: the sums of the server's ``usage`` figures over the calls
   whose usage is known, cached ones with their original figures; ``unknown_usage``: calls without
   them (a server that reports no usage, or replies cached before ragtrack stored usage): the sums
-  leave them out, so they are lower bounds whenever ``unknown_usage`` > 0;
+  leave them out, so they are lower bounds whenever ``unknown_usage`` > 0, and absent (blank in
+  usage.csv) where no call's figure is known;
 - ``new_prompt_tokens``, ``new_completion_tokens``, ``new_cost``: the same over the sent calls only:
   what this run spent;
 - ``cost`` = Σ (price_prompt · prompt_tokens + price_completion · completion_tokens) / 10⁶ over the
@@ -113,15 +114,21 @@ def figures(calls: pd.DataFrame, queries: int | None = None) -> dict[str, float]
     new = calls[~cached]
     result = {"calls": float(len(calls)), "sent": float(len(new)), "cached": float(cached.sum()),
               "unknown_usage": float((~known).sum()),
-              "prompt_tokens": float(calls["prompt_tokens"].sum()), "completion_tokens": float(calls["completion_tokens"].sum()),
-              "new_prompt_tokens": float(new["prompt_tokens"].sum()), "new_completion_tokens": float(new["completion_tokens"].sum())}
+              "prompt_tokens": _total(calls["prompt_tokens"]), "completion_tokens": _total(calls["completion_tokens"]),
+              "new_prompt_tokens": _total(new["prompt_tokens"]), "new_completion_tokens": _total(new["completion_tokens"])}
     if calls["cost"].notna().any():
-        result |= {"cost": float(calls["cost"].sum()), "new_cost": float(new["cost"].sum())}
+        result |= {"cost": _total(calls["cost"]), "new_cost": _total(new["cost"])}
         if queries:
             result["cost_per_query"] = result["cost"] / queries
     if len(new) and not calls["planned"].any():
         result["seconds_per_request"] = float(new["seconds"].mean())
-    return result
+    return {name: value for name, value in result.items() if value is not None}
+
+
+def _total(values: pd.Series) -> float | None:
+    """The sum of the known values; ``None`` (the figure is left out) when there are values and none is
+    known: unknown, never 0. No values (no call sent) sum to 0."""
+    return None if len(values) and values.isna().all() else float(values.sum())
 
 
 def by_stage(calls: pd.DataFrame, queries: int | None = None) -> dict[str, dict[str, float]]:
@@ -154,8 +161,9 @@ def per_query(calls: pd.DataFrame, keys: tuple[str, ...] = ("stage", "qid")) -> 
     frame = calls.assign(calls=1, unknown_usage=(calls["prompt_tokens"].isna() | calls["completion_tokens"].isna()).astype(int),
                          cached=calls["cached"].astype(int), seconds=calls["seconds"].where(~calls["cached"].astype(bool), 0.0))
     grouped = frame.groupby(list(keys))  # sorted: replies arrive in any order, the file is the same
-    table = grouped[["calls", "cached", "unknown_usage", "prompt_tokens", "completion_tokens", "seconds"]].sum()
-    table["cost"] = grouped["cost"].sum(min_count=1)
+    table = grouped[["calls", "cached", "unknown_usage", "seconds"]].sum()
+    for column in ("prompt_tokens", "completion_tokens", "cost"):  # blank, not 0, where no call's figure is known
+        table[column] = grouped[column].sum(min_count=1)
     table["seconds"] = table["seconds"].round(6)
     table = table.reset_index()
     return table[[*keys, *PER_QUERY_FIGURES]] if table["cost"].notna().any() else table[[*keys, *[f for f in PER_QUERY_FIGURES if f != "cost"]]]

@@ -123,7 +123,7 @@ class ExtractiveGenerator(Generator):
        all question terms (terms absent from every sentence count with the largest idf, ln(1 + N)). The
        default 0 never abstains.
     5. ``cite: true`` appends the number of the passage the answer comes from, as in ``{context}``:
-       ``Denver Broncos [1]`` (for the ``citations`` evaluator; answer metrics then see the marker too).
+       ``Denver Broncos [1]`` (for the ``citations`` evaluator; the answer and faithfulness metrics take markers out, so they score the same).
 
     On XQuAD-en given the *gold* passage (top_k=1): span F1 0.280 / EM 0.153, sentence F1 0.161 / EM 0.
     A heuristic baseline that needs no model, not a reader: plug in ``openai`` for real answers.

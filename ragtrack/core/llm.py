@@ -10,6 +10,7 @@ the prompts it would send with estimated tokens (:func:`estimate_tokens`).
 
 Secrets: the API key is read from the environment variable named by ``api_key_env`` and sent only as
 the ``Authorization`` header; it never enters a config, a cache entry, a log line or an error message.
+Error messages name the endpoint without the ``user:password@`` a ``base_url`` may carry.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.progress import track
 from ragtrack.core.runs import Run
-from ragtrack.core.secrets import check_variable_name, mask
+from ragtrack.core.secrets import check_variable_name, mask, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class ChatClient:
         return sum((price or 0.0) * (tokens or 0) for price, tokens in parts) / 1e6
 
     def take_calls(self) -> list[ChatCall]:
-        """The calls recorded since the last take (in the order their replies arrived), and forget them."""
+        """The calls recorded since the last take (each :meth:`complete_all`'s in the order of its prompts), and forget them."""
         with self._count_lock:
             calls, self._calls = self._calls, []
         return calls
@@ -196,15 +197,17 @@ class ChatClient:
             return self._offline(prompts)
         import httpx
 
-        replies, failures = {}, {}
+        replies, failures, calls = {}, {}, []
         with httpx.Client(timeout=self.timeout) as http, ThreadPoolExecutor(self.concurrency) as pool:
             futures = {pool.submit(self._complete, pid, prompt, http): pid for pid, prompt in prompts.items()}
             for future in track(futures, label, "requests"):
                 pid = futures[future]
                 try:
-                    replies[pid] = future.result()
+                    replies[pid], call = future.result()
+                    calls.append(call)
                 except ChatError as exc:
                     failures[pid] = str(exc)
+        self.record(calls)  # in the order of ``prompts``, however the replies arrived: sums over them come out the same
         return replies, failures
 
     def _offline(self, prompts: Mapping[Hashable, str]) -> tuple[dict, dict[Hashable, str]]:
@@ -225,13 +228,12 @@ class ChatClient:
         self.record(calls)
         return replies, failures
 
-    def _complete(self, pid: Hashable, prompt: str, http) -> str:
-        """The reply to one prompt, from the cache or the server, recorded as a call; the key is masked
-        in it before it is cached or returned, should the server echo it."""
+    def _complete(self, pid: Hashable, prompt: str, http) -> tuple[str, ChatCall]:
+        """The reply to one prompt, from the cache or the server, and its call; the key is masked in it
+        before it is cached or returned, should the server echo it."""
         found = self._cached(prompt)
         if found is not None:
-            self.record([ChatCall(pid, *found[1], cached=True)])
-            return found[0]
+            return found[0], ChatCall(pid, *found[1], cached=True)
         started = time.perf_counter()
         text, usage = self._request(prompt, http)
         call = ChatCall(pid, *usage, seconds=time.perf_counter() - started)
@@ -240,8 +242,7 @@ class ChatClient:
         if cached is not None:
             write_atomically(cached, json.dumps({"model": self.model, "reply": reply,
                                                  "usage": {"prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens}}))
-        self.record([call])
-        return reply
+        return reply, call
 
     def _cached(self, prompt: str) -> tuple[str, tuple[int | None, int | None]] | None:
         """The cached reply to ``prompt`` and its usage (unknown in entries written before usage was
@@ -281,10 +282,10 @@ class ChatClient:
                     problem = f"HTTP {status}: {self._excerpt(text)}"
                     wait = min(_retry_after(retry_after, wait), self.max_backoff)
                 else:
-                    raise ChatError(f"{url}: HTTP {status}: {self._excerpt(text)}")
+                    raise ChatError(f"{without_credentials(url)}: HTTP {status}: {self._excerpt(text)}")
             if attempt < self.max_retries:
                 time.sleep(wait)
-        raise ChatError(mask(f"{url}: {problem} (gave up after {self.max_retries + 1} attempts)", self._key))
+        raise ChatError(mask(f"{without_credentials(url)}: {problem} (gave up after {self.max_retries + 1} attempts)", self._key))
 
     def _attempt(self, http, url: str, body: dict, headers: dict) -> tuple[int, bytes, str | None, str | None]:
         """One POST: status, body bytes, the problem (``None`` when a whole reply arrived) and Retry-After.

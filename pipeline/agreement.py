@@ -251,7 +251,7 @@ def run_page_note(results: Mapping) -> str:
     rows = _rows(results)
     if not rows:
         return ""
-    lines = ["", "| " + " | ".join(HEADER) + " |", "|---|---|" + "---:|" * (len(HEADER) - 2)]
+    lines = ["", "", "| " + " | ".join(HEADER) + " |", "|---|---|" + "---:|" * (len(HEADER) - 2)]  # a blank line before the table
     lines += [f"| {what} | {figure} | {found['compared']} | {_interval(found, 'kappa')} | {_interval(found, 'alpha')} | "
               f"{_interval(found, 'accuracy')} | {mean} | {corrected} |" for what, figure, found, mean, corrected in rows]
     return "\n".join([*lines, "", f"**Judge agreement with people** ({_note(results)}): kappa, alpha and accuracy with 95% bootstrap CIs; "

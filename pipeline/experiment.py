@@ -338,6 +338,13 @@ def job_key_metrics(cfg: DictConfig) -> list[str]:
     return list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
 
 
+def shown_metrics(cfg: DictConfig, results: Mapping[str, SystemResult]) -> list[str]:
+    """The key metrics (:func:`job_key_metrics`) that every system has, else the first metric they all
+    have (a job without ranking metrics: ``answer_f1``): the job's comparison, run page and runs view."""
+    common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
+    return [m for m in job_key_metrics(cfg) if m in common] or common[:1]
+
+
 def relevance_threshold(cfg: DictConfig) -> int:
     """The grade from which a document counts as relevant (``evaluator.ranking.relevance_threshold``)."""
     return int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
@@ -449,9 +456,7 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
     does across jobs): comparison.md/.png, failures/ and report.html (with the extra ``sections``) in
     ``folder``; baseline bm25 or the first system; queries: those with a relevant judgment."""
-    key_metrics = job_key_metrics(cfg)
-    common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
-    metrics = [m for m in key_metrics if m in common] or common[:1]
+    metrics = shown_metrics(cfg, results)
     if not metrics:
         return None
     queries = judged_queries(cfg, dataset)
@@ -484,7 +489,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
     the parent run, ``usage.csv``)."""
     if not tracker.enabled:
         return
-    key_metrics = job_key_metrics(cfg)
+    key_metrics = shown_metrics(cfg, results)
     top = int(OmegaConf.select(cfg, "tracking.per_query_table", default=10))
     with stage("log to MLflow"):
         spent = used.section() if used is not None else {}

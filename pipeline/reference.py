@@ -44,7 +44,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
-from ragtrack.core.files import read_bytes, read_lines
+from ragtrack.core.files import read_bytes, read_lines, yaml_error
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, RANKING_COLUMNS, delta_relative_improvement, effect_ratio, measures_table, rankings_table
 from ragtrack.pipeline.config import datasets_dir
@@ -220,8 +220,7 @@ def _read_yaml_table(path: Path) -> dict[str, dict[str, float]]:
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not valid UTF-8 (byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(path, f"invalid YAML: {getattr(exc, 'problem', None) or exc}", mark.line + 1 if mark else None) from None
+        raise yaml_error(path, exc) from None
     if not isinstance(root, yaml.MappingNode):
         raise InputError(path, "expected a mapping of system to {metric: value}", root.start_mark.line + 1 if root else None)
     values, first = {}, {}

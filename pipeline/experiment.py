@@ -36,6 +36,7 @@ from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness, usage
 from ragtrack.pipeline.agreement import pairwise_agreement, report_section, rubric_agreement, run_page_note
+from ragtrack.pipeline.agreement import summary_text as agreement_text
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, p_text,
                                          per_query_differences, write_comparison)
@@ -193,7 +194,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
         raise
     tracker.finish()
     if job.report and not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
-        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0), used)
+        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0), used,
+                     agreement_text(report["results"]))
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
 
 
@@ -599,11 +601,12 @@ def report_table(table: pd.DataFrame, width: int = 100) -> str:
     return cells.to_string(line_width=width)
 
 
-def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int, used: Usage | None = None) -> None:
+def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int, used: Usage | None = None, agreement: str = "") -> None:
     """The metrics x systems table (the best value of each metric marked ``*``; columns wrapped at 100
     characters), the number of queries, the LLM calls' tokens and cost (``used``, when there were
-    any), then where the outputs and the MLflow runs are."""
+    any), the judges' agreement with people (``agreement``, when labels were given), then where the
+    outputs and the MLflow runs are."""
     spent = usage.summary_text(used.calls) if used is not None else ""
     lines = ["", report_table(table), f"{queries} queries; mean per query; * best of each metric", *(["", "LLM calls:", spent] if spent else []),
-             "", f"Output folder: {output_dir}", *tracker.where()]
+             *(["", "Judge agreement with people:", agreement] if agreement else []), "", f"Output folder: {output_dir}", *tracker.where()]
     print(mask("\n".join(lines)))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import html
 import logging
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -246,12 +247,27 @@ def report_section(results: Mapping) -> tuple[str, str, str] | None:
     return "agreement", "Judge agreement with people", table + note + confusions
 
 
+def summary_text(results: Mapping) -> str:
+    """The agreement in the job's terminal summary ("" without labels): per system and rubric, and per
+    pair, the items compared, kappa, alpha, accuracy, the judge's mean and the PPI-corrected score
+    with its CI, in 100 columns (the other CIs are in results.json and report.html)."""
+    rows = _rows(results)
+    if not rows:
+        return ""
+    frame = pd.DataFrame([(what, figure, found["compared"], *(_interval(found, name).split(" [")[0] for name in ("kappa", "alpha", "accuracy")),
+                           mean, corrected) for what, figure, found, mean, corrected in rows],
+                         columns=["system or pair", "judge", "compared", "kappa", "alpha", "accuracy", "judge mean", "PPI-corrected [95% CI]"])
+    note = (f"{_note(results)}; kappa: Cohen's, alpha: Krippendorff's, over the labelled items the judge scored (their CIs: "
+            "results.json, report.html); PPI-corrected: the judge's mean plus the mean human - judge difference")
+    return frame.to_string(index=False, line_width=100) + "\n" + textwrap.fill(note, 100, subsequent_indent="  ", break_on_hyphens=False)
+
+
 def run_page_note(results: Mapping) -> str:
     """Markdown lines for the job's run page: the agreement table of :func:`report_section`, if any."""
     rows = _rows(results)
     if not rows:
         return ""
-    lines = ["", "| " + " | ".join(HEADER) + " |", "|---|---|" + "---:|" * (len(HEADER) - 2)]
+    lines = ["", "", "| " + " | ".join(HEADER) + " |", "|---|---|" + "---:|" * (len(HEADER) - 2)]  # a blank line before the table
     lines += [f"| {what} | {figure} | {found['compared']} | {_interval(found, 'kappa')} | {_interval(found, 'alpha')} | "
               f"{_interval(found, 'accuracy')} | {mean} | {corrected} |" for what, figure, found, mean, corrected in rows]
     return "\n".join([*lines, "", f"**Judge agreement with people** ({_note(results)}): kappa, alpha and accuracy with 95% bootstrap CIs; "

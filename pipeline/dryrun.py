@@ -92,8 +92,8 @@ class DryRun:
         if self.calls.empty:
             return "Dry run: this job makes no LLM calls."
         head = (f"Dry run: nothing was sent. The job would send {'at most ' if self.upper_bound else ''}{self.to_send:,} LLM "
-                "requests (the reply and run caches as they are now):")
-        return "\n".join([head, usage.summary_text(self.calls, dry=True)])
+                "requests (caches as they are now):")
+        return "\n".join([usage.wrapped(head), usage.summary_text(self.calls, dry=True)])
 
 
 def _total(values: pd.Series) -> int | None:
@@ -148,8 +148,9 @@ def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
     for component in [*(s for _, s in stages), *([generator] if generator else []), *judges, *pair_judges]:
         for client in chat_clients(component):
             client.offline = True
-    with stage("load dataset"):
-        dataset = dataset or load_dataset(cfg.dataset, check_documents=False)
+    if dataset is None:  # the app loads it (and logs that) before the dry run
+        with stage("load dataset"):
+            dataset = load_dataset(cfg.dataset, check_documents=False)
     plan = plan_chunks(dataset, chunker, oversample)
     context = stage_context(dataset, Cache(cfg.paths.cache_dir), int(cfg.depth), plan)
     queries = context.dataset.queries

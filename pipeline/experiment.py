@@ -36,6 +36,7 @@ from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness, usage
 from ragtrack.pipeline.agreement import pairwise_agreement, report_section, rubric_agreement, run_page_note
+from ragtrack.pipeline.agreement import summary_text as agreement_text
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, p_text,
                                          per_query_differences, write_comparison)
@@ -193,7 +194,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
         raise
     tracker.finish()
     if job.report and not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
-        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0), used)
+        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0), used,
+                     agreement_text(report["results"]))
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
 
 
@@ -338,6 +340,13 @@ def job_key_metrics(cfg: DictConfig) -> list[str]:
     return list(OmegaConf.select(cfg, "tracking.key_metrics", default=None) or layout.KEY_METRICS)
 
 
+def shown_metrics(cfg: DictConfig, results: Mapping[str, SystemResult]) -> list[str]:
+    """The key metrics (:func:`job_key_metrics`) that every system has, else the first metric they all
+    have (a job without ranking metrics: ``answer_f1``): the job's comparison, run page and runs view."""
+    common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
+    return [m for m in job_key_metrics(cfg) if m in common] or common[:1]
+
+
 def relevance_threshold(cfg: DictConfig) -> int:
     """The grade from which a document counts as relevant (``evaluator.ranking.relevance_threshold``)."""
     return int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
@@ -449,9 +458,7 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
     does across jobs): comparison.md/.png, failures/ and report.html (with the extra ``sections``) in
     ``folder``; baseline bm25 or the first system; queries: those with a relevant judgment."""
-    key_metrics = job_key_metrics(cfg)
-    common = [m for m in next(iter(results.values())).summary.index if all(m in r.per_query.columns for r in results.values())]
-    metrics = [m for m in key_metrics if m in common] or common[:1]
+    metrics = shown_metrics(cfg, results)
     if not metrics:
         return None
     queries = judged_queries(cfg, dataset)
@@ -484,7 +491,7 @@ def _log_to_tracker(tracker: Tracker, results: dict[str, SystemResult], output_d
     the parent run, ``usage.csv``)."""
     if not tracker.enabled:
         return
-    key_metrics = job_key_metrics(cfg)
+    key_metrics = shown_metrics(cfg, results)
     top = int(OmegaConf.select(cfg, "tracking.per_query_table", default=10))
     with stage("log to MLflow"):
         spent = used.section() if used is not None else {}
@@ -594,11 +601,12 @@ def report_table(table: pd.DataFrame, width: int = 100) -> str:
     return cells.to_string(line_width=width)
 
 
-def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int, used: Usage | None = None) -> None:
+def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int, used: Usage | None = None, agreement: str = "") -> None:
     """The metrics x systems table (the best value of each metric marked ``*``; columns wrapped at 100
     characters), the number of queries, the LLM calls' tokens and cost (``used``, when there were
-    any), then where the outputs and the MLflow runs are."""
+    any), the judges' agreement with people (``agreement``, when labels were given), then where the
+    outputs and the MLflow runs are."""
     spent = usage.summary_text(used.calls) if used is not None else ""
     lines = ["", report_table(table), f"{queries} queries; mean per query; * best of each metric", *(["", "LLM calls:", spent] if spent else []),
-             "", f"Output folder: {output_dir}", *tracker.where()]
+             *(["", "Judge agreement with people:", agreement] if agreement else []), "", f"Output folder: {output_dir}", *tracker.where()]
     print(mask("\n".join(lines)))

@@ -44,9 +44,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
-from ragtrack.core.files import read_bytes, read_lines
+from ragtrack.core.files import read_bytes, read_lines, yaml_error
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, RANKING_COLUMNS, delta_relative_improvement, effect_ratio, measures_table, rankings_table
+from ragtrack.pipeline.config import datasets_dir
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, RESULTS_FILE
 
@@ -85,8 +86,10 @@ class Reference:
 
 def read_reference(source: str) -> Reference | None:
     """The reference at the path ``source``: a table, a job's results.json or its output folder; None
-    when no such path exists (then ``source`` may be an MLflow run id)."""
-    path = Path(source)
+    when no such path exists (then ``source`` may be an MLflow run id). A relative ``data/...`` path
+    that is not in the current folder names a shipped file (``data/scifact/published.tsv``), as in a
+    checkout of the repository."""
+    path = shipped(Path(source))
     if path.is_dir():
         return read_job(path / RESULTS_FILE, source)
     if not path.exists():
@@ -97,6 +100,15 @@ def read_reference(source: str) -> Reference | None:
     if suffix in TABLE_DELIMITERS or suffix in YAML_SUFFIXES:
         return Reference(source, "table", read_table(path))
     raise InputError(path, "not a reference: give a table (.csv, .tsv, .yaml), a job's results.json or output folder, or an MLflow run id")
+
+
+def shipped(path: Path) -> Path:
+    """``path``, or for a relative ``data/<dataset>/...`` path that does not exist, the shipped file of
+    that name (``config.datasets_dir``: the repository's ``data/`` installs as ``ragtrack.datasets``)."""
+    if path.exists() or path.is_absolute() or len(path.parts) < 2 or path.parts[0] != "data":
+        return path
+    installed = datasets_dir().joinpath(*path.parts[1:])
+    return installed if installed.exists() else path
 
 
 def read_job(results: Path, source: str, runs: Mapping[str, Callable[[], Run]] | None = None) -> Reference:
@@ -233,8 +245,7 @@ def _read_yaml_table(path: Path) -> dict[str, dict[str, float]]:
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not valid UTF-8 (byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(path, f"invalid YAML: {getattr(exc, 'problem', None) or exc}", mark.line + 1 if mark else None) from None
+        raise yaml_error(path, exc) from None
     if not isinstance(root, yaml.MappingNode):
         raise InputError(path, "expected a mapping of system to {metric: value}", root.start_mark.line + 1 if root else None)
     values, first = {}, {}
@@ -354,6 +365,10 @@ def check_reference(comparison: Comparison, reference: Reference, pairs: Sequenc
             difference = 0.0 if value == expected else value - expected
             rows.append({"system": s.label, "reference": name, "metric": metric, "value": value, "reference_value": expected,
                          "difference": difference, "within_tolerance": bool(abs(difference) <= tolerance + FLOAT_SLACK)})
+    if not rows:
+        given = ", ".join(dict.fromkeys(m for _, name in matched for m in reference.values[name]))
+        raise RagtrackError(f"the reference {reference.source} gives none of the compared metrics ({', '.join(comparison.metrics)}) for "
+                            f"{', '.join(dict.fromkeys(name for _, name in matched))}; it gives {given}: compare those (-m METRIC)")
     differences = pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
     notes += [f"the reference gives no {metric} for {', '.join(dict.fromkeys(systems))}" for metric, systems in lacking.items()]
     unmatched = [n for n in names if n not in {name for _, name in matched}]

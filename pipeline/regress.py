@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import yaml
 
 from ragtrack.core.errors import InputError, RagtrackError
+from ragtrack.core.files import yaml_error
 
 ROUNDING = 0.00005  # half a unit of the 4th decimal: the expected values are rounded to 4 decimals
 _EPSILON = 1e-12  # binary floating point at the rounding boundary
@@ -86,8 +87,7 @@ def load_conditions(path: str | Path | None = None) -> list[Condition]:
     except OSError as exc:
         raise RagtrackError(f"cannot read regressions file {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        raise InputError(path, f"invalid YAML: {getattr(exc, 'problem', None) or exc}", where.line + 1 if where else None) from None
+        raise yaml_error(path, exc) from None
     if not isinstance(data, dict) or not isinstance(data.get("conditions"), list):
         raise InputError(path, "expected a mapping with a 'conditions' list (and an optional 'tolerance' block)")
     tolerance = data.get("tolerance") or {}

@@ -156,6 +156,17 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
         validate(cfg)
         for line in dropped:
             print(f"ragtrack: {line}", file=sys.stderr)
+        try:
+            logged_per_query = read_csv(download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str})
+        except RagtrackError as exc:  # a run logged without its per-query values: the metrics are still compared
+            print(f"ragtrack: {exc}: no reproduction measures", file=sys.stderr)
+            logged_per_query = pd.DataFrame(columns=["system", "qid"])
+        children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'")
+        children = {c.data.tags[TAG_SYSTEM]: c for c in children if c.data.tags.get(TAG_SYSTEM)}
+        logged_tables = by_system(logged_per_query)
+        logged = {name: SystemRun(name, children.get(name, job).info.run_id, job.info.run_name, job.info.run_id, job.info.start_time,
+                                  table, label=name) for name, table in logged_tables.items()}
+        base = find_baseline(list(logged.values()), baseline) if logged else None  # a wrong --baseline fails before the re-run
         logged_hash = job.data.tags.get(TAG_DATASET_HASH)
         current = load_dataset(cfg.dataset, check_documents=False)
         current_hash = current.hash
@@ -163,20 +174,11 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
             raise RagtrackError(f"dataset {current.source} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
         results = run_experiment(cfg, JobInfo(report=False))
         reproduced_runs = {name: read_trec(Path(cfg.paths.output_dir) / "runs" / f"{name}.trec") for name in results["systems"]}
-        try:
-            logged_per_query = read_csv(download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str})
-        except RagtrackError as exc:  # a run logged without its per-query values: the metrics are still compared
-            print(f"ragtrack: {exc}: no reproduction measures", file=sys.stderr)
-            logged_per_query = pd.DataFrame(columns=["system", "qid"])
-        children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'")
-        children = {c.data.tags[TAG_SYSTEM]: c for c in children if c.data.tags.get(TAG_SYSTEM) in reproduced_runs}
         original_runs = {name: read_trec(download_artifact(client, c.info.run_id, RUN_FILE, Path(scratch) / c.info.run_id))
-                         for name, c in children.items()}
-    logged_tables, reproduced_tables = by_system(logged_per_query), by_system(results["per_query_table"])
-    originals = [SystemRun(name, children.get(name, job).info.run_id, job.info.run_name, job.info.run_id, job.info.start_time,
-                           logged_tables[name], label=name) for name in results["systems"] if name in logged_tables]
+                         for name, c in children.items() if name in reproduced_runs}
+    reproduced_tables = by_system(results["per_query_table"])
+    originals = [logged[name] for name in results["systems"] if name in logged]
     metrics = [m for m in dict.fromkeys(m for values in results["systems"].values() for m in values) if m in logged_per_query.columns]
-    base = find_baseline(originals, baseline) if originals else None
     measures = (measures_table([(s.label, s.per_query, reproduced_tables[s.system]) for s in originals], metrics, base.label)
                 if base else pd.DataFrame(columns=MEASURE_COLUMNS))
     rankings = rankings_table([(name, run, reproduced_runs[name]) for name, run in original_runs.items()])

@@ -29,6 +29,7 @@ as completion tokens, and ``bound`` where the prompt could not be known yet.
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ import pandas as pd
 from ragtrack.core.files import write_atomically
 from ragtrack.core.llm import ChatClient, chat_clients
 from ragtrack.pipeline import layout
+from ragtrack.pipeline.comparison import TEXT_WIDTH
 from ragtrack.pipeline.csv_files import csv_text
 
 COLUMNS = ("system", "stage", "qid", "chain", "cached", "planned", "bound", "prompt_tokens", "completion_tokens", "cost", "seconds")
@@ -234,10 +236,15 @@ def _cells(group: pd.DataFrame, dry: bool) -> dict[str, str]:
 
 
 def summary_text(calls: pd.DataFrame, dry: bool = False) -> str:
-    """:func:`summary_table` as text with its notes ("" without calls)."""
+    """:func:`summary_table` as text with its notes wrapped at 100 columns ("" without calls)."""
     if calls.empty:
         return ""
-    return summary_table(calls, dry).to_string() + "\n" + "\n".join(notes(calls, dry))
+    return summary_table(calls, dry).to_string() + "\n" + "\n".join(wrapped(note) for note in notes(calls, dry))
+
+
+def wrapped(text: str) -> str:
+    """``text`` in lines of at most 100 columns (the terminal summary's width), later lines indented."""
+    return textwrap.fill(text, TEXT_WIDTH, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
 
 
 def summary_html(calls: pd.DataFrame) -> str:

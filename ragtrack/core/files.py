@@ -132,8 +132,18 @@ def read_yaml(path: Path, what: str) -> object:
         raise InputError(path, f"{what} not found")
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not valid YAML: {' '.join(str(exc).split())[:200]}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not valid UTF-8 (byte {exc.start})") from None
+    except yaml.YAMLError as exc:
+        raise yaml_error(path, exc) from None
+
+
+def yaml_error(path: str | Path, exc: Exception) -> InputError:
+    """A PyYAML parse error as one line at its line: ``file:2: invalid YAML: expected ',' or ']', but
+    got '<stream end>'`` (PyYAML's own text spans several lines and names no file)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())[:200]
+    return InputError(path, f"invalid YAML: {problem}", mark.line + 1 if mark is not None else None)
 
 
 def read_bytes(path: Path) -> bytes:

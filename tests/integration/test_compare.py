@@ -203,8 +203,11 @@ def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep, tmp_pat
     assert "ragtrack-reproduce-" not in done.stdout + done.stderr  # no temporary folder is named: it is gone when the command ends
     assert f"reproduced job's outputs: {tmp_path / 'kept'}" in done.stdout and (tmp_path / "kept" / "per_query.csv").is_file()
     measures, rankings = done.stdout.split("\nreproduction measures")[1].split("\nrankings:")  # identical: RMSE 0, ER 1, ΔRI 0, tau 1, RBO 1
-    rows = [line.split() for line in measures.splitlines()[2:] if line]
-    assert len(rows) == 54 and {float(r[3]) for r in rows} == {0.0} and {r[4:] for r in map(tuple, rows) if r[0] != "bm25"} <= {("1", "0"), ("NaN", "0"), ("NaN", "NaN")}  # ER 0/0 where no improvement
+    table = pd.read_fwf(StringIO("\n".join(measures.splitlines()[1:])))  # columns aligned; blank where not computable
+    others = table[table["system"] != "bm25"]
+    assert len(table) == 54 and set(table["rmse"]) == {0.0} and table[table["system"] == "bm25"][["effect_ratio", "delta_ri"]].isna().all().all()
+    assert set(map(str, zip(others["effect_ratio"], others["delta_ri"]))) <= {"(1.0, 0.0)", "(nan, 0.0)", "(nan, nan)"}  # ER 0/0 where no improvement
+    assert "NaN" not in measures
     assert [line.split()[1:] for line in rankings.splitlines()[2:]] == [["1", "1"]] * 3
     original = job.data.metrics["hybrid/ndcg_at_10"]
     client.log_metric(job.info.run_id, "hybrid/ndcg_at_10", original + 0.25, step=1)

@@ -108,6 +108,13 @@ def test_settings_are_checked_with_the_message_ragtrack_run_gives(logged, capsys
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_wrong_baseline_is_refused_before_the_job_runs(logged, capsys, tmp_path) -> None:
+    args = ["reproduce", logged.job.info.run_id, "--tracking-uri", logged.uri, "--cache-dir", str(tmp_path / "cache"), "--baseline", "colbert"]
+    assert cli_main(args) == 2
+    assert capsys.readouterr().err.strip() == "ragtrack: error: baseline 'colbert' is not a compared system or run; rows: bm25, dense, hybrid"
+    assert not (tmp_path / "cache").exists()  # nothing was built: the job did not run
+
+
 def test_the_reproducer_configures_keys_and_endpoints_by_overrides() -> None:
     chroma = {"mode": "http", "host": "store.example", "port": 8000, "token_env": "THEIR_TOKEN"}
     config = OmegaConf.create({"retriever": {"dense": {"chroma": chroma}}, "generator": {"base_url": "http://their.host/v1", "api_key_env": "OPENAI_API_KEY"}})

@@ -229,3 +229,16 @@ def test_a_bad_prompts_file_is_named(tmp_path: Path, edit, problem: str) -> None
         load_prompts(str(path))
     with pytest.raises(RagtrackError, match="'prompt' is not used"):
         NuggetEvaluator(base_url="http://x/v1", model="m", prompt="{question}")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("create: [1\n", r":2: invalid YAML: expected ',' or ']', but got '<stream end>'$"),
+    ("create: |\n  a\n b: c\n", r":3: invalid YAML: expected <block end>, but found '<block mapping start>'$"),
+    (b"create: \xff\n", r": not valid UTF-8 \(byte 8\)$"),
+])
+def test_a_prompts_file_that_is_not_yaml_is_one_line_at_its_line(tmp_path: Path, text, problem: str) -> None:
+    path = tmp_path / "prompts.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(InputError, match=re.escape(str(path)) + problem) as raised:
+        load_prompts(str(path))
+    assert "\n" not in str(raised.value)

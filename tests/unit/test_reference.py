@@ -114,6 +114,10 @@ def test_nothing_matched_or_a_bad_pair_is_one_line(tmp_path) -> None:
     with pytest.raises(RagtrackError, match=r"^--reference-map 'colbert=splade': no compared row 'colbert'; rows: bm25, dense, hybrid k=60$"):
         check_reference(comparison_of(ROWS), reference, ["colbert=splade"])
     assert check_reference(comparison_of(ROWS), reference, ["hybrid=splade"]).differences["system"].tolist() == ["hybrid k=60"]
+    write_table(path, {"bm25": {"ndcg@11x": 0.5, "MRR": 0.4}})  # a misspelt metric: nothing to check, not an empty table
+    with pytest.raises(RagtrackError, match=r"^the reference .*t\.tsv gives none of the compared metrics \(ndcg@10, recall@100\) for bm25; "
+                                            r"it gives NDCG@11X, MRR: compare those \(-m METRIC\)$"):
+        check_reference(comparison_of(ROWS), read_reference(str(path)))
 
 
 def random_job(tmp_path, rng, names=("bm25", "dense", "hybrid")) -> tuple:
@@ -243,3 +247,15 @@ def test_the_shipped_scifact_table_reads() -> None:
 
     values = read_reference(str(datasets_dir() / "scifact" / "published.tsv")).values
     assert values["bm25"] == {"ndcg@10": 0.6789, "recall@100": 0.9253, "recall@1000": 0.9767} and values["dense"]["ndcg@10"] == 0.64508
+
+
+def test_the_documented_data_path_finds_the_shipped_table_from_any_folder(tmp_path, monkeypatch) -> None:
+    """``--reference data/scifact/published.tsv`` (README, ablations.md) outside a checkout: the shipped
+    file; a ``data/`` file of the current folder comes first; a missing one stays missing (a run id)."""
+    monkeypatch.chdir(tmp_path)
+    reference = read_reference("data/scifact/published.tsv")
+    assert reference.source == "data/scifact/published.tsv" and reference.values["bm25"]["ndcg@10"] == 0.6789
+    (tmp_path / "data" / "scifact").mkdir(parents=True)
+    (tmp_path / "data" / "scifact" / "published.tsv").write_text("system\tmetric\tvalue\nbm25\tndcg@10\t0.5\n")
+    assert read_reference("data/scifact/published.tsv").values == {"bm25": {"ndcg@10": 0.5}}
+    assert read_reference("data/scifact/absent.tsv") is None and read_reference("data/nfcorpus/published.tsv") is None

@@ -123,6 +123,7 @@ def test_figures_equal_a_direct_computation_on_random_calls() -> None:
         assert per_query.at[qid, "calls"] == len(mine)
         assert per_query.at[qid, "prompt_tokens"] == sum(c.prompt_tokens or 0 for c in mine)
     assert set(usage.metrics(usage.by_stage(meter.table()))) >= {"llm/llm_judge/prompt_tokens", "llm/all/cost"}
+    assert max(map(len, usage.summary_text(meter.table()).splitlines())) <= 100  # the terminal summary's notes wrap
 
 
 def test_an_offline_client_sends_nothing_and_estimates(chat_server: ChatServer, tmp_path: Path) -> None:
@@ -186,6 +187,8 @@ def test_dry_run_counts_the_requests_of_the_real_run(tmp_path: Path) -> None:
         assert len(server.requests) == 0
         assert planned.to_send == 12 and planned.upper_bound  # 6 answers, then 6 judgements
         assert json.loads((tmp_path / "out" / "dry_run.json").read_text())["to_send"] == 12
+        assert planned.text().startswith("Dry run: nothing was sent. The job would send at most 12 LLM requests (caches as they are now):\n")
+        assert max(map(len, planned.text().splitlines())) <= 100
         results = run_experiment(cfg)
         assert len(server.requests) == planned.to_send
         spent = results["usage"]["systems"]["bm25"]

@@ -151,7 +151,10 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     redact_hydra_files(job.hydra_records)
     check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
     output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a path no folder can be made at (/proc/x, under a file): the user's to change
+        raise RagtrackError(f"paths.output_dir: the folder {output_dir} cannot be made: {exc.strerror or exc}") from None
     chunker, oversample = build_chunker(cfg.get("chunking"))
     stages = build_stages(cfg)
     if dataset is None:  # ``ragtrack run`` reads it before importing this module (pipeline.app)

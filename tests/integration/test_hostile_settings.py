@@ -37,6 +37,13 @@ def test_a_hostile_setting_stops_the_job_in_one_line_leaving_nothing(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no outputs/, no mlruns/, no .cache/
 
 
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    done = ragtrack(tmp_path, "run", *TOY, f"paths.output_dir={tmp_path}/afile/job")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1] == f"ragtrack: error: paths.output_dir: the folder {tmp_path}/afile/job cannot be made: Not a directory"
+
+
 def test_a_misspelled_option_of_the_users_own_configs(tmp_path: Path) -> None:
     mine = tmp_path / "myconf" / "dataset"
     mine.mkdir(parents=True)

@@ -30,6 +30,7 @@ from ragtrack.core.runs import Run, trec_text
 from ragtrack.core.secrets import mask, masked
 from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.judge import LLMJudge
 from ragtrack.evaluators.nuggets import NUGGETS_FILE
 from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
@@ -205,7 +206,11 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
 def build_evaluators(cfg: DictConfig, meter: Meter) -> tuple[list[Evaluator], list[PairwiseJudge]]:
     """The evaluators of ``cfg``, their stages named by their config keys on ``meter``, and apart the
     pairwise judges (they compare systems, after all have answered)."""
-    built = [meter.name(str(key), registry.build("evaluators", ecfg)) for key, ecfg in (cfg.get("evaluator") or {}).items()]
+    evaluators = cfg.get("evaluator") or {}
+    built = [meter.name(str(key), registry.build("evaluators", ecfg)) for key, ecfg in evaluators.items()]
+    labelled = [f"evaluator.{key}" for key, e in zip(evaluators, built) if isinstance(e, LLMJudge) and e.human_labels is not None]
+    if len(labelled) > 1:  # results.json holds one agreement section: the rubric judge's
+        raise RagtrackError(f"human_labels on {' and '.join(labelled)}: give them to one llm_judge (one judge grades several rubrics)")
     return [e for e in built if not isinstance(e, PairwiseJudge)], [e for e in built if isinstance(e, PairwiseJudge)]
 
 

@@ -104,3 +104,23 @@ def test_agreement_with_people_in_a_job(tmp_path: Path) -> None:
     assert "pairwise_confusion_bm25_vs_dense.csv" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert "**Judge agreement with people**" in parent.data.tags[TAG_NOTE] and "| bm25 | judge_correctness | 4 |" in parent.data.tags[TAG_NOTE]
 
+
+
+def test_human_labels_go_to_one_rubric_judge(tmp_path: Path) -> None:
+    """results.json holds one agreement section: two llm_judge evaluators with human labels stop the job
+    before it starts, naming both."""
+    from omegaconf import open_dict
+
+    from ragtrack.core.errors import RagtrackError
+    from ragtrack.pipeline.experiment import build_evaluators
+    from ragtrack.pipeline.usage import Meter
+
+    (tmp_path / "labels.jsonl").write_text(json.dumps({"qid": "q1", "system": "bm25", "criterion": "correctness", "label": 5}) + "\n")
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        cfg = compose("config", overrides=["dataset=toy", "evaluator=[ranking,llm_judge]", "evaluator.llm_judge.base_url=http://127.0.0.1:9/v1",
+                                           "evaluator.llm_judge.model=judge", "evaluator.llm_judge.rubrics=[correctness]",
+                                           f"evaluator.llm_judge.human_labels={tmp_path / 'labels.jsonl'}", f"paths.output_dir={tmp_path / 'out'}"])
+    with open_dict(cfg):
+        cfg.evaluator.second_judge = cfg.evaluator.llm_judge
+    with pytest.raises(RagtrackError, match=r"^human_labels on evaluator\.llm_judge and evaluator\.second_judge: give them to one llm_judge"):
+        build_evaluators(cfg, Meter())

@@ -11,7 +11,9 @@ no download.
 Devices (``device``): ``auto`` is the GPU wherever torch sees one. The ONNX encoder runs there with
 ONNX Runtime's CUDA provider where the installed onnxruntime has it, else it says so once in the log
 and runs the same weights with sentence-transformers on PyTorch. ``precision`` ``fp16`` and ``bf16``
-(half-precision weights) run on a GPU only; ``int8`` (ONNX) on the CPU only. :meth:`Encoder.runtime`
+(half-precision transformer weights, on PyTorch; pooling and normalization stay fp32) run on a GPU;
+``bf16`` also on the CPU (oneDNN's AMX / AVX512-BF16 kernels where the CPU has them); ``int8`` (ONNX)
+on the CPU only. :meth:`Encoder.runtime`
 says which device, backend and precision encode; the dense retriever records it with the embeddings.
 """
 
@@ -46,7 +48,8 @@ log = logging.getLogger(__name__)
 DISTRIBUTED = ("none", "ray")
 HASHING_BLOCK = 65_536  # texts the hashing encoder tokenizes at once
 GPU_BATCH = 1024  # texts per batch on a GPU (issue 27, an H100: 1,756 documents/s at 1,024, 1,565 at 256)
-HALF = ("fp16", "bf16")  # half-precision weights: GPU only
+HALF = ("fp16", "bf16")  # half-precision transformer weights, on PyTorch
+CPU_HALF = ("bf16",)  # of those, the ones a CPU runs (fp16 matrix products have no fast CPU kernels in PyTorch)
 
 
 class EncoderSettings(Open):
@@ -66,7 +69,7 @@ class HashingEncoderSettings(EncoderSettings, extra="forbid"):
 
 class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
     """A transformer sentence encoder. ``batch_size`` null: the backend's on a CPU, 1,024 on a GPU;
-    ``threads`` null: one per physical core; ``precision`` fp16 and bf16: a GPU only."""
+    ``threads`` null: one per physical core; ``precision`` fp16: a GPU only; bf16: a GPU or the CPU."""
 
     model: Text = "all-MiniLM-L6-v2"
     max_seq_length: Count | None = None
@@ -200,16 +203,29 @@ class TransformerEncoder(Encoder):
                 "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
 
     def _torch_device(self) -> str:
-        """The torch device to encode on; fp16 and bf16 on anything but a GPU fail in one line."""
+        """The torch device to encode on; fp16 on anything but a GPU fails in one line."""
         device = torch_device(self.device)
-        if self.precision in HALF and not device.startswith("cuda"):
-            cpu = " or ".join(p for p in self.precisions if p not in HALF)
+        if self.precision in HALF and self.precision not in CPU_HALF and not device.startswith("cuda"):
+            cpu = " or ".join(p for p in self.precisions if p not in HALF or p in CPU_HALF)
             raise RagtrackError(f"encoder.precision={self.precision} runs on a GPU only, and this run's device is {device}; use {cpu}")
         return device
 
 
+def _fp32_token_embeddings(module, inputs, features: dict) -> dict:
+    """Forward hook on a half-precision transformer: its token embeddings in fp32, so mean pooling and
+    normalization sum and divide in fp32."""
+    return {**features, "token_embeddings": features["token_embeddings"].float()}
+
+
 class SentenceTransformerEncoder(TransformerEncoder):
-    """A sentence-transformers model on PyTorch, on the CPU or a GPU."""
+    """A sentence-transformers model on PyTorch, on the CPU or a GPU.
+
+    ``fp16`` and ``bf16`` (mixed precision): the transformer's linear layers hold half-precision
+    weights and run under ``torch.autocast`` of that dtype, so the matrix products (projections,
+    feed-forward, attention) run in half precision with fp32 accumulation, while the embeddings,
+    LayerNorms, residual sums, mean pooling and normalization stay fp32. On the 2-core Intel Xeon with
+    AMX, bf16 this way kept every SciFact embedding at cosine >= 0.99997 to fp32; the whole transformer
+    in bf16 was faster but fell to 0.99989 on a one-word text (docs/performance.md)."""
 
     settings_schema = SentenceTransformerSettings
     _runtime = ("_model", "_device")
@@ -238,8 +254,18 @@ class SentenceTransformerEncoder(TransformerEncoder):
             if self.max_seq_length:
                 self._model.max_seq_length = self.max_seq_length
             if self.precision in HALF:
-                self._model.to(torch.float16 if self.precision == "fp16" else torch.bfloat16)
+                transformer = self._model[0]  # the rest (pooling, normalization, any dense head) stays fp32
+                for module in transformer.modules():
+                    if isinstance(module, torch.nn.Linear):
+                        module.to(self._half())
+                transformer.register_forward_hook(_fp32_token_embeddings)
         return self._model
+
+    def _half(self):
+        """The torch dtype of ``fp16`` and ``bf16``."""
+        import torch
+
+        return torch.float16 if self.precision == "fp16" else torch.bfloat16
 
     def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
         """Batches of ``batch_size`` texts (null: 64 on a CPU, 1,024 on a GPU), longest first. A thread
@@ -265,7 +291,8 @@ class SentenceTransformerEncoder(TransformerEncoder):
             vectors[rows] = embeddings.cpu().numpy()  # waits for this batch only: the next one is queued
             progress.update(len(rows))
 
-        with ThreadPoolExecutor(1) as tokenizer, torch.inference_mode():
+        half = torch.autocast(model.device.type, dtype=self._half(), enabled=self.precision in HALF)
+        with ThreadPoolExecutor(1) as tokenizer, torch.inference_mode(), half:
             def tokenized(start: int) -> Future:
                 return queued.pop((start, size), None) or tokenizer.submit(model.preprocess, [inputs[r] for r in order[start:start + size]])
 
@@ -404,7 +431,7 @@ class OnnxEncoder(TransformerEncoder):
                 self._choice = {"device": "cpu", "backend": "onnxruntime"}
             else:
                 device = self._torch_device()
-                on_onnx = device == "cpu" or (self.precision == "fp32" and "CUDAExecutionProvider" in providers)
+                on_onnx = self.precision == "fp32" and (device == "cpu" or "CUDAExecutionProvider" in providers)
                 self._choice = {"device": device, "backend": "onnxruntime" if on_onnx else "torch"}
                 if not on_onnx:
                     reason = f"onnxruntime has no GPU provider here ({', '.join(providers)})" if self.precision == "fp32" else \

@@ -161,11 +161,8 @@ def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
             for client in chat_clients(stage_object):
                 meter.add_bound(system.name, system.section, client, stage_object.max_chat_calls(len(queries), context.depth), chain=True)
             continue
-        try:
-            with stage(stage_label(system)):
-                outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
-        except NotSent:
-            pass
+        with contextlib.suppress(NotSent), stage(stage_label(system)):  # NotSent: a prompt needed a reply not cached yet
+            outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
         counted = meter.collect(system.name, system.section, [stage_object], chain=True)
         if system.name not in outputs:  # the prompts after those that need replies not cached yet
             for client in chat_clients(stage_object):

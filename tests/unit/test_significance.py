@@ -33,12 +33,17 @@ def reference_randomization_sampled(a, b, resamples: int, seed: int) -> float:
     return (1 + hits) / (1 + resamples)
 
 
+def paired_scores(seed: int, low: int, high: int, shift: float, spread: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query scores of two systems on n ∈ [low, high) queries: a uniform, b = a − N(shift, spread)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(low, high))
+    a = rng.uniform(0, 1, n)
+    return a, a - rng.normal(shift, spread, n)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_t_test_equals_scipy(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(3, 300))
-    a = rng.uniform(0, 1, n)
-    b = a - rng.normal(0.02 * (seed % 4), 0.3, n)
+    a, b = paired_scores(seed, 3, 300, 0.02 * (seed % 4), 0.3)
     ours, reference = paired_t_test(a, b), ttest_rel(a, b)
     assert ours.statistic == pytest.approx(reference.statistic, rel=1e-12)
     assert ours.p_value == pytest.approx(reference.pvalue, rel=1e-9, abs=1e-300)
@@ -108,18 +113,15 @@ def rank_biserial_walsh(d) -> float:
 def test_effect_size_equals_statsmodels_scipy_and_the_formulas(seed: int) -> None:
     from statsmodels.stats.power import TTestPower
 
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 400))
-    a = rng.uniform(0, 1, n)
-    b = a - rng.normal(0.03 * (seed % 3), 0.25, n)
+    a, b = paired_scores(seed, 2, 400, 0.03 * (seed % 3), 0.25)
     effect, d = effect_size(a, b), a - b
     assert effect.cohens_d == pytest.approx(d.mean() / d.std(ddof=1), rel=1e-12)
     assert effect.rank_biserial == pytest.approx(rank_biserial_walsh(d), abs=1e-12)
     interval = ttest_rel(a, b).confidence_interval(0.95)
     assert (effect.ci_low, effect.ci_high) == pytest.approx((interval.low, interval.high), rel=1e-10)
     power = TTestPower()
-    assert power.power(effect.mdd / d.std(ddof=1), nobs=n, alpha=0.05) == pytest.approx(0.8, abs=1e-9)
-    assert effect.mdd / d.std(ddof=1) == pytest.approx(power.solve_power(effect_size=None, nobs=n, alpha=0.05, power=0.8), rel=1e-4)
+    assert power.power(effect.mdd / d.std(ddof=1), nobs=len(d), alpha=0.05) == pytest.approx(0.8, abs=1e-9)
+    assert effect.mdd / d.std(ddof=1) == pytest.approx(power.solve_power(effect_size=None, nobs=len(d), alpha=0.05, power=0.8), rel=1e-4)
 
 
 def test_effect_size_worked_example() -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -59,6 +60,7 @@ FLOAT_SLACK = 1e-12  # a difference of exactly the tolerance in decimals may be 
 TABLE_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 YAML_SUFFIXES = (".yaml", ".yml")
 TABLE_COLUMNS = ("system", "metric", "value")
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # a table's value, as written in a paper
 DIFFERENCE_COLUMNS = ["system", "reference", "metric", "value", "reference_value", "difference", "within_tolerance"]
 
 
@@ -75,11 +77,13 @@ class Reference:
     dataset_hash: str | None = None
     threshold: int | None = None
     per_query_file: str = ""  # where the per-query values came from (for messages)
+    lines: dict[tuple[str, str], int] = field(default_factory=dict)  # a table's (system, metric in lower case) -> its line
 
     def only(self, system: str) -> Reference:
         """The reference restricted to one system (a system run given as the reference)."""
         return Reference(self.source, self.kind, {system: self.values[system]}, {k: v for k, v in self.per_query.items() if k == system},
-                         {k: v for k, v in self.runs.items() if k == system}, self.dataset_hash, self.threshold, self.per_query_file)
+                         {k: v for k, v in self.runs.items() if k == system}, self.dataset_hash, self.threshold, self.per_query_file,
+                         {k: v for k, v in self.lines.items() if k[0] == system})
 
 
 # --------------------------------------------------------------------------- reading
@@ -98,7 +102,8 @@ def read_reference(source: str) -> Reference | None:
     if suffix == ".json":
         return read_job(path, source)
     if suffix in TABLE_DELIMITERS or suffix in YAML_SUFFIXES:
-        return Reference(source, "table", read_table(path))
+        values, lines = read_table(path)
+        return Reference(source, "table", values, lines=lines)
     raise InputError(path, "not a reference: give a table (.csv, .tsv, .yaml), a job's results.json or output folder, or an MLflow run id")
 
 
@@ -194,24 +199,24 @@ def by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {name: rows.drop(columns="system").set_index("qid") for name, rows in per_query.groupby("system", sort=False)}
 
 
-def read_table(path: Path) -> dict[str, dict[str, float]]:
-    """A published table of means: system -> metric -> value (module docstring)."""
-    values = (_read_yaml_table if path.suffix.lower() in YAML_SUFFIXES else _read_delimited_table)(path)
+def read_table(path: Path) -> tuple[dict[str, dict[str, float]], dict[tuple[str, str], int]]:
+    """A published table of means: system -> metric -> value (module docstring), and the line of each
+    figure, keyed by (system, metric in lower case)."""
+    values, lines = (_read_yaml_table if path.suffix.lower() in YAML_SUFFIXES else _read_delimited_table)(path)
     if not values:
         raise InputError(path, "no figures: a table has a header naming system, metric, value and a row per figure")
-    return values
+    return values, lines
 
 
 def _add(values: dict, first: dict, path: Path, line: int, system: str, metric: str, value: str) -> None:
-    """Record one figure, refusing an empty name, a value that is not a finite number and a repeat."""
+    """Record one figure, refusing an empty name, a value that is not a plain decimal number (``0.6789``,
+    ``-1e-3``; not ``1_0``, ``nan`` or ``inf``) and a repeat."""
     if not system or not metric:
         raise InputError(path, f"empty {'system' if not system else 'metric'} name", line)
-    try:
-        number = float(value)
-    except ValueError:
-        raise InputError(path, f"value {value!r} of {system} {metric} is not a number", line) from None
-    if not math.isfinite(number):
-        raise InputError(path, f"value {value!r} of {system} {metric} is not a finite number", line)
+    if not DECIMAL.fullmatch(value):
+        finite = value.strip("+-").lower() not in ("nan", "inf", "infinity")
+        raise InputError(path, f"value {value!r} of {system} {metric} is not a {'' if finite else 'finite '}number", line)
+    number = float(value)
     key = (system, metric.lower())
     if key in first:
         raise InputError(path, f"{metric} of {system} given twice (first on line {first[key]})", line)
@@ -236,7 +241,7 @@ def _read_delimited_table(path: Path) -> dict[str, dict[str, float]]:
         if len(cells) != width:
             raise InputError(path, f"{len(cells)} fields, the header has {width}", line)
         _add(values, first, path, line, *(cells[i] for i in columns))
-    return values
+    return values, first
 
 
 def _read_yaml_table(path: Path) -> dict[str, dict[str, float]]:
@@ -256,7 +261,7 @@ def _read_yaml_table(path: Path) -> dict[str, dict[str, float]]:
             if not isinstance(metric, yaml.ScalarNode) or not isinstance(value, yaml.ScalarNode):
                 raise InputError(path, f"{key.value}: expected metric: value", metric.start_mark.line + 1)
             _add(values, first, path, value.start_mark.line + 1, key.value.strip(), metric.value.strip(), value.value.strip())
-    return values
+    return values, first
 
 
 # --------------------------------------------------------------------------- checking
@@ -362,6 +367,8 @@ def check_reference(comparison: Comparison, reference: Reference, pairs: Sequenc
                 lacking.setdefault(metric, []).append(name)
                 continue
             value = float(means[(s.label, metric)])
+            if reference.kind == "table":
+                _refuse_percent(reference, name, metric, expected, s.per_query.get(metric))
             difference = 0.0 if value == expected else value - expected
             rows.append({"system": s.label, "reference": name, "metric": metric, "value": value, "reference_value": expected,
                          "difference": difference, "within_tolerance": bool(abs(difference) <= tolerance + FLOAT_SLACK)})
@@ -387,6 +394,17 @@ def check_reference(comparison: Comparison, reference: Reference, pairs: Sequenc
         measures = _per_query_measures(comparison, reference, matched, base, notes)
     return ReferenceCheck(reference.source, reference.kind, tolerance, comparison.baseline.label, differences, measures,
                           _rankings(comparison, reference, matched, row_run, notes), notes)
+
+
+def _refuse_percent(reference: Reference, system: str, metric: str, expected: float, measured: pd.Series | None) -> None:
+    """Stop where a table gives a figure above 1 for a metric whose every per-query value here lies in
+    [0, 1] (nDCG, recall, MRR, ...): published tables often print 100 x the mean (67.89 for 0.6789)."""
+    if measured is None or expected <= 1 or not len(measured) or not measured.between(0, 1).all():
+        return
+    path = shipped(Path(reference.source))
+    raise InputError(path, f"{system} {metric} is {expected:g}, but {metric} lies in [0, 1] (here every query's value does): "
+                           f"a table in percent? give fractions ({expected / 100:g}, not {expected:g})",
+                     reference.lines.get((system, metric.lower())))
 
 
 def _measures_from_means(differences: pd.DataFrame, baseline: str | None) -> pd.DataFrame:

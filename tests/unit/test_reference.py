@@ -102,6 +102,23 @@ def test_annotated_rows_carry_the_reference_figures(tmp_path) -> None:
     assert f'id="reference">Against the reference {path}</h2>' in page and "<td>anserini-dense</td>" in page and "rows without a reference" in page
 
 
+@pytest.mark.parametrize("suffix", [".tsv", ".yaml"])
+def test_a_table_in_percent_is_one_line_naming_its_line(tmp_path, suffix: str) -> None:
+    """Published tables often print 100 x the mean; a figure above 1 for a metric whose every per-query
+    value lies in [0, 1] stops the check at that figure's line. A metric that can exceed 1 is compared."""
+    path = tmp_path / f"t{suffix}"
+    write_table(path, {"bm25": {"recall@100": 0.25, "ndcg@10": 49.95}})
+    with pytest.raises(InputError) as raised:
+        check_reference(comparison_of(ROWS), read_reference(str(path)))
+    line = 4 if suffix == ".tsv" else 3
+    assert str(raised.value) == (f"{path}:{line}: bm25 ndcg@10 is 49.95, but ndcg@10 lies in [0, 1] (here every query's value does): "
+                                 "a table in percent? give fractions (0.4995, not 49.95)")
+    ranks = [row("bm25", np.linspace(1, 12, 12), metrics=("mean_rank", "ndcg@10"))]
+    write_table(path, {"bm25": {"mean_rank": 6.0}})
+    check = check_reference(compare_systems(ranks, ["mean_rank"], ranks[0], resamples=100), read_reference(str(path)))
+    assert check.differences["difference"].tolist() == [0.5]
+
+
 def test_nothing_matched_or_a_bad_pair_is_one_line(tmp_path) -> None:
     path = tmp_path / "t.tsv"
     write_table(path, {"splade": {"ndcg@10": 0.7}})
@@ -199,6 +216,10 @@ def test_a_job_folder_without_per_query_values_or_runs_says_so(tmp_path) -> None
 BAD = [
     ("t.tsv", "system\tmetric\tvalue\nbm25\tndcg@10\tabc\n", r"t\.tsv:2: value 'abc' of bm25 ndcg@10 is not a number$"),
     ("t.tsv", "system\tmetric\tvalue\nbm25\tndcg@10\tnan\n", r"t\.tsv:2: value 'nan' of bm25 ndcg@10 is not a finite number$"),
+    ("t.tsv", "system\tmetric\tvalue\nbm25\tndcg@10\t-inf\n", r"t\.tsv:2: value '-inf' of bm25 ndcg@10 is not a finite number$"),
+    ("t.tsv", "system\tmetric\tvalue\nbm25\tndcg@10\t0_6789\n", r"t\.tsv:2: value '0_6789' of bm25 ndcg@10 is not a number$"),  # Python's float: 6789
+    ("t.csv", "system,metric,value\nbm25,ndcg@10,\u0660.5\n", r"t\.csv:2: value '\u0660\.5' of bm25 ndcg@10 is not a number$"),  # an Arabic-Indic zero
+    ("t.yaml", "bm25:\n  ndcg@10: 0x1p-1\n", r"t\.yaml:2: value '0x1p-1' of bm25 ndcg@10 is not a number$"),
     ("t.csv", "# c\nsystem,score\nbm25,0.5\n", r"t\.csv:2: the header has no metric, value column \(a table's columns: system, metric, value\)$"),
     ("t.csv", "system,metric,value\nbm25,ndcg@10,0.5\n\nbm25,NDCG@10,0.6\n", r"t\.csv:4: NDCG@10 of bm25 given twice \(first on line 2\)$"),
     ("t.csv", "system,metric,value\nbm25,ndcg@10\n", r"t\.csv:2: 2 fields, the header has 3$"),

@@ -23,10 +23,15 @@ its prompt tokens estimated (:func:`~ragtrack.core.llm.estimate_tokens`: charact
    Evaluators that ask in rounds (``nuggets``: creation window by window, then importance, then
    assignment; ``citations`` in ``llm`` mode: joint, then single-passage checks) count the rounds after
    a reply that is not cached as upper bounds (:meth:`~ragtrack.evaluators.base.Evaluator.unsent_followups`).
+4. With a robustness study (``robustness``) and an LLM stage, steps 1 to 3 again on each perturbation's
+   queries (``pipeline.robustness.perturbed_queries``), filed under ``robustness/<perturbation>/<stage>``
+   as the real run's reruns are (a prompt the dry run has already counted counts as cached: the real
+   run would find its reply cached). The pairwise judges compare the main run's answers only, as in
+   the real run.
 
 So the dry run's count equals the real run's requests when no prompt is marked ≤ and no request fails
-(retries send again). Not counted: the robustness study's reruns (``robustness``). The judges' files
-go to a scratch folder that is removed; the dry run writes ``dry_run.json`` and logs nothing to MLflow.
+(retries send again). The judges' files go to a scratch folder that is removed; the dry run writes
+``dry_run.json`` and logs nothing to MLflow.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import contextlib
 import json
 import logging
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -47,13 +52,15 @@ from ragtrack.core.data import Dataset
 from ragtrack.core.files import write_atomically
 from ragtrack.core.llm import CHARS_PER_TOKEN, NOT_SENT, NotSent, chat_clients, retrieved_passages
 from ragtrack.core.secrets import mask, masked
-from ragtrack.core.stages import StageOutput
-from ragtrack.generation import NoGenerator
-from ragtrack.pipeline import registry, usage
+from ragtrack.core.stages import Stage, StageContext, StageOutput
+from ragtrack.evaluators.base import Evaluator
+from ragtrack.generation import Generator, NoGenerator
+from ragtrack.pipeline import registry, robustness, usage
 from ragtrack.pipeline.experiment import (_with_output_dir, build_chunker, build_evaluators, build_stages, eval_input, stage,
                                           stage_context, stage_label)
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.redaction import check_variable_names, remember_config_secrets
+from ragtrack.pipeline.systems import PlannedSystem
 from ragtrack.pipeline.usage import Meter
 
 log = logging.getLogger(__name__)
@@ -145,14 +152,32 @@ def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
     generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
     generator = None if isinstance(generator, NoGenerator) else generator
     judges = [e for e in evaluators if chat_clients(e)]
-    for component in [*(s for _, s in stages), *([generator] if generator else []), *judges, *pair_judges]:
+    metered = [*(s for _, s in stages), *([generator] if generator else []), *judges]  # what the robustness reruns run
+    for component in [*metered, *pair_judges]:
         for client in chat_clients(component):
             client.offline = True
     if dataset is None:  # the app loads it (and logs that) before the dry run
         with stage("load dataset"):
             dataset = load_dataset(cfg.dataset, check_documents=False)
+    perturbed = robustness.perturbed_queries(cfg.robustness, dataset) if cfg.get("robustness") else {}
     plan = plan_chunks(dataset, chunker, oversample)
-    context = stage_context(dataset, Cache(cfg.paths.cache_dir), int(cfg.depth), plan)
+    cache = Cache(cfg.paths.cache_dir)
+    answers, stood_in = _plan_systems(stages, generator, judges, stage_context(dataset, cache, int(cfg.depth), plan), meter)
+    if any(chat_clients(component) for component in metered):  # else the reruns cost nothing: no need to retrieve
+        for name, queries in perturbed.items():
+            context = stage_context(replace(dataset, queries=queries), cache, int(cfg.depth), plan)
+            _plan_systems(stages, generator, judges, context, meter.rerun(name))
+    for judge in pair_judges:
+        judge.compare(answers, dataset.queries, dataset.answers)
+        meter.collect(usage.PAIRWISE, meter.stage_of(judge), [judge], bound=lambda qid: any(qid in s for s in stood_in.values()))
+    return meter.table()
+
+
+def _plan_systems(stages: list[tuple[PlannedSystem, Stage]], generator: Generator | None, judges: list[Evaluator], context: StageContext,
+                  meter: Meter) -> tuple[dict[str, dict[str, str]], dict[str, set[str]]]:
+    """Steps 1 to 3 (module docstring) on the queries of ``context``, the judges but the pairwise ones:
+    the planned calls go to ``meter``; returns each system's answers (stand-ins where not generated yet)
+    and the queries whose answers are stand-ins."""
     queries = context.dataset.queries
     outputs: dict[str, StageOutput] = {}
     inputs = {system.name: system.inputs for system, _ in stages}
@@ -189,10 +214,7 @@ def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
             meter.collect(name, meter.stage_of(judge), [judge], bound=lambda qid, guessed=stood_in[name]: qid in guessed)
             for client in chat_clients(judge)[:1]:  # later rounds built from replies not sent: upper bounds
                 meter.add_bound(name, meter.stage_of(judge), client, followups)
-    for judge in pair_judges:
-        judge.compare(answers, queries, context.dataset.answers)
-        meter.collect(usage.PAIRWISE, meter.stage_of(judge), [judge], bound=lambda qid: any(qid in s for s in stood_in.values()))
-    return meter.table()
+    return answers, stood_in
 
 
 def _nearest_known(name: str, inputs: dict[str, list[str]], outputs: dict[str, StageOutput]) -> str:

@@ -187,7 +187,8 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     try:
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan, stages, meter)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
-                             lambda perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth, evaluators, plan, stages))
+                             lambda perturbation, perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth,
+                                                                                  evaluators, plan, stages, meter.rerun(perturbation)))
         findings = findings.merge(judge_pairs(pair_judges, results, dataset, output_dir, int(cfg.seed), meter)).merge(against_inputs(cfg, dataset, results))
         findings = findings.merge(rubric_agreement(evaluators, results, dataset, output_dir, int(cfg.seed)))
         used = Usage(meter.table(), {name: r.inputs for name, r in results.items()}, len(dataset.queries))
@@ -308,11 +309,12 @@ def labels(efficiency: Mapping[str, float | str]) -> dict[str, str]:
 
 
 def _findings(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], attributes: list[Attribute], output_dir: Path,
-              rerun: Callable[[Dataset, Path], dict[str, SystemResult]]) -> Findings:
+              rerun: Callable[[str, Dataset, Path], dict[str, SystemResult]]) -> Findings:
     """What the job adds beyond each system's metrics: metrics per slice (``pipeline.slices``; the
     per-query tables get the slice columns), latency quantiles for the parent run and, when
-    ``robustness`` is set, the perturbed-query study (``pipeline.robustness``; ``rerun`` runs every
-    system on a dataset with other queries, writing into another folder)."""
+    ``robustness`` is set, the perturbed-query study (``pipeline.robustness``; ``rerun(perturbation,
+    dataset, folder)`` runs every system on a dataset with other queries, writing into another folder
+    and metering its LLM calls apart)."""
     for result in results.values():
         result.per_query = annotate(result.per_query, attributes)
     found = summarize({name: (r.per_query, r.counted) for name, r in results.items()}, attributes, int(cfg.seed))

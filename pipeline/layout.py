@@ -16,7 +16,8 @@ One parent run per Hydra job, one child run per system (tag ``mlflow.parentRunId
 - derived keys, all built from a metric key and suffixed like it (:data:`SUMMARY_SUFFIXES`): per slice
   :func:`slice_key` (``ndcg_at_10/slice/question_type/who``), per query perturbation :func:`drop_key`
   (``ndcg_at_10/drop/typos_10``), latency quantiles :func:`latency_key` (``latency/retrieval_p95_ms``),
-  LLM tokens and cost :func:`usage_key` (``llm/generator/prompt_tokens``);
+  LLM tokens and cost :func:`usage_key` (``llm/generator/prompt_tokens``, a robustness rerun's
+  ``llm/robustness/typos_10/generator/prompt_tokens``);
   the child run logs them as they are, the parent run with the ``<system>/`` prefix
   (:func:`system_metric_key`);
 - a ``ragtrack compare`` run: tag :data:`TAG_COMPARISON`; each row's mean as ``<row>/<metric_key>``, and
@@ -111,8 +112,9 @@ def latency_key(stage: str, quantile: int) -> str:
 
 
 def usage_key(stage: str, figure: str) -> str:
-    """A figure of a stage's LLM calls (``pipeline.usage``): ``llm/generator/prompt_tokens``, ``llm/all/cost``."""
-    return f"llm/{key_part(stage)}/{figure}"
+    """A figure of a stage's LLM calls (``pipeline.usage``): ``llm/generator/prompt_tokens``, ``llm/all/cost``;
+    each ``/``-separated part of the stage one segment (a robustness rerun's ``llm/robustness/typos_10/generator/cost``)."""
+    return "/".join(["llm", *map(key_part, stage.split("/")), figure])
 
 
 def curve_key(base: str) -> str:

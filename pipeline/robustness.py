@@ -8,9 +8,11 @@ Config block ``robustness`` (absent or null: no study):
 - ``perturbations``: name -> ``{kind: typos | drop_words | lowercase | uppercase, rate: (0, 1]}``
   (``rate`` for typos and drop_words only).
 
-Per perturbation the queries are perturbed, every system of the job runs on them (same retrievers,
-fusions, generator and evaluators; runs are cached by query text like any run) and, per system and
-metric, over the queries that count in both the clean and the perturbed run:
+Per perturbation the queries are perturbed (:func:`perturbed_queries`), every system of the job runs on
+them (same retrievers, fusions, generator and evaluators; runs are cached by query text like any run;
+their LLM calls are metered under ``robustness/<perturbation>/<stage>``, ``pipeline.usage``, and planned
+by ``ragtrack run --dry-run`` too) and, per system and metric, over the queries that count in both the
+clean and the perturbed run:
 drop = mean_i(clean_i − perturbed_i), with the percentile-bootstrap 95% CI of that mean (the paired
 bootstrap: queries are resampled with both their values, ``evaluators.base.aggregate``); a positive
 drop means the perturbation hurts.
@@ -65,15 +67,28 @@ def perturbations(settings: Mapping) -> dict[str, dict]:
     return checked
 
 
-def study(settings: Mapping, dataset: Dataset, clean: Mapping, rerun: Callable[[Dataset, Path], Mapping], output_dir: Path,
+def perturbed_queries(settings: Mapping, dataset: Dataset) -> dict[str, dict[str, str]]:
+    """The queries of ``dataset`` under each configured perturbation (``settings``: the ``robustness``
+    block, checked by :func:`perturbations`): name -> (query id -> text)."""
+    settings = _plain(settings)
+    seed = int(settings.get("seed", 0))
+    return {name: perturb_queries(dataset.queries, name, spec["kind"], spec["rate"] or 0.0, seed)
+            for name, spec in perturbations(settings).items()}
+
+
+def _plain(settings: Mapping) -> dict:
+    return OmegaConf.to_container(settings, resolve=True) if OmegaConf.is_config(settings) else dict(settings)
+
+
+def study(settings: Mapping, dataset: Dataset, clean: Mapping, rerun: Callable[[str, Dataset, Path], Mapping], output_dir: Path,
           bootstrap_seed: int = 0) -> Findings:
     """Run the study; ``clean``: the job's system results (``per_query``, ``counted``, ``summary``),
-    ``rerun(dataset, folder)``: every system on another dataset. results.json ``robustness``::
+    ``rerun(perturbation, dataset, folder)``: every system on another dataset. results.json ``robustness``::
 
         {"seed": 0, "perturbations": {"<name>": {"kind", "rate", "queries_changed"}},
          "drops": {"<system>": {"<perturbation>": {"<metric>": {"clean", "perturbed", "drop", "ci_low", "ci_high", "n"}}}}}
     """
-    settings = OmegaConf.to_container(settings, resolve=True) if OmegaConf.is_config(settings) else dict(settings)
+    settings = _plain(settings)
     chosen = perturbations(settings)
     seed = int(settings.get("seed", 0))
     scored = list(next(iter(clean.values())).summary.index)
@@ -81,12 +96,12 @@ def study(settings: Mapping, dataset: Dataset, clean: Mapping, rerun: Callable[[
     unknown = [m for m in metrics if m not in scored]
     if unknown:
         raise RagtrackError(f"robustness.metrics: {unknown} are not scored by this job; scored: {', '.join(scored)}")
-    texts = {name: perturb_queries(dataset.queries, name, spec["kind"], spec["rate"] or 0.0, seed) for name, spec in chosen.items()}
+    texts = perturbed_queries(settings, dataset)
     rows = []
     for name, queries in texts.items():
         changed = sum(queries[q] != dataset.queries[q] for q in queries)
         log.info("robustness: %s changes %d of %d queries; running every system", name, changed, len(queries))
-        perturbed = rerun(replace(dataset, queries=queries), output_dir / "robustness" / name)
+        perturbed = rerun(name, replace(dataset, queries=queries), output_dir / "robustness" / name)
         for system, result in clean.items():
             rows += [_drop(system, name, metric, result, perturbed[system], bootstrap_seed) for metric in metrics]
     table = pd.DataFrame(rows)

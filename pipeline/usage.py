@@ -6,7 +6,9 @@ Every LLM component asks through :class:`~ragtrack.core.llm.ChatClient`, which r
 step of the job and files each under the system it was made for and its stage: ``rewriter`` and
 ``reranker`` (the calls that made a system's run; a system made from another counts its input's too),
 ``generator``, an evaluator's config key (``llm_judge``, ...) and ``pairwise_judge`` (filed under the
-pair, ``a vs b``). Figures of a set of calls (:func:`figures`):
+pair, ``a vs b``). The robustness study's reruns (``pipeline.robustness``) file theirs under
+``robustness/<perturbation>/<stage>`` (:meth:`Meter.rerun`), apart from the main run's stages. Figures
+of a set of calls (:func:`figures`):
 
 - ``calls``: prompts answered; ``cached``: those answered from the cache (no new spend); ``sent``:
   the others (requests that got a reply; retries are not counted again);
@@ -22,6 +24,10 @@ pair, ``a vs b``). Figures of a set of calls (:func:`figures`):
   without prices; ``cost_per_query`` = cost / queries;
 - ``seconds_per_request``: mean wall time of the sent calls (retries and back-off included).
 
+:func:`by_stage` gives them per stage and for ``all`` stages of the main run (a robustness study leaves
+these as they were); with robustness reruns also for ``robustness/all`` (every rerun's calls) and
+``total`` (every call of the job: ``all`` + ``robustness/all``).
+
 A dry run (``pipeline.dryrun``) files planned calls the same way: estimated prompt tokens, ``max_tokens``
 as completion tokens, and ``bound`` where the prompt could not be known yet.
 """
@@ -31,7 +37,7 @@ from __future__ import annotations
 import html
 import textwrap
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +51,9 @@ from ragtrack.pipeline.csv_files import csv_text
 
 COLUMNS = ("system", "stage", "qid", "chain", "cached", "planned", "bound", "prompt_tokens", "completion_tokens", "cost", "seconds")
 FILE = "usage.csv"  # per query and stage: a system's (its folder) and the job's (with a system column)
-ALL = "all"  # the stage name of every stage together
+ALL = "all"  # the stage name of every stage of the main run together
+ROBUSTNESS = "robustness"  # the robustness study's reruns file their calls under robustness/<perturbation>/<stage>
+TOTAL = "total"  # the stage name of every call, robustness reruns included (only with reruns)
 PER_QUERY_FIGURES = ("calls", "cached", "unknown_usage", "prompt_tokens", "completion_tokens", "cost", "seconds")
 
 
@@ -60,10 +68,17 @@ PAIRWISE = "(pairwise)"  # what pairwise judges' calls are filed under (no syste
 @dataclass
 class Meter:
     """The job's chat calls, one row per call (:data:`COLUMNS`); ``stages``: the stage name of each
-    component given a name by :meth:`name` (an evaluator's config key)."""
+    component given a name by :meth:`name` (an evaluator's config key); ``prefix``: put before every
+    stage name this meter files (:meth:`rerun`)."""
 
     rows: list[dict] = field(default_factory=list)
     stages: dict[int, str] = field(default_factory=dict)
+    prefix: str = ""
+
+    def rerun(self, perturbation: str) -> Meter:
+        """This meter (the same rows and stage names) filing under ``robustness/<perturbation>/<stage>``:
+        a robustness rerun's calls, kept apart from the main run's."""
+        return replace(self, prefix=f"{ROBUSTNESS}/{perturbation}/")
 
     def name(self, stage: str, component: object) -> object:
         """Name ``component``'s stage (returns the component)."""
@@ -97,7 +112,7 @@ class Meter:
 
     def _add(self, system: str, stage: str, qid: str, chain: bool, cached: bool, planned: bool, bound: bool,
              prompt_tokens: int | None, completion_tokens: int | None, client: ChatClient, seconds: float) -> None:
-        self.rows.append(dict(zip(COLUMNS, (system, stage, qid, chain, cached, planned, bound, prompt_tokens, completion_tokens,
+        self.rows.append(dict(zip(COLUMNS, (system, self.prefix + stage, qid, chain, cached, planned, bound, prompt_tokens, completion_tokens,
                                             client.cost(prompt_tokens, completion_tokens), seconds))))
 
     def table(self) -> pd.DataFrame:
@@ -134,11 +149,22 @@ def _total(values: pd.Series) -> float | None:
 
 
 def by_stage(calls: pd.DataFrame, queries: int | None = None) -> dict[str, dict[str, float]]:
-    """:func:`figures` per stage and of all stages (:data:`ALL`); empty without calls."""
+    """:func:`figures` per stage and of all stages of the main run (:data:`ALL`); with robustness
+    reruns also of all of theirs (``robustness/all``) and of every call (:data:`TOTAL`); empty without
+    calls."""
     if calls.empty:
         return {}
     stages = {stage: figures(group, queries) for stage, group in calls.groupby("stage", sort=False)}
-    return stages | {ALL: figures(calls, queries)}
+    rerun = is_rerun(calls)
+    stages[ALL] = figures(calls[~rerun], queries)
+    if rerun.any():
+        stages |= {f"{ROBUSTNESS}/{ALL}": figures(calls[rerun], queries), TOTAL: figures(calls, queries)}
+    return stages
+
+
+def is_rerun(calls: pd.DataFrame) -> pd.Series:
+    """Which calls a robustness rerun made (:meth:`Meter.rerun`)."""
+    return calls["stage"].str.startswith(f"{ROBUSTNESS}/")
 
 
 def ancestors(system: str, inputs: Mapping[str, list[str]]) -> set[str]:
@@ -206,9 +232,11 @@ class Usage:
 def summary_table(calls: pd.DataFrame, dry: bool = False) -> pd.DataFrame:
     """Text cells, a row per (system or pair, stage) in the order of the calls and a total: calls
     (``≤ n`` where some are upper bounds), cached, prompt and completion tokens, cost and seconds per
-    request (a real run) - every call counted once (a system's input's calls under that input)."""
+    request (a real run) - every call counted once (a system's input's calls under that input); the
+    robustness reruns of a stage in one row, ``robustness/<stage>``, all perturbations together."""
+    shown = calls.assign(stage=calls["stage"].str.replace(rf"^{ROBUSTNESS}/[^/]*/", f"{ROBUSTNESS}/", regex=True))
     rows = {}
-    for (system, stage), group in [*calls.groupby(["system", "stage"], sort=False), (("total", ""), calls)]:
+    for (system, stage), group in [*shown.groupby(["system", "stage"], sort=False), ((TOTAL, ""), shown)]:
         rows[(system, stage)] = _cells(group, dry)
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index = pd.MultiIndex.from_tuples(table.index, names=["system", "stage"])
@@ -257,15 +285,18 @@ def summary_html(calls: pd.DataFrame) -> str:
 
 
 def notes(calls: pd.DataFrame, dry: bool = False) -> list[str]:
+    apart = "dry_run.json" if dry else "usage.csv, results.json"
+    reruns = [f"{ROBUSTNESS}/<stage>: the stage's calls in the robustness study's reruns on perturbed queries, all perturbations "
+              f"together (each apart: {apart}); total: the main run's calls and the reruns'"] if is_rerun(calls).any() else []
     if dry:
         return ["to send: requests the job would send (the rest are answered from the reply or run cache); ≤: an upper bound, where "
                 "prompts depend on replies that are not cached yet (answers, rewritten queries, reranked rankings)",
                 "prompt tokens: characters / 4 of each prompt (an estimate; ? where the prompt cannot be built yet); completion tokens: "
-                "max_tokens per request (? where it is not set); cost: with the stages' price_prompt / price_completion per million tokens"]
+                "max_tokens per request (? where it is not set); cost: with the stages' price_prompt / price_completion per million tokens"] + reruns
     return ["tokens as the server reported them (cached replies with their original usage; (+n ?): n replies without usage); "
             "cost: with the stages' price_prompt / price_completion per million tokens; s/request: mean wall time of the "
             "requests sent", "every call once: a system made from another (a reranker's) counts its input's calls in results.json "
-            "and MLflow, not here; details per query: usage.csv"]
+            "and MLflow, not here; details per query: usage.csv"] + reruns
 
 
 def write(usage: Usage, output_dir: Path) -> None:

@@ -241,7 +241,8 @@ class ChatServer(LocalServer):
     """An OpenAI-style ``POST /v1/chat/completions`` server whose behaviour is chosen by a tag in the
     prompt: [429] and [500] fail once, [slow] sleeps past the client's time-out once, [garbage] always
     answers malformed JSON, [down] always answers 500, [401] refuses, [nonnumeric] gives a judge reply
-    without numbers, [nousage] gets a reply without ``usage`` (others: :func:`server_usage`); prompts
+    without numbers, [nousage] gets a reply without ``usage`` (others: :func:`server_usage`, kept in
+    ``requests`` beside the request's path, auth and body); prompts
     mentioning "ATP" (a toy question) always get 500 (unless ``atp_fails`` is false). Judge prompts (they
     contain "GOLD ANSWERS") get JSON scores, reranker prompts (they contain "Search query:") a grade or
     a ranking (:func:`rerank_reply`), other prompts "answer to <first prompt line>"."""
@@ -257,8 +258,9 @@ class ChatServer(LocalServer):
     def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         request = json.loads(body)
         prompt = request["messages"][-1]["content"]
+        seen = {"path": handler.path, "auth": handler.headers.get("authorization"), "body": request}
         with self.lock:
-            self.requests.append({"path": handler.path, "auth": handler.headers.get("authorization"), "body": request})
+            self.requests.append(seen)
             attempt = self.attempts[prompt] = self.attempts.get(prompt, 0) + 1
         if "[401]" in prompt:
             return self.send(handler, 401, b'{"error": {"message": "invalid api key"}}')
@@ -281,7 +283,7 @@ class ChatServer(LocalServer):
             content = f"answer to {prompt.splitlines()[0]}"
         reply = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
         if "[nousage]" not in prompt:
-            reply["usage"] = server_usage(request["messages"], content)
+            reply["usage"] = seen["usage"] = server_usage(request["messages"], content)
         self.send(handler, 200, json.dumps(reply).encode())
 
 

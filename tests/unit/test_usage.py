@@ -235,3 +235,61 @@ def test_dry_run_command_and_token_metrics_in_mlflow(tmp_path: Path) -> None:
         assert "usage.csv" in {a.path for a in client.list_artifacts(system.info.run_id)}
     finally:
         server.stop()
+
+
+def test_robustness_reruns_are_metered_apart_and_planned_by_the_dry_run(tmp_path: Path) -> None:
+    """The study's reruns (``lowercase`` changes one toy query, ``uppercase`` every one) with a generator
+    and a judge: their calls go under ``robustness/<perturbation>/<stage>`` with the fake server's
+    tokens, the dry run plans as many requests as they send, the job's total sums them with the main
+    run's, and the main run's figures are those of the same job without the study."""
+    study = "robustness={seed: 0, metrics: [ndcg@10], perturbations: {lowercase: {kind: lowercase}, uppercase: {kind: uppercase}}}"
+    alone, server = ChatServer(atp_fails=False), ChatServer(atp_fails=False)
+    try:
+        plain = run_experiment(_job(tmp_path / "plain", alone.url))
+        cfg = _job(tmp_path / "study", server.url, study)
+        planned = dry_run(cfg)
+        assert not server.requests
+        results = run_experiment(cfg)
+    finally:
+        alone.stop()
+        server.stop()
+    main = len(alone.requests)  # the main run's batches end before the reruns' begin
+    assert sorted(json.dumps(r["body"]) for r in server.requests[:main]) == sorted(json.dumps(r["body"]) for r in alone.requests)
+    reruns = server.requests[main:]
+    job = results["usage"]["job"]
+    labels = [f"robustness/{p}/{s}" for p in ("lowercase", "uppercase") for s in ("generator", "llm_judge")]
+    assert [s for s in job if s.startswith("robustness/")] == [*labels, "robustness/all"]
+    for stage_name, model in (("generator", "g"), ("llm_judge", "j")):
+        mine = [r for r in reruns if r["body"]["model"] == model]
+        for figure in ("prompt_tokens", "completion_tokens"):  # what the reruns sent: the server's usage fields
+            assert sum(job[f"robustness/{p}/{stage_name}"][f"new_{figure}"] for p in ("lowercase", "uppercase")) == \
+                   sum(r["usage"][figure] for r in mine)
+        assert sum(job[f"robustness/{p}/{stage_name}"]["sent"] for p in ("lowercase", "uppercase")) == len(mine)
+    assert job["robustness/all"]["sent"] == len(reruns) and job["robustness/all"]["cached"] > 0  # unchanged queries: cached replies
+    for figure in ("calls", "cached", "prompt_tokens", "completion_tokens", "cost"):
+        assert job["total"][figure] == pytest.approx(job["all"][figure] + job["robustness/all"][figure])
+
+    rows = planned.calls
+    for label in labels:  # the dry run's planned requests per rerun stage: the real run's
+        assert int((~rows[rows["stage"] == label]["cached"].astype(bool)).sum()) == job[label]["sent"]
+    assert int((~rows[usage.is_rerun(rows)]["cached"].astype(bool)).sum()) == len(reruns) and planned.to_send == len(server.requests)
+    assert "robustness/generator" in planned.text() and max(map(len, planned.text().splitlines())) <= 100
+
+    per_query = pd.read_csv(tmp_path / "study" / "out" / "usage.csv").set_index(["stage", "qid"])
+    for stage_name in ("generator", "llm_judge"):  # a rerun's cached reply keeps the tokens the main run's request was given
+        for qid in ("q1", "q3", "q4"):  # lowercase leaves them as they are
+            rerun = per_query.loc[(f"robustness/lowercase/{stage_name}", qid)]
+            assert rerun["cached"] == rerun["calls"] == 1
+            assert rerun[["prompt_tokens", "completion_tokens"]].tolist() == per_query.loc[(stage_name, qid), ["prompt_tokens", "completion_tokens"]].tolist()
+
+    def without_time(figures: dict) -> dict:
+        return {stage_name: {k: v for k, v in values.items() if k != "seconds_per_request"} for stage_name, values in figures.items()
+                if not stage_name.startswith("robustness/") and stage_name != "total"}
+
+    assert without_time(job) == without_time(plain["usage"]["job"])  # the main run's figures: as without the study
+    assert without_time(results["usage"]["systems"]["bm25"]) == without_time(plain["usage"]["systems"]["bm25"])
+    main_rows = per_query[~per_query.index.get_level_values("stage").str.startswith("robustness/")].drop(columns="seconds")
+    assert main_rows.equals(pd.read_csv(tmp_path / "plain" / "out" / "usage.csv").set_index(["stage", "qid"]).drop(columns="seconds"))
+    metrics = usage.metrics(job)  # MLflow keys: a segment per part of the stage label
+    assert {"llm/robustness/lowercase/generator/prompt_tokens", "llm/robustness/all/cost", "llm/total/cost"} <= set(metrics)
+    assert metrics["llm/all/cost"] == usage.metrics(plain["usage"]["job"])["llm/all/cost"]

@@ -49,7 +49,7 @@ from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.llm import retrieved_passages, without_citations
 from ragtrack.core.progress import Progress
-from ragtrack.core.settings import Count, Integer, Text
+from ragtrack.core.settings import Count, Integer, NameOrPath
 from ragtrack.evaluators.base import EvaluatorSettings
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -143,7 +143,7 @@ class AnswerSettings(EvaluatorSettings, extra="forbid"):
 class BertScoreSettings(EvaluatorSettings, extra="forbid"):
     """BERTScore of answers."""
 
-    model: Text = "all-MiniLM-L6-v2"
+    model: NameOrPath = "all-MiniLM-L6-v2"
     layer: Integer = -1
     batch_size: Count = 64
     max_length: Count = 256

@@ -41,7 +41,7 @@ from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.llm import ChatClient, check_template, numbered_passages, retrieved_passages
 from ragtrack.core.files import read_yaml, write_atomically
-from ragtrack.core.settings import ChatSettings, Count, Text
+from ragtrack.core.settings import ChatSettings, Count, InputPath, NameOrPath, Text
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import read_human_labels
 
@@ -189,10 +189,10 @@ class JudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     parameters: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256}
     system_prompt: str | None = "You are a strict grader of answers to reading-comprehension questions."
 
-    rubrics: Annotated[list[Text], Field(min_length=1)] | None = None
+    rubrics: Annotated[list[NameOrPath], Field(min_length=1)] | None = None
     top_k: Count = 3
     output_dir: Text | None = None
-    human_labels: Text | None = Field(None, description="a .jsonl or .tsv file of people's labels (qid, system, criterion, label): "
+    human_labels: InputPath | None = Field(None, description="a .jsonl or .tsv file of people's labels (qid, system, criterion, label): "
                                                          "the judge's agreement with them and the PPI-corrected mean")
 
 

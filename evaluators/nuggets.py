@@ -53,7 +53,7 @@ from ragtrack.core.data import Corpus
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import read_json_objects, read_yaml, write_atomically
 from ragtrack.core.llm import NOT_SENT, ChatClient, check_template, numbered_passages
-from ragtrack.core.settings import ChatSettings, Count, NonNegativeInt, Text
+from ragtrack.core.settings import ChatSettings, Count, InputPath, NonNegativeInt, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.replies import read_replies, report, string_list
 
@@ -169,8 +169,8 @@ class NuggetSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     """Nugget creation and assignment with a chat model (TREC RAG 2024 AutoNuggetizer)."""
 
     prompt: None = Field(None, description="not used: the nugget prompts are in `prompts`")
-    prompts: Text | None = Field(None, description="a nugget prompts YAML file (create, importance, assign), or null for the shipped one")
-    nuggets_file: Text | None = Field(None, description="a nuggets JSON-lines file (qid, text, importance): skips creation")
+    prompts: InputPath | None = Field(None, description="a nugget prompts YAML file (create, importance, assign), or null for the shipped one")
+    nuggets_file: InputPath | None = Field(None, description="a nuggets JSON-lines file (qid, text, importance): skips creation")
     relevance_threshold: NonNegativeInt = 1
     max_passages: Count = 20
     max_words: Count = 400

@@ -38,7 +38,7 @@ from ragtrack.core.files import write_atomically
 from ragtrack.core.llm import ChatClient, check_template
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.evaluators.judge import load_rubric
-from ragtrack.core.settings import ChatSettings, SystemName, Text
+from ragtrack.core.settings import ChatSettings, InputPath, SystemName, Text
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import OUTCOMES, read_human_labels
 
@@ -95,7 +95,7 @@ class PairwiseJudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     pairs: list[Annotated[list[SystemName], Field(min_length=2, max_length=2, description="a pair [first, second] of system names")]] | None = None
     rubric: Text = "correctness"
     output_dir: Text | None = None
-    human_labels: Text | None = Field(None, description="a .jsonl or .tsv file of people's verdicts (qid, pair, label win/tie/loss): "
+    human_labels: InputPath | None = Field(None, description="a .jsonl or .tsv file of people's verdicts (qid, pair, label win/tie/loss): "
                                                          "the judge's agreement with them and PPI-corrected rates")
 
 

@@ -285,7 +285,7 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
     from ragtrack.pipeline.job import JobInfo
     from ragtrack.pipeline.experiment import run_experiment as run_job
     from ragtrack.pipeline.redaction import remember_config_secrets
-    from ragtrack.pipeline.settings import validate
+    from ragtrack.pipeline.settings import absolute_inputs, validate
     from ragtrack.providers import FRAME_COLUMNS, dataset_from_frames
 
     cfg = compose(overrides, config_dir)
@@ -298,7 +298,7 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
         given = dataset_from_frames(**frames, check_documents=False)  # the job checks them against what it indexes
         with open_dict(cfg):  # the job records where its data came from; the frames cannot be read from a config
             cfg.dataset = {"type": "frames", "name": given.name}
-    validate(cfg)  # bad settings fail here: no folder, no MLflow run, no cache entry
+    absolute_inputs(cfg, validate(cfg))  # bad settings fail here: no folder, no MLflow run, no cache entry
     if not any(o.split("=", 1)[0].lstrip("+~") == "paths.output_dir" for o in overrides):
         folder = Path(cfg.paths.log_dir) / "runs"
         folder.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.job import JobInfo
 from ragtrack.pipeline.redaction import redact_hydra_files, redact_overrides, remember_config_secrets
-from ragtrack.pipeline.settings import discard_job_folder, validate
+from ragtrack.pipeline.settings import absolute_inputs, discard_job_folder, validate
 
 log = logging.getLogger("ragtrack")
 
@@ -41,7 +41,7 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     remember_config_secrets(cfg)  # before any message: a settings error may quote a secret value
     try:  # settings first: a bad value stops the job before anything is built, logged or left behind
-        validate(cfg)
+        absolute_inputs(cfg, validate(cfg))  # the logged config names the same files from any folder
     except RagtrackError as exc:
         log_dir = OmegaConf.select(cfg, "paths.log_dir", default=None, throw_on_resolution_failure=False)
         discard_job_folder(Path(hydra_cfg.runtime.output_dir), hydra_cfg.job.name, log_dir)

@@ -37,7 +37,7 @@ from pydantic.fields import FieldInfo
 
 from ragtrack.core.errors import InputError, did_you_mean
 from ragtrack.chunking import ChunkerSettings, NoChunkingSettings
-from ragtrack.core.settings import (Count, Flag, ItemError, MetricName, NonNegative, NonNegativeInt, Normalization, Positive, Section, StageSettings,
+from ragtrack.core.settings import (Count, Flag, InputLocation, ItemError, MetricName, NonNegative, NonNegativeInt, Normalization, Positive, Section, StageSettings,
                                     SystemName, Text)
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.generation import GeneratorSettings
@@ -127,9 +127,16 @@ COMMON: dict[str, type[Section]] = {"datasets": DatasetSettings, "retrievers": R
 
 
 # ----------------------------------------------------------------------------- validation
-def validate(cfg: DictConfig | Mapping) -> None:
+def validate(cfg: DictConfig | Mapping) -> list[tuple[str, type[Section]]]:
     """Check a composed job config (interpolations resolved first) against the models; the first
-    problem raises :class:`InputError` naming the key (a dotted path), the value and what is allowed."""
+    problem raises :class:`InputError` naming the key (a dotted path), the value and what is allowed.
+    Returns each checked block, (its dotted path, its model), for :func:`absolute_inputs`."""
+    checked: list[tuple[str, type[Section]]] = []
+
+    def _check(model: type[Section], section: Any, path: str) -> None:
+        _check_block(model, section, path)
+        checked.append((path, model))
+
     settings = _plain(cfg, "") if isinstance(cfg, DictConfig) else dict(cfg)
     settings.pop("hydra", None)
     _check(JobSettings, settings, "")
@@ -150,6 +157,39 @@ def validate(cfg: DictConfig | Mapping) -> None:
     for group, section in (("generators", "generator"), ("chunkers", "chunking")):
         if settings.get(section) is not None:
             _check(_component_model(group, settings[section], section), settings[section], section)
+    return checked
+
+
+def absolute_inputs(cfg: DictConfig, checked: list[tuple[str, type[Section]]]) -> None:
+    """Make each relative file or folder the job reads (a setting typed ``InputPath`` or ``NameOrPath``,
+    :class:`ragtrack.core.settings.InputLocation`) absolute against the folder the command runs in,
+    where the readers open it: the logged config.yaml then names the same files from any folder."""
+    for path, model in checked:
+        for name, field in model.model_fields.items():
+            marker = _input_location(field.annotation, field.metadata)
+            key = f"{path}.{field.alias or name}" if path else field.alias or name
+            value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False) if marker else None
+            if isinstance(value, str) and _absolute(value, marker) != value:
+                OmegaConf.update(cfg, key, _absolute(value, marker), merge=False)
+            elif isinstance(value, ListConfig) and any(isinstance(v, str) and _absolute(v, marker) != v for v in value):
+                OmegaConf.update(cfg, key, [_absolute(v, marker) if isinstance(v, str) else v for v in value], merge=False)
+
+
+def _input_location(annotation: Any, metadata: list) -> InputLocation | None:
+    """The :class:`InputLocation` marker of a field (its metadata, or inside an optional or a list)."""
+    found = next((m for m in metadata if isinstance(m, InputLocation)), None)
+    if found is not None or annotation is None:
+        return found
+    if get_origin(annotation) is Annotated:
+        return _input_location(get_args(annotation)[0], list(get_args(annotation)[1:]))
+    return next((m for arg in get_args(annotation) if (m := _input_location(arg, [])) is not None), None)
+
+
+def _absolute(value: str, marker: InputLocation) -> str:
+    """``value`` as an absolute path; a name (``or_name``) where no such file or folder exists stays as given."""
+    if Path(value).is_absolute() or (marker.or_name and not Path(value).exists()):
+        return value
+    return str(Path(value).absolute())
 
 
 def _plain(node: DictConfig | ListConfig, path: str) -> Any:
@@ -232,7 +272,7 @@ def _check_metrics(evaluator: Mapping, path: str) -> None:
             raise InputError(f"{path}.metrics[{index}]", f"{_shown(metric)} is not allowed: a cutoff that is an integer >= 1, e.g. {base}@10")
 
 
-def _check(model: type[Section], settings: Any, path: str, context: dict | None = None) -> None:
+def _check_block(model: type[Section], settings: Any, path: str, context: dict | None = None) -> None:
     try:
         model.model_validate(settings, context=context)
     except ValidationError as exc:

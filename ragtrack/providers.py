@@ -29,7 +29,7 @@ from ragtrack.core.data import (Corpus, CorpusBuilder, Dataset, Judged, Qrels, S
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
 from ragtrack.core.fields import check_id, check_text
 from ragtrack.core.progress import Progress
-from ragtrack.core.settings import ComponentSettings, Text, validated
+from ragtrack.core.settings import ComponentSettings, InputPath, Text, validated
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,7 +43,7 @@ class DatasetSettings(ComponentSettings):
     derive it from the path or id) and the query attributes to slice metrics by (docs/slices.md)."""
 
     name: Annotated[str, Field(pattern=r"^[^/\\\x00-\x1f]+$")] | None = Field(None, description=DATASET_NAME)
-    slices_file: Text | None = None
+    slices_file: InputPath | None = None
     slice_metadata: list[Text] = []
 
     @field_validator("name")
@@ -70,9 +70,9 @@ class DatasetProvider(ABC):
 
 
 class BeirSettings(DatasetSettings, extra="forbid"):
-    path: Text
+    path: InputPath
     split: Text = "test"
-    qrels_file: Text | None = Field(None, description="a TREC or BEIR qrels file instead of qrels/<split>.tsv")
+    qrels_file: InputPath | None = Field(None, description="a TREC or BEIR qrels file instead of qrels/<split>.tsv")
 
 
 class BeirDataset(DatasetProvider):
@@ -87,9 +87,9 @@ class BeirDataset(DatasetProvider):
 
 
 class TrecSettings(DatasetSettings, extra="forbid"):
-    corpus: Text = Field(description="corpus.jsonl(.gz) as in BEIR, or docid<TAB>text (or docid<TAB>title<TAB>text) lines")
-    topics: Text = Field(description="qid<TAB>text lines, or classic TREC <top> blocks")
-    qrels: Text = Field(description="a TREC qrels file (qid 0 docid grade), or BEIR's qrels tsv")
+    corpus: InputPath = Field(description="corpus.jsonl(.gz) as in BEIR, or docid<TAB>text (or docid<TAB>title<TAB>text) lines")
+    topics: InputPath = Field(description="qid<TAB>text lines, or classic TREC <top> blocks")
+    qrels: InputPath = Field(description="a TREC qrels file (qid 0 docid grade), or BEIR's qrels tsv")
     query_field: Literal["title", "description", "narrative"] = "title"
 
 
@@ -115,7 +115,7 @@ class IrdsSettings(DatasetSettings, extra="forbid"):
     fields: list[Text] | None = Field(None, description="document fields forming the text (the first of several is the title); "
                                                         "null: title and text where the documents have both, else text")
     query_field: Text | None = Field(None, description="the query field (title, description, ... for TREC topics); null: text, else title")
-    home: Text | None = Field(None, description="ir_datasets' download and cache folder; null: its own ($IR_DATASETS_HOME or ~/.ir_datasets)")
+    home: InputPath | None = Field(None, description="ir_datasets' download and cache folder; null: its own ($IR_DATASETS_HOME or ~/.ir_datasets)")
 
 
 class IrdsDataset(DatasetProvider):

@@ -41,7 +41,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.models import model_fingerprint, quiet_model_loading, resolve_model
 from ragtrack.core.progress import Progress
 from ragtrack.core.text import Tokenizer
-from ragtrack.core.settings import Count, Open, Text
+from ragtrack.core.settings import Count, NameOrPath, Open, Text
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class TransformerEncoderSettings(EncoderSettings, extra="forbid"):
     """A transformer sentence encoder. ``batch_size`` null: the backend's on a CPU, 1,024 on a GPU;
     ``threads`` null: one per physical core; ``precision`` fp16: a GPU only; bf16: a GPU or the CPU."""
 
-    model: Text = "all-MiniLM-L6-v2"
+    model: NameOrPath = "all-MiniLM-L6-v2"
     max_seq_length: Count | None = None
     query_prefix: str = ""
     document_prefix: str = ""

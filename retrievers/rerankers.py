@@ -27,7 +27,7 @@ from ragtrack.core.pairs import Pair, PairScores
 from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
 from ragtrack.core.secrets import without_credentials
-from ragtrack.core.settings import ChatSettings, Count, StageSettings, Text
+from ragtrack.core.settings import ChatSettings, Count, NameOrPath, StageSettings, Text
 from ragtrack.core.stages import SingleInputStage, StageContext, StageOutput, cached_run, chain_key
 from ragtrack.retrievers.encoders import torch_device
 
@@ -107,7 +107,7 @@ class CrossEncoderSettings(RerankerSettings):
     pair (default: the model's); ``device``: ``auto`` (a GPU where torch sees one, else the CPU),
     ``cpu``, ``cuda``, ``cuda:N``."""
 
-    model: Text = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    model: NameOrPath = "cross-encoder/ms-marco-MiniLM-L-6-v2"
     max_length: Count | None = None
     device: Text = "auto"
 

@@ -28,7 +28,7 @@ from ragtrack.core.checksums import file_sha256
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, read_trec
-from ragtrack.core.settings import SystemName, Text, validated
+from ragtrack.core.settings import InputPath, SystemName, validated
 from ragtrack.core.stages import StageContext, StageOutput
 from ragtrack.retrievers.base import Retriever, RetrieverSettings
 
@@ -39,7 +39,7 @@ class RunFileSettings(RetrieverSettings, extra="forbid"):
     """``path``: the TREC run file (a relative path is read from the folder ragtrack runs in);
     ``system``: the system's name (default: the config key, ``run_file``)."""
 
-    path: Text
+    path: InputPath
     system: SystemName | None = None
 
 

@@ -37,6 +37,21 @@ MetricName = Annotated[str, Field(min_length=1, description="a metric name (ragt
 Normalization = Literal["none", "minmax", "zscore", "max"]
 
 
+class InputLocation:
+    """Marks a setting naming a file or folder the job reads. Before a job runs, a relative one is made
+    absolute against the folder the command runs in (``pipeline.settings.absolute_inputs``), so the
+    logged config.yaml names the same file from any folder (``ragtrack reproduce``, ``compare``).
+    ``or_name``: the value may also be a name (a model on a hub, a shipped rubric): it is taken as a
+    path only where such a file or folder exists."""
+
+    def __init__(self, or_name: bool = False):
+        self.or_name = or_name
+
+
+InputPath = Annotated[str, Field(min_length=1), InputLocation()]
+NameOrPath = Annotated[str, Field(min_length=1), InputLocation(or_name=True)]
+
+
 class ItemError(ValueError):
     """A problem with item ``index`` of a list-valued key (the message names that item)."""
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 from pydantic import Field
 
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.pipeline import settings
 from ragtrack.pipeline.config import CONFIG_MODULE, compose
-from ragtrack.pipeline.settings import RetrieverSettings, settings_table, validate
+from ragtrack.pipeline.settings import RetrieverSettings, absolute_inputs, settings_table, validate
 
 MULTI_SELECT = {"retriever", "rewriter", "fusion", "reranker", "evaluator"}
 BASE = ["dataset=toy", "encoder=hashing", "paths.output_dir=/tmp/out"]
@@ -362,3 +363,26 @@ def test_every_shipped_yaml_holds_exactly_its_models_defaults() -> None:
     assert len(configs) >= 25 and {model.__name__ for _, _, model in configs} >= {"BM25Settings", "RRFSettings", "CrossEncoderSettings", "RM3Settings"}
     problems = [problem for where, node, model in configs for problem in _default_differences(model, node, where)]
     assert problems == []
+
+
+def test_relative_input_paths_are_made_absolute_against_the_working_folder(tmp_path: Path, monkeypatch) -> None:
+    """Every setting typed InputPath becomes absolute (config.yaml then names the same files from any
+    folder); a NameOrPath stays a name unless such a file or folder exists; absolute paths and
+    interpolations that resolve to absolute paths are left as written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    (tmp_path / "strict.yaml").write_text("name: strict\n")
+    cfg = composed(["dataset=trec", "dataset.corpus=c.tsv", "dataset.topics=sub/t.tsv", "dataset.qrels=../q.txt", "dataset.slices_file=s.tsv",
+                    "encoder=minilm", "encoder.model=models/mine", "+evaluator=[llm_judge]", "evaluator.llm_judge.model=m", "evaluator.llm_judge.human_labels=labels.jsonl",
+                    "evaluator.llm_judge.rubrics=[correctness,strict.yaml]", "+retriever.run.type=run_file", "+retriever.run.path=runs/a.trec"])
+    absolute_inputs(cfg, validate(cfg))
+    assert cfg.dataset.corpus == str(tmp_path / "c.tsv") and cfg.dataset.topics == str(tmp_path / "sub" / "t.tsv")
+    assert cfg.dataset.qrels == str(tmp_path / ".." / "q.txt") and cfg.dataset.slices_file == str(tmp_path / "s.tsv")
+    assert cfg.encoder.model == str(tmp_path / "models" / "mine")
+    assert cfg.evaluator.llm_judge.human_labels == str(tmp_path / "labels.jsonl")
+    assert list(cfg.evaluator.llm_judge.rubrics) == ["correctness", str(tmp_path / "strict.yaml")]
+    assert cfg.retriever.run.path == str(tmp_path / "runs" / "a.trec")
+    cfg = composed(["encoder=minilm", "+reranker=[cross_encoder]"])
+    absolute_inputs(cfg, validate(cfg))  # hub names and the shipped dataset's interpolated path stay as they were
+    assert cfg.encoder.model == "all-MiniLM-L6-v2" and cfg.reranker.cross_encoder.model == "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    assert OmegaConf.to_container(cfg.dataset)["path"].startswith("${")

@@ -11,7 +11,6 @@ import functools
 import json
 import logging
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import RagtrackError, describe_fault
+from ragtrack.core.files import check_writable_folder
 from ragtrack.core.progress import step
 from ragtrack.core.secrets import mask
 from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
@@ -162,10 +162,9 @@ class OutputFolderCheck(Callback):
 
 def check_output_folder(folder: Path) -> None:
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as exc:
-        fail(f"the output folder cannot be written: {describe_fault(exc) or exc}")
+        check_writable_folder(folder, "the output folder")
+    except RagtrackError as exc:
+        fail(str(exc))
 
 
 class SweepSummary(Callback):

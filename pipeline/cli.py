@@ -18,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 from ragtrack.core.errors import RagtrackError, describe_fault
+from ragtrack.core.files import check_writable_folder
 from ragtrack.core.secrets import mask
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
@@ -136,12 +137,16 @@ def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
+    if (args.reference_map or args.tolerance is not None) and not args.reference:  # argument mistakes first: told at once
+        raise RagtrackError("--reference-map and --tolerance check against a reference: give it with --reference RUN_OR_TABLE")
+    if args.resamples < 1 or args.failures < 0:
+        raise RagtrackError(f"--resamples {args.resamples}, --failures {args.failures}: give --resamples >= 1 and --failures >= 0")
+    if args.plot:
+        check_writable_folder(Path(args.plot).absolute().parent, "the --plot folder", keep=False)
     from ragtrack.pipeline.compare import run_compare
     from ragtrack.pipeline.comparison import TEXT_WIDTH
     from ragtrack.pipeline.reference import TOLERANCE
 
-    if (args.reference_map or args.tolerance is not None) and not args.reference:
-        raise RagtrackError("--reference-map and --tolerance check against a reference: give it with --reference RUN_OR_TABLE")
     uri = args.tracking_uri
     comparison, text = run_compare(uri, args.experiment, args.sweep, args.metric, args.baseline,
                                    args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log,
@@ -322,14 +327,21 @@ def run_command(argv: list[str]) -> int:
             print(run_help())
             return 0
         return run_hydra([{"--hydra-help": "--help", "--dry-run": "dry_run=true"}.get(a, a) for a in argv[1:]])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and "overrides" in args and not any(a.startswith("-") for a in extra):
+        args.overrides += extra  # KEY=VALUE after the options (argparse fills a positional list at one place only)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handler = {"eval": command_eval, "metrics": command_metrics, "compare": command_compare, "reproduce": command_reproduce,
                "regress": command_regress, "ui": command_ui}[args.command]
     try:
         if "tracking_uri" in args:
-            from ragtrack.pipeline.tracking import prepare_connection, use_credentials
+            from ragtrack.pipeline.tracking import check_store_exists, prepare_connection, use_credentials
 
             uri = args.tracking_uri or default_tracking_uri()
+            if args.command != "ui":  # compare and reproduce read the store: a missing one is told before MLflow is imported
+                check_store_exists(uri)
             # an unreachable tracking server fails in seconds, with one line; the URI is given to MLflow without credentials
             args.tracking_uri = use_credentials(uri) if args.command == "ui" else prepare_connection(uri)
         return handler(args)

@@ -42,7 +42,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
-from ragtrack.pipeline.tracking import ui_base
+from ragtrack.pipeline.tracking import reading_client, run_and_job, ui_base
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
                                       TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
@@ -235,19 +235,6 @@ def scope_difference(scopes: Sequence[JobScope]) -> str | None:
     return None
 
 
-def run_and_job(client, run_id: str, missing: str) -> tuple:
-    """The MLflow run ``run_id`` and its job: the run itself, or its parent when it is a system run;
-    ``missing``: the one-line error when the store has no such run."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        run = client.get_run(run_id)
-    except MlflowException:
-        raise RagtrackError(missing) from None
-    parent = run.data.tags.get(TAG_PARENT)
-    return run, client.get_run(parent) if parent else run
-
-
 def load_logged_reference(client, run_id: str, folder: Path) -> Reference:
     """The reference of an MLflow run id: its job's results.json, per_query.csv and config.yaml, its system
     runs' run.trec (downloaded when read); a system run gives only its system."""
@@ -291,8 +278,6 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
     Jobs of different qrels, thresholds or query sets fail unless ``allow_mixed`` (module docstring).
     ``reference``: a path or MLflow run id the rows are checked against (``pipeline.reference``), its
     systems paired by name or by ``reference_map`` (``ROW=REFERENCE``), differences within ``tolerance``."""
-    from mlflow.tracking import MlflowClient
-
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if reference_map and not reference:
@@ -301,7 +286,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         raise RagtrackError(f"--tolerance {tolerance}: give a difference >= 0 (Pyserini's: {TOLERANCE})")
     original = read_reference(reference) if reference else None  # a file or folder: a bad one fails before MLflow is read
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    client = MlflowClient(tracking_uri)
+    client = reading_client(tracking_uri)
     found = find_experiment(client, experiment)
     runs = _all_runs(client, found.experiment_id)
     jobs, scope = select_jobs(runs, sweep, found.name)

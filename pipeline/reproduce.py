@@ -30,21 +30,20 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.runs import read_trec
+from ragtrack.core.files import check_writable_folder
 from ragtrack.core.secrets import is_variable_name_key
-from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, measures_table, rankings_table
-from ragtrack.pipeline.comparison import SystemRun, find_baseline
-from ragtrack.pipeline.csv_files import read_csv
-from ragtrack.pipeline.reference import by_system
 from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, RUN_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM, system_metric_key
+from ragtrack.pipeline.tracking import reading_client, run_and_job
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # ${name:...}: a resolver call (oc.env, oc.decode, cwd, ...)
 
@@ -96,17 +95,33 @@ def endpoints(config: Mapping) -> list[tuple[str, str]]:
     return found
 
 
-def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: bool = False) -> tuple[DictConfig, list[str]]:
-    """A downloaded config made safe to run, with the reproducer's ``KEY=VALUE`` overrides merged, and
-    what was dropped (one line each). A ``_target_`` that is not registered, a resolver call, or an
-    endpoint not given by an override (without ``allow_endpoints``) raises :class:`RagtrackError`."""
+def parse_overrides(overrides: Sequence[str]) -> DictConfig:
+    """The reproducer's ``KEY=VALUE`` overrides as a config; one that is not ``KEY=VALUE``, or a value
+    that does not parse, raises :class:`RagtrackError`."""
     for override in overrides:
         if not override.partition("=")[0] or "=" not in override:
             raise RagtrackError(f"override {override!r}: reproduce takes KEY=VALUE, e.g. generator.api_key_env=OPENAI_API_KEY")
     try:
-        given = OmegaConf.from_dotlist(list(overrides))
+        return OmegaConf.from_dotlist(list(overrides))
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
         raise RagtrackError(f"overrides {' '.join(overrides)!r}: {str(exc).splitlines()[0]}") from None
+
+
+def check_arguments(overrides: Sequence[str] = (), output_dir: str | None = None, cache_dir: str | None = None) -> None:
+    """The mistakes found without MLflow, told before it is imported (as ``ragtrack run`` checks its
+    settings first): an override that is not ``KEY=VALUE`` or does not parse, an output or cache folder
+    that cannot be made or written (checked without leaving a folder behind)."""
+    parse_overrides(overrides)
+    for option, folder in (("--output-dir", output_dir), ("--cache-dir", cache_dir)):
+        if folder:
+            check_writable_folder(Path(folder), f"the {option} folder", keep=False)
+
+
+def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: bool = False) -> tuple[DictConfig, list[str]]:
+    """A downloaded config made safe to run, with the reproducer's ``KEY=VALUE`` overrides merged, and
+    what was dropped (one line each). A ``_target_`` that is not registered, a resolver call, or an
+    endpoint not given by an override (without ``allow_endpoints``) raises :class:`RagtrackError`."""
+    given = parse_overrides(overrides)
     yours = {path for path, _, value in _entries(OmegaConf.to_container(given)) if not isinstance(value, Mapping)}
     plain = OmegaConf.to_container(cfg, resolve=False)
     targets = registered_targets()
@@ -129,23 +144,47 @@ def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: boo
     return OmegaConf.merge(cfg, given), dropped
 
 
+def logged_job(client: Any, run_id: str, missing: str, baseline: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The job of ``run_id`` (a job or one of its system runs) and its system runs by name, from the
+    runs' records alone (nothing is downloaded): a run that does not exist (``missing``: the line),
+    one that is not a ragtrack job, or a ``baseline`` that is none of its systems raises :class:`RagtrackError`."""
+    from ragtrack.pipeline.comparison import SystemRun, find_baseline
+
+    _, job = run_and_job(client, run_id, missing)
+    if TAG_DATASET_HASH not in job.data.tags:
+        raise RagtrackError(f"run {run_id} is not a ragtrack job (no tag {TAG_DATASET_HASH}): give the run id of a job of "
+                            "`ragtrack run` or of one of its system runs")
+    children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'",
+                                  order_by=["attribute.start_time ASC"])  # the job's order of systems
+    children = {c.data.tags[TAG_SYSTEM]: c for c in children if c.data.tags.get(TAG_SYSTEM)}
+    if baseline is not None and children:  # a wrong --baseline fails before anything is downloaded
+        find_baseline([SystemRun(name, c.info.run_id, job.info.run_name, job.info.run_id, c.info.start_time, None, label=name)
+                       for name, c in children.items()], baseline)
+    return job, children
+
+
 def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, overrides: Sequence[str] = (),
               allow_endpoints: bool = False, baseline: str | None = None, output_dir: str | None = None) -> Reproduction:
     """Re-run the job of ``run_id`` (a job or one of its system runs) and compare every metric;
     ``overrides`` (``KEY=VALUE``) and ``allow_endpoints`` as in :func:`prepare`; ``baseline`` (a system
     name or run id) as in ``ragtrack compare``; ``output_dir``: where the re-run job's outputs stay
     (default: a temporary folder, removed at the end)."""
-    from mlflow.tracking import MlflowClient
+    check_arguments(overrides, output_dir, cache_dir)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stderr holds one line per problem
+    client = reading_client(tracking_uri)
+    job, children = logged_job(client, run_id, f"no run {run_id!r} in {tracking_uri}", baseline)
+    import pandas as pd  # the heavier modules once the run is found
 
-    from ragtrack.pipeline.compare import download_artifact, run_and_job
-    from ragtrack.pipeline.experiment import run_experiment
+    from ragtrack.core.runs import read_trec
+    from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, measures_table, rankings_table
+    from ragtrack.pipeline.compare import download_artifact
+    from ragtrack.pipeline.comparison import SystemRun, find_baseline
+    from ragtrack.pipeline.csv_files import read_csv
     from ragtrack.pipeline.inputs import load_dataset
     from ragtrack.pipeline.job import JobInfo
+    from ragtrack.pipeline.reference import by_system
     from ragtrack.pipeline.settings import validate
 
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stderr holds one line per problem
-    client = MlflowClient(tracking_uri)
-    _, job = run_and_job(client, run_id, f"no run {run_id!r} in {tracking_uri}")
     with tempfile.TemporaryDirectory(prefix="ragtrack-reproduce-") as scratch:
         downloaded = OmegaConf.load(download_artifact(client, job.info.run_id, CONFIG_FILE, Path(scratch) / "logged"))
         cfg, dropped = prepare(downloaded, overrides, allow_endpoints)
@@ -156,23 +195,22 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
         validate(cfg)
         for line in dropped:
             print(f"ragtrack: {line}", file=sys.stderr)
+        current = load_dataset(cfg.dataset, check_documents=False)  # as ``ragtrack run``: read before the stages are imported
+        logged_hash = job.data.tags[TAG_DATASET_HASH]
+        if logged_hash != current.hash:
+            raise RagtrackError(f"dataset {current.source} changed since run {job.info.run_id}: hash {current.hash[:12]} != logged {logged_hash[:12]}")
         try:
             logged_per_query = read_csv(download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str})
         except RagtrackError as exc:  # a run logged without its per-query values: the metrics are still compared
             print(f"ragtrack: {exc}: no reproduction measures", file=sys.stderr)
             logged_per_query = pd.DataFrame(columns=["system", "qid"])
-        children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'")
-        children = {c.data.tags[TAG_SYSTEM]: c for c in children if c.data.tags.get(TAG_SYSTEM)}
         logged_tables = by_system(logged_per_query)
         logged = {name: SystemRun(name, children.get(name, job).info.run_id, job.info.run_name, job.info.run_id, job.info.start_time,
                                   table, label=name) for name, table in logged_tables.items()}
-        base = find_baseline(list(logged.values()), baseline) if logged else None  # a wrong --baseline fails before the re-run
-        logged_hash = job.data.tags.get(TAG_DATASET_HASH)
-        current = load_dataset(cfg.dataset, check_documents=False)
-        current_hash = current.hash
-        if logged_hash != current_hash:
-            raise RagtrackError(f"dataset {current.source} changed since run {job.info.run_id}: hash {current_hash[:12]} != logged {str(logged_hash)[:12]}")
-        results = run_experiment(cfg, JobInfo(report=False))
+        base = find_baseline(list(logged.values()), baseline) if logged else None
+        from ragtrack.pipeline.experiment import run_experiment
+
+        results = run_experiment(cfg, JobInfo(report=False), current)
         reproduced_runs = {name: read_trec(Path(cfg.paths.output_dir) / "runs" / f"{name}.trec") for name in results["systems"]}
         original_runs = {name: read_trec(download_artifact(client, c.info.run_id, RUN_FILE, Path(scratch) / c.info.run_id))
                          for name, c in children.items() if name in reproduced_runs}

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from filelock import FileLock
 
@@ -187,12 +188,37 @@ def use_credentials(uri: str) -> str:
 
 
 def prepare_connection(uri: str, timeout: int = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> str:
-    """Before a command talks to MLflow: its HTTP settings and credentials, and a tracking server that
-    must answer; returns the URI to give MLflow (:func:`use_credentials`)."""
+    """Before a command talks to MLflow (and before it imports MLflow, so that its own mistakes are told
+    at once): its HTTP settings and credentials, and a tracking server that must answer; returns the URI
+    to give MLflow (:func:`use_credentials`)."""
     configure_http(timeout, retries)
-    quiet_mlflow_logs()
     probe_server(uri, timeout)
     return use_credentials(uri)
+
+
+def check_store_exists(uri: str) -> None:
+    """For a command that reads the store (``compare``, ``reproduce``), without importing MLflow: a
+    SQLite store or a store folder that does not exist is one line (MLflow would create an empty one)."""
+    if uri.startswith("sqlite:///"):
+        path = sqlite_path(uri)
+    elif uri.startswith(("file:", "/", ".")):
+        path = Path(unquote(urlsplit(uri).path) if uri.startswith("file:") else uri)
+    else:
+        return
+    if not path.exists():
+        raise RagtrackError(f"no MLflow store at {path} (tracking URI {without_credentials(uri)}): "
+                            "give the store of your runs with --tracking-uri, or log one with `ragtrack run`")
+
+
+def reading_client(uri: str) -> Any:
+    """An MLflow client for a command that reads the store (``uri`` as :func:`prepare_connection` returned
+    it), MLflow's own INFO lines quieted; a URI MLflow refuses (an unknown scheme, the old file store) is
+    one line."""
+    quiet_mlflow_logs()
+    from mlflow.tracking import MlflowClient
+
+    with faults_as_one_line(f"MLflow store {without_credentials(uri)}", mlflow_refusals=True):
+        return MlflowClient(uri)
 
 
 def probe_server(uri: str, timeout: float) -> None:
@@ -225,6 +251,19 @@ def is_local_store(uri: str) -> bool:
     return uri.startswith(("sqlite:", "file:", "/")) or "://" not in uri
 
 
+def run_and_job(client, run_id: str, missing: str) -> tuple:
+    """The MLflow run ``run_id`` and its job: the run itself, or its parent when it is a system run;
+    ``missing``: the one-line error when the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise RagtrackError(missing) from None
+    parent = run.data.tags.get(TAG_PARENT)
+    return run, client.get_run(parent) if parent else run
+
+
 @functools.lru_cache(maxsize=8)
 def _open_experiment(uri: str, experiment: str, artifact_location: str | None, timeout: int = DEFAULT_TIMEOUT,
                      retries: int = DEFAULT_RETRIES) -> tuple[Any, str]:
@@ -233,6 +272,7 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None, t
     from mlflow.tracking import MlflowClient
 
     given = prepare_connection(uri, timeout, retries)
+    quiet_mlflow_logs()
     with store_faults(uri):
         ensure_store(uri)
         client = MlflowClient(given)

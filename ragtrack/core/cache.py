@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections import OrderedDict
@@ -35,7 +34,7 @@ from filelock import FileLock
 
 from ragtrack.core.checksums import file_sha256, sha256_of
 from ragtrack.core.errors import RagtrackError, describe_fault
-from ragtrack.core.files import write_atomically
+from ragtrack.core.files import check_writable_folder, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +55,7 @@ class Cache:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.builds: list[str] = []
-        self._check_writable()
-
-    def _check_writable(self) -> None:
-        """Fail at once, with one line, when the cache folder cannot be created or written (read-only
-        disk, no permission, a file in the way): before a job has built or logged anything."""
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=self.root).close()
-        except OSError as exc:
-            raise RagtrackError(f"the cache folder cannot be written: {describe_fault(exc) or exc}") from None
+        check_writable_folder(self.root, "the cache folder")  # at once: before a job has built or logged anything
 
     def entry(self, kind: str, parts: dict, build: Callable[[Path], None], label: str | None = None) -> Path:
         """Return the folder of a complete, intact entry, building it with ``build(folder)`` if needed

@@ -7,6 +7,7 @@ and line. ``open_bytes`` opens regular files only: a FIFO, folder, device or soc
 opened without blocking, so a FIFO never hangs), and so are a symbolic link loop and a file that
 cannot be read.
 ``write_atomically`` writes through a temporary file and a rename, so readers never see half a file.
+``check_writable_folder`` tells at once, in one line, that an output or cache folder cannot be written.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import hashlib
 import os
 import secrets
 import stat
+import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ragtrack.core.errors import InputError
+from ragtrack.core.errors import InputError, RagtrackError, describe_fault
 
 MAX_LINE_BYTES = 64 * 2**20  # longer lines are rejected before they are held in memory
 
@@ -168,3 +170,19 @@ def write_atomically(path: str | Path, text: str) -> Path:
         temporary.unlink(missing_ok=True)
         raise
     return path
+
+
+def check_writable_folder(folder: Path, what: str, keep: bool = True) -> None:
+    """Fail at once, with one line ``<what> cannot be written: <fault>``, when ``folder`` cannot be made
+    or written (read-only disk, no permission, a file in the way). ``keep=False``: the folders the check
+    made are removed again, so a command refused later leaves nothing behind."""
+    made = [path for path in (folder, *folder.parents) if not os.path.lexists(path)]  # deepest first
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        raise RagtrackError(f"{what} cannot be written: {describe_fault(exc) or exc}") from None
+    finally:
+        for path in made if not keep else ():
+            with contextlib.suppress(OSError):
+                path.rmdir()

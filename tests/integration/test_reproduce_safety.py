@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.pipeline.config import config_path
-from ragtrack.pipeline.layout import CONFIG_FILE, TAG_DATASET_HASH
+from ragtrack.pipeline.layout import CONFIG_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM
 from ragtrack.pipeline.reproduce import prepare
 from tests.support import TOY_JOB, ragtrack, reproduce_cli
 
@@ -113,6 +113,28 @@ def test_a_wrong_baseline_is_refused_before_the_job_runs(logged, capsys, tmp_pat
     assert cli_main(args) == 2
     assert capsys.readouterr().err.strip() == "ragtrack: error: baseline 'colbert' is not a compared system or run; rows: bm25, dense, hybrid"
     assert not (tmp_path / "cache").exists()  # nothing was built: the job did not run
+
+
+def test_run_mistakes_are_told_from_the_run_records_before_anything_is_downloaded(logged, capsys) -> None:
+    """A run id the store lacks, a run that is not a ragtrack job and a --baseline that is none of the
+    job's systems are told from MLflow's records of the runs alone: this job has no config.yaml (without
+    --baseline, that is what stops it); a URI MLflow refuses is one line too."""
+    foreign = logged.client.create_run(logged.experiment_id).info.run_id
+    job = logged.client.create_run(logged.experiment_id, start_time=1000, tags={TAG_DATASET_HASH: "0" * 64}).info.run_id
+    for start, system in enumerate(("bm25", "dense")):
+        logged.client.create_run(logged.experiment_id, start_time=2000 + start, tags={TAG_PARENT: job, TAG_SYSTEM: system})
+    mistakes = {
+        ("0123abcd",): f"no run '0123abcd' in {logged.uri}",
+        (foreign,): f"run {foreign} is not a ragtrack job (no tag {TAG_DATASET_HASH}): give the run id of a job of `ragtrack run` "
+                    "or of one of its system runs",
+        (job, "--baseline", "colbert"): "baseline 'colbert' is not a compared system or run; rows: bm25, dense",
+        (job,): f"run {job} has no artifact 'config.yaml'",
+        (job, "--tracking-uri", "foo://bar"): "MLflow store foo://bar: Model registry functionality is unavailable",
+    }
+    for arguments, line in mistakes.items():
+        assert cli_main(["reproduce", "--tracking-uri", logged.uri, *arguments]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ragtrack: error: {line}") and err.count("\n") == 1, err
 
 
 def test_the_reproducer_configures_keys_and_endpoints_by_overrides() -> None:

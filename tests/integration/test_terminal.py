@@ -1,11 +1,13 @@
 """What a user meets in the terminal: a job's output in a file has no DEBUG lines, no carriage returns
 and plain progress lines only for a slow step; the end of a run says where its outputs and MLflow runs
-are, MLflow's own MLFLOW_TRACKING_URI is honoured, `ragtrack metrics` aligns its columns, and
+are, MLflow's own MLFLOW_TRACKING_URI is honoured, a mistake is told in one line before the heavy modules
+are imported, `ragtrack metrics` aligns its columns, and
 `ragtrack ui` leaves no process behind when it is stopped."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -45,6 +47,28 @@ def test_a_run_ends_with_its_output_folder_run_id_and_run_page(tmp_path: Path) -
 
 
 HEAVY_MODULES = ("pandas", "scipy", "bm25s", "numba", "torch", "chromadb", "mlflow", "ragtrack.pipeline.experiment")
+PROBE = """import contextlib, io, json, sys
+from ragtrack.pipeline.cli import main
+told = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    told.append([code, err.getvalue()])
+print(json.dumps([sorted(m for m in HEAVY if m in sys.modules), told]))"""
+
+
+def told_before_imports(root: Path, *commands: list[str]) -> tuple[list[str], list[list]]:
+    """``ragtrack`` run on each of ``commands`` in one fresh process in ``root``: the heavy modules it
+    imported, and each command's exit code and stderr."""
+    probe = f"HEAVY = {HEAVY_MODULES!r}\n{PROBE}"
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(commands)], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAGTRACK_ROOT": str(root)})
+    assert done.returncode == 0, done.stderr
+    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 @pytest.mark.parametrize("mistake", [["retriever.bm25.k1=-1"], ["dataset=beir", "dataset.path=bad"]], ids=["setting", "data"])
@@ -55,13 +79,41 @@ def test_a_mistake_is_told_before_the_stages_are_imported(tmp_path: Path, mistak
     shutil.copytree(TOY, bad)
     with (bad / "queries.jsonl").open("a") as queries:
         queries.write('{"_id": "q9", "text": \n')
-    probe = ("import sys\nfrom ragtrack.pipeline.cli import main\ntry:\n    code = main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code\n"
-             f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules), code)")
-    done = subprocess.run([sys.executable, "-c", probe, "run", "tracking=none", *mistake], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "RAGTRACK_ROOT": str(tmp_path)})
-    assert done.stdout.strip().splitlines()[-1] == "LOADED [] 2", done.stdout + done.stderr
-    assert done.stderr.strip().splitlines()[-1] in ("ragtrack: error: retriever.bm25.k1: -1 is not allowed: a finite number >= 0",
-                                                     "ragtrack: error: bad/queries.jsonl:8: malformed JSON: Expecting value (column 23)")
+    loaded, [(code, err)] = told_before_imports(tmp_path, ["run", "tracking=none", *mistake])
+    assert (loaded, code) == ([], 2), err
+    assert err.strip().splitlines()[-1] in ("ragtrack: error: retriever.bm25.k1: -1 is not allowed: a finite number >= 0",
+                                            "ragtrack: error: bad/queries.jsonl:8: malformed JSON: Expecting value (column 23)")
+
+
+def test_reproduce_and_compare_tell_argument_folder_and_store_mistakes_before_mlflow(tmp_path: Path) -> None:
+    """What ``reproduce`` and ``compare`` can find without MLflow (overrides, --output-dir, --cache-dir,
+    --plot, --resamples, a store that does not exist) is one line and exit code 2 before pandas, MLflow
+    or the stages are imported, and leaves no folder behind (a reader never creates a store)."""
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "store.db").write_text("")  # exists: the arguments are checked next (MLflow never opens it)
+    uri, none = f"sqlite:///{tmp_path}/store.db", tmp_path / "none"
+    run = ["reproduce", "0123abcd", "--tracking-uri", uri]
+    unwritable = f"cannot be written: {tmp_path}/afile/x: a file is in the way where a folder is needed"
+    mistakes = {
+        (*run[:2], "depth", *run[2:]): "override 'depth': reproduce takes KEY=VALUE, e.g. generator.api_key_env=OPENAI_API_KEY",
+        (*run, "depth=[1"): "overrides 'depth=[1': while parsing a flow sequence",  # an override after the options is one too
+        (*run, "--output-dir", f"{tmp_path}/afile/x"): f"the --output-dir folder {unwritable}",
+        (*run, "--output-dir", f"{none}/out", "--cache-dir", f"{tmp_path}/afile/x"): f"the --cache-dir folder {unwritable}",
+        ("reproduce", "0123abcd", "--tracking-uri", f"sqlite:///{none}/mlflow.db"):
+            f"no MLflow store at {none}/mlflow.db (tracking URI sqlite:///{none}/mlflow.db): give the store of your runs with "
+            "--tracking-uri, or log one with `ragtrack run`",
+        ("reproduce", "0123abcd", "--tracking-uri", str(none)):
+            f"no MLflow store at {none} (tracking URI {none}): give the store of your runs with --tracking-uri, or log one with `ragtrack run`",
+        ("compare",): f"no MLflow store at {tmp_path}/mlruns/mlflow.db (tracking URI sqlite:///{tmp_path}/mlruns/mlflow.db): give the "
+                      "store of your runs with --tracking-uri, or log one with `ragtrack run`",
+        ("compare", "--tracking-uri", uri, "--plot", f"{tmp_path}/afile/x/plot.png"): f"the --plot folder {unwritable}",
+        ("compare", "--tracking-uri", uri, "--resamples", "0"): "--resamples 0, --failures 10: give --resamples >= 1 and --failures >= 0",
+        ("compare", "--tracking-uri", uri, "--reference-map", "a=b"):
+            "--reference-map and --tolerance check against a reference: give it with --reference RUN_OR_TABLE",
+    }
+    loaded, told = told_before_imports(tmp_path, *map(list, mistakes))
+    assert loaded == [] and told == [[2, f"ragtrack: error: {line}\n"] for line in mistakes.values()]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "store.db"]  # no output folder, cache or store made
 
 
 @pytest.mark.slow  # a whole job or several: make test-slow

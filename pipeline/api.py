@@ -299,12 +299,19 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
         with open_dict(cfg):  # the job records where its data came from; the frames cannot be read from a config
             cfg.dataset = {"type": "frames", "name": given.name}
     absolute_inputs(cfg, validate(cfg))  # bad settings fail here: no folder, no MLflow run, no cache entry
+    made = None
     if not any(o.split("=", 1)[0].lstrip("+~") == "paths.output_dir" for o in overrides):
         folder = Path(cfg.paths.log_dir) / "runs"
         folder.mkdir(parents=True, exist_ok=True)
         with open_dict(cfg):
-            cfg.paths.output_dir = tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S_"), dir=folder)
-    results = run_job(cfg, JobInfo(overrides=overrides), given)
+            cfg.paths.output_dir = made = tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S_"), dir=folder)
+    try:
+        results = run_job(cfg, JobInfo(overrides=overrides), given)
+    except BaseException:
+        if made:  # a job that stopped before it wrote anything (a data error) leaves no empty folder
+            with contextlib.suppress(OSError):
+                Path(made).rmdir()
+        raise
     return ExperimentResult(results, Path(cfg.paths.output_dir), results.pop("mlflow_run_id", None), results.pop("per_query_table"))
 
 
@@ -368,19 +375,21 @@ def _require_ids(qid: object, documents: object, label: str) -> None:
 
 def _nested(frame: pd.DataFrame, value: str, label: str) -> dict[str, dict[str, Any]]:
     """``{qid: {docid: value}}`` from a DataFrame's ``qid``, ``docid`` and ``value`` columns; the first
-    row (by index label) with a missing id or value, or a grade that is not a whole number, fails."""
+    row (by index label) with a missing id or value, or a grade that is not an integer (``1.0`` neither,
+    as in a qrels file), fails."""
     absent = [c for c in ("qid", "docid", value) if c not in frame.columns]
     if absent:
         raise RagtrackError(f"{label}: the DataFrame needs columns qid, docid, {value}; missing: {', '.join(absent)}")
     problems = {"query id is missing": frame["qid"].map(_missing), "document id is missing": frame["docid"].map(_missing),
                 f"{value} is missing": frame[value].map(_missing)}
     if value == "grade":
-        numeric = pd.to_numeric(frame[value], errors="coerce")
-        problems["grade {!r} is not an integer"] = ~problems[f"{value} is missing"] & (numeric.isna() | (numeric % 1 != 0))
+        from ragtrack.providers import grade_problem
+
+        problems["grade"] = ~problems[f"{value} is missing"] & frame[value].map(grade_problem).notna()
     for problem, bad in problems.items():
         if bad.any():
             row = bad.to_numpy().argmax()
-            raise RagtrackError(f"{label} row {frame.index[row]}: {problem.format(frame[value].to_numpy(dtype=object)[row])}")
+            raise RagtrackError(f"{label} row {frame.index[row]}: {grade_problem(frame[value].to_numpy(dtype=object)[row]) if problem == 'grade' else problem}")
     duplicated = frame.duplicated(["qid", "docid"])
     if duplicated.any():
         row = frame[duplicated].iloc[0]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import numbers
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from pydantic import Field, field_validator
 from ragtrack.core.data import (Corpus, CorpusBuilder, Dataset, Judged, Qrels, Sources, assemble, load_beir, load_corpus, load_qrels, load_topics,
                                 load_tsv_corpus)
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
-from ragtrack.core.fields import check_id, check_text
+from ragtrack.core.fields import check_id, check_text, parse_grade
 from ragtrack.core.progress import Progress
 from ragtrack.core.settings import ComponentSettings, InputPath, Text, validated
 
@@ -275,10 +276,12 @@ def dataset_from_frames(corpus: pd.DataFrame, queries: pd.DataFrame, qrels: pd.D
 
     - ``corpus``: ``docid``, ``text`` and optionally ``title``;
     - ``queries``: ``qid``, ``text``; any other column is the query's metadata (``dataset.slice_metadata``);
-    - ``qrels``: ``qid``, ``docid``, ``grade`` (integers);
+    - ``qrels``: ``qid``, ``docid``, ``grade`` (integers: a float, even ``1.0``, is an error, as in a file);
     - ``answers`` (optional): ``qid``, ``answer``, one row per gold answer.
 
-    The hashes are sha256 over the rows as read, so the same frames give the same dataset hash."""
+    The hashes are sha256 over the rows as read, so the same frames give the same dataset hash. The
+    dataset keeps each judgment's row (``qrels_places``), so the job's own check of the judged documents
+    names the row too."""
     validated(DatasetSettings, {"name": name}, "dataset_from_frames")
     _columns(corpus, "corpus", optional=("title",))
     builder = CorpusBuilder(lambda doc_id: f"row {corpus.index.tolist()[(corpus['docid'] == doc_id).to_numpy().argmax()]!r}", records_hash=True)
@@ -289,10 +292,10 @@ def dataset_from_frames(corpus: pd.DataFrame, queries: pd.DataFrame, qrels: pd.D
         builder.add(doc_id, _frame_text(title, where, "title", optional=True), _frame_text(text, where, "text", optional=True), where)
     documents = builder.corpus("corpus DataFrame")
     all_queries, metadata, queries_hash = _frame_queries(queries)
-    judged, qrels_hash = _frame_qrels(qrels)
+    judged, qrels_hash, places = _frame_qrels(qrels)
     gold = _frame_answers(answers, all_queries) if answers is not None else {}
     return assemble(Sources(name, f"frames:{name}", "queries DataFrame", "qrels DataFrame"), documents,
-                    Judged(all_queries, judged, queries_hash, qrels_hash, gold, metadata), check_documents=check_documents)
+                    Judged(all_queries, judged, queries_hash, qrels_hash, gold, metadata, places), check_documents=check_documents)
 
 
 def _columns(frame: Any, label: str, optional: tuple[str, ...] = ()) -> None:
@@ -355,23 +358,38 @@ def _frame_queries(queries: pd.DataFrame) -> tuple[dict[str, str], dict[str, dic
     return texts, metadata, digest.hexdigest()
 
 
-def _frame_qrels(qrels: pd.DataFrame) -> tuple[Qrels, str]:
+def _frame_qrels(qrels: pd.DataFrame) -> tuple[Qrels, str, dict[str, dict[str, str]]]:
+    """The judgments, their hash and per judgment its row (``qrels DataFrame row 3``, for later errors).
+    Grades are integers, as in files: a float (``1.0``) is an error, as ``1.0`` is on a qrels line."""
     _columns(qrels, "qrels")
     judged: Qrels = {}
+    places: dict[str, dict[str, str]] = {}
     digest = hashlib.sha256()
     for label, qid, doc_id, grade in zip(qrels.index, qrels["qid"], qrels["docid"], qrels["grade"]):
         where = f"qrels DataFrame row {label!r}"
         qid, doc_id = _frame_id(qid, where, "qid"), _frame_id(doc_id, where, "docid")
-        if isinstance(grade, bool) or not (isinstance(grade, int) or hasattr(grade, "is_integer") and float(grade).is_integer()):
-            raise RagtrackError(f"{where}: grade {grade!r} is not an integer")
+        if problem := grade_problem(grade):
+            raise RagtrackError(f"{where}: {problem}")
+        value = parse_grade(str(grade), where, None)  # within 64 bits, as in files
         grades = judged.setdefault(qid, {})
         if doc_id in grades:
             raise RagtrackError(f"{where}: duplicate judgment for query {qid!r} and document {doc_id!r}")
-        grades[doc_id] = int(grade)
-        digest.update(f"{qid}\t{doc_id}\t{int(grade)}\n".encode())
+        grades[doc_id] = value
+        places.setdefault(qid, {})[doc_id] = where
+        digest.update(f"{qid}\t{doc_id}\t{value}\n".encode())
     if not judged:
         raise RagtrackError("qrels DataFrame: no judgments")
-    return judged, digest.hexdigest()
+    return judged, digest.hexdigest(), places
+
+
+def grade_problem(grade: Any) -> str | None:
+    """Why a DataFrame's ``grade`` is not a grade, or ``None`` for an integer (a bool is none). Grades are
+    integers, as on a qrels line, where ``1.0`` is an error too: a whole float gets the fix, since pandas
+    makes a column of integers float when it once held a missing value."""
+    if isinstance(grade, numbers.Integral) and not isinstance(grade, bool):
+        return None
+    whole = isinstance(grade, float) and grade.is_integer()
+    return f"grade {grade!r} is not an integer" + (" (a float column: .astype(int) makes its grades integers)" if whole else "")
 
 
 def _frame_answers(answers: pd.DataFrame, queries: dict[str, str]) -> dict[str, list[str]]:

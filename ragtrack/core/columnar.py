@@ -24,7 +24,7 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragtrack.core.fields import BEIR_HEADER, GRADE, WHITESPACE
+from ragtrack.core.fields import GRADE, QRELS_HEADER, WHITESPACE, is_header
 from ragtrack.core.files import read_bytes
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ def read_qrels(path: Path) -> "tuple[list[str], list[str], list[int], bytes] | N
     table = None if not tabs and b"\t" in data else _table(data, names, "\t" if tabs else " ")
     if table is None or table.num_rows == 0:
         return None
-    if tabs and list(table.slice(0, 1).to_pylist()[0].values()) == BEIR_HEADER:
+    if tabs and is_header(list(table.slice(0, 1).to_pylist()[0].values()), QRELS_HEADER):
         table = table.slice(1)
     grades = table["grade"]
     if table.num_rows == 0 or not _no_empty_field(*table.columns) or not pc.all(pc.match_substring_regex(grades, f"^(?:{GRADE.pattern})$")).as_py():

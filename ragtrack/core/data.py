@@ -8,8 +8,10 @@ and CRLF line endings are accepted; documents with an empty title *and* text are
 empty query texts; ids and texts must be valid Unicode text and ids may not contain whitespace (a TREC
 run could not represent them; ``fields.py`` has the rules for ids, grades and columns); qrels may not
 name unknown queries or documents or repeat a (query, document) pair; grades must be ASCII integers
-(negative grades count as non-relevant and, in bpref, as unjudged, as in trec_eval); the BEIR header ``query-id corpus-id score``
-is allowed only as the first non-blank line of a qrels file. Only queries judged in the split are run.
+(negative grades count as non-relevant and, in bpref, as unjudged, as in trec_eval); a header (the BEIR
+qrels header ``query-id corpus-id score``, ``docid<TAB>text`` in a tsv corpus, ``qid<TAB>query`` in tsv
+topics: ``fields.is_header``) is allowed only as the first non-blank line. Only queries judged in the
+split are run.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from ragtrack.core import columnar
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.fields import BEIR_HEADER, check_id, check_text, parse_grade, split_columns
+from ragtrack.core.fields import CORPUS_HEADER, QRELS_HEADER, TOPICS_HEADER, check_id, check_text, is_header, parse_grade, split_columns
 from ragtrack.core.files import open_bytes, read_json_objects, read_lines
 from ragtrack.core.strings import JoinedTexts, Strings, StringsBuilder
 
@@ -91,6 +93,7 @@ class Dataset:
     queries_path: Path | None = None  # the queries' file (likewise)
     source: str = ""  # where it was read, for people: ``beir:/data/nfcorpus``, ``irds:beir/scifact/test``
     hashes: dict[str, str] = field(default_factory=dict)  # sha256 of the documents, queries and qrels (``hash`` covers all three)
+    qrels_places: dict[str, dict[str, str]] = field(default_factory=dict)  # per judgment where it is, when not in a file (frames: ``qrels DataFrame row 3``)
 
     def num_judged_relevant(self, threshold: int = 1) -> int:
         return sum(any(g >= threshold for g in docs.values()) for docs in self.qrels.values())
@@ -196,14 +199,19 @@ def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str,
 
 
 def load_tsv_corpus(path: Path) -> Corpus:
-    """Read a corpus as tab-separated ``docid<TAB>text`` or ``docid<TAB>title<TAB>text`` lines without a
-    header (MS MARCO's ``collection.tsv`` layout), gzip if the name ends in ``.gz``."""
+    """Read a corpus as tab-separated ``docid<TAB>text`` or ``docid<TAB>title<TAB>text`` lines (MS MARCO's
+    ``collection.tsv`` layout), gzip if the name ends in ``.gz``; a header line (``docid<TAB>text``,
+    :data:`~ragtrack.core.fields.CORPUS_HEADER`) is skipped."""
     digest = hashlib.sha256()
-    corpus = CorpusBuilder(lambda doc_id: f"line {next(n for n, text in read_lines(path) if text.split(chr(9), 1)[0].strip(' ') == doc_id)}")
-    for number, line in read_lines(path, digest):
+    header = 0  # the header's line, if any
+    corpus = CorpusBuilder(lambda doc_id: f"line {next(n for n, text in read_lines(path) if n > header and text.split(chr(9), 1)[0].strip(' ') == doc_id)}")
+    for index, (number, line) in enumerate(read_lines(path, digest)):
         columns = line.split("\t")
         if len(columns) not in (2, 3):
             raise InputError(path, f"expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got {len(columns)}", number)
+        if _is_header(path, index, number, columns, CORPUS_HEADER[len(columns)], "document"):
+            header = number
+            continue
         doc_id = check_id(columns[0].strip(" "), path, number, "document id")
         title, text = (columns[1], columns[2]) if len(columns) == 3 else ("", columns[1])
         check_text(title, path, number, "the title")
@@ -220,12 +228,17 @@ TOPIC_LABELS = {"num": re.compile(r"^\s*Number:\s*", re.IGNORECASE), "desc": re.
 def load_topics(path: Path, field_name: str = "title") -> tuple[dict[str, str], str]:
     """Read TREC topics: ``qid<TAB>text`` lines (MS MARCO, TREC DL), or the classic SGML-like format
     (``<top> <num> Number: 301 <title> ... <desc> Description: ... <narr> Narrative: ... </top>``), whose
-    ``field_name`` (``title``, ``description`` or ``narrative``) is the query; returns texts and hash."""
+    ``field_name`` (``title``, ``description`` or ``narrative``) is the query; returns texts and hash.
+    Tab-separated topics have one text, their title: another ``field_name`` is an error, and a header
+    line (``qid<TAB>query``, :data:`~ragtrack.core.fields.TOPICS_HEADER`) is skipped."""
     digest = hashlib.sha256()
     lines = list(read_lines(path, digest))
     if not lines:
         raise InputError(path, "no topics")
     classic = lines[0][1].lstrip().lower().startswith("<top>")
+    if not classic and field_name != "title":
+        raise InputError(path, f"qid<TAB>text topics have no {field_name} field, only one text: set dataset.query_field=title "
+                               "(description and narrative are fields of <top> topics)")
     parsed = _classic_topics(path, lines, field_name) if classic else _tsv_topics(path, lines)
     queries: dict[str, str] = {}
     first_line: dict[str, int] = {}
@@ -242,11 +255,27 @@ def load_topics(path: Path, field_name: str = "title") -> tuple[dict[str, str], 
 
 
 def _tsv_topics(path: Path, lines: list[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
-    for number, line in lines:
+    for index, (number, line) in enumerate(lines):
         qid, tab, text = line.partition("\t")
         if not tab:
             raise InputError(path, "expected 'qid<TAB>text' (or a <top> block)", number)
-        yield number, qid.strip(" "), text.strip()
+        if not _is_header(path, index, number, [qid, text], TOPICS_HEADER, "topic"):
+            yield number, qid.strip(" "), text.strip()
+
+
+def _is_header(path: Path, index: int, number: int, columns: list[str], names: tuple, record: str | None = None) -> bool:
+    """Whether line ``number``, the ``index``-th non-blank one, is a header to skip (its ``columns`` are
+    column ``names``: :func:`~ragtrack.core.fields.is_header`). A header is allowed only as the first
+    non-blank line; the same line later is an error. ``record``: what the file's lines are, for the log
+    line that says a header was skipped (files that seldom have one)."""
+    if not is_header(columns, names):
+        return False
+    line = " ".join(column.strip() for column in columns)
+    if index:
+        raise InputError(path, f"the header {line!r} is allowed only as the first non-blank line", number)
+    if record:
+        log.info("%s:%d: skipped the header line %r (column names, not a %s)", path, number, line, record)
+    return True
 
 
 def _classic_topics(path: Path, lines: list[tuple[int, str]], field_name: str) -> Iterator[tuple[int, str, str]]:
@@ -307,9 +336,7 @@ def load_qrels_lines(path: Path) -> tuple[Qrels, str]:
     qrels: Qrels = {}
     for index, (number, text) in enumerate(read_lines(path, digest)):
         columns = split_columns(text, tab_separated=True)
-        if columns == BEIR_HEADER:
-            if index:
-                raise InputError(path, "the header 'query-id corpus-id score' is allowed only as the first non-blank line", number)
+        if _is_header(path, index, number, columns, QRELS_HEADER):
             continue
         if len(columns) == 3:
             qid, doc_id, grade = columns
@@ -329,12 +356,21 @@ def load_qrels_lines(path: Path) -> tuple[Qrels, str]:
     return qrels, digest.hexdigest()
 
 
-def _find_qrels_line(path: Path, needle: str) -> int | None:
-    with open_bytes(path) as handle:
-        for number, raw in enumerate(handle, start=1):
-            if needle in split_columns(raw.decode("utf-8", "replace").rstrip("\r\n"), tab_separated=True):
-                return number
-    return None
+def _judgment_place(qrels: Path | str, places: dict[str, dict[str, str]], qid: str, doc_id: str | None = None) -> tuple[Path | str, int | None]:
+    """Where an error about the judgments of query ``qid`` (about document ``doc_id``, where given) points:
+    the qrels file and the first line naming that id in its column, or the judgment's place in
+    ``places`` (a DataFrame's row), else the judgments' label (``ir_datasets ... qrels``)."""
+    if isinstance(qrels, Path):
+        needle, column = (qid, 0) if doc_id is None else (doc_id, -2)  # the document id is the last column but one (BEIR and TREC)
+        with open_bytes(qrels) as handle:
+            for number, raw in enumerate(handle, start=1):
+                columns = split_columns(raw.decode("utf-8", "replace").rstrip("\r\n"), tab_separated=True)
+                if len(columns) > 2 and columns[column] == needle:
+                    return qrels, number
+        return qrels, None
+    if qid in places:
+        return places[qid][doc_id] if doc_id is not None else next(iter(places[qid].values())), None
+    return qrels, None
 
 
 def _corpus_path(folder: Path) -> Path:
@@ -351,6 +387,8 @@ def load_beir(path: str | Path, split: str = "test", name: str | None = None, qr
     false (the experiment checks them itself against what it indexes: documents, or chunks of them,
     :func:`check_judged_documents`)."""
     folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(folder, "a file, not a folder: a BEIR dataset is the folder that holds corpus.jsonl, queries.jsonl and qrels/")
     if not folder.is_dir():
         raise InputError(folder, "dataset folder not found")
     qrels_path = Path(qrels_file) if qrels_file else folder / "qrels" / f"{split}.tsv"
@@ -383,6 +421,7 @@ class Judged:
     qrels_hash: str
     answers: dict[str, list[str]] = field(default_factory=dict)
     metadata: dict[str, dict] = field(default_factory=dict)
+    places: dict[str, dict[str, str]] = field(default_factory=dict)  # per judgment where it is, when not in a file (``qrels DataFrame row 3``)
 
 
 def assemble(sources: Sources, corpus: Corpus, judged: Judged, split: str = "", check_documents: bool = True) -> Dataset:
@@ -392,15 +431,15 @@ def assemble(sources: Sources, corpus: Corpus, judged: Judged, split: str = "", 
     all_queries = judged.queries
     for qid in judged.qrels:
         if qid not in all_queries:
-            line = _find_qrels_line(sources.qrels, qid) if isinstance(sources.qrels, Path) else None
-            raise InputError(sources.qrels, f"unknown query id {qid!r} (not in {_label(sources.queries)})", line)
+            where, line = _judgment_place(sources.qrels, judged.places, qid)
+            raise InputError(where, f"unknown query id {qid!r} (not in {_label(sources.queries)})", line)
     keep = judged.qrels.keys()
     hashes = {"documents": corpus.hash, "queries": judged.queries_hash, "qrels": judged.qrels_hash}
     dataset = Dataset(name=sources.name, corpus=corpus, queries={q: t for q, t in all_queries.items() if q in keep}, qrels=judged.qrels,
                       answers={q: a for q, a in judged.answers.items() if q in keep}, metadata={q: m for q, m in judged.metadata.items() if q in keep},
                       hash=hashlib.sha256(":".join(hashes.values()).encode()).hexdigest(), hashes=hashes, source=sources.source,
                       queries_path=sources.queries if isinstance(sources.queries, Path) else None,
-                      qrels_path=sources.qrels if isinstance(sources.qrels, Path) else None)
+                      qrels_path=sources.qrels if isinstance(sources.qrels, Path) else None, qrels_places=judged.places)
     if check_documents:
         check_judged_documents(dataset, corpus.ids)
     queries = dataset.queries
@@ -421,10 +460,10 @@ def _label(source: Path | str) -> str:
 def check_judged_documents(dataset: Dataset, *known: Iterable[str]) -> None:
     """Every document id the judgments name is in one of ``known`` (the corpus ids, or document and
     chunk ids of a chunked corpus), which are read once and never gathered into a set; else an
-    :class:`InputError` naming the qrels line of the first unknown id."""
+    :class:`InputError` naming the qrels line (or DataFrame row) of the first unknown id."""
     missing = {doc_id for judged in dataset.qrels.values() for doc_id in judged}.difference(*known)
-    for judged in dataset.qrels.values():
+    for qid, judged in dataset.qrels.items():
         for doc_id in judged:
             if doc_id in missing:
-                line = _find_qrels_line(dataset.qrels_path, doc_id) if dataset.qrels_path else None
-                raise InputError(dataset.qrels_path or f"{dataset.source} qrels", f"unknown document id {doc_id!r} (not in the corpus)", line)
+                where, line = _judgment_place(dataset.qrels_path or f"{dataset.source} qrels", dataset.qrels_places, qid, doc_id)
+                raise InputError(where, f"unknown document id {doc_id!r} (not in the corpus)", line)

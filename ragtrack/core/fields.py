@@ -13,6 +13,10 @@ for scores, which Arrow parses in the same syntax (see ``columnar.py``).
 - **Grades** are ASCII integers (:data:`GRADE`): an optional sign and the digits 0-9, in the range of a
   64-bit integer. ``1.0``, ``1_0``, ``١`` and ``１`` are errors, although Python's ``int()`` accepts
   the last three.
+- **Headers**: a first line whose every column is a column name its position may have (in any letter
+  case: :data:`QRELS_HEADER`, :data:`CORPUS_HEADER`, :data:`TOPICS_HEADER`) is a header, not a record
+  (:func:`is_header`); the same line anywhere else is an error. A line with one cell that is no such
+  name (a document ``id<TAB>some text``) is a record.
 - **Scores** are ASCII decimal numbers (:data:`SCORE`): sign, digits, one decimal point, an exponent.
   ``nan``, ``inf``, ``1_0`` and non-ASCII digits are errors, as is a number too large for a float.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from ragtrack.core.errors import InputError
@@ -33,7 +38,14 @@ NON_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 # as a class of literal characters, which Python's re and Arrow's RE2 read the same way.
 WHITESPACE = "[\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"  # literal characters
 GRADE_RANGE = (-(2**63), 2**63 - 1)
-BEIR_HEADER = ["query-id", "corpus-id", "score"]  # a qrels header: these columns exactly, only as the first non-blank line
+# Header lines: per column the names it may have (lower case). BEIR's qrels header is exactly query-id corpus-id score.
+DOCUMENT_ID = frozenset({"id", "_id", "docid", "doc_id", "doc-id", "docno", "pid", "corpus-id", "corpus_id"})
+QUERY_ID = frozenset({"id", "_id", "qid", "query_id", "query-id", "queryid", "topic", "topic_id", "topicid", "num"})
+TEXT = frozenset({"text", "body", "contents", "content", "passage"})
+QUERY_TEXT = frozenset({"query", "text", "title", "question", "description"})
+QRELS_HEADER = (frozenset({"query-id"}), frozenset({"corpus-id"}), frozenset({"score"}))
+CORPUS_HEADER = {2: (DOCUMENT_ID, TEXT), 3: (DOCUMENT_ID, frozenset({"title"}), TEXT)}  # by the number of columns
+TOPICS_HEADER = (QUERY_ID, QUERY_TEXT)
 
 
 def split_columns(text: str, tab_separated: bool = False) -> list[str]:
@@ -43,6 +55,12 @@ def split_columns(text: str, tab_separated: bool = False) -> list[str]:
     if tab_separated and "\t" in text:
         return [column.strip(" ") for column in text.split("\t")]
     return COLUMN_SEPARATOR.split(text)
+
+
+def is_header(columns: Sequence[str], names: Sequence[Collection[str]]) -> bool:
+    """Whether a line's ``columns`` are a header: one per entry of ``names``, each one of the names its
+    position may have, in any letter case (``DocID<TAB>Text``)."""
+    return len(columns) == len(names) and all(column.strip().lower() in known for column, known in zip(columns, names))
 
 
 def check_text(value: str, path: str | Path, line: int | None, what: str) -> str:

@@ -2,8 +2,8 @@
 
 ``read_lines`` is the one way input files are read line by line: UTF-8 (a BOM and CRLF accepted),
 gzip when the name ends in ``.gz``, and every defect (NUL bytes, invalid UTF-8, over-long lines,
-truncated gzip, a missing file) raised as an :class:`~ragtrack.core.errors.InputError` naming the file
-and line. ``open_bytes`` opens regular files only: a FIFO, folder, device or socket is an error (it is
+truncated gzip, a gzip file whose name lacks ``.gz``, a missing file) raised as an
+:class:`~ragtrack.core.errors.InputError` naming the file and line. ``open_bytes`` opens regular files only: a FIFO, folder, device or socket is an error (it is
 opened without blocking, so a FIFO never hangs), and so are a symbolic link loop and a file that
 cannot be read.
 ``write_atomically`` writes through a temporary file and a rename, so readers never see half a file.
@@ -28,6 +28,7 @@ from typing import BinaryIO
 from ragtrack.core.errors import InputError, RagtrackError, describe_fault
 
 MAX_LINE_BYTES = 64 * 2**20  # longer lines are rejected before they are held in memory
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
@@ -66,12 +67,17 @@ def open_regular(path: Path) -> BinaryIO:
 
 @contextlib.contextmanager
 def open_bytes(path: Path) -> Iterator[BinaryIO]:
-    """A regular file (:func:`open_regular`) for binary reading, decompressed if its name ends in ``.gz``."""
+    """A regular file (:func:`open_regular`) for binary reading, decompressed if its name ends in ``.gz``.
+    A gzip file by another name is an error: its name decides how it is read, here and wherever it is
+    named (``corpus.jsonl.gz``), so it must say so."""
     with open_regular(path) as raw:
         if path.suffix == ".gz":
             with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
                 yield unzipped
         else:
+            if raw.read(2) == GZIP_MAGIC:  # no UTF-8 text starts with these bytes
+                raise InputError(path, "gzip-compressed, but its name does not end in .gz")
+            raw.seek(0)
             yield raw
 
 

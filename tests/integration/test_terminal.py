@@ -82,7 +82,7 @@ def test_a_mistake_is_told_before_the_stages_are_imported(tmp_path: Path, mistak
     loaded, [(code, err)] = told_before_imports(tmp_path, ["run", "tracking=none", *mistake])
     assert (loaded, code) == ([], 2), err
     assert err.strip().splitlines()[-1] in ("ragtrack: error: retriever.bm25.k1: -1 is not allowed: a finite number >= 0",
-                                            "ragtrack: error: bad/queries.jsonl:8: malformed JSON: Expecting value (column 23)")
+                                            f"ragtrack: error: {bad}/queries.jsonl:8: malformed JSON: Expecting value (column 23)")  # made absolute
 
 
 def test_reproduce_and_compare_tell_argument_folder_and_store_mistakes_before_mlflow(tmp_path: Path) -> None:

@@ -98,8 +98,10 @@ def test_evaluate_answers_uses_squad_semantics() -> None:
      "qrels row 1: document id is missing"),
     (lambda: ragtrack.evaluate(pd.DataFrame({"qid": ["q1", "q1"], "docid": ["d", "e"], "grade": [1, None]}), {"q1": {"d": 1.0}}),
      "qrels row 1: grade is missing"),
-    (lambda: ragtrack.evaluate(pd.DataFrame({"qid": ["q1", "q1"], "docid": ["d", "e"], "grade": [1, 2.5]}), {"q1": {"d": 1.0}}),
+    (lambda: ragtrack.evaluate(pd.DataFrame({"qid": ["q1", "q1"], "docid": ["d", "e"], "grade": pd.Series([1, 2.5], dtype=object)}), {"q1": {"d": 1.0}}),
      "qrels row 1: grade 2.5 is not an integer"),
+    (lambda: ragtrack.evaluate(pd.DataFrame({"qid": ["q1", "q1"], "docid": ["d", "e"], "grade": [1.0, 2.0]}), {"q1": {"d": 1.0}}),
+     "qrels row 0: grade 1.0 is not an integer (a float column: .astype(int) makes its grades integers)"),  # as '1.0' in a qrels file
     (lambda: ragtrack.evaluate({"q1": {"d": 1}}, pd.DataFrame({"qid": ["q1", None], "docid": ["d", "e"], "score": [1.0, 2.0]})),
      "run row 1: query id is missing"),
     (lambda: ragtrack.evaluate({"q1": {"d": 1}}, pd.DataFrame({"qid": ["q1", "q1"], "docid": ["d", "e"], "score": [1.0, np.nan]})),

@@ -72,6 +72,9 @@ BAD_INPUTS = [
     ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1.5\n", "test.tsv:2: relevance grade '1.5' is not an integer"),
     ("qrels/test.tsv", "q1\td1\t1\nq1\td404\t1\n", "test.tsv:2: unknown document id 'd404' (not in the corpus)"),
     ("qrels/test.tsv", "q1\td1\t1\nq99\td1\t1\n", "test.tsv:2: unknown query id 'q99' (not in queries.jsonl)"),
+    ("qrels/test.tsv", "q1\td1\t1\nq1\t1\t0\n", "test.tsv:2: unknown document id '1' (not in the corpus)"),  # the id's line, not a grade's
+    ("qrels/test.tsv", "q1 0 d1 0\nq1 0 0 1\n", "test.tsv:2: unknown document id '0' (not in the corpus)"),  # TREC: not the iteration
+    ("qrels/test.tsv", "q1\td1\t1\nd1\tq1\t1\n", "test.tsv:2: unknown query id 'd1' (not in queries.jsonl)"),
     ("qrels/test.tsv", "q1\td1\t1\nq1\td1\t2\n", "test.tsv:2: duplicate judgment for query 'q1' and document 'd1'"),
     ("qrels/test.tsv", "q1\td1\n", "test.tsv:1: expected 3 (BEIR) or 4 (TREC) columns, got 2"),
 ]
@@ -96,6 +99,8 @@ def test_missing_files(tmp_path: Path) -> None:
         load_beir(TOY, split="dev")
     with pytest.raises(InputError, match="dataset folder not found"):
         load_beir(tmp_path / "nowhere")
+    with pytest.raises(InputError, match=r"corpus.jsonl: a file, not a folder: a BEIR dataset is the folder that holds corpus.jsonl, queries.jsonl and qrels/$"):
+        load_beir(folder / "corpus.jsonl")
     (folder / "corpus.jsonl").unlink()
     with pytest.raises(InputError, match=r"corpus.jsonl: file not found \(nor corpus.jsonl.gz\)"):
         load_beir(folder)

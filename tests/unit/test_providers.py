@@ -19,7 +19,7 @@ from ir_datasets.formats import GenericQuery
 from ir_datasets.util import LocalDownload
 
 import ragtrack
-from ragtrack.core.data import load_beir, load_topics, load_tsv_corpus
+from ragtrack.core.data import check_judged_documents, load_beir, load_topics, load_tsv_corpus
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.providers import IrdsDataset, TrecDataset, dataset_from_frames
@@ -140,7 +140,49 @@ def test_tsv_topics_and_corpus_gzip(tmp_path) -> None:
     assert list(loaded.ids) == ["d1", "d2"] and list(loaded.titles) == ["", "Dense"] and list(loaded.full_texts()) == ["BM25 is a ranking function", "Dense retrieval with vectors"]
 
 
+@pytest.mark.parametrize(("content", "ids", "header"), [
+    ("docid\ttitle\ttext\nd1\tT\tone\nd2\t\ttwo\n", ["d1", "d2"], "1: skipped the header line 'docid title text'"),
+    ("\n_id\ttext\nd1\tone\n", ["d1"], "2: skipped the header line '_id text'"),  # the first non-blank line
+    ("DocID \t Title\tBody\nd1\tT\tone\n", ["d1"], "1: skipped the header line 'DocID Title Body'"),  # any case, spaces around
+    ("pid\tpassage\nd1\tone\n", ["d1"], "1: skipped the header line 'pid passage'"),
+    ("id\tsome text\nd1\tone\n", ["id", "d1"], None),  # a cell that is no column name: a document
+    ("d1\ttext\n", ["d1"], None),
+])
+def test_a_tsv_corpus_header_is_skipped_and_said(tmp_path, caplog, content, ids, header) -> None:
+    path = tmp_path / "collection.tsv"
+    path.write_text(content)
+    with caplog.at_level("INFO", logger="ragtrack.core.data"):
+        assert list(load_tsv_corpus(path).ids) == ids
+    said = [r.getMessage() for r in caplog.records if "header" in r.getMessage()]
+    assert said == ([f"{path}:{header} (column names, not a document)"] if header else [])
+
+
+@pytest.mark.parametrize(("content", "queries", "header"), [
+    ("qid\tquery\nq1\thello\n", {"q1": "hello"}, "qid query"),
+    ("query_id\ttext\nq1\thello\n", {"q1": "hello"}, "query_id text"),
+    ("Topic\tTitle\nq1\thello\n", {"q1": "hello"}, "Topic Title"),
+    ("qid\tmy query\nq1\thello\n", {"qid": "my query", "q1": "hello"}, None),  # not every cell a column name: a topic
+])
+def test_a_tsv_topics_header_is_skipped_and_said(tmp_path, caplog, content, queries, header) -> None:
+    path = tmp_path / "topics.tsv"
+    path.write_text(content)
+    with caplog.at_level("INFO", logger="ragtrack.core.data"):
+        assert load_topics(path)[0] == queries
+    said = [r.getMessage() for r in caplog.records if "header" in r.getMessage()]
+    assert said == ([f"{path}:1: skipped the header line {header!r} (column names, not a topic)"] if header else [])
+
+
+@pytest.mark.parametrize("field", ["description", "narrative"])
+def test_tsv_topics_have_no_description(tmp_path, field) -> None:
+    files = toy_as_trec_files(tmp_path)
+    with pytest.raises(InputError) as error:
+        TrecDataset(**files, query_field=field).load()
+    assert str(error.value) == (f"{files['topics']}: qid<TAB>text topics have no {field} field, only one text: set dataset.query_field=title "
+                                "(description and narrative are fields of <top> topics)")
+
+
 @pytest.mark.parametrize(("name", "content", "message"), [
+    ("topics.tsv", "q1\tone\nqid\tquery\n", "topics.tsv:2: the header 'qid query' is allowed only as the first non-blank line"),
     ("topics.tsv", "q1 no tab here\n", "topics.tsv:1: expected 'qid<TAB>text' (or a <top> block)"),
     ("topics.tsv", "q1\tone\nq1\ttwo\n", "topics.tsv:2: duplicate topic id 'q1' (first on line 1)"),
     ("topics.tsv", "q1\t  \n", "topics.tsv:1: topic 'q1' has an empty text"),
@@ -166,6 +208,8 @@ def test_malformed_topics_are_one_line(tmp_path, name, content, message) -> None
     ("d1\ta\nd1\tb\n", "collection.tsv:2: duplicate document id 'd1' (first on line 1)"),
     ("d1\t \n", "collection.tsv:1: document 'd1' has an empty title and text"),
     ("\tno id\n", "collection.tsv:1: 'document id' must be a non-empty string"),
+    ("d1\ta\ndocid\ttext\n", "collection.tsv:2: the header 'docid text' is allowed only as the first non-blank line"),
+    ("docid\ttext\ndocid\tone\ndocid\ttwo\n", "collection.tsv:3: duplicate document id 'docid' (first on line 2)"),
 ])
 def test_malformed_tsv_corpus_is_one_line(tmp_path, content, message) -> None:
     path = tmp_path / "collection.tsv"
@@ -248,13 +292,35 @@ def _broken(part: str, change) -> dict:
     (_broken("corpus", lambda f: f.assign(docid=["d 1", *f["docid"][1:]])), "corpus DataFrame row 0: id 'd 1' contains whitespace"),
     (_broken("corpus", lambda f: pd.concat([f, f.iloc[:1]])), "corpus DataFrame row 0: duplicate document id 'd1' (first on row 0)"),
     (_broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("zz", "d1", 1)], columns=f.columns)], ignore_index=True)),
-     "qrels DataFrame: unknown query id 'zz' (not in queries DataFrame)"),
+     "qrels DataFrame row 12: unknown query id 'zz' (not in queries DataFrame)"),
+    (_broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("q1", "NOPE", 1)], columns=f.columns, index=["mine"])])),
+     "qrels DataFrame row 'mine': unknown document id 'NOPE' (not in the corpus)"),
+    (_broken("qrels", lambda f: f.assign(grade=f["grade"].astype(float))),
+     "qrels DataFrame row 0: grade 2.0 is not an integer (a float column: .astype(int) makes its grades integers)"),
+    (_broken("qrels", lambda f: f.assign(grade=[*f["grade"][:-1], 2**63])), "qrels DataFrame row 11: relevance grade '9223372036854775808' is out of range"),
     (_broken("answers", lambda f: f.assign(qid=["nope", *f["qid"][1:]])), "answers DataFrame row 0: unknown query id 'nope' (not in the queries DataFrame)"),
 ])
 def test_a_wrong_dataframe_is_one_line(frames, message) -> None:
     with pytest.raises(RagtrackError) as error:
         dataset_from_frames(**frames)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_a_judged_document_that_the_job_does_not_index_names_its_row() -> None:
+    """The Python API leaves the judged documents to the job (chunk ids may be judged): its check names
+    the DataFrame row too, as a file's line."""
+    frames = _broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("q2", "NOPE", 1)], columns=f.columns)], ignore_index=True))
+    dataset = dataset_from_frames(**frames, check_documents=False)
+    with pytest.raises(InputError) as error:
+        check_judged_documents(dataset, dataset.corpus.ids)
+    assert str(error.value) == "qrels DataFrame row 12: unknown document id 'NOPE' (not in the corpus)"
+
+
+def test_a_data_error_in_a_python_job_names_the_row_and_leaves_no_folder(tmp_path) -> None:
+    frames = _broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("q2", "NOPE", 1)], columns=f.columns)], ignore_index=True))
+    with pytest.raises(InputError, match=r"^qrels DataFrame row 12: unknown document id 'NOPE' \(not in the corpus\)$"):
+        ragtrack.run_experiment(["retriever=[bm25]", "fusion=[]", "tracking=none", f"paths.root_dir={tmp_path}"], dataset=frames)
+    assert list((tmp_path / "outputs" / "runs").iterdir()) == []  # the folder the job made is removed, being empty
 
 
 def test_wrong_argument_types_are_type_errors() -> None:

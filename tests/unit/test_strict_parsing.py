@@ -4,6 +4,7 @@ columnar ``ragtrack eval`` path equals the dict path and pytrec_eval."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 from pathlib import Path
@@ -37,6 +38,7 @@ CASES = {
     "corpus directory": ("corpus", "directory", None, "not a regular file (a directory)"),
     "corpus symlink loop": ("corpus", "loop", None, "symbolic link loop"),
     "corpus broken symlink": ("corpus", "dangling", None, "broken symbolic link"),
+    "corpus gzip without .gz": ("corpus", gzip.compress(b'{"_id": "d1", "text": "x"}\n'), None, "gzip-compressed, but its name does not end in .gz"),
     # queries.jsonl
     "query id with a lone surrogate": ("queries", b'{"_id": "q\\ud800", "text": "x"}\n', 1, f"_id 'q\\ud800' is not valid Unicode text ({SURROGATE})"),
     "answer with a lone surrogate": ("queries", b'{"_id": "q1", "text": "x", "answers": ["a\\ud800"]}\n', 1,
@@ -53,6 +55,9 @@ CASES = {
     "header after a judgment": ("qrels", b"q1\td1\t1\nquery-id\tcorpus-id\tscore\n", 2,
                                 "the header 'query-id corpus-id score' is allowed only as the first non-blank line"),
     "header with another column name": ("qrels", b"query-id\tcorpus-id\tgrade\nq1\td1\t1\n", 1, "relevance grade 'grade' is not an integer"),
+    "header in capitals after a judgment": ("qrels", b"q1\td1\t1\nQuery-ID\tCorpus-ID\tScore\n", 2,
+                                            "the header 'Query-ID Corpus-ID Score' is allowed only as the first non-blank line"),
+    "qrels gzip without .gz": ("qrels", gzip.compress(b"q1\td1\t1\n"), None, "gzip-compressed, but its name does not end in .gz"),
     "qrels id with a space in a TSV": ("qrels", b"q 1\td1\t1\n", 1, "id 'q 1' contains whitespace, which TREC files cannot represent"),
     "qrels id with a no-break space": ("qrels", "q1\u00a0 0 d1 1\n".encode(), 1, "id 'q1\\xa0' contains whitespace, which TREC files cannot represent"),
     "qrels FIFO": ("qrels", "fifo", None, "not a regular file (a FIFO)"),
@@ -76,6 +81,7 @@ CASES = {
     "run lone carriage return": ("run", b"q1 Q0 d1 1 0.5 t\rq1 Q0 d2 2 0.4 t\n", 1, "expected 6 columns 'qid Q0 docid rank score tag', got 11"),
     "run duplicate after a tab-separated line": ("run", b"q1\tQ0\td1\t1\t0.5\tt\nq1 Q0 d1 2 0.4 t\n", 2, "document 'd1' appears twice for query 'q1'"),
     "run FIFO": ("run", "fifo", None, "not a regular file (a FIFO)"),
+    "run gzip without .gz": ("run", gzip.compress(RUN * 100), None, "gzip-compressed, but its name does not end in .gz"),
     "run symlink loop": ("run", "loop", None, "symbolic link loop"),
     "run directory": ("run", "directory", None, "not a regular file (a directory)"),
 }
@@ -140,6 +146,7 @@ def test_whitespace_class_is_exactly_str_isspace() -> None:
 @pytest.mark.parametrize(("content", "expected"), [
     (b"\nquery-id\tcorpus-id\tscore\nq1\td1\t1\n", {"q1": {"d1": 1}}),  # the header after a blank first line
     (b"query-id\tcorpus-id\tscore\r\nq1\td1\t-2\r\n", {"q1": {"d1": -2}}),
+    (b"Query-ID\tCorpus-ID\tSCORE\nq1\td1\t1\n", {"q1": {"d1": 1}}),  # the header in any letter case
     (b"q1 0 d1 +3\nq1\t0\td2\t0\n", {"q1": {"d1": 3, "d2": 0}}),  # TREC, spaces or tabs
     (b"\xef\xbb\xbfq1\td1\t1\n\n  \nq2\td1\t0\n", {"q1": {"d1": 1}, "q2": {"d1": 0}}),
 ])

@@ -295,6 +295,34 @@ the full composed config: ragtrack run --cfg job [OVERRIDE ...]
 Hydra's own help: ragtrack run --hydra-help; docs: docs/configuration.md in the ragtrack repository"""
 
 
+# Hydra's command-line options that take a value (``--info`` takes one of INFO_TOPICS where one follows)
+HYDRA_VALUE_OPTIONS = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "--cfg", "-c", "--package", "-p",
+                       "--experimental-rerun"}
+INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+
+
+def options_first(arguments: list[str]) -> list[str]:
+    """``ragtrack run``'s arguments with Hydra's options (and their values) ahead of the overrides, in
+    their given order otherwise: Hydra's parser reads overrides at one place only, so
+    ``run dataset=mine --config-dir my encoder=hashing`` would leave ``encoder=hashing`` unread."""
+    options, overrides = [], []
+    position = 0
+    while position < len(arguments):
+        given = arguments[position]
+        if given.startswith("-"):
+            name, has_value, _ = given.partition("=")
+            takes = name in HYDRA_VALUE_OPTIONS or name in ("--info", "-i") and arguments[position + 1:position + 2] and \
+                arguments[position + 1] in INFO_TOPICS
+            options.append(given)
+            if takes and not has_value and position + 1 < len(arguments):
+                position += 1
+                options.append(arguments[position])
+        else:
+            overrides.append(given)
+        position += 1
+    return options + overrides
+
+
 def run_help() -> str:
     """``ragtrack run --help``: usage, examples and every config group with its options, read from
     the installed configs without starting Hydra (it answers at once)."""
@@ -326,7 +354,7 @@ def run_command(argv: list[str]) -> int:
         if {"-h", "--help"} & set(argv[1:]):
             print(run_help())
             return 0
-        return run_hydra([{"--hydra-help": "--help", "--dry-run": "dry_run=true"}.get(a, a) for a in argv[1:]])
+        return run_hydra(options_first([{"--hydra-help": "--help", "--dry-run": "dry_run=true"}.get(a, a) for a in argv[1:]]))
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and "overrides" in args and not any(a.startswith("-") for a in extra):

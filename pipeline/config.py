@@ -23,11 +23,13 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.checksums import user_cache_dir
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
+from ragtrack.core.files import yaml_error
 from ragtrack.pipeline.layout import file_uri, sqlite_uri
 
 CONFIG_MODULE = "ragtrack.conf"
@@ -91,7 +93,7 @@ def composition_errors_explained(config_dirs: Sequence[str | Path] = ()) -> Iter
     as one-line :class:`RagtrackError` s with a did-you-mean; ``config_dirs``: the user's config
     folders. Hydra prints its own errors and exits unless ``HYDRA_FULL_ERROR`` is set (its documented
     switch to raise them), so it is set meanwhile."""
-    from hydra.errors import ConfigCompositionException, OverrideParseException
+    from hydra.errors import ConfigCompositionException, OverrideParseException, SearchPathException
 
     previous = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -99,6 +101,12 @@ def composition_errors_explained(config_dirs: Sequence[str | Path] = ()) -> Iter
         yield
     except (ConfigCompositionException, OverrideParseException) as exc:
         raise explain_composition_error(exc, config_dirs) from None
+    except yaml.YAMLError as exc:  # a YAML file of the user's --config-dir that does not parse
+        mark = getattr(exc, "problem_mark", None)
+        raise yaml_error(mark.name if mark is not None else "config", exc) from None
+    except SearchPathException:  # Hydra's own text names the folder
+        missing = [str(d) for d in config_dirs if not Path(d).is_dir()]
+        raise InputError(", ".join(missing) or "--config-dir", "no such folder (given as --config-dir)") from None
     finally:
         if previous is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)

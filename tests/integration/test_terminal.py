@@ -85,6 +85,30 @@ def test_a_mistake_is_told_before_the_stages_are_imported(tmp_path: Path, mistak
                                             f"ragtrack: error: {bad}/queries.jsonl:8: malformed JSON: Expecting value (column 23)")  # made absolute
 
 
+def test_config_dir_mistakes_are_one_line_and_options_may_follow_overrides(tmp_path: Path) -> None:
+    """A --config-dir that does not exist, or a YAML file in it that does not parse, is one line naming
+    the folder or the file and line; Hydra's options may come after overrides (they are read first)."""
+    mine = tmp_path / "mine" / "dataset"
+    mine.mkdir(parents=True)
+    (mine / "broken.yaml").write_text("type: beir\nname: broken\n  bad: [\n")
+    loaded, told = told_before_imports(tmp_path, ["run", "--config-dir", str(tmp_path / "none"), "dataset=toy"],
+                                       ["run", "--config-dir", str(tmp_path / "mine"), "dataset=broken"],
+                                       ["run", "tracking=none", "--config-dir", str(tmp_path / "mine"), "retriever.bm25.k1=-1"])
+    assert loaded == [] and [code for code, _ in told] == [2, 2, 2]
+    assert [err.strip().splitlines() for _, err in told] == [
+        [f"ragtrack: error: {tmp_path / 'none'}: no such folder (given as --config-dir)"],
+        [f"ragtrack: error: {mine / 'broken.yaml'}:3: invalid YAML: mapping values are not allowed here"],
+        ["ragtrack: error: retriever.bm25.k1: -1 is not allowed: a finite number >= 0"]]  # read after the option, not refused
+
+
+def test_options_go_before_overrides_in_their_order() -> None:
+    from ragtrack.pipeline.cli import options_first
+
+    assert options_first(["a=1", "--config-dir", "d", "-m", "b=2", "--info", "c=3"]) == ["--config-dir", "d", "-m", "--info", "a=1", "b=2", "c=3"]
+    assert options_first(["a=1", "--info", "searchpath", "--cfg=job", "-cd", "x", "k=-1"]) == ["--info", "searchpath", "--cfg=job", "-cd", "x",
+                                                                                                 "a=1", "k=-1"]
+
+
 def test_reproduce_and_compare_tell_argument_folder_and_store_mistakes_before_mlflow(tmp_path: Path) -> None:
     """What ``reproduce`` and ``compare`` can find without MLflow (overrides, --output-dir, --cache-dir,
     --plot, --resamples, a store that does not exist) is one line and exit code 2 before pandas, MLflow

@@ -166,6 +166,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
         plan = plan_chunks(dataset, chunker, oversample)
     cache = Cache(cfg.paths.cache_dir)
     depth = int(cfg.depth)
+    warn_cutoffs_past_depth(cfg, depth)
     meter = Meter()
     evaluators, pair_judges = build_evaluators(cfg, meter)
     tracker = make_tracker(cfg.tracking)
@@ -343,6 +344,16 @@ def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], d
         return agreed
     metrics = {f"pairwise/{layout.system_key(s['first'])}_vs_{layout.system_key(s['second'])}/{k}": v for s in pairs.values() for k, v in s.items() if isinstance(v, float) and pd.notna(v)}
     return Findings({"pairwise": pairs}, metrics, {}, [p for p in [output_dir / "pairwise.jsonl"] if p.is_file()]).merge(agreed)
+
+
+def warn_cutoffs_past_depth(cfg: DictConfig, depth: int) -> None:
+    """One warning where a ranking metric's cutoff is deeper than the job's ``depth``: no system returns
+    more, so recall@100 at depth 10 equals recall@10 (trec_eval would say the same)."""
+    deeper = [str(m) for e in (cfg.get("evaluator") or {}).values() if e.get("type") == "ranking" for m in (e.get("metrics") or [])
+              if str(m).partition("@")[2].isdigit() and int(str(m).partition("@")[2]) > depth]
+    if deeper:
+        log.warning("depth %d is below the cutoff of %s: no system returns more than %d documents, so each equals its value at %d",
+                    depth, ", ".join(deeper), depth, depth)
 
 
 def job_key_metrics(cfg: DictConfig) -> list[str]:

@@ -157,7 +157,30 @@ def validate(cfg: DictConfig | Mapping) -> list[tuple[str, type[Section]]]:
     for group, section in (("generators", "generator"), ("chunkers", "chunking")):
         if settings.get(section) is not None:
             _check(_component_model(group, settings[section], section), settings[section], section)
+    _check_fusion_depths(settings)
+    _check_key_metrics(settings)
     return checked
+
+
+def _check_fusion_depths(settings: Mapping) -> None:
+    """A fusion returns at most the job's ``depth`` documents per query, as every system does: its own
+    ``depth`` (how deep it reads its members, which return ``depth`` each) may not be larger."""
+    for name, fusion in (settings.get("fusion") or {}).items():
+        if isinstance(fusion, Mapping) and isinstance(fusion.get("depth"), int) and fusion["depth"] > settings["depth"]:
+            raise InputError(f"fusion.{name}.depth", f"{fusion['depth']} is not allowed: at most the job's depth ({settings['depth']}), "
+                                                     "the documents each system returns")
+
+
+def _check_key_metrics(settings: Mapping) -> None:
+    """Each of ``tracking.key_metrics`` that an evaluator of the job can score must be in the ``metrics``
+    of one that does (where every such evaluator lists its metrics): else it would silently be missing."""
+    evaluators = [(name, e) for name, e in (settings.get("evaluator") or {}).items()
+                  if isinstance(e, Mapping) and e.get("type") in registry.installed("evaluators")]
+    for index, metric in enumerate((settings.get("tracking") or {}).get("key_metrics") or []):
+        scoring = [(name, e) for name, e in evaluators if registry.load("evaluators", e["type"]).handles(str(metric))]
+        if scoring and all(isinstance(e.get("metrics"), list) and metric not in e["metrics"] for _, e in scoring):
+            lists = " or ".join(f"evaluator.{name}.metrics" for name, _ in scoring)
+            raise InputError(f"tracking.key_metrics[{index}]", f"{_shown(metric)} is not allowed: a metric this job scores; add it to {lists}")
 
 
 def absolute_inputs(cfg: DictConfig, checked: list[tuple[str, type[Section]]]) -> None:

@@ -68,6 +68,9 @@ def plan_systems(cfg: Mapping) -> list[PlannedSystem]:
     for system in planned:
         _, named_by = _inputs(system.config)
         for index, name in enumerate(system.inputs):
+            if name in system.inputs[:index]:
+                raise InputError(f"{system.path}.{named_by}[{index}]", f"{name!r} is not allowed: a member given once ({name!r} is "
+                                                                       f"{named_by}[{system.inputs.index(name)}])")
             if name not in where:
                 at = f"{system.path}.{named_by}" + (f"[{index}]" if named_by == "members" else "")
                 known = [n for n in where if n != system.name]

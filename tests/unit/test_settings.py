@@ -177,6 +177,11 @@ HOSTILE = {
     "rm3 fb_docs zero": (["rewriter=[rm3]", "rewriter.rm3.fb_docs=0"], "rewriter.rm3.fb_docs: 0 is not allowed: an integer >= 1"),
     "llm reranker mode": (["reranker=[llm]", "reranker.llm.model=m", "reranker.llm.mode=pairwise"],
                           "reranker.llm.mode: 'pairwise' is not allowed: one of pointwise, listwise"),
+    "fusion member twice": (["fusion.rrf.members=[bm25,dense,bm25]"], "fusion.rrf.members[2]: 'bm25' is not allowed: a member given once ('bm25' is members[0])"),
+    "fusion deeper than the job": (["depth=5", "fusion.rrf.depth=1000"],
+                                   "fusion.rrf.depth: 1000 is not allowed: at most the job's depth (5), the documents each system returns"),
+    "key metric not scored": (["tracking.key_metrics=[ndcg@10,recall@1000]"],
+                              "tracking.key_metrics[1]: 'recall@1000' is not allowed: a metric this job scores; add it to evaluator.ranking.metrics"),
 }
 
 
@@ -386,3 +391,14 @@ def test_relative_input_paths_are_made_absolute_against_the_working_folder(tmp_p
     absolute_inputs(cfg, validate(cfg))  # hub names and the shipped dataset's interpolated path stay as they were
     assert cfg.encoder.model == "all-MiniLM-L6-v2" and cfg.reranker.cross_encoder.model == "cross-encoder/ms-marco-MiniLM-L-6-v2"
     assert OmegaConf.to_container(cfg.dataset)["path"].startswith("${")
+
+
+def test_a_cutoff_past_the_job_depth_is_warned_once(caplog) -> None:
+    from ragtrack.pipeline.experiment import warn_cutoffs_past_depth
+
+    warn_cutoffs_past_depth(composed(["depth=10", "evaluator.ranking.metrics=[ndcg@10,recall@100,mrr,map@11]"]), 10)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "depth 10 is below the cutoff of recall@100, map@11: no system returns more than 10 documents, so each equals its value at 10"]
+    caplog.clear()
+    warn_cutoffs_past_depth(composed([]), 100)  # the shipped metrics at the shipped depth
+    assert not caplog.records

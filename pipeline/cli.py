@@ -201,12 +201,15 @@ def command_regress(args: argparse.Namespace) -> int:
 def run_hydra(overrides: list[str]) -> int:
     from ragtrack.pipeline.app import run_app
     from ragtrack.pipeline.redaction import check_run_arguments, config_dirs, remember_argument_secrets
-    from ragtrack.pipeline.config import composition_errors_explained
+    from ragtrack.pipeline.config import check_sweep, composition_errors_explained
 
     remember_argument_secrets(overrides)  # a sweep's log lists its jobs' overrides before any job runs
     try:  # Hydra writes .hydra/ and the log before the job runs: a key given as a variable name stops here
         check_run_arguments(overrides)
-        with composition_errors_explained(config_dirs(overrides)):  # an unknown key or group option: one line with a did-you-mean
+        folders = config_dirs(overrides)
+        with composition_errors_explained(folders):  # an unknown key or group option: one line with a did-you-mean
+            if {"-m", "--multirun"} & set(overrides):  # every job's settings before the first job runs
+                check_sweep(options_and_overrides(overrides)[1], folders[0] if folders else None)
             run_app(overrides)
     except RagtrackError as exc:
         print(f"ragtrack: error: {mask(str(exc))}", file=sys.stderr)
@@ -305,6 +308,12 @@ def options_first(arguments: list[str]) -> list[str]:
     """``ragtrack run``'s arguments with Hydra's options (and their values) ahead of the overrides, in
     their given order otherwise: Hydra's parser reads overrides at one place only, so
     ``run dataset=mine --config-dir my encoder=hashing`` would leave ``encoder=hashing`` unread."""
+    options, overrides = options_and_overrides(arguments)
+    return options + overrides
+
+
+def options_and_overrides(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """Hydra's options with their values, and the overrides, of ``ragtrack run``'s arguments."""
     options, overrides = [], []
     position = 0
     while position < len(arguments):
@@ -320,7 +329,7 @@ def options_first(arguments: list[str]) -> list[str]:
         else:
             overrides.append(given)
         position += 1
-    return options + overrides
+    return options, overrides
 
 
 def run_help() -> str:

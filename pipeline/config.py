@@ -86,6 +86,51 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None)
             raise explain_composition_error(exc, [config_dir] if config_dir else []) from None
 
 
+def sweep_jobs(overrides: Sequence[str], config_dir: str | Path | None = None) -> tuple[list[str], list[list[str]]] | None:
+    """The fixed overrides and the swept ones of each job ``ragtrack run -m OVERRIDES`` makes with Hydra's basic sweeper, in its
+    order (the last swept key varies fastest): the sweeps of ``hydra.sweeper.params`` (a preset's) and
+    of the command line (``k=1,2``, ``choice(...)``, ``range(...)``; the command line's win for a key in
+    both). None for another sweeper (Optuna's draws its jobs as it goes) or an interval sweep."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    register_resolvers()
+    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
+    parser = OverridesParser.create()
+    given = parser.parse_overrides(list(overrides))
+    fixed = [o.input_line for o in given if not o.is_sweep_override()]
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        hydra = hydra_compose(CONFIG_NAME, overrides=[*extra, *fixed], return_hydra_config=True).hydra
+    if hydra.runtime.choices.get("hydra/sweeper") != "basic":  # Hydra's default sweeper
+        return None
+    sweeper = hydra.sweeper
+    params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    swept = {o.get_key_element(): o for o in [*parser.parse_overrides(params), *given] if o.is_sweep_override()}
+    if any(o.value_type == ValueType.INTERVAL_SWEEP for o in swept.values()):
+        return None
+    jobs: list[list[str]] = [[]]
+    for key, override in swept.items():
+        jobs = [[*job, f"{key}={value}"] for job in jobs for value in override.sweep_string_iterator()]
+    return fixed, jobs
+
+
+def check_sweep(overrides: Sequence[str], config_dir: str | Path | None = None) -> None:
+    """Every job of a sweep checked before the first runs (:func:`sweep_jobs`, the settings of each):
+    a bad value in its last job stops the sweep at once, not hours in. The first problem raises a
+    :class:`RagtrackError` naming the job by its swept values."""
+    from ragtrack.pipeline.settings import validate  # the settings models import every component: only when needed
+
+    planned = sweep_jobs(overrides, config_dir)
+    fixed, jobs = planned or ([], [])
+    for swept in jobs:
+        try:
+            validate(compose([*fixed, *swept], config_dir))
+        except RagtrackError as exc:
+            raise RagtrackError(f"the sweep's job {' '.join(swept)}: {exc}") from None
+
+
 # ----------------------------------------------------------------------------- Hydra's composition errors
 @contextlib.contextmanager
 def composition_errors_explained(config_dirs: Sequence[str | Path] = ()) -> Iterator[None]:

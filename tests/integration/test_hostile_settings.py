@@ -22,7 +22,12 @@ CASES = {
     "misspelled key": (["fusion.rrf.kk=3"], "fusion.rrf.kk: no such key; did you mean 'fusion.rrf.k'?"),
     "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, dense, run_file; did you mean 'bm25'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
-    "sweep with a bad value": (["-m", "fusion.rrf.k=-1,60"], "fusion.rrf.k: -1 is not allowed: a finite number >= 0"),
+    "sweep with a bad value": (["-m", "fusion.rrf.k=-1,60"], "the sweep's job fusion.rrf.k=-1: fusion.rrf.k: -1 is not allowed: a finite number >= 0"),
+    # every job is checked before the first runs: a bad value in the last job leaves nothing either
+    "sweep with a bad last value": (["-m", "fusion.rrf.k=60,20", "retriever.bm25.b=0.4,1.5"],
+                                    "the sweep's job fusion.rrf.k=60 retriever.bm25.b=1.5: retriever.bm25.b: 1.5 is not allowed: a finite number in [0, 1]"),
+    "preset sweep with a bad value": (["-m", "experiment=rrf_k", "retriever.bm25.k1=0.9,-2"],
+                                      "the sweep's job fusion.rrf.k=1 retriever.bm25.k1=-2: retriever.bm25.k1: -2 is not allowed: a finite number >= 0"),
 }
 
 

@@ -214,6 +214,9 @@ class DenseRetriever(Retriever):
         self._client = None
         self._count: int | None = None
 
+    def problems(self) -> dict[str, str]:
+        return {f"encoder.{setting}": problem for setting, problem in self.encoder.problems().items()}
+
     def index_settings(self) -> dict:
         return {**self._collection_settings(), "search": self.search_mode}
 

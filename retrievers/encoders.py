@@ -38,7 +38,7 @@ import numpy as np
 from pydantic import Field
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.models import model_fingerprint, quiet_model_loading, resolve_model
+from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_loading, resolve_model
 from ragtrack.core.progress import Progress
 from ragtrack.core.text import Tokenizer
 from ragtrack.core.settings import Count, NameOrPath, Open, Text
@@ -128,6 +128,11 @@ class Encoder(ABC):
     def prepare(self, cache) -> None:
         """Fetch or build cached artifacts the encoder needs (an exported model); called before encoding."""
 
+    def problems(self) -> dict[str, str]:
+        """What would stop encoding, found before the job does any work (a model that cannot be found),
+        by setting name: what is wrong; none by default."""
+        return {}
+
     @abstractmethod
     def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
         """Raw embeddings; ``kind`` is ``query`` or ``document``; ``progress.update(n)`` as texts are done."""
@@ -201,6 +206,10 @@ class TransformerEncoder(Encoder):
         return {"encoder": "sentence-transformers", "backend": f"{self.backend}-{self.precision}", "model": self.model_name,
                 "weights": model_fingerprint(str(self._location)), "max_seq_length": self.max_seq_length,
                 "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
+
+    def problems(self) -> dict[str, str]:
+        reason = missing_model(str(self._location))
+        return {"model": f"{self.model_name!r} is not allowed: {reason}; offline, give the path of a local model folder"} if reason else {}
 
     def _torch_device(self) -> str:
         """The torch device to encode on; fp16 on anything but a GPU fails in one line."""

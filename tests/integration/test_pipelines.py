@@ -92,6 +92,11 @@ def test_a_missing_model_is_one_line_before_anything_runs(tmp_path: Path) -> Non
                                                     "no such model folder; offline, give the path of a local model folder")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / ".cache" / "ragtrack" / "bm25").exists() and not list(tmp_path.rglob("results.json"))
+    done = ragtrack(tmp_path, "run", "dataset=toy", "encoder=minilm", f"encoder.model={tmp_path / 'no-such-model'}")  # the encoder alike
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+        f"ragtrack: error: retriever.dense.encoder.model: '{tmp_path / 'no-such-model'}' is not allowed: "
+        "no such model folder; offline, give the path of a local model folder")
+    assert not (tmp_path / "mlruns").exists() and not list(tmp_path.rglob("results.json"))  # no MLflow run was started
 
 
 def test_an_oracle_reranker_plugin_gives_the_ideal_reordering_of_bm25s_top_100(tmp_path: Path, monkeypatch) -> None:

@@ -72,6 +72,9 @@ def main(cfg: DictConfig) -> float | None:
 
         results = run_experiment(cfg, job, dataset)
         return objective(results, cfg.get("optimize_metric"))
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (pipeline.cli): no half results, the folder says why
+        mark_failed(Path(hydra_cfg.runtime.output_dir), "interrupted (Ctrl-C or SIGTERM)", before)
+        raise
     except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
         message = describe_fault(exc) or (one_line(exc) if isinstance(exc, OmegaConfBaseException) else None)
         if message is None:

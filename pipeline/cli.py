@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.files import check_writable_folder
@@ -106,15 +107,22 @@ def command_ui(args: argparse.Namespace) -> int:
     print(mask(f"MLflow UI on {uri}: {url}  (Ctrl-C stops it)"), flush=True)
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port), "--workers", "1"]
     server = subprocess.Popen(command, start_new_session=True)
+    with sigterm_interrupts():
+        try:
+            return server.wait()
+        except KeyboardInterrupt:
+            return stop_process_group(server)
 
-    def stop(signum: int, frame: object) -> None:
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt meanwhile, as Ctrl-C does, so the same clean-up runs."""
+    def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        return server.wait()
-    except KeyboardInterrupt:
-        return stop_process_group(server)
+        yield
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -207,13 +215,16 @@ def run_hydra(overrides: list[str]) -> int:
     try:  # Hydra writes .hydra/ and the log before the job runs: a key given as a variable name stops here
         check_run_arguments(overrides)
         folders = config_dirs(overrides)
-        with composition_errors_explained(folders):  # an unknown key or group option: one line with a did-you-mean
+        with sigterm_interrupts(), composition_errors_explained(folders):  # an unknown key or group option: one line with a did-you-mean
             if {"-m", "--multirun"} & set(overrides):  # every job's settings before the first job runs
                 check_sweep(options_and_overrides(overrides)[1], folders[0] if folders else None)
             run_app(overrides)
     except RagtrackError as exc:
         print(f"ragtrack: error: {mask(str(exc))}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the job's runs ended KILLED and its folder marked FAILED (pipeline.app)
+        print("ragtrack: interrupted (the cache keeps what was finished: run it again to go on)", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 
@@ -297,6 +308,8 @@ config groups (GROUP=OPTION):
 the full composed config: ragtrack run --cfg job [OVERRIDE ...]
 Hydra's own help: ragtrack run --hydra-help; docs: docs/configuration.md in the ragtrack repository"""
 
+
+INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C or SIGTERM (128 + SIGINT)
 
 # Hydra's command-line options that take a value (``--info`` takes one of INFO_TOPICS where one follows)
 HYDRA_VALUE_OPTIONS = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "--cfg", "-c", "--package", "-p",

@@ -373,7 +373,7 @@ class Tracker:
 class MlflowTracker(Tracker):
     """``start`` creates the job's parent run, ``log_system`` a finished child run with its artifacts,
     params and metrics, ``log_parent`` the job's metrics and artifacts, ``finish`` ends the parent
-    FINISHED or FAILED (with the error as tag ``ragtrack.error``)."""
+    FINISHED, FAILED (with the error as tag ``ragtrack.error``) or, interrupted, KILLED."""
 
     enabled = True
 
@@ -441,7 +441,7 @@ class MlflowTracker(Tracker):
         with reported_as_one_line():
             if error is not None:
                 self.client.set_tag(self.run_id, TAG_ERROR, mask(f"{type(error).__name__}: {error}")[:5000])
-            self.client.set_terminated(self.run_id, "FAILED" if error is not None else "FINISHED")
+            self.client.set_terminated(self.run_id, "FINISHED" if error is None else "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
 
     def share_runs_view(self, key_metrics: list[str]) -> None:
         """The job's systems in the runs table with the key metric columns showing, stored the way the

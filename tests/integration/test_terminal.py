@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -306,3 +307,34 @@ def test_a_job_logs_no_debug_lines_no_carriage_returns_and_progress_only_for_its
     assert "][ragtrack.core.progress][INFO] - bm25: search 6 queries done" in log.read_text()
     assert "[DEBUG]" not in log.read_text() and "bm25: index done" in log.read_text()
     assert "bm25: search 6 queries done, " in log.read_text()
+
+
+STALLED_SEARCH = """
+import sys, time
+from ragtrack.retrievers.bm25 import BM25Retriever
+from ragtrack.pipeline.cli import main
+BM25Retriever.search = lambda self, *args: time.sleep(120)
+sys.exit(main())
+"""
+
+
+def test_sigterm_ends_a_job_in_one_line_its_runs_killed_and_its_folder_marked(tmp_path: Path) -> None:
+    """SIGTERM (as Ctrl-C) mid-job: exit code 130, one line and no traceback; the job's folder keeps its
+    log and a FAILED marker, no half results; its MLflow run ends KILLED, not RUNNING."""
+    env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
+    job = subprocess.Popen([sys.executable, "-c", STALLED_SEARCH, *TOY_JOB, "retriever=[bm25]", "fusion=[]"], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in job.stdout:
+            if "bm25: retriever ..." in line:  # the job has started its runs and is searching
+                break
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode == 130 and err.strip().splitlines()[-1] == "ragtrack: interrupted (the cache keeps what was finished: run it again to go on)"
+    assert "Traceback" not in err
+    (folder,) = (tmp_path / "outputs" / "runs").glob("*/")
+    assert (folder / "FAILED").read_text() == "interrupted (Ctrl-C or SIGTERM)\n" and not (folder / "results.json").exists()
+    with sqlite3.connect(tmp_path / "mlruns" / "mlflow.db") as store:
+        assert [status for (status,) in store.execute("select status from runs")] == ["KILLED"]

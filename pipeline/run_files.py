@@ -80,7 +80,9 @@ def _ranking_only(metrics: Sequence[str]) -> bool:
 def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | None = None, relevance_threshold: int = 1,
                    seed: int = 0):
     """Score the run file against the qrels file; a :class:`FileEvaluation`, or an ``api.Evaluation``
-    where the general path is needed (see the module docstring)."""
+    where the general path is needed (see the module docstring). Where no query has a relevant
+    judgment at ``relevance_threshold``, nothing can be evaluated (every mean would be over no query):
+    a one-line error, as trec_eval skips such queries."""
     from ragtrack.pipeline.api import evaluate, metric_names
 
     metrics = list(dict.fromkeys(metric_names(metrics) or DEFAULT_METRICS))

@@ -3,6 +3,7 @@ that strict parsers read, the range of ``--relevance-threshold`` (the setting's)
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from pathlib import Path
@@ -94,6 +95,7 @@ def test_relevance_threshold_has_the_range_of_the_setting(tmp_path: Path, capsys
     lambda: ragtrack.evaluate({"q1": {"d1": -1}}, {"q1": {"d1": 1.0}}, ["map"], relevance_threshold=-1),
     lambda: ragtrack.compare({"a": {"q1": {"d1": 1.0}}}, {"q1": {"d1": -1}}, ["map"], relevance_threshold=-1),
     lambda: RankingEvaluator(["map"], relevance_threshold=-1),
+    lambda: importlib.import_module("ragtrack.mlflow").scorers(["map"], relevance_threshold=-1),
     lambda: rank_grades({"q1": {"d1": 1.0}}, {"q1": {"d1": -1}}, threshold=-1),
 ])
 def test_a_negative_threshold_is_refused_everywhere(call) -> None:

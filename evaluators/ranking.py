@@ -16,6 +16,7 @@ Metric names: ``name`` or ``name@k`` (cutoff k), e.g. ``ndcg@10``, ``map``, ``ma
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pydantic import field_validator
+from pydantic import ValidationError, field_validator
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import RunColumns
@@ -144,6 +145,7 @@ def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrel
     in the ranking (one sort per query, see ``_judged_positions``); every other cell stays 0 /
     unjudged. ``max_grade`` (ERR's g_max) defaults to the largest grade in the qrels, at least 1.
     ``pool`` also locates every document judged for any query (``pooled``; mappings only)."""
+    threshold = checked_threshold(threshold)
     qids = list(qrels)
     n = len(qids)
     located = run.judged_positions(qids, qrels) if isinstance(run, RunColumns) else _locate_judged(run, qrels, qids)
@@ -439,6 +441,19 @@ class RankingSettings(EvaluatorSettings, extra="forbid"):
         return metrics
 
 
+def checked_threshold(value: object, name: str = "relevance_threshold") -> int:
+    """``value`` if the setting ``evaluator.ranking.relevance_threshold`` allows it (its type in
+    :class:`RankingSettings`: an integer >= 0, as trec_eval's ``-l``; so a negative grade, trec_eval's
+    "in the pool but unjudged", is relevant at no threshold), else a one-line error naming ``name``."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)  # numpy's integers too
+    try:
+        return RankingSettings(relevance_threshold=value).relevance_threshold
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"]
+        raise RagtrackError(f"{name}: {value!r} is not allowed: {message[:1].lower()}{message[1:]}") from None
+
+
 class RankingEvaluator(Evaluator):
     """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``;
     ``max_grade`` is ERR's g_max (default: the largest grade in the qrels)."""
@@ -446,7 +461,7 @@ class RankingEvaluator(Evaluator):
 
     def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1, max_grade: int | None = None):
         super().__init__(metrics)
-        self.relevance_threshold = int(relevance_threshold)
+        self.relevance_threshold = checked_threshold(relevance_threshold)
         self.max_grade = int(max_grade) if max_grade is not None else None
         for name in self.metrics:
             parse_metric(name)

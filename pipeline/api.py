@@ -45,6 +45,8 @@ class Evaluation:
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
     missing: tuple[str, ...] = ()  # judged queries (with a relevant document) that the run does not answer, or questions
     # with gold answers but no prediction: they score 0
+    skipped: tuple[str, ...] = ()  # judged queries without a relevant judgment (no grade >= the threshold): left out of
+    # the means, as trec_eval leaves them out
 
     @property
     def aggregate(self) -> dict[str, float]:
@@ -60,12 +62,10 @@ class Evaluation:
         return {metric: (float(row["ci_low"]), float(row["ci_high"])) for metric, row in self.summary.iterrows()}
 
     def to_dict(self, per_query: bool = False) -> dict:
-        """The payload of ``ragtrack eval --json``."""
-        payload = {"aggregate": self.aggregate, "std": self.std, "ci95": {m: list(ci) for m, ci in self.ci95.items()},
-                   "queries": int(self.summary["n"].max())}
-        if per_query:
-            payload["per_query"] = self.per_query.to_dict(orient="index")
-        return payload
+        """The payload of ``ragtrack eval --json``: valid JSON, with null for undefined values (NaN)."""
+        from ragtrack.pipeline.run_files import json_payload
+
+        return json_payload(self.summary_rows(), self.per_query_rows() if per_query else None)
 
     def summary_rows(self) -> dict[str, dict[str, float]]:
         """``{metric: {mean, std, ci_low, ci_high, n}}`` (what ``ragtrack eval`` prints)."""
@@ -164,8 +164,9 @@ def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = Non
     judged, ranked = as_qrels(qrels), as_run(run)
     per_query, summary = _score(evaluators, EvalInput(qrels=judged, run=ranked), metrics, seed,
                                 "data that a qrels and a run file do not have (answers); score answers with evaluate_answers or in `ragtrack run`")
-    missing = tuple(q for q in judged if not ranked.scores.get(q) and any(g >= relevance_threshold for g in judged[q].values()))
-    return Evaluation(per_query, summary, missing)
+    relevant = {q: any(g >= relevance_threshold for g in grades.values()) for q, grades in judged.items()}
+    missing = tuple(q for q in judged if relevant[q] and not ranked.scores.get(q))
+    return Evaluation(per_query, summary, missing, tuple(q for q in judged if not relevant[q]))
 
 
 def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predictions: Mapping[str, str] | str | Path,

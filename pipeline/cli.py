@@ -49,13 +49,24 @@ def _evaluate_answer_files(args: argparse.Namespace):
     return result
 
 
+class _MetricList(argparse.Action):
+    """``-m`` of ``eval``: repeatable, and each value may be a comma list (``-m ndcg@10,map`` is
+    ``-m ndcg@10 -m map``), as in a config's ``metrics=[ndcg@10,map]``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: str, option_string: str | None = None) -> None:
+        names = [name.strip() for name in values.split(",")]
+        if not all(names):
+            parser.error(f"argument {'/'.join(self.option_strings)}: an empty metric name in {values!r}")
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or ()), *names])
+
+
 def command_eval(args: argparse.Namespace) -> int:
     if args.answers or args.predictions:
         result = _evaluate_answer_files(args)
     else:
         result = _evaluate_run_file(args)
     if args.json:
-        print(json.dumps(result.to_dict(per_query=args.per_query), indent=2))
+        print(json.dumps(result.to_dict(per_query=args.per_query), indent=2, allow_nan=False))
         return 0
     summary = result.summary_rows()
     if args.per_query:
@@ -68,6 +79,7 @@ def command_eval(args: argparse.Namespace) -> int:
 
 
 def _evaluate_run_file(args: argparse.Namespace):
+    from ragtrack.evaluators.ranking import checked_threshold
     from ragtrack.pipeline.run_files import evaluate_files
 
     if not (args.qrels and args.run):
@@ -75,7 +87,11 @@ def _evaluate_run_file(args: argparse.Namespace):
     if _columns_of_first_line(Path(args.qrels)) == 6 and _columns_of_first_line(Path(args.run)) in (3, 4):
         raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
                             "use: ragtrack eval QRELS RUN")
-    result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, args.relevance_threshold, args.seed)
+    threshold = checked_threshold(args.relevance_threshold, "--relevance-threshold")
+    result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, threshold, args.seed)
+    if result.skipped:
+        print(f"ragtrack: note: {len(result.skipped)} judged queries in {args.qrels} have no relevant judgment (grade >= {threshold}) "
+              "and are left out of the means, as trec_eval leaves them out", file=sys.stderr)
     if result.missing:
         print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
     return result
@@ -237,10 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run", nargs="?", help="TREC run file (qid Q0 docid rank score tag)")
     evaluate.add_argument("--answers", metavar="GOLD", help="gold answers: JSON lines with _id/id and answers (queries.jsonl), or a SQuAD dataset .json")
     evaluate.add_argument("--predictions", metavar="PRED", help="answers to score: SQuAD {id: answer} .json, or JSON lines with id and answer")
-    evaluate.add_argument("-m", "--metric", action="append", help="metric such as ndcg@10 (repeatable; default: the standard set)")
+    evaluate.add_argument("-m", "--metric", action=_MetricList, help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,map; default: the standard set)")
     evaluate.add_argument("--per-query", action="store_true", help="also print every query's values")
     evaluate.add_argument("--json", action="store_true", help="print JSON: aggregate, std, ci95, per_query")
-    evaluate.add_argument("--relevance-threshold", type=int, default=1, help="grade >= N is relevant (trec_eval -l; default 1)")
+    evaluate.add_argument("--relevance-threshold", type=int, default=1, help="grade >= N is relevant, N >= 0 (trec_eval -l; default 1)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the bootstrap confidence intervals")
     commands.add_parser("metrics", help="list every available metric")
     compare = commands.add_parser("compare", help="systems/runs from MLflow side by side: CIs, paired tests, Holm, W/T/L, plots")

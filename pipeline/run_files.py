@@ -11,7 +11,8 @@ which also words the errors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ class FileEvaluation:
     values: dict[str, np.ndarray]  # metric -> value per query
     summary: dict[str, dict[str, float]]  # metric -> mean std ci_low ci_high n
     missing: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # judged queries without a relevant judgment: left out of the means
 
     def summary_rows(self) -> dict[str, dict[str, float]]:
         return self.summary
@@ -41,12 +43,30 @@ class FileEvaluation:
 
     def to_dict(self, per_query: bool = False) -> dict:
         """The payload of ``ragtrack eval --json``."""
-        payload = {"aggregate": {m: row["mean"] for m, row in self.summary.items()}, "std": {m: row["std"] for m, row in self.summary.items()},
-                   "ci95": {m: [row["ci_low"], row["ci_high"]] for m, row in self.summary.items()},
-                   "queries": max(int(row["n"]) for row in self.summary.values())}
-        if per_query:
-            payload["per_query"] = self.per_query_rows()
-        return payload
+        return json_payload(self.summary, self.per_query_rows() if per_query else None)
+
+
+def counted_queries(summary: Mapping[str, Mapping[str, float]]) -> int:
+    """How many queries the means of a summary (``{metric: {mean ... n}}``) are over: the most any metric counts."""
+    return max(int(row["n"]) for row in summary.values())
+
+
+def _defined(value: float) -> float | None:
+    """A value for JSON: ``None`` (null) where it is undefined (NaN: a mean over no query, a metric that
+    does not apply to a query), as JSON has no NaN."""
+    return value if math.isfinite(value) else None
+
+
+def json_payload(summary: Mapping[str, Mapping[str, float]], per_query: Mapping[str, Mapping[str, float]] | None = None) -> dict:
+    """What ``ragtrack eval --json`` prints (``to_dict`` of both result types): ``aggregate``, ``std``,
+    ``ci95``, ``queries`` and, when given, ``per_query``; valid JSON, with null for undefined values."""
+    payload = {"aggregate": {m: _defined(row["mean"]) for m, row in summary.items()}, "std": {m: _defined(row["std"]) for m, row in summary.items()},
+               "ci95": {m: [_defined(row["ci_low"]), _defined(row["ci_high"])] for m, row in summary.items()},
+               "queries": counted_queries(summary)}
+    if per_query is not None:
+        payload["per_query"] = {qid: row if all(map(math.isfinite, row.values())) else {m: _defined(v) for m, v in row.items()}
+                                for qid, row in per_query.items()}
+    return payload
 
 
 def _ranking_only(metrics: Sequence[str]) -> bool:
@@ -60,18 +80,25 @@ def _ranking_only(metrics: Sequence[str]) -> bool:
 def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | None = None, relevance_threshold: int = 1,
                    seed: int = 0):
     """Score the run file against the qrels file; a :class:`FileEvaluation`, or an ``api.Evaluation``
-    where the general path is needed (see the module docstring)."""
+    where the general path is needed (see the module docstring). Where no query has a relevant
+    judgment at ``relevance_threshold``, nothing can be evaluated (every mean would be over no query):
+    a one-line error, as trec_eval skips such queries."""
     from ragtrack.pipeline.api import evaluate, metric_names
 
     metrics = list(dict.fromkeys(metric_names(metrics) or DEFAULT_METRICS))
-    if not _ranking_only(metrics):
-        return evaluate(qrels_path, run_path, metrics, relevance_threshold, seed)
-    qrels = load_qrels(qrels_path)[0]
-    run = read_run_columns(run_path)
-    m, values = ranking_values(run, qrels, metrics, relevance_threshold)
-    counted = m.num_rel > 0
-    stats = summarize(np.column_stack([values[name] for name in metrics])[counted], seed=seed)
-    n = int(stats.pop("n"))
-    summary = {name: {key: float(column[i]) for key, column in stats.items()} | {"n": n} for i, name in enumerate(metrics)}
-    missing = tuple(qid for qid, retrieved, relevant in zip(m.qids, m.retrieved, counted) if relevant and not retrieved)
-    return FileEvaluation(m.qids, values, summary, missing)
+    if _ranking_only(metrics):
+        qrels = load_qrels(qrels_path)[0]
+        run = read_run_columns(run_path)
+        m, values = ranking_values(run, qrels, metrics, relevance_threshold)
+        counted = m.num_rel > 0
+        stats = summarize(np.column_stack([values[name] for name in metrics])[counted], seed=seed)
+        n = int(stats.pop("n"))
+        summary = {name: {key: float(column[i]) for key, column in stats.items()} | {"n": n} for i, name in enumerate(metrics)}
+        missing = tuple(qid for qid, retrieved, relevant in zip(m.qids, m.retrieved, counted) if relevant and not retrieved)
+        result = FileEvaluation(m.qids, values, summary, missing, tuple(qid for qid, relevant in zip(m.qids, counted) if not relevant))
+    else:
+        result = evaluate(qrels_path, run_path, metrics, relevance_threshold, seed)
+    if counted_queries(result.summary_rows()) == 0:
+        raise RagtrackError(f"no query in {qrels_path} has a relevant judgment at relevance threshold {relevance_threshold} "
+                            f"(a grade >= {relevance_threshold}), so nothing can be evaluated: trec_eval skips such queries")
+    return result

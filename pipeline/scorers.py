@@ -352,6 +352,7 @@ def scorers(metrics: Sequence[str], relevance_threshold: int = 1, span_name: str
     >>> [s.name for s in scorers(["ndcg@10", "mrr", "answer_f1"])]
     ['ndcg_at_10', 'mrr', 'answer_f1']
     """
+    from ragtrack.evaluators.ranking import checked_threshold
     from ragtrack.pipeline import registry
 
     if isinstance(metrics, str):
@@ -360,8 +361,7 @@ def scorers(metrics: Sequence[str], relevance_threshold: int = 1, span_name: str
         raise RagtrackError("scorers needs at least one metric")
     if source not in SOURCES:
         raise RagtrackError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-    if isinstance(relevance_threshold, bool) or not isinstance(relevance_threshold, numbers.Integral):
-        raise RagtrackError(f"relevance_threshold must be an integer grade, got {relevance_threshold!r}")
+    relevance_threshold = checked_threshold(relevance_threshold)
     if "/" in prefix:
         raise RagtrackError(f"prefix {prefix!r} must not contain '/': MLflow treats what precedes it as a namespace "
                             "and its UI would show the scorer under the bare metric name; use e.g. 'bm25_'")
@@ -376,7 +376,7 @@ def scorers(metrics: Sequence[str], relevance_threshold: int = 1, span_name: str
         name = prefix + metric_key(metric)
         if owner == "ranking":
             evaluators[owner](metrics=[metric])  # a malformed cutoff fails here, not on every row
-            built.append(RankingScorer(name=name, description=description, metric=metric, relevance_threshold=int(relevance_threshold),
+            built.append(RankingScorer(name=name, description=description, metric=metric, relevance_threshold=relevance_threshold,
                                        span_name=span_name, source=source, id_fields=tuple(id_fields)))
         elif owner in ANSWER_EVALUATORS:
             built.append(AnswerScorer(name=name, description=description, metric=metric))

@@ -1,7 +1,7 @@
 """Every ranking metric that trec_eval has equals pytrec_eval per query, to 1e-9, on 300 random
 qrels/run pairs (grades 0-3, ties, empty and short runs, judged non-relevant and unjudged documents,
 queries without relevant judgments, queries absent from the run), at relevance thresholds 1 and 2;
-and with negative grades (-2..2), which trec_eval reads as "in the pool but unjudged"."""
+and with negative grades (-2..2), which trec_eval reads as "in the pool but unjudged", at 0, 1 and 2."""
 
 from __future__ import annotations
 
@@ -56,6 +56,25 @@ def test_negative_grades_equal_trec_eval_per_query(threshold: int) -> None:
     assert_equal_per_query(ours, reference)
     unevaluated = [qid for qid in qrels if qid not in reference.index]
     assert unevaluated and (ours.loc[unevaluated] == 0).all().all()
+
+
+def test_threshold_zero_equals_pytrec_eval_on_grades_raised_by_one() -> None:
+    """At threshold 0 every judged document with a grade >= 0 is relevant and a negative grade still is
+    not. pytrec_eval refuses level 0 ("should be positive"), so the reference reads the same judgments
+    without the negative ones, each grade raised by 1, at level 1: the same relevant documents and no
+    judged non-relevant ones, hence the same binary measures and bpref (nDCG's gains differ)."""
+    qrels, run = random_pairs(range(550, 650))
+    qrels = with_negative_grades(qrels, seed=0)
+    binary = [name for name in ours_to_trec() if not name.startswith("ndcg")]
+    ours, _ = score_ranking(run, qrels, binary, threshold=0)
+    raised = {qid: kept for qid, judged in qrels.items() if (kept := {doc: g + 1 for doc, g in judged.items() if g >= 0})}
+    reference = pytrec_reference(raised, run, 1)[binary]
+    assert len(reference) > 1000 and (reference["map"] > 0).any() and (reference["bpref"] > 0).any()
+    assert_equal_per_query(ours, reference)
+    unevaluated = [qid for qid in qrels if qid not in reference.index]
+    assert unevaluated and (ours.loc[unevaluated] == 0).all().all()
+    with pytest.raises(TypeError, match="should be positive"):
+        pytrec_eval.RelevanceEvaluator(raised, {"map"}, relevance_level=0)
 
 
 def test_bpref_skips_a_negative_grade() -> None:

@@ -75,7 +75,7 @@ def test_the_run_file_system_scores_as_ragtrack_eval_scores_the_file(job) -> Non
         assert scored["systems"]["anserini"][metric] == pytest.approx(row["mean"], abs=1e-12), metric
     counts = ("unknown_queries", "unknown_documents", "queries_without_hits")
     assert {name: scored["efficiency"]["anserini"][name] for name in counts} == dict(zip(counts, (1.0, 1.0, 2.0)))
-    assert "anserini: queries of other.trec that the dataset does not have: 1 (e.g. 'q99'); ignored, as trec_eval ignores them" in log
+    assert f"anserini: queries of {root / 'other.trec'} that the dataset does not have: 1 (e.g. 'q99'); ignored, as trec_eval ignores them" in log
     assert ("anserini: documents of its run that the corpus does not have: 1 (e.g. 'zz9'); they count as not relevant, as in trec_eval, "
             "and have no text for a reranker or generator to read") in log
     assert "anserini: 2 of 6 queries have no hits (they score 0 on every metric)" in log
@@ -89,7 +89,7 @@ def test_the_run_file_system_is_compared_reported_and_logged(job) -> None:
     runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
     (child,) = [r for r in runs if r.data.tags.get(layout.TAG_SYSTEM) == "anserini"]
     assert child.data.metrics["ndcg_at_10"] == results(folder)["systems"]["anserini"]["ndcg@10"]
-    assert child.data.metrics["unknown_documents"] == 1.0 and child.data.params["path"] == "other.trec"
+    assert child.data.metrics["unknown_documents"] == 1.0 and child.data.params["path"] == str(root / "other.trec")  # made absolute: the job names its file from any folder
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert {"anserini/ndcg_at_10", "hybrid/ndcg_at_10"} <= set(parent.data.metrics)
 
@@ -134,7 +134,7 @@ def test_a_malformed_run_file_is_one_line_before_anything_runs(tmp_path: Path) -
     (tmp_path / "bad.trec").write_text("q1 Q0 d1 1 2.0 x\nq1 Q0 d2 2 x\n")
     done = ragtrack_cli(tmp_path, *JOB, "retriever.run_file.path=bad.trec", "fusion=[]")
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "ragtrack: error: bad.trec:2: expected 6 columns 'qid Q0 docid rank score tag', got 5"
+    assert done.stderr.strip().splitlines()[-1] == f"ragtrack: error: {tmp_path / 'bad.trec'}:2: expected 6 columns 'qid Q0 docid rank score tag', got 5"
     assert not list(tmp_path.rglob("results.json")) and not (tmp_path / "mlruns").exists() and not (tmp_path / ".cache").exists()
 
 

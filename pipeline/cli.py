@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--baseline", help="row label, system name or run id (default: bm25, else the first row)")
     compare.add_argument("--format", default="table", choices=["table", "markdown", "csv", "json", "latex"])
     compare.add_argument("--wide", action="store_true", help="--format table as one wide table (default: blocks of 100 columns)")
-    compare.add_argument("--plot", help="also write the comparison figure (PNG) to this file")
+    compare.add_argument("--plot", help="also write the comparison figure to this file: .png, .pdf or .svg (its folder is made)")
     compare.add_argument("--seed", type=int, default=0, help="seed of the randomization test and the bootstrap CIs")
     compare.add_argument("--resamples", type=int, default=10_000, help="randomization test resamples (exact when 2^n is fewer)")
     compare.add_argument("--failures", type=int, default=10, help="queries per system in the failure analysis artifact")

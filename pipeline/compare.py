@@ -2,8 +2,9 @@
 
 Rows are the child runs (one per system and job, tag ``ragtrack.system``) of an experiment, or of one
 sweep (parent tag ``ragtrack.sweep``). Rows of the same system with identical per-query scores (bm25
-in every job of an RRF sweep) and the same logged configuration are shown once. A row is labelled by its system, or by its job's run
-name where a system appears in several jobs (``hybrid k=30``).
+in every job of an RRF sweep; the latency columns ``layout.LATENCY_COLUMNS`` left out), the same
+logged configuration and the same qrels (dataset hash) are shown once; the merged rows' run ids select that row as the baseline. A row
+is labelled by its system, or by its job's run name where a system appears in several jobs (``hybrid k=30``).
 
 Per metric and row: the mean and percentile-bootstrap 95% CI over the queries with a relevant
 judgment (``evaluators.base.aggregate``, the numbers the experiment logged), the difference to the
@@ -11,9 +12,10 @@ baseline, paired t-test and seeded randomization-test p-values (``evaluators.sig
 Holm-corrected across the rows compared with the baseline, and per-query win/tie/loss counts.
 Queries are those of the dataset named by the job's logged ``config.yaml`` (its hash must match);
 without the dataset every query of the per-query table counts and failure analysis is skipped.
-Jobs whose qrels (dataset hash), relevance threshold or query set differ are refused, naming two of
-them and what differs; ``allow_mixed`` keeps them, labels every row with its job's threshold and
-counts the queries relevant in every job (so a row's mean may differ from the one its job logged).
+Jobs whose qrels (dataset hash), relevance threshold or query set (a merged row's queries count for
+each of its jobs) differ are refused, naming two of them (run name and short run id) and what
+differs; ``allow_mixed`` keeps them, labels every row with its job's threshold and counts the queries
+relevant in every job (so a row's mean may differ from the one its job logged).
 
 With a reference (``pipeline.reference``: an original job's folder, results.json or MLflow run, or a
 published table of means), each row is also checked against the reference system of its name: the
@@ -43,11 +45,11 @@ from ragtrack.core.runs import Run, read_trec
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.tracking import reading_client, run_and_job, ui_base
-from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS, TAG_COMPARISON,
-                                      TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
+from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMNS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS,
+                                      TAG_COMPARISON, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
-from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, REPORT_FILE, TEXT_WIDTH, Comparison, SystemRun, compare_systems, find_baseline,
-                                          render, verdicts, write_comparison)
+from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, PLOT_SUFFIXES, REPORT_FILE, TEXT_WIDTH, Comparison, SystemRun,
+                                          compare_systems, find_baseline, plot, render, verdicts, write_comparison)
 from ragtrack.pipeline.reference import TOLERANCE, Reference, check_reference, read_job, read_reference
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,7 @@ def download_artifact(client, run_id: str, path: str, folder: Path) -> Path:
 
 def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun]:
     """Every system child run of ``jobs`` with its per-query table, cutoff curves and the settings that
-    differ between the jobs, duplicates removed."""
+    differ between the jobs, duplicates (timings aside) merged into the first (``SystemRun.merged``)."""
     systems, seen, swept = [], {}, differing_settings(jobs)
     for child in runs:
         job = jobs.get(child.data.tags.get(TAG_PARENT, ""))
@@ -126,11 +128,14 @@ def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun
         target = folder / child.info.run_id
         per_query = read_csv(download_artifact(client, child.info.run_id, PER_QUERY_FILE, target), dtype={"qid": str}).set_index("qid")
         system = child.data.tags[TAG_SYSTEM]
-        fingerprint = (system, tuple(sorted(child.data.params.items())), int(pd.util.hash_pandas_object(per_query).sum()))
+        scores = per_query.drop(columns=list(LATENCY_COLUMNS.values()), errors="ignore")
+        fingerprint = (system, job.data.tags.get(TAG_DATASET_HASH), tuple(sorted(child.data.params.items())),
+                       int(pd.util.hash_pandas_object(scores).sum()))
         settings = swept.get(job.info.run_id, {})
         if fingerprint in seen:  # shown once: keep only the settings its jobs share
             kept = seen[fingerprint]
             kept.params = {k: v for k, v in kept.params.items() if settings.get(k) == v}
+            kept.merged[child.info.run_id] = job.info.run_id
             continue
         curves = {key: {m.step: m.value for m in client.get_metric_history(child.info.run_id, key)} for key in map(curve_key, CURVE_METRICS)}
         systems.append(SystemRun(system, child.info.run_id, job.info.run_name or job.info.run_id, job.info.run_id,
@@ -202,36 +207,36 @@ class JobScope:
     """What a job's scores are relative to: its qrels (dataset hash), relevance threshold, the queries its
     systems scored and those that count (the relevant ones of its dataset, else every scored one)."""
 
-    name: str
+    name: str  # its run name and short run id: 'hybrid k=30' (run 1a2b3c4d)
     dataset_hash: str | None
     threshold: int
-    scored: frozenset[str]  # empty when each of its systems is shown as another job's row (identical scores)
+    scored: frozenset[str]  # those of its rows, merged ones included
     counted: tuple[str, ...]
     dataset: Dataset | None
 
 
 def job_scope(client, job, systems: list[SystemRun], folder: Path) -> JobScope:
     dataset, threshold = load_job_dataset(client, job, folder)
-    scored = tuple(dict.fromkeys(q for s in systems if s.job_id == job.info.run_id for q in s.per_query.index))
+    job_id = job.info.run_id
+    scored = tuple(dict.fromkeys(q for s in systems if job_id == s.job_id or job_id in s.merged.values() for q in s.per_query.index))
     counted = scored if dataset is None else tuple(q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values()))
-    return JobScope(job.info.run_name or job.info.run_id, job.data.tags.get(TAG_DATASET_HASH), threshold, frozenset(scored), counted, dataset)
+    return JobScope(f"{job.info.run_name or job_id!r} (run {job_id[:8]})", job.data.tags.get(TAG_DATASET_HASH), threshold, frozenset(scored),
+                    counted, dataset)
 
 
 def _shown(value: object) -> object:
-    return f"{len(value)} queries" if isinstance(value, frozenset) else value
+    return f"{len(value)} queries" if isinstance(value, frozenset) else str(value)[:12]
 
 
 def scope_difference(scopes: Sequence[JobScope]) -> str | None:
-    """``jobs 'a' and 'b' differ in <what> (<a's> vs <b's>)`` for the first job that differs from the
-    first one in qrels, relevance threshold or query set; None when all agree."""
+    """``jobs 'a' (run 1a2b3c4d) and 'b' (run 5e6f7a8b) differ in <what> (<a's> vs <b's>)`` for the first job
+    that differs from the first one in qrels, relevance threshold or query set; None when all agree."""
     first = scopes[0]
     for other in scopes[1:]:
-        pairs = [("qrels (dataset hash)", first.dataset_hash, other.dataset_hash), ("relevance threshold", first.threshold, other.threshold)]
-        if first.scored and other.scored:
-            pairs.append(("query set", first.scored, other.scored))
-        for what, mine, theirs in pairs:
+        for what, mine, theirs in (("qrels (dataset hash)", first.dataset_hash, other.dataset_hash),
+                                   ("relevance threshold", first.threshold, other.threshold), ("query set", first.scored, other.scored)):
             if mine != theirs:
-                return f"jobs {first.name!r} and {other.name!r} differ in {what} ({_shown(mine)} vs {_shown(theirs)})"
+                return f"jobs {first.name} and {other.name} differ in {what} ({_shown(mine)} vs {_shown(theirs)})"
     return None
 
 
@@ -263,7 +268,7 @@ def reference_scope_difference(reference: Reference, scope: JobScope) -> str | N
     for what, theirs, mine in (("qrels (dataset hash)", reference.dataset_hash, scope.dataset_hash),
                                ("relevance threshold", reference.threshold, scope.threshold)):
         if theirs is not None and mine is not None and theirs != mine:
-            return f"reference {reference.source} and job {scope.name!r} differ in {what} ({str(theirs)[:12]} vs {str(mine)[:12]})"
+            return f"reference {reference.source} and job {scope.name} differ in {what} ({_shown(theirs)} vs {_shown(mine)})"
     return None
 
 
@@ -280,6 +285,8 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
     systems paired by name or by ``reference_map`` (``ROW=REFERENCE``), differences within ``tolerance``."""
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if plot_file and Path(plot_file).suffix.lower() not in PLOT_SUFFIXES:
+        raise RagtrackError(f"--plot {plot_file}: name a {', '.join(PLOT_SUFFIXES)} file (the suffix picks the format)")
     if reference_map and not reference:
         raise RagtrackError("--reference-map pairs rows with a reference's systems: give the reference with --reference RUN_OR_TABLE")
     if reference and not tolerance >= 0:
@@ -297,7 +304,8 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         if reference:  # an MLflow run id, found before the rows are read (its runs are downloaded when measured)
             original = original or load_logged_reference(client, reference, folder)
         systems = load_systems(client, jobs, runs, folder)
-        scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items()}
+        shown = {s.job_id for s in systems} | {job_id for s in systems for job_id in s.merged.values()}
+        scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items() if job_id in shown}
         difference = scope_difference(list(scopes.values()))
         if difference and not allow_mixed:
             raise RagtrackError(f"{difference}; compare them apart (--sweep, --experiment) or pass --allow-mixed to keep them, each row labelled with its threshold")
@@ -327,10 +335,10 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"
         trec = {s.run_id: row_run(s) for s in systems} if dataset is not None and failures > 0 else None
-        write_comparison(comparison, outputs, f"{found.name}: {len(systems)} systems vs {comparison.baseline.label}", dataset, trec, failures)
-        if plot_file:
-            Path(plot_file).parent.mkdir(parents=True, exist_ok=True)
-            Path(plot_file).write_bytes((outputs / "comparison.png").read_bytes())
+        title = f"{found.name}: {len(systems)} systems vs {comparison.baseline.label}"
+        write_comparison(comparison, outputs, title, dataset, trec, failures)
+        if plot_file:  # the format of its suffix; plot() makes a missing folder
+            plot(comparison, Path(plot_file), title)
         if log_to_mlflow:
             run_id, name = _log_comparison(client, found.experiment_id, comparison, jobs, sweep, outputs)
             comparison.logged = f"{run_id} ({name})"

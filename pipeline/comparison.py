@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 
 from ragtrack.core.data import Dataset
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run
 from ragtrack.evaluators.base import aggregate
 from ragtrack.evaluators.significance import ALPHA, effect_size, holm, paired_t_test, randomization_test, win_tie_loss
 from ragtrack.pipeline.csv_files import csv_text
-from ragtrack.pipeline.layout import curve_key
+from ragtrack.pipeline.layout import LATENCY_COLUMNS, curve_key
 from ragtrack.pipeline.slices import COLUMN_PREFIX as SLICE_COLUMN_PREFIX
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 DEFAULT_METRICS = ("ndcg@10", "recall@100")
 FORMATS = ("table", "markdown", "csv", "json", "latex")
 TEXT_WIDTH = 100  # characters of the terminal table (``ragtrack compare --wide``: one wide table)
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # ``ragtrack compare --plot FILE``: the formats written, named by the suffix
+BEST_TOLERANCE = 1e-12  # relative: means this close to the largest tie for the best mark (:func:`is_best`)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class SystemRun:
     label: str = ""
     curves: dict[str, dict[int, float]] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)  # the job's settings that differ between compared jobs
+    merged: dict[str, str] = field(default_factory=dict)  # run id -> job id of the identical rows shown as this one
 
 
 @dataclass
@@ -75,12 +78,12 @@ class Comparison:
 
 
 def find_baseline(systems: list[SystemRun], baseline: str | None) -> SystemRun:
-    """A row by label, system name or run id (child or job), refused when several rows match; default:
-    the first bm25 row, else the first row."""
+    """A row by label, system name or run id (child or job, its own or one of the rows merged into it),
+    refused when several rows match; default: the first bm25 row, else the first row."""
     if baseline is None:
         return next((s for s in systems if s.system == "bm25"), systems[0])
     for matches in ([s for s in systems if s.label == baseline], [s for s in systems if s.system == baseline],
-                    [s for s in systems if baseline in (s.run_id, s.job_id)]):
+                    [s for s in systems if baseline in (s.run_id, s.job_id, *s.merged, *s.merged.values())]):
         if len(matches) > 1:
             raise RagtrackError(f"baseline {baseline!r} matches {len(matches)} rows; pass one of: "
                                 + ", ".join(repr(s.label) for s in matches))
@@ -92,10 +95,14 @@ def find_baseline(systems: list[SystemRun], baseline: str | None) -> SystemRun:
 def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: SystemRun, queries: Sequence[str] | None = None,
                     seed: int = 0, resamples: int = 10_000) -> Comparison:
     """Mean, CI, difference, paired tests (Holm-corrected per metric and test) and win/tie/loss per row."""
-    for s in systems:
-        absent = [m for m in metrics if m not in s.per_query.columns]
-        if absent:
-            raise RagtrackError(f"{s.label}: no per-query values for {absent}; logged: {', '.join(s.per_query.columns)}")
+    for metric in metrics:
+        lacking = [s.label for s in systems if metric not in s.per_query.columns]
+        if lacking:
+            logged = [m for m in logged_metrics(systems[0].per_query) if all(m in s.per_query.columns for s in systems)]
+            other_cutoffs = [m for m in logged if m.partition("@")[0] == metric.partition("@")[0]]
+            hint = did_you_mean(metric, logged) if not other_cutoffs else ""
+            where = f" for {', '.join(lacking)}" if len(lacking) < len(systems) else ""
+            raise RagtrackError(f"{metric!r} is not a logged metric{where}{hint or '; logged: ' + ', '.join(other_cutoffs or logged)}")
     if queries is None:
         queries = list(baseline.per_query.index)
     queries = [q for q in queries if all(q in s.per_query.index for s in systems)]
@@ -125,8 +132,23 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
             table[column] = np.nan
     for test in ("p_ttest", "p_randomization"):
         table[f"{test}_holm"] = table.groupby("metric")[test].transform(lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
-    table["best"] = table["mean"] == table.groupby("metric")["mean"].transform("max")
+    table["best"] = table.groupby("metric")["mean"].transform(is_best).astype(bool)
     return Comparison(table, systems, baseline, list(metrics), list(queries))
+
+
+def logged_metrics(per_query: pd.DataFrame) -> list[str]:
+    """The metric columns of a per-query table: its numbers, less the latency (``layout.LATENCY_COLUMNS``)
+    and slice columns."""
+    return [c for c in per_query.columns if pd.api.types.is_numeric_dtype(per_query[c]) and c not in LATENCY_COLUMNS.values()
+            and not c.startswith(SLICE_COLUMN_PREFIX)]
+
+
+def is_best(means: pd.Series) -> pd.Series:
+    """Which of one metric's ``means`` get the best mark (``*``, bold, highlighted): those within a relative
+    :data:`BEST_TOLERANCE` of the largest, ``mean >= max - 1e-12·|max|``, so that equal means a float sum
+    left a last bit apart (34/150 as 0.2266666666666667 and 0.22666666666666668) tie; NaN never."""
+    top = means.max()
+    return means >= top - BEST_TOLERANCE * abs(top)
 
 
 def per_query_differences(comparison: Comparison, texts: dict[str, str], decimals: int = 4) -> pd.DataFrame:
@@ -483,12 +505,13 @@ def _p_phrase(p: float) -> str:
 
 
 def verdicts(comparison: Comparison) -> list[str]:
-    """One sentence per metric: the best row with its mean, difference to the baseline and
-    Holm-corrected paired t-test p (for the best non-baseline row when the baseline is best)."""
+    """One sentence per metric: the best row (:func:`is_best`; the baseline where it ties) with its mean,
+    difference to the baseline and Holm-corrected paired t-test p (for the best non-baseline row when the
+    baseline is best)."""
     sentences = []
     for metric in comparison.metrics:
         rows = comparison.table[comparison.table["metric"] == metric]
-        best = rows.loc[rows["mean"].idxmax()]
+        best = rows[rows["best"]].sort_values("baseline", ascending=False, kind="stable").iloc[0]
         others = rows[~rows["baseline"]]
         if not best["baseline"]:
             sentences.append(f"{best['system']} best on {metric}: {best['mean']:.4f}, {best['delta']:+.4f} over "

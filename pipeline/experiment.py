@@ -39,7 +39,7 @@ from ragtrack.pipeline import layout, registry, robustness, usage
 from ragtrack.pipeline.agreement import pairwise_agreement, report_section, rubric_agreement, run_page_note
 from ragtrack.pipeline.agreement import summary_text as agreement_text
 from ragtrack.pipeline.csv_files import csv_text
-from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, p_text,
+from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, is_best, p_text,
                                          per_query_differences, write_comparison)
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.job import JobInfo
@@ -124,17 +124,17 @@ def with_latency(per_query: pd.DataFrame, retrieval_ms: Mapping[str, float], gen
     """The per-query table with ``retrieval_ms`` (and ``generation_ms`` when answers were generated)
     appended, rounded to microseconds; blank where unknown. Wall-clock figures: they differ run to run,
     unlike every other column (see docs/performance.md)."""
-    columns = {"retrieval_ms": [round(retrieval_ms[q], 3) if q in retrieval_ms else np.nan for q in per_query.index]}
+    columns = {layout.LATENCY_COLUMNS["retrieval"]: [round(retrieval_ms[q], 3) if q in retrieval_ms else np.nan for q in per_query.index]}
     if generation_ms is not None:
-        columns["generation_ms"] = [round(generation_ms, 3)] * len(per_query)
+        columns[layout.LATENCY_COLUMNS["generation"]] = [round(generation_ms, 3)] * len(per_query)
     return per_query.assign(**columns)
 
 
 def latency_quantiles(per_query: pd.DataFrame) -> dict[str, float]:
     """p50 and p95 of the per-query latency columns (child-run metrics :func:`layout.latency_key`)."""
     figures = {}
-    for stage_name in ("retrieval", "generation"):
-        values = per_query.get(f"{stage_name}_ms", pd.Series(dtype=float)).dropna().to_numpy(float)
+    for stage_name, column in layout.LATENCY_COLUMNS.items():
+        values = per_query.get(column, pd.Series(dtype=float)).dropna().to_numpy(float)
         if len(values):
             figures |= {layout.latency_key(stage_name, q): float(np.percentile(values, q)) for q in (50, 95)}
     return figures
@@ -587,8 +587,8 @@ def summary_note(results: dict[str, SystemResult], key_metrics: list[str], datas
     for metric in metrics:
         rows = {system: r.summary.loc[metric] for system, r in results.items()
                 if metric in r.summary.index and pd.notna(r.summary.loc[metric, "mean"])}
-        best = max(row["mean"] for row in rows.values())
-        means = {s: f"**{row['mean']:.4f}**" if row["mean"] == best else f"{row['mean']:.4f}" for s, row in rows.items()}
+        best = is_best(pd.Series({s: row["mean"] for s, row in rows.items()}, dtype=float))
+        means = {s: f"**{row['mean']:.4f}**" if best[s] else f"{row['mean']:.4f}" for s, row in rows.items()}
         table = [(f"**{metric}**", means), ("95% CI", {s: f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}]" for s, row in rows.items()})]
         if tests is not None and metric in comparison.metrics:
             table.append(("Δ (p)", {s: "baseline" if tests.loc[(s, metric), "baseline"] else
@@ -614,10 +614,10 @@ def link_or_copy(source: Path, target: Path) -> None:
 
 
 def report_table(table: pd.DataFrame, width: int = 100) -> str:
-    """``table`` (metrics x systems) as text, 4 decimals, the largest value of each row marked ``*``,
-    split into column blocks that fit ``width`` characters."""
-    best = table.max(axis=1)
-    cells = pd.DataFrame({system: [("" if pd.isna(v) else f"{v:.4f}{'*' if v == best[m] else ' '}") for m, v in column.items()]
+    """``table`` (metrics x systems) as text, 4 decimals, the largest value of each row (:func:`is_best`)
+    marked ``*``, split into column blocks that fit ``width`` characters."""
+    best = table.apply(is_best, axis=1)
+    cells = pd.DataFrame({system: [("" if pd.isna(v) else f"{v:.4f}{'*' if best.loc[m, system] else ' '}") for m, v in column.items()]
                           for system, column in table.items()}, index=table.index)
     return cells.to_string(line_width=width)
 

@@ -20,7 +20,10 @@ from mlflow.tracking import MlflowClient
 from ragtrack.evaluators.significance import effect_size, holm, paired_t_test, randomization_test
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.pipeline.compare import differing_settings, run_compare, select_jobs, short_settings
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, failure_report, find_baseline, numeric_params, render
+from ragtrack.pipeline.comparison import (SystemRun, compare_systems, failure_report, find_baseline, html_report, is_best, numeric_params,
+                                          render, verdicts)
+from ragtrack.pipeline.experiment import report_table
+from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.reproduce import reproduce
@@ -69,6 +72,43 @@ def test_formats_mark_the_best_value() -> None:
     assert payload["baseline"] == "bm25" and payload["rows"][1]["best"] is True
     with pytest.raises(RagtrackError, match="unknown format 'html'"):
         render(comparison, "html")
+
+
+def test_means_equal_but_for_float_rounding_tie_for_the_best_mark() -> None:
+    """0.2, 0.4, 0.6 summed in two orders: 0.4000000000000001 and 0.39999999999999997, the same mean;
+    both rows are best in every format, the report and a job's terminal table (one rule, ``is_best``)."""
+    base = system("bm25", {"p@5": [0.2, 0.2, 0.2]}, qids=("q1", "q2", "q3"))
+    rows = [base, system("dense", {"p@5": [0.2, 0.4, 0.6]}, qids=("q1", "q2", "q3")),
+            system("hybrid", {"p@5": [0.6, 0.4, 0.2]}, qids=("q1", "q2", "q3"))]
+    comparison = compare_systems(rows, ["p@5"], base, resamples=100)
+    means = comparison.table["mean"].tolist()
+    assert means[1] != means[2] and comparison.table["best"].tolist() == [False, True, True]
+    assert render(comparison, "table").count("]*") == 2 and render(comparison, "markdown").count("| **0.4000") == 2
+    assert render(comparison, "latex").count(r"\textbf{0.4000") == 2
+    assert html_report(comparison, "t", []).count('<tr class="best">') == 2
+    assert verdicts(comparison)[0].startswith("dense best on p@5: 0.4000, +0.2000 over bm25")
+    job_table = report_table(pd.DataFrame({"bm25": [0.2], "dense": [means[1]], "hybrid": [means[2]]}, index=["p@5"]))
+    assert job_table.count("0.4000*") == 2
+    tied = compare_systems([rows[1], rows[2]], ["p@5"], rows[2], resamples=100)  # the baseline ties: it is the verdict's best
+    assert verdicts(tied)[0].startswith("hybrid (the baseline) best on p@5: 0.4000; next dense, +0.0000")
+    rng = np.random.default_rng(0)  # against the rule written out: max - v <= 1e-12 * |max|
+    for _ in range(200):
+        values = pd.Series(rng.choice([0.0, 1 / 3, 2 / 3, 1.0, -0.5], size=5) * (1 + rng.choice([0, 1e-13, 1e-11], size=5)))
+        values[rng.random(5) < 0.2] = np.nan
+        expected = [bool(v == v and values.max() - v <= 1e-12 * abs(values.max())) for v in values]
+        assert is_best(values).tolist() == expected
+
+
+def test_a_misspelled_metric_is_named_with_the_closest_logged_one() -> None:
+    timed = system("bm25", {"ndcg@10": [0.5, 0.2, 0.0, 1.0], "mrr": [0.5, 0.2, 0.0, 1.0], "retrieval_ms": [1.0, 2.0, 3.0, 4.0]})
+    with pytest.raises(RagtrackError, match=r"^'ndgc@10' is not a logged metric; did you mean 'ndcg@10'\?$"):
+        compare_systems([timed, BETTER], ["ndcg@10", "ndgc@10"], timed)
+    with pytest.raises(RagtrackError, match="^'bleu' is not a logged metric; logged: ndcg@10, mrr$"):  # timings are no metric
+        compare_systems([timed], ["bleu"], timed)
+    with pytest.raises(RagtrackError, match="^'ndcg@7' is not a logged metric; logged: ndcg@10$"):  # the cutoffs logged
+        compare_systems([timed], ["ndcg@7"], timed)
+    with pytest.raises(RagtrackError, match="^'mrr' is not a logged metric for hybrid; logged: ndcg@10$"):  # logged by every row
+        compare_systems([timed, BETTER], ["mrr"], timed)
 
 
 def test_csv_escapes_text_that_looks_like_a_formula_but_no_number() -> None:
@@ -254,7 +294,7 @@ def test_compare_refuses_jobs_of_different_thresholds_unless_allowed(tmp_path) -
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    with pytest.raises(RagtrackError, match=r"jobs '.*' and '.*' differ in relevance threshold \(1 vs 2\); .* --allow-mixed") as refused:
+    with pytest.raises(RagtrackError, match=r"^jobs '.*' \(run \w{8}\) and '.*' \(run \w{8}\) differ in relevance threshold \(1 vs 2\); .* --allow-mixed") as refused:
         run_compare(uri, metrics=["map"], log_to_mlflow=False)
     assert "\n" not in str(refused.value)
     comparison, _ = run_compare(uri, metrics=["map"], log_to_mlflow=False, allow_mixed=True, failures=0)
@@ -317,3 +357,67 @@ def rrf_k(config) -> int:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(OmegaConf.load(config), "fusion.rrf.k")
+
+
+def logged_job(client, experiment_id: str, name: str, config: dict, dataset_hash: str, rows: dict[str, dict[str, list[float]]],
+               folder) -> dict[str, str]:
+    """A finished job as ``ragtrack run`` logs it (parent run with config.yaml and the dataset hash, a
+    child run per system with per_query.csv, written into ``folder`` first); its system run ids by system."""
+    from omegaconf import OmegaConf
+
+    parent = client.create_run(experiment_id, run_name=name, tags={TAG_DATASET_HASH: dataset_hash}).info.run_id
+    folder.mkdir(exist_ok=True)
+    OmegaConf.save(OmegaConf.create(config), folder / CONFIG_FILE)
+    client.log_artifact(parent, str(folder / CONFIG_FILE))
+    children = {}
+    for name_, columns in rows.items():
+        child = client.create_run(experiment_id, run_name=f"{name_} · {name}", tags={TAG_PARENT: parent, TAG_SYSTEM: name_}).info.run_id
+        client.log_param(child, "retriever", name_)
+        pd.DataFrame({"system": name_, "qid": [f"q{i}" for i in range(1, 7)], **columns}).to_csv(folder / PER_QUERY_FILE, index=False)
+        client.log_artifact(child, str(folder / PER_QUERY_FILE))
+        client.set_terminated(child, "FINISHED")
+        children[name_] = child
+    client.set_terminated(parent, "FINISHED")
+    return children
+
+
+def test_identical_jobs_merge_and_changed_qrels_keep_their_judged_queries(tmp_path) -> None:
+    """The user's trial, as MLflow holds it: two identical bm25 + hybrid jobs (their hybrid timings
+    differ), then a third after one grade of the dataset folder changed (2 -> 1). The identical jobs'
+    rows are shown once (not the third's, of other qrels) and either job's run ids pick them as the baseline; the refusal names the two
+    jobs apart; --allow-mixed compares the 6 queries judged in every job; --plot writes the format of
+    its suffix into a folder it makes."""
+    data = tmp_path / "data"
+    shutil.copytree(TOY, data)
+    old_hash = load_beir(data).hash
+    qrels = data / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text().replace("q1\td1\t2", "q1\td1\t1"))
+    config = {"dataset": {"type": "beir", "name": "data", "path": str(data), "split": "test", "qrels_file": None, "slices_file": None,
+                          "slice_metadata": []}, "evaluator": {"ranking": {"relevance_threshold": 1}}}
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("ragtrack-data", artifact_location=str(tmp_path / "artifacts"))
+    bm25 = {"ndcg@10": [1.0, 0.5, 0.25, 0.0, 1.0, 0.5], "retrieval_ms": [0.5] * 6}
+    hybrid = {"ndcg@10": [1.0, 0.75, 0.5, 0.25, 1.0, 0.5]}
+    first = logged_job(client, experiment, "bm25_job", config, old_hash, {"bm25": bm25, "hybrid": {**hybrid, "retrieval_ms": [1.5] * 6}},
+                       tmp_path / "upload")
+    second = logged_job(client, experiment, "bm25_job", config, old_hash, {"bm25": bm25, "hybrid": {**hybrid, "retrieval_ms": [2.5] * 6}},
+                        tmp_path / "upload")
+    changed = {"ndcg@10": [0.9, 0.5, 0.25, 0.0, 1.0, 0.5]}  # bm25's scores the same under the new grade: still its own row
+    third = logged_job(client, experiment, "bm25_job", config, load_beir(data).hash, {"bm25": bm25, "hybrid": changed},
+                       tmp_path / "upload")
+    jobs = {r.info.run_id: r.info.run_id[:8] for r in client.search_runs([experiment]) if TAG_SYSTEM not in r.data.tags}
+    with pytest.raises(RagtrackError, match=r"^jobs 'bm25_job' \(run (\w{8})\) and 'bm25_job' \(run (\w{8})\) differ in qrels \(dataset hash\) "
+                                            r"\(\w{12} vs \w{12}\); compare them apart") as refused:
+        run_compare(uri, metrics=["ndcg@10"], log_to_mlflow=False)
+    assert len({word for word in str(refused.value).split() if word.rstrip(")") in jobs.values()}) == 2
+    plot = tmp_path / "new" / "folder" / "comparison.pdf"
+    comparison, _ = run_compare(uri, metrics=["ndcg@10"], baseline=second["hybrid"], log_to_mlflow=False, allow_mixed=True,
+                                failures=0, resamples=100, plot_file=str(plot))
+    assert [(s.system, s.run_id) for s in comparison.systems] == [("bm25", first["bm25"]), ("hybrid", first["hybrid"]),
+                                                                   ("bm25", third["bm25"]), ("hybrid", third["hybrid"])]
+    assert comparison.baseline is comparison.systems[1] and comparison.queries == [f"q{i}" for i in range(1, 7)]
+    assert plot.read_bytes()[:5] == b"%PDF-"
+    for wrong in ("comparison.txt", "comparison"):  # refused before the store is read
+        with pytest.raises(RagtrackError, match=rf"^--plot {wrong}: name a .png, .pdf, .svg file \(the suffix picks the format\)$"):
+            run_compare(f"sqlite:///{tmp_path}/missing/mlflow.db", plot_file=wrong)

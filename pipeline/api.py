@@ -294,11 +294,14 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
     given = None
     if frames is not None:
         unknown = sorted(set(frames) - {*FRAME_COLUMNS, "name"})
-        if unknown:
-            raise TypeError(f"run_experiment: dataset has no key {unknown[0]!r}; its keys: corpus, queries, qrels, answers, name")
+        missing = [key for key in ("corpus", "queries", "qrels") if key not in frames]
+        if unknown or missing:
+            problem = f"has no key {unknown[0]!r}" if unknown else f"lacks {missing[0]!r}"
+            raise TypeError(f"run_experiment: dataset {problem}; its keys: corpus, queries, qrels, and optionally answers, name")
         given = dataset_from_frames(**frames, check_documents=False)  # the job checks them against what it indexes
-        with open_dict(cfg):  # the job records where its data came from; the frames cannot be read from a config
-            cfg.dataset = {"type": "frames", "name": given.name}
+        with open_dict(cfg):  # the job records where its data came from (the frames cannot be read from a config) and keeps
+            slicing = {k: cfg.dataset[k] for k in ("slices_file", "slice_metadata") if k in cfg.dataset}  # how to slice them
+            cfg.dataset = {"type": "frames", "name": given.name, **slicing}
     absolute_inputs(cfg, validate(cfg))  # bad settings fail here: no folder, no MLflow run, no cache entry
     made = None
     if not any(o.split("=", 1)[0].lstrip("+~") == "paths.output_dir" for o in overrides):

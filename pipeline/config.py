@@ -124,9 +124,10 @@ def check_sweep(overrides: Sequence[str], config_dir: str | Path | None = None) 
 
     planned = sweep_jobs(overrides, config_dir)
     fixed, jobs = planned or ([], [])
+    placeholder = [] if any(o.lstrip("+").startswith("paths.output_dir=") for o in fixed) else ["paths.output_dir=sweep-job"]  # Hydra's, per job
     for swept in jobs:
         try:
-            validate(compose([*fixed, *swept], config_dir))
+            validate(compose([*fixed, *swept, *placeholder], config_dir))
         except RagtrackError as exc:
             raise RagtrackError(f"the sweep's job {' '.join(swept)}: {exc}") from None
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import shutil
 import types
 from collections.abc import Mapping
@@ -159,7 +160,20 @@ def validate(cfg: DictConfig | Mapping) -> list[tuple[str, type[Section]]]:
             _check(_component_model(group, settings[section], section), settings[section], section)
     _check_fusion_depths(settings)
     _check_key_metrics(settings)
+    if not settings.get("dry_run"):  # a dry run sends nothing: it needs no key
+        _check_key_variables(settings, "")
     return checked
+
+
+def _check_key_variables(node: Any, path: str) -> None:
+    """Every ``api_key_env`` of the job names a variable that is set: a missing key stops the job before
+    it starts, not when the first request goes out (the value is never shown)."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "api_key_env" and isinstance(value, str) and value and value not in os.environ:
+                raise InputError(where, f"the environment variable {value} is not set (export {value}=... before the run)")
+            _check_key_variables(value, where)
 
 
 def _check_fusion_depths(settings: Mapping) -> None:

@@ -328,3 +328,16 @@ def test_wrong_argument_types_are_type_errors() -> None:
         ragtrack.run_experiment("dataset=toy")
     with pytest.raises(TypeError, match="corpus: a pandas DataFrame with columns docid, text, got dict"):
         dataset_from_frames(corpus={"d1": "x"}, queries=toy_frames()["queries"], qrels=toy_frames()["qrels"])
+
+
+def test_a_frames_job_keeps_its_slice_settings_and_names_a_missing_frame(tmp_path) -> None:
+    """dataset.slice_metadata (and slices_file) hold for DataFrames as for files; a missing DataFrame is a TypeError naming it."""
+    frames = toy_frames()
+    frames["queries"] = frames["queries"].assign(topic=["a", "b"] * (len(frames["queries"]) // 2) + ["a"] * (len(frames["queries"]) % 2))
+    common = ["retriever=[bm25]", "fusion=[]", "tracking=none", f"paths.cache_dir={tmp_path / 'cache'}", f"paths.root_dir={tmp_path}"]
+    job = ragtrack.run_experiment([*common, "dataset.slice_metadata=[topic]"], dataset=frames)
+    assert "slice.topic" in job.per_query.columns and set(job.results["slices"]["systems"]["bm25"]) == {"topic"}
+    with pytest.raises(InputError, match=r"has no metadata 'nokey' \(dataset\.slice_metadata\)"):
+        ragtrack.run_experiment([*common, "dataset.slice_metadata=[nokey]"], dataset=frames)
+    with pytest.raises(TypeError, match=r"^run_experiment: dataset lacks 'qrels'; its keys: corpus, queries, qrels, and optionally answers, name$"):
+        ragtrack.run_experiment(common, dataset={"corpus": frames["corpus"], "queries": frames["queries"]})

@@ -180,6 +180,9 @@ HOSTILE = {
     "fusion member twice": (["fusion.rrf.members=[bm25,dense,bm25]"], "fusion.rrf.members[2]: 'bm25' is not allowed: a member given once ('bm25' is members[0])"),
     "fusion deeper than the job": (["depth=5", "fusion.rrf.depth=1000"],
                                    "fusion.rrf.depth: 1000 is not allowed: at most the job's depth (5), the documents each system returns"),
+    "api key variable unset": (["generator=openai", "generator.model=m", "generator.api_key_env=RAGTRACK_TEST_UNSET_KEY"],
+                               "generator.api_key_env: the environment variable RAGTRACK_TEST_UNSET_KEY is not set "
+                               "(export RAGTRACK_TEST_UNSET_KEY=... before the run)"),
     "key metric not scored": (["tracking.key_metrics=[ndcg@10,recall@1000]"],
                               "tracking.key_metrics[1]: 'recall@1000' is not allowed: a metric this job scores; add it to evaluator.ranking.metrics"),
 }
@@ -402,3 +405,18 @@ def test_a_cutoff_past_the_job_depth_is_warned_once(caplog) -> None:
     caplog.clear()
     warn_cutoffs_past_depth(composed([]), 100)  # the shipped metrics at the shipped depth
     assert not caplog.records
+
+
+def test_a_sweep_is_checked_job_by_job_before_it_runs() -> None:
+    """check_sweep composes and checks each job of the sweep (settings that read paths.output_dir, such
+    as the citations evaluator's, included); the first bad job is named by its swept values."""
+    from ragtrack.pipeline.config import check_sweep, sweep_jobs
+
+    GlobalHydra.instance().clear()
+    shared = ["experiment=qa_xquad_cited", "generator.model=m", "encoder=hashing"]
+    assert sweep_jobs([*shared, "fusion.rrf.k=10,60", "depth=range(50,150,50)"]) == (
+        shared, [[f"fusion.rrf.k={k}", f"depth={d}"] for k in (10, 60) for d in (50, 100)])
+    check_sweep([*shared, "fusion.rrf.k=10,60"])
+    with pytest.raises(RagtrackError, match=r"^the sweep's job fusion\.rrf\.k=10 depth=50: fusion\.rrf\.depth: 100 is not allowed: at most"):
+        check_sweep([*shared, "fusion.rrf.k=10,60", "depth=100,50", "fusion.rrf.depth=100"])
+    assert sweep_jobs(["hparams_search=rrf_optuna"]) is None  # Optuna draws its jobs as it goes

@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--baseline", help="system name or run id the effect ratio and ΔRI compare against (default: bm25, else the first)")
     reproduce.add_argument("--allow-endpoints", action="store_true",
                            help="contact the hosts the downloaded config names (base_url, a Chroma server); your keys still go only where you give api_key_env/token_env")
-    reproduce.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="your own settings, e.g. generator.api_key_env=OPENAI_API_KEY or generator.base_url=...")
+    reproduce.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE", help="your own settings, e.g. generator.api_key_env=OPENAI_API_KEY or generator.base_url=...")
     regress = commands.add_parser("regress", help="re-run the regression conditions (regressions.yaml) and check their figures")
     regress.add_argument("--only", action="append", metavar="PATTERN", help="conditions whose name matches (fnmatch; repeatable or comma list)")
     regress.add_argument("--slow", action="store_true", help="also run the slow conditions (the real dense encoder)")

@@ -338,3 +338,9 @@ def test_sigterm_ends_a_job_in_one_line_its_runs_killed_and_its_folder_marked(tm
     assert (folder / "FAILED").read_text() == "interrupted (Ctrl-C or SIGTERM)\n" and not (folder / "results.json").exists()
     with sqlite3.connect(tmp_path / "mlruns" / "mlflow.db") as store:
         assert [status for (status,) in store.execute("select status from runs")] == ["KILLED"]
+
+
+def test_reproduce_without_a_run_id_names_only_what_is_required(capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli_main(["reproduce"])
+    assert stopped.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith("the following arguments are required: run_id")

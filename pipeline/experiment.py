@@ -494,7 +494,7 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     queries = judged_queries(cfg, dataset)
     systems = [SystemRun(system, system, name, "", 0, r.per_query, label=system, curves=_curves(r, dataset, cfg)) for system, r in results.items()]
     comparison = compare_systems(systems, metrics, find_baseline(systems, None), queries, seed=int(cfg.seed))
-    title = f"{dataset.name} ({len(comparison.queries)} queries): {name}"
+    title = f"{dataset.name} ({words.counted(len(comparison.queries), 'query')}): {name}"
     write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml,
                      sections=sections)
     return comparison
@@ -607,7 +607,7 @@ def summary_note(results: dict[str, SystemResult], key_metrics: list[str], datas
             lines.append(f"| {label} | " + " | ".join(f"{NOTE_PAD}{cells[s]}{NOTE_PAD}" if s in cells else "" for s in results) + " |")
     counted = max(int(r.summary["n"].max()) for r in results.values())
     against = f" Δ and p (paired t-test, Holm-corrected) against {comparison.baseline.label}." if tests is not None else ""
-    lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over the {counted} queries with a "
+    lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over the {words.counted(counted, 'query')} with a "
               f"relevant judgment [95% bootstrap CI], best in bold.{against} All metrics are in the child runs"
               + (f"; the full comparison: [report.html]({report})." if report else ".")]
     return "\n".join(lines)

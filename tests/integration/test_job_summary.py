@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 from hydra import compose, initialize_config_module
 
+from ragtrack.pipeline.comparison import SystemRun, compare_systems, detectability
 from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.pipeline.experiment import run_experiment
 from tests.support import ChatServer
@@ -72,3 +73,15 @@ def test_the_robustness_drops_are_in_the_final_summary_and_the_report(tmp_path: 
             assert re.search(rf"bm25 +{perturbation} +{re.escape(metric)} .*{re.escape(cell)} +6", summary)
             assert f"<td>{perturbation}</td>\n      <td>{metric}</td>" in report and cell in report
     assert "typos_20: typos at rate 0.2, 6 queries changed; lowercase: lowercase, 1 query changed" in " ".join(summary.split())
+
+
+def test_identical_systems_read_as_no_difference_in_the_power_table() -> None:
+    """Two systems tied on every query: "no difference", not "not significant, although |Δ| ≥ MDD 0.0000"."""
+    frame = pd.DataFrame({"ndcg@10": [0.2, 0.5, 0.9, 0.1]}, index=pd.Index(["q1", "q2", "q3", "q4"], name="qid"))
+    systems = [SystemRun(name, name, name, "job", 0, frame, label=name) for name in ("bm25", "copy")]
+    comparison = compare_systems(systems, ["ndcg@10"], systems[0])
+    (row,) = [r for _, r in comparison.table.iterrows() if not r["baseline"]]
+    assert detectability(row) == "no difference: tied on every query"
+    other = SystemRun("dense", "dense", "dense", "job", 0, frame.assign(**{"ndcg@10": frame["ndcg@10"] + [0.1, -0.05, 0.02, 0.0]}), label="dense")
+    (row,) = [r for _, r in compare_systems([systems[0], other], ["ndcg@10"], systems[0]).table.iterrows() if not r["baseline"]]
+    assert not detectability(row).startswith("no difference")

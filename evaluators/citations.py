@@ -227,7 +227,7 @@ class CitationEvaluator(Evaluator):
         return self._followups
 
     def applies_to(self, data: EvalInput) -> bool:
-        return any(answer.strip() for answer in data.generated.values()) and data.corpus is not None
+        return bool(data.generated) and data.corpus is not None  # answers were asked for: blank where none came (generation failed)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
         qids = list(data.queries)

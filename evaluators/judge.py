@@ -226,7 +226,7 @@ class LLMJudge(Evaluator):
         self.client = ChatClient(**client)
 
     def applies_to(self, data: EvalInput) -> bool:
-        return any(answer.strip() for answer in data.generated.values()) and data.corpus is not None
+        return bool(data.generated) and data.corpus is not None  # answers were asked for: blank where none came (generation failed)
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         return per_query.notna().all(axis=1)

@@ -217,7 +217,7 @@ class NuggetEvaluator(Evaluator):
         return self._followups
 
     def applies_to(self, data: EvalInput) -> bool:
-        return any(answer.strip() for answer in data.generated.values()) and (bool(self.nuggets_file) or data.corpus is not None)
+        return bool(data.generated) and (bool(self.nuggets_file) or data.corpus is not None)  # blank where no answer came
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
         qids = list(data.queries)

@@ -31,6 +31,7 @@ import pandas as pd
 from ragtrack.core.data import Qrels, load_qrels
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run, read_trec
+from ragtrack.core.words import counted
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 
 RunLike = Union[Run, Mapping[str, Mapping[str, float]], pd.DataFrame, str, Path]
@@ -79,7 +80,7 @@ class Evaluation:
         return self.summary.to_html(float_format=lambda v: f"{v:.4f}")
 
     def __repr__(self) -> str:
-        return f"Evaluation({len(self.per_query)} queries)\n{self.summary.to_string(float_format=lambda v: f'{v:.4f}')}"
+        return f"Evaluation({counted(len(self.per_query), 'query')})\n{self.summary.to_string(float_format=lambda v: f'{v:.4f}')}"
 
 
 def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1) -> list[Evaluator]:

@@ -42,6 +42,7 @@ from omegaconf import OmegaConf
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, read_trec
+from ragtrack.core.words import counted
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.tracking import reading_client, run_and_job, ui_base
@@ -335,7 +336,7 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"
         trec = {s.run_id: row_run(s) for s in systems} if dataset is not None and failures > 0 else None
-        title = f"{found.name}: {len(systems)} systems vs {comparison.baseline.label}"
+        title = f"{found.name}: {counted(len(systems), 'system')} vs {comparison.baseline.label}"
         write_comparison(comparison, outputs, title, dataset, trec, failures)
         if plot_file:  # the format of its suffix; plot() makes a missing folder
             plot(comparison, Path(plot_file), title)

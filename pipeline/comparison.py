@@ -528,7 +528,10 @@ def verdicts(comparison: Comparison) -> list[str]:
 def detectability(row: pd.Series) -> str:
     """Whether the query set could have seen the difference of one comparison row: significant
     (uncorrected paired t-test p ≤ α), or underpowered (|Δ| below the minimal detectable difference at
-    80% power and not significant), or neither (not significant although |Δ| ≥ MDD)."""
+    80% power and not significant), or neither (not significant although |Δ| ≥ MDD); no difference at
+    all where the two systems tie on every query."""
+    if row["wins"] == 0 and row["losses"] == 0:
+        return "no difference: tied on every query"
     if pd.isna(row["p_ttest"]) or pd.isna(row["mdd"]):
         return "cannot tell (no variance)"
     if row["p_ttest"] <= ALPHA:

@@ -7,6 +7,7 @@ gathers the job's metadata), so tests and other tools call it directly.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.core.progress import step
 from ragtrack.core.runs import Run, trec_text
+from ragtrack.core import words
 from ragtrack.core.secrets import mask, masked
 from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
@@ -200,8 +202,10 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
         raise
     tracker.finish()
     if job.report and not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
-        print_report(report["table"], tracker, output_dir, max(report["results"]["queries_counted"].values(), default=0), used,
-                     agreement_text(report["results"]))
+        written = report["results"]
+        print_report(report["table"], tracker, output_dir, max(written["queries_counted"].values(), default=0),
+                     [("Answer generation failed:", generation_text(written)), ("Robustness (metric drop, clean - perturbed):", robustness.summary_text(written)),
+                      ("LLM calls:", usage.summary_text(used.calls)), ("Judge agreement with people:", agreement_text(written))])
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
 
 
@@ -279,6 +283,9 @@ def _run_systems(cfg: DictConfig, dataset: Dataset, cache: Cache, depth: int, ev
                 generation_ms = (time.perf_counter() - started) * 1000 / len(dataset.queries)  # generators answer a batch
             if meter is not None:
                 meter.collect(name, "generator", [generator])
+            if answers is not None and (why := answers.none_given()):
+                log.warning("%s: no answers: %s; every metric of the answers is blank (judge, citations, nuggets) or 0 "
+                            "(answer_f1, exact_match)", name, why)
         with stage(f"{name}: evaluate"):
             if answers:
                 per_query, summary, counted = evaluate_run(run, indexed, evaluators, int(cfg.seed), answers.texts, passage_run)
@@ -444,7 +451,9 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
     if spent:
         usage.write(used, output_dir)
     with stage("compare systems"):
-        sections = [found for found in [report_section(extra or {})] if found]
+        failed = failed_generations({name: r.efficiency for name, r in results.items()})
+        sections = [found for found in [generation_section(failed, len(dataset.queries)), robustness.report_section(extra or {}),
+                                         report_section(extra or {})] if found]
         sections += [("cost", "Cost and tokens", usage.summary_html(used.calls))] if spent else []
         comparison = _write_comparison(cfg, dataset, results, output_dir / layout.COMPARISON_DIR, name, config_yaml, sections)
     wide = None if comparison is None else per_query_differences(comparison, dict(dataset.queries.items()))
@@ -485,7 +494,7 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     queries = judged_queries(cfg, dataset)
     systems = [SystemRun(system, system, name, "", 0, r.per_query, label=system, curves=_curves(r, dataset, cfg)) for system, r in results.items()]
     comparison = compare_systems(systems, metrics, find_baseline(systems, None), queries, seed=int(cfg.seed))
-    title = f"{dataset.name} ({len(comparison.queries)} queries): {name}"
+    title = f"{dataset.name} ({words.counted(len(comparison.queries), 'query')}): {name}"
     write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml,
                      sections=sections)
     return comparison
@@ -598,7 +607,7 @@ def summary_note(results: dict[str, SystemResult], key_metrics: list[str], datas
             lines.append(f"| {label} | " + " | ".join(f"{NOTE_PAD}{cells[s]}{NOTE_PAD}" if s in cells else "" for s in results) + " |")
     counted = max(int(r.summary["n"].max()) for r in results.values())
     against = f" Δ and p (paired t-test, Holm-corrected) against {comparison.baseline.label}." if tests is not None else ""
-    lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over the {counted} queries with a "
+    lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over the {words.counted(counted, 'query')} with a "
               f"relevant judgment [95% bootstrap CI], best in bold.{against} All metrics are in the child runs"
               + (f"; the full comparison: [report.html]({report})." if report else ".")]
     return "\n".join(lines)
@@ -622,12 +631,41 @@ def report_table(table: pd.DataFrame, width: int = 100) -> str:
     return cells.to_string(line_width=width)
 
 
-def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int, used: Usage | None = None, agreement: str = "") -> None:
+def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int, blocks: Sequence[tuple[str, str]] = ()) -> None:
     """The metrics x systems table (the best value of each metric marked ``*``; columns wrapped at 100
-    characters), the number of queries, the LLM calls' tokens and cost (``used``, when there were
-    any), the judges' agreement with people (``agreement``, when labels were given), then where the
-    outputs and the MLflow runs are."""
-    spent = usage.summary_text(used.calls) if used is not None else ""
-    lines = ["", report_table(table), f"{queries} queries; mean per query; * best of each metric", *(["", "LLM calls:", spent] if spent else []),
-             *(["", "Judge agreement with people:", agreement] if agreement else []), "", f"Output folder: {output_dir}", *tracker.where()]
+    characters), the number of queries, the ``blocks`` (heading, text; those with text: the failed
+    generations, the robustness study's drops, the LLM calls' tokens and cost, the judges' agreement
+    with people), then where the outputs and the MLflow runs are."""
+    lines = ["", report_table(table), f"{words.counted(queries, 'query')}; mean per query; * best of each metric",
+             *(line for heading, text in blocks if text for line in ("", heading, text)), "", f"Output folder: {output_dir}", *tracker.where()]
     print(mask("\n".join(lines)))
+
+
+def failed_generations(efficiency: Mapping[str, Mapping[str, float | str]]) -> dict[str, int]:
+    """The systems whose answer generation failed for some queries, with how many (``generation_failures``)."""
+    return {name: int(figures["generation_failures"]) for name, figures in efficiency.items() if figures.get("generation_failures")}
+
+
+def _failure_lines(failed: Mapping[str, int], queries: int) -> list[str]:
+    return [f"{name}: {count} of {words.counted(queries, 'query')} (errors: systems/{name}/generation.json)" for name, count in failed.items()]
+
+
+GENERATION_NOTE = ("a failed query's answer is empty: it scores 0 on the answer metrics (answer_f1, exact_match, ...) and is blank "
+                   "(left out of the mean) on the judge, citation and nugget metrics")
+
+
+def generation_text(results: Mapping) -> str:
+    """The failed generations of results.json ``results`` for the job's terminal summary ("" when none failed)."""
+    failed = failed_generations(results.get("efficiency", {}))
+    if not failed:
+        return ""
+    return "\n".join([*_failure_lines(failed, results["dataset"]["queries"]), usage.wrapped(GENERATION_NOTE)])
+
+
+def generation_section(failed: Mapping[str, int], queries: int) -> tuple[str, str, str] | None:
+    """The report.html section of the failed generations (None when none failed)."""
+    if not failed:
+        return None
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in _failure_lines(failed, queries))
+    return "generation", "Answer generation failed", f'<ul>{items}</ul><p class="note">{html.escape(GENERATION_NOTE)}</p>'
+

@@ -20,13 +20,17 @@ drop means the perturbation hurts.
 Outputs: ``robustness.csv`` (one row per system, perturbation and metric) and
 ``perturbed_queries.jsonl`` (``{"perturbation", "_id", "text", "original"}`` per perturbed query) as
 job artifacts, results.json ``robustness`` (:func:`study`), MLflow metrics :func:`layout.drop_key`
-with ``_ci_low``/``_ci_high`` (child runs; the parent with the ``<system>/`` prefix).
+with ``_ci_low``/``_ci_high`` (child runs; the parent with the ``<system>/`` prefix), and the drop
+table (:func:`drop_rows`) in the job's terminal summary (:func:`summary_text`) and report.html
+(:func:`report_section`).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import logging
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -37,9 +41,11 @@ from omegaconf import OmegaConf
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
+from ragtrack.core import words
 from ragtrack.evaluators.base import aggregate
 from ragtrack.perturbation import KINDS, perturb_queries
 from ragtrack.pipeline import layout
+from ragtrack.pipeline.comparison import TEXT_WIDTH
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.slices import Findings
 
@@ -140,3 +146,48 @@ def _findings(table: pd.DataFrame, chosen: dict, texts: dict, dataset: Dataset, 
                  for name, spec in chosen.items()}
     found.results = {"robustness": {"seed": seed, "perturbations": described, "drops": drops}}
     return found
+
+
+def drop_rows(results: Mapping) -> pd.DataFrame | None:
+    """The drops of results.json ``robustness`` (None without the study) as display cells, a row per
+    system, perturbation and metric: the clean and perturbed means, the drop with its 95% CI and the
+    queries counted; blank where a figure is undefined."""
+    section = results.get("robustness")
+    if not section:
+        return None
+
+    def shown(value: float | None, sign: str = "") -> str:
+        return "" if value is None else f"{value:{sign}.4f}"
+
+    rows = [(system, perturbation, metric, shown(f["clean"]), shown(f["perturbed"]),
+             "" if f["drop"] is None else f"{f['drop']:+.4f} [{shown(f['ci_low'], '+')}, {shown(f['ci_high'], '+')}]", f["n"])
+            for system, by_perturbation in section["drops"].items() for perturbation, by_metric in by_perturbation.items()
+            for metric, f in by_metric.items()]
+    return pd.DataFrame(rows, columns=["system", "perturbation", "metric", "clean", "perturbed", "drop [95% CI]", "n"])
+
+
+def _note(results: Mapping) -> str:
+    section = results["robustness"]
+    queries = {name: spec["queries_changed"] for name, spec in section["perturbations"].items()}
+    described = "; ".join(f"{name}: {spec['kind']}" + (f" at rate {spec['rate']:g}" if spec.get("rate") is not None else "")
+                          + f", {words.counted(queries[name], 'query')} changed" for name, spec in section["perturbations"].items())
+    return (f"drop = mean over the queries counted in both runs of (clean - perturbed), with its paired percentile-bootstrap "
+            f"95% CI; positive: the perturbation hurts (seed {section['seed']}; {described}; per query: robustness.csv)")
+
+
+def summary_text(results: Mapping) -> str:
+    """The drop table for the job's terminal summary ("" without the study), within 100 columns."""
+    rows = drop_rows(results)
+    if rows is None:
+        return ""
+    return (rows.to_string(index=False, line_width=TEXT_WIDTH) + "\n"
+            + textwrap.fill(_note(results), TEXT_WIDTH, subsequent_indent="  ", break_on_hyphens=False))
+
+
+def report_section(results: Mapping) -> tuple[str, str, str] | None:
+    """The report.html section (anchor, heading, HTML) of the study in ``results`` (results.json), if any."""
+    rows = drop_rows(results)
+    if rows is None:
+        return None
+    return ("robustness", "Robustness to perturbed queries",
+            rows.to_html(index=False, escape=True) + f'<p class="note">{html.escape(_note(results))}</p>')

@@ -41,6 +41,7 @@ from omegaconf import OmegaConf
 from ragtrack.core.data import Dataset, load_queries
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import read_lines
+from ragtrack.core.words import counted
 from ragtrack.evaluators.base import aggregate
 from ragtrack.pipeline import layout
 
@@ -151,7 +152,7 @@ def read_slices_file(path: Path, dataset: Dataset) -> list[Attribute]:
             column[qid] = cell.strip()
     missing = [qid for qid in dataset.queries if qid not in first_line]
     if missing:
-        raise InputError(path, f"{len(missing)} queries of the run have no line, the first: {missing[0]!r}")
+        raise InputError(path, f"no line for {counted(len(missing), 'query')} of the run, the first: {missing[0]!r}")
     return [Attribute(name, {qid: column[qid] for qid in dataset.queries}, _ordered(column), "slices_file", f"column {name!r} of {path.name}")
             for name, column in zip(names[1:], columns)]
 

@@ -123,18 +123,19 @@ class Meter:
         return table
 
 
-def figures(calls: pd.DataFrame, queries: int | None = None) -> dict[str, float]:
+def figures(calls: pd.DataFrame, queries: int | None = None) -> dict[str, int | float]:
     """The figures of a set of calls (module docstring); token sums over the calls with known usage,
-    cost over those with a cost; ``cost`` and ``seconds_per_request`` absent when nothing has one."""
+    cost over those with a cost; ``cost`` and ``seconds_per_request`` absent when nothing has one.
+    Counts (calls, tokens) are ints, cost and seconds floats."""
     cached = calls["cached"].astype(bool)
     known = calls["prompt_tokens"].notna() & calls["completion_tokens"].notna()
     new = calls[~cached]
-    result = {"calls": float(len(calls)), "sent": float(len(new)), "cached": float(cached.sum()),
-              "unknown_usage": float((~known).sum()),
+    result = {"calls": len(calls), "sent": len(new), "cached": int(cached.sum()),
+              "unknown_usage": int((~known).sum()),
               "prompt_tokens": _total(calls["prompt_tokens"]), "completion_tokens": _total(calls["completion_tokens"]),
               "new_prompt_tokens": _total(new["prompt_tokens"]), "new_completion_tokens": _total(new["completion_tokens"])}
     if calls["cost"].notna().any():
-        result |= {"cost": _total(calls["cost"]), "new_cost": _total(new["cost"])}
+        result |= {"cost": _total(calls["cost"], float), "new_cost": _total(new["cost"], float)}
         if queries:
             result["cost_per_query"] = result["cost"] / queries
     if len(new) and not calls["planned"].any():
@@ -142,13 +143,14 @@ def figures(calls: pd.DataFrame, queries: int | None = None) -> dict[str, float]
     return {name: value for name, value in result.items() if value is not None}
 
 
-def _total(values: pd.Series) -> float | None:
-    """The sum of the known values; ``None`` (the figure is left out) when there are values and none is
-    known: unknown, never 0. No values (no call sent) sum to 0."""
-    return None if len(values) and values.isna().all() else float(values.sum())
+def _total(values: pd.Series, kind: type = int) -> int | float | None:
+    """The sum of the known values as ``kind`` (int: token counts; float: costs); ``None`` (the figure
+    is left out) when there are values and none is known: unknown, never 0. No values (no call sent)
+    sum to 0."""
+    return None if len(values) and values.isna().all() else kind(values.sum())
 
 
-def by_stage(calls: pd.DataFrame, queries: int | None = None) -> dict[str, dict[str, float]]:
+def by_stage(calls: pd.DataFrame, queries: int | None = None) -> dict[str, dict[str, int | float]]:
     """:func:`figures` per stage and of all stages of the main run (:data:`ALL`); with robustness
     reruns also of all of theirs (``robustness/all``) and of every call (:data:`TOTAL`); empty without
     calls."""
@@ -267,7 +269,8 @@ def summary_text(calls: pd.DataFrame, dry: bool = False) -> str:
     """:func:`summary_table` as text with its notes wrapped at 100 columns ("" without calls)."""
     if calls.empty:
         return ""
-    return summary_table(calls, dry).to_string() + "\n" + "\n".join(wrapped(note) for note in notes(calls, dry))
+    table = summary_table(calls, dry)
+    return table.to_string() + "\n" + "\n".join(wrapped(note) for note in notes(calls, table.columns, dry))
 
 
 def wrapped(text: str) -> str:
@@ -281,10 +284,14 @@ def summary_html(calls: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in ["system", "stage", *table.columns])
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in [*index, *cells]) + "</tr>"
                    for index, cells in zip(table.index, table.to_numpy()))
-    return f"<table><tr>{head}</tr>{rows}</table>" + "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes(calls))
+    return f"<table><tr>{head}</tr>{rows}</table>" + "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes(calls, table.columns))
 
 
-def notes(calls: pd.DataFrame, dry: bool = False) -> list[str]:
+def notes(calls: pd.DataFrame, shown: Iterable[str], dry: bool = False) -> list[str]:
+    """The notes under :func:`summary_table`, each column's only where it is ``shown`` (a column blank in
+    every row is left out: no cost without prices, no s/request when every reply was cached)."""
+    shown = set(shown)
+    cost = "; cost: with the stages' price_prompt / price_completion per million tokens" if "cost" in shown else ""
     apart = "dry_run.json" if dry else "usage.csv, results.json"
     reruns = [f"{ROBUSTNESS}/<stage>: the stage's calls in the robustness study's reruns on perturbed queries, all perturbations "
               f"together (each apart: {apart}); total: the main run's calls and the reruns'"] if is_rerun(calls).any() else []
@@ -292,10 +299,10 @@ def notes(calls: pd.DataFrame, dry: bool = False) -> list[str]:
         return ["to send: requests the job would send (the rest are answered from the reply or run cache); ≤: an upper bound, where "
                 "prompts depend on replies that are not cached yet (answers, rewritten queries, reranked rankings)",
                 "prompt tokens: characters / 4 of each prompt (an estimate; ? where the prompt cannot be built yet); completion tokens: "
-                "max_tokens per request (? where it is not set); cost: with the stages' price_prompt / price_completion per million tokens"] + reruns
-    return ["tokens as the server reported them (cached replies with their original usage; (+n ?): n replies without usage); "
-            "cost: with the stages' price_prompt / price_completion per million tokens; s/request: mean wall time of the "
-            "requests sent", "every call once: a system made from another (a reranker's) counts its input's calls in results.json "
+                f"max_tokens per request (? where it is not set){cost}"] + reruns
+    seconds = "; s/request: mean wall time of the requests sent" if "s/request" in shown else ""
+    return [f"tokens as the server reported them (cached replies with their original usage; (+n ?): n replies without usage){cost}{seconds}",
+            "every call once: a system made from another (a reranker's) counts its input's calls in results.json "
             "and MLflow, not here; details per query: usage.csv"] + reruns
 
 

@@ -56,6 +56,7 @@ from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.models import model_fingerprint, resolve_model
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
+from ragtrack.core.words import counted
 from ragtrack.core.settings import ComponentSettings, Count, Flag, Text, validated
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ class Chunker(ABC):
                 positions.append(position)
         digest = hashlib.sha256(f"{corpus.hash}:{json.dumps(self.settings(), sort_keys=True)}".encode()).hexdigest()
         chunks = Corpus(ids=ids, titles=titles, texts=texts, hash=digest)
-        log.info("chunking %s: %d documents -> %d chunks", self.settings(), len(corpus), len(chunks))
+        log.info("chunking %s: %s -> %s", self.settings(), counted(len(corpus), "document"), counted(len(chunks), "chunk"))
         return ChunkedCorpus(chunks, parents, positions, corpus, self.settings())
 
 

@@ -289,6 +289,14 @@ class Answers:
     def efficiency(self) -> dict[str, float]:
         return {"generation_failures": float(len(self.failures))}
 
+    def none_given(self) -> str:
+        """Why no query has an answer ("" when one has): how many generations failed, how many answers
+        came back empty."""
+        if any(text.strip() for text in self.texts.values()):
+            return ""
+        empty = len(self.texts) - len(self.failures)
+        return f"{len(self.failures)} of {len(self.texts)} generations failed" + (f", {empty} came back empty" if empty else "")
+
     def annotate(self, per_query: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
         """The per-query table with question, gold answers (JSON list), answer and error in front, then
         ``answerable`` (1: gold answers, 0: an empty gold list, blank: not annotated; answer metrics count

@@ -19,6 +19,7 @@ from ragtrack.core.data import Corpus
 from ragtrack.core.progress import step
 from ragtrack.core.runs import Run
 from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
+from ragtrack.core.words import counted
 
 log = logging.getLogger(__name__)
 from ragtrack.core.settings import ComponentSettings
@@ -76,7 +77,7 @@ class Retriever(Stage):
         def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
             with step(f"{self.name}: index", log):
                 self.ready(context.dataset.corpus, context.cache)
-            with step(f"{self.name}: search {len(context.dataset.queries)} queries", log):
+            with step(f"{self.name}: search {counted(len(context.dataset.queries), 'query')}", log):
                 scores, seconds = timed_per_query(context.dataset.queries, lambda qid, text: self.search({qid: text}, context.search_depth).scores.get(qid, {}),
                                                   f"{self.name}: search")
             run = Run(self.name, {qid: ranked for qid, ranked in scores.items() if ranked})

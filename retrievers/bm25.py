@@ -44,6 +44,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.progress import bars_shown, track
 from ragtrack.core.runs import Run
 from ragtrack.core.text import EncodedTexts, Tokenizer
+from ragtrack.core.words import counted
 from ragtrack.retrievers.base import Retriever, top_documents
 from ragtrack.core.settings import Fraction, NonNegative, TokenizerSettings, validated
 from ragtrack.retrievers.base import RetrieverSettings
@@ -115,7 +116,7 @@ class BM25Retriever(Retriever):
             return
 
         def build(folder):
-            log.info("%s: indexing %d documents", self.name, len(corpus))
+            log.info("%s: indexing %s", self.name, counted(len(corpus), "document"))
             encoded = self.tokenizer.encode(corpus.full_texts())
             if self.method in OWN_BUILD:
                 (folder / "terms.json").write_text(json.dumps(encoded.terms))

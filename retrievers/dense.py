@@ -57,6 +57,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
+from ragtrack.core.words import counted
 from ragtrack.retrievers.base import Retriever, top_documents
 from ragtrack.retrievers.encoders import Encoder
 from pydantic import Field
@@ -229,7 +230,7 @@ class DenseRetriever(Retriever):
         parts = {"corpus": corpus.hash, "encoder": self.encoder.fingerprint(), "text": "title + ' ' + text"}
 
         def build(folder: Path) -> None:
-            log.info("%s: encoding %d documents", self.name, len(corpus))
+            log.info("%s: encoding %s", self.name, counted(len(corpus), "document"))
             vectors = self.encoder.encode(corpus.full_texts(), kind="document", progress=f"{self.name}: encode")
             np.save(folder / EMBEDDINGS, vectors, allow_pickle=False)
             (folder / ENCODED_BY).write_text(json.dumps(self.encoder.document_runtime()))

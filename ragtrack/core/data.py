@@ -28,6 +28,7 @@ import numpy as np
 from ragtrack.core import columnar
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.fields import CORPUS_HEADER, QRELS_HEADER, TOPICS_HEADER, check_id, check_text, is_header, parse_grade, split_columns
+from ragtrack.core.words import counted
 from ragtrack.core.files import open_bytes, read_json_objects, read_lines
 from ragtrack.core.strings import JoinedTexts, Strings, StringsBuilder
 
@@ -445,10 +446,11 @@ def assemble(sources: Sources, corpus: Corpus, judged: Judged, split: str = "", 
     queries = dataset.queries
     unjudged = len(queries) - dataset.num_judged_relevant()
     log.info(
-        "dataset %s%s: %d documents, %d queries, %d judgments%s%s",
-        dataset.name, f"/{split}" if split else "", len(corpus), len(queries), sum(map(len, judged.qrels.values())),
-        f" ({unjudged} queries without a relevant document are run but not averaged)" if unjudged else "",
-        f"; {len(all_queries) - len(queries)} queries without judgments in this split are not run" if len(all_queries) > len(queries) else "",
+        "dataset %s%s: %s, %s, %s%s%s",
+        dataset.name, f"/{split}" if split else "", counted(len(corpus), "document"), counted(len(queries), "query"),
+        counted(sum(map(len, judged.qrels.values())), "judgment"),
+        f" ({counted(unjudged, 'query')} without a relevant document: run, not averaged)" if unjudged else "",
+        f"; {counted(len(all_queries) - len(queries), 'query')} without judgments in this split: not run" if len(all_queries) > len(queries) else "",
     )
     return dataset
 

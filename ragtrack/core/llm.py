@@ -34,6 +34,7 @@ from ragtrack.core.files import write_atomically
 from ragtrack.core.progress import track
 from ragtrack.core.runs import Run
 from ragtrack.core.secrets import check_variable_name, mask, without_credentials
+from ragtrack.core.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ class ChatClient:
                     raise ChatError(f"{without_credentials(url)}: HTTP {status}: {self._excerpt(text)}")
             if attempt < self.max_retries:
                 time.sleep(wait)
-        raise ChatError(mask(f"{without_credentials(url)}: {problem} (gave up after {self.max_retries + 1} attempts)", self._key))
+        raise ChatError(mask(f"{without_credentials(url)}: {problem} (gave up after {counted(self.max_retries + 1, 'attempt')})", self._key))
 
     def _attempt(self, http, url: str, body: dict, headers: dict) -> tuple[int, bytes, str | None, str | None]:
         """One POST: status, body bytes, the problem (``None`` when a whole reply arrived) and Retry-After.

@@ -54,7 +54,7 @@ def test_slices_file_gives_one_attribute_per_column(tmp_path) -> None:
     (GOOD + "q1\tbio\tx\n", "duplicate query id 'q1' (first on line 2)", 8),
     (GOOD + "q99\tbio\tx\n", "unknown query id 'q99' (not in queries.jsonl)", 8),
     (GOOD.replace("q2\tbio\tx", "q2\t \tx"), "empty 'topic' value for query 'q2'", 3),
-    ("qid\ttopic\tsource\nq1\tbio\tx\n", "5 queries of the run have no line, the first: 'q2'", None),
+    ("qid\ttopic\tsource\nq1\tbio\tx\n", "no line for 5 queries of the run, the first: 'q2'", None),
 ])
 def test_slices_file_defects_are_one_line_errors_naming_file_and_line(tmp_path, text, problem, line) -> None:
     with pytest.raises(InputError) as error:

@@ -124,6 +124,22 @@ def test_figures_equal_a_direct_computation_on_random_calls() -> None:
         assert per_query.at[qid, "prompt_tokens"] == sum(c.prompt_tokens or 0 for c in mine)
     assert set(usage.metrics(usage.by_stage(meter.table()))) >= {"llm/llm_judge/prompt_tokens", "llm/all/cost"}
     assert max(map(len, usage.summary_text(meter.table()).splitlines())) <= 100  # the terminal summary's notes wrap
+    counts = ("calls", "sent", "cached", "unknown_usage", "prompt_tokens", "completion_tokens", "new_prompt_tokens", "new_completion_tokens")
+    assert all(type(got[name]) is int for name in counts) and all(type(got[name]) is float for name in ("cost", "new_cost"))
+    assert '"calls": 300,' in json.dumps(got)  # results.json: counts as integers
+
+
+def test_the_calls_footer_explains_only_the_columns_shown() -> None:
+    """Every reply cached: no s/request column, so no note on it; no prices: no cost column and note."""
+    client = ChatClient(base_url="http://127.0.0.1:9/v1", model="m")
+    meter = usage.Meter()
+    client.record([ChatCall(f"q{i}", 10, 2, cached=True) for i in range(3)])
+    meter.collect("bm25", "generator", [SimpleNamespace(client=client)])
+    text = usage.summary_text(meter.table())
+    assert "s/request" not in text and "cost" not in text and "tokens as the server reported them" in text
+    client.record([ChatCall("q9", 10, 2, seconds=0.5)])
+    meter.collect("bm25", "generator", [SimpleNamespace(client=client)])
+    assert text.count("s/request") == 0 and usage.summary_text(meter.table()).count("s/request") == 2  # column and note
 
 
 def test_an_offline_client_sends_nothing_and_estimates(chat_server: ChatServer, tmp_path: Path) -> None:

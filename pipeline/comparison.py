@@ -130,7 +130,7 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
                    "ci_high": summary["ci_high"], "n": int(summary["n"]), "baseline": s is baseline}
             if s is not baseline:
                 wins, ties, losses = win_tie_loss(values, base)
-                delta, p_ttest, effect = values.mean() - base.mean(), paired_t_test(values, base).p_value, effect_size(values, base)
+                delta, p_ttest, effect = (values.mean() - base.mean() if len(values) else np.nan), paired_t_test(values, base).p_value, effect_size(values, base)
                 row |= {"delta": delta, "p_ttest": p_ttest,
                         "p_randomization": randomization_test(values, base, resamples=resamples, seed=seed).p_value,
                         "wins": wins, "ties": ties, "losses": losses, "delta_ci_low": effect.ci_low, "delta_ci_high": effect.ci_high,
@@ -160,21 +160,30 @@ def defined_queries(systems: Sequence[SystemRun], metric: str, queries: Sequence
     return list(index[keep])
 
 
-def undefined_note(comparison: Comparison) -> str:
-    """A sentence naming the compared metrics that are defined on no compared query ("" when none): they
-    are shown blank."""
-    empty = [m for m in comparison.metrics if not comparison.paired.get(m)]
-    return (f"{', '.join(empty)}: defined on none of the {len(comparison.queries)} compared queries for every row "
-            "(a metric blank there, e.g. abstention_recall without unanswerable questions); shown blank" if empty else "")
+def coverage_note(comparison: Comparison) -> str:
+    """Sentences ("" when none) for the metrics whose paired queries are not every row's own: a metric
+    defined on no compared query (shown blank), and one whose rows have values on different queries
+    (abstention_precision: where each system abstained; a judge request that failed), compared on the
+    queries where all have one, so its means there differ from each row's own (results.json)."""
+    notes = []
+    for metric in comparison.metrics:
+        paired = len(comparison.paired.get(metric, ()))
+        own = {s.label: int(s.per_query.loc[comparison.queries, metric].notna().sum()) for s in comparison.systems}
+        if not paired:
+            notes.append(f"{metric}: no query has a value for every row; shown blank")
+        elif any(n != paired for n in own.values()):
+            notes.append(f"{metric}: rows have values on different queries ({', '.join(f'{label} {n}' for label, n in own.items())}); "
+                         f"compared on the {paired} where all have one, so these means differ from each row's own mean over its queries")
+    return ". ".join(notes)
 
 
 def query_counts(comparison: Comparison) -> str:
-    """``n = 952 (ndcg@10), 1190 (abstention_rate)``: the paired queries per metric, or ``952 queries``
-    when every metric has the same."""
+    """``n = 952 (ndcg@10), 1190 (abstention_rate) queries (per metric: ...)``: the paired queries per
+    metric, or ``952 queries`` when every metric has the same."""
     counts = {m: len(comparison.paired.get(m, comparison.queries)) for m in comparison.metrics}
     if len(set(counts.values())) == 1:
         return f"{next(iter(counts.values()))} queries"
-    return "n = " + ", ".join(f"{n} ({m})" for m, n in counts.items()) + " queries"
+    return "n = " + ", ".join(f"{n} ({m})" for m, n in counts.items()) + " queries (per metric: those where every row has a value)"
 
 
 def logged_metrics(per_query: pd.DataFrame) -> list[str]:
@@ -246,14 +255,15 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
         reference = {"reference": comparison.reference.summary()} if comparison.reference else {}
         return json_text({"baseline": comparison.baseline.label, "metrics": comparison.metrics, "queries": len(comparison.queries),
                            "rows": json.loads(comparison.table.to_json(orient="records")), **reference}, indent=2)
-    footer = (f"{query_counts(comparison)} (per metric: those where every row has a value); mean [95% bootstrap CI]; p: paired t-test and randomization test "
-              f"against {comparison.baseline.label}, Holm-corrected; W/T/L: per-query wins/ties/losses; best marked" + (f". {undefined_note(comparison)}" if undefined_note(comparison) else ""))
+    footer = (f"{query_counts(comparison)}; mean [95% bootstrap CI]; p: paired t-test and randomization test "
+              f"against {comparison.baseline.label}, Holm-corrected; W/T/L: per-query wins/ties/losses; best marked")
+    coverage = f". {coverage_note(comparison)}" if coverage_note(comparison) else ""
     if fmt == "markdown":
         wide = wide_table(comparison, ("**", "**"))
         header = "| system | " + " | ".join(wide.columns) + " |"
         lines = [header, "|" + "---|" * (len(wide.columns) + 1)]
         lines += ["| " + " | ".join([label, *row]) + " |" for label, row in zip(wide.index, wide.to_numpy())]
-        return ("\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}\n" + slice_section(comparison, fmt)
+        return ("\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}{coverage}\n" + slice_section(comparison, fmt)
                 + reference_section(comparison, fmt))
     if fmt == "latex":
         wide = wide_table(comparison, (r"\textbf{", "}"))
@@ -261,9 +271,9 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
                  " & ".join(["system", *map(_latex_escape, wide.columns)]) + r" \\", r"\midrule"]
         lines += [" & ".join([_latex_escape(label), *(c if c.startswith(r"\textbf") else _latex_escape(c) for c in row)]) + r" \\"
                   for label, row in zip(wide.index, wide.to_numpy())]
-        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n" + reference_section(comparison, fmt)
+        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}{coverage}"]) + "\n" + reference_section(comparison, fmt)
     wide = wide_table(comparison)
-    note = f"{footer} (*)"
+    note = f"{footer} (*){coverage}"
     text = wide.to_string()
     if width and max(map(len, text.splitlines())) > width:  # one block per metric, its figures as columns
         text = "\n\n".join(f"{metric}\n" + wide[[c for c in wide.columns if c == metric or c.endswith(f" {metric}")]]
@@ -671,8 +681,8 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
     wide = wide_table(comparison, ("", ""))
     sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
                 ("metrics", "Systems and metrics",
-                 f'<p class="note">{query_counts(comparison)}: per metric, those where every system has a value; '
-                 f'{html.escape(undefined_note(comparison) + "; " if undefined_note(comparison) else "")}mean [95% bootstrap CI]; Δ and p-values (paired t-test, '
+                 f'<p class="note">{query_counts(comparison)}; '
+                 f'{html.escape(coverage_note(comparison) + "; " if coverage_note(comparison) else "")}mean [95% bootstrap CI]; Δ and p-values (paired t-test, '
                  f"randomization test, Holm-corrected) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
                  "per-query wins/ties/losses; best value highlighted.</p>"
                  + "".join(_metric_block(comparison, wide, m) for m in comparison.metrics)),

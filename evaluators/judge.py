@@ -40,7 +40,7 @@ from pydantic import Field
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.llm import ChatClient, check_template, numbered_passages, retrieved_passages
-from ragtrack.core.files import read_yaml, write_atomically
+from ragtrack.core.files import json_text, read_yaml, write_atomically
 from ragtrack.core.settings import ChatSettings, Count, InputPath, NameOrPath, Text
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import read_human_labels
@@ -260,6 +260,6 @@ class LLMJudge(Evaluator):
             log.warning("llm_judge %s: %d of %d queries not judged (left out of the means); first: %s: %s",
                         data.run.name, len(failed), len(qids), failed[0]["qid"], failed[0]["error"])
         if self.output_dir:
-            lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+            lines = "".join(json_text(r, ensure_ascii=False) + "\n" for r in records)
             write_atomically(Path(self.output_dir) / "systems" / data.run.name / "judge.jsonl", lines)
         return table

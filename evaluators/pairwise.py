@@ -34,7 +34,7 @@ import pandas as pd
 from pydantic import Field
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.files import write_atomically
+from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import ChatClient, check_template
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.evaluators.judge import load_rubric
@@ -157,7 +157,7 @@ class PairwiseJudge(Evaluator):
             summaries[f"{first} vs {second}"] = summary
             records += pair_records
         if self.output_dir:
-            write_atomically(Path(self.output_dir) / "pairwise.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            write_atomically(Path(self.output_dir) / "pairwise.jsonl", "".join(json_text(r, ensure_ascii=False) + "\n" for r in records))
         return summaries, records
 
     def _compare_pair(self, first: str, second: str, answers_a: Mapping[str, str], answers_b: Mapping[str, str],

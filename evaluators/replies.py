@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ragtrack.core.files import write_atomically
+from ragtrack.core.files import json_text, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -67,5 +67,5 @@ def report(evaluator: str, system: str, records: Sequence[dict], output_dir: str
         log.warning("%s %s: %d of %d queries not scored (left out of the means); first: %s: %s",
                     evaluator, system, len(failed), len(records), failed[0]["qid"], failed[0]["error"])
     if output_dir:
-        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        lines = "".join(json_text(r, ensure_ascii=False) + "\n" for r in records)
         write_atomically(Path(output_dir) / "systems" / system / file_name, lines)

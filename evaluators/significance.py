@@ -11,6 +11,12 @@ Both tests look at the per-query differences d_i = a_i − b_i of two systems on
   Monte Carlo with a seeded generator, p = (1 + hits) / (1 + resamples) (Phipson & Smyth 2010), so
   the same seed always gives the same p-value.
 
+Undefined pairs: a NaN on either side (a metric that does not apply to that query, e.g.
+abstention_precision where a system answered) is a pair the tests cannot use, so every function here
+drops the pairs where a or b is NaN first and works on the rest: n is the number of defined pairs, and
+a NaN never enters a sum or a comparison (``randomization_test([nan, 0], [0, nan])`` has no pair
+left and returns p = NaN, not the 0 a NaN difference would give).
+
 Holm (1979): with m p-values sorted ascending, p'_(j) = max_{i ≤ j} min(1, (m − i + 1) · p_(i)).
 
 Effect sizes of the same differences (:func:`effect_size`):
@@ -54,10 +60,12 @@ class EffectSize:
 
 
 def _differences(a, b) -> np.ndarray:
+    """a − b over the defined pairs: those where neither a nor b is NaN (module docstring)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"paired tests need two equally long 1-d score vectors, got shapes {a.shape} and {b.shape}")
-    return a - b
+    defined = ~(np.isnan(a) | np.isnan(b))
+    return a[defined] - b[defined]
 
 
 def paired_t_test(a, b) -> PairedTest:
@@ -143,6 +151,6 @@ def holm(p_values) -> np.ndarray:
 
 
 def win_tie_loss(a, b, tolerance: float = 1e-12) -> tuple[int, int, int]:
-    """Queries where a beats b, ties with it (|a − b| ≤ tolerance) and loses to it."""
+    """Defined pairs (no NaN) where a beats b, ties with it (|a − b| ≤ tolerance) and loses to it."""
     d = _differences(a, b)
     return int(np.sum(d > tolerance)), int(np.sum(np.abs(d) <= tolerance)), int(np.sum(d < -tolerance))

@@ -245,7 +245,7 @@ class ExperimentResult:
     @property
     def summary(self) -> pd.DataFrame:
         """One row per (system, metric): mean, std, ci_low, ci_high (bootstrap 95%) and n (the queries counted)."""
-        rows = {(system, metric): {**values, "n": self.results["queries_counted"][system]}
+        rows = {(system, metric): {**values, "n": self.results["queries_counted"][system][metric]}
                 for system, metrics in self.results["aggregates"].items() for metric, values in metrics.items()}
         table = pd.DataFrame.from_dict(rows, orient="index")
         table.index = pd.MultiIndex.from_tuples(table.index, names=["system", "metric"])

@@ -227,7 +227,7 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     under a sweep folder ("" when no job left results there, e.g. jobs run on other machines)."""
     import pandas as pd
 
-    from ragtrack.pipeline.comparison import TEXT_WIDTH
+    from ragtrack.pipeline.comparison import TEXT_WIDTH, is_best
 
     jobs = []
     for results_file in sorted(folder.glob(f"*/{RESULTS_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
@@ -239,7 +239,7 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
         return ""
     shared = set.intersection(*(set(swept) for swept, _ in jobs))
     table = pd.DataFrame([values for _, values in jobs], index=[" ".join(o for o in swept if o not in shared) or "(same)" for swept, _ in jobs])
-    varying = [column for column in table if table[column].nunique() > 1]
+    varying = [column for column in table if not is_best(table[column].astype(float)).all()]  # one rule: means that tie are the same
     notes = [f"{len(jobs)} jobs; * marks the best value of each column"]
     if not varying:
         same = ", ".join(f"{c} {table[c].iloc[0]:.4f}" for c in table)
@@ -251,7 +251,7 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
         table = table[varying]
     if shared:
         notes.append(f"every job: {' '.join(o for o in jobs[0][0] if o in shared)}")
-    best = table.max()
-    cells = table.apply(lambda column: [f"{v:.4f}{'*' if v == best[column.name] else ' '}" for v in column])
+    cells = table.apply(lambda column: [("" if pd.isna(v) else f"{v:.4f}") + ("*" if best else " ")
+                                        for v, best in zip(column, is_best(column.astype(float)))])
     cells.index.name = "job"
     return cells.to_string() + "\n" + "\n".join(textwrap.fill(note, TEXT_WIDTH, subsequent_indent="  ") for note in notes)

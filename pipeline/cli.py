@@ -9,7 +9,6 @@ without loading Hydra or MLflow."""
 from __future__ import annotations
 
 import argparse
-import json
 import contextlib
 import os
 import signal
@@ -19,7 +18,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from ragtrack.core.errors import RagtrackError, describe_fault
-from ragtrack.core.files import check_writable_folder
+from ragtrack.core.files import check_writable_folder, json_text
 from ragtrack.core.secrets import mask
 from ragtrack.pipeline.layout import default_tracking_uri as store_under
 
@@ -66,7 +65,7 @@ def command_eval(args: argparse.Namespace) -> int:
     else:
         result = _evaluate_run_file(args)
     if args.json:
-        print(json.dumps(result.to_dict(per_query=args.per_query), indent=2, allow_nan=False))
+        print(json_text(result.to_dict(per_query=args.per_query), indent=2))
         return 0
     summary = result.summary_rows()
     if args.per_query:

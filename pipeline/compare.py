@@ -6,12 +6,14 @@ in every job of an RRF sweep; the latency columns ``layout.LATENCY_COLUMNS`` lef
 logged configuration and the same qrels (dataset hash) are shown once; the merged rows' run ids select that row as the baseline. A row
 is labelled by its system, or by its job's run name where a system appears in several jobs (``hybrid k=30``).
 
-Per metric and row: the mean and percentile-bootstrap 95% CI over the queries with a relevant
-judgment (``evaluators.base.aggregate``, the numbers the experiment logged), the difference to the
-baseline, paired t-test and seeded randomization-test p-values (``evaluators.significance``), both
+Per metric and row: the mean and percentile-bootstrap 95% CI over the metric's paired queries, those
+where every row has a value (``comparison.defined_queries``; ranking metrics: the queries with a relevant
+judgment; answer and abstention metrics: where they are defined; the numbers the experiment logged
+where those queries are each row's own), the difference to the baseline, paired t-test and seeded randomization-test p-values (``evaluators.significance``), both
 Holm-corrected across the rows compared with the baseline, and per-query win/tie/loss counts.
-Queries are those of the dataset named by the job's logged ``config.yaml`` (its hash must match);
-without the dataset every query of the per-query table counts and failure analysis is skipped.
+The relevant judgments come from the dataset named by the job's logged ``config.yaml`` (its hash must
+match); without the dataset a ranking metric counts the queries where it has a value (jobs write it blank
+where a query has no relevant judgment) and failure analysis is skipped.
 Jobs whose qrels (dataset hash), relevance threshold or query set (a merged row's queries count for
 each of its jobs) differ are refused, naming two of them (run name and short run id) and what
 differs; ``allow_mixed`` keeps them, labels every row with its job's threshold and counts the queries
@@ -315,8 +317,9 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
                 s.label = f"{s.label} [threshold {scopes[s.job_id].threshold}]"
         dataset = next(iter(scopes.values())).dataset
         shared = set.intersection(*(set(scope.counted) for scope in scopes.values()))
-        queries = [q for q in next(iter(scopes.values())).counted if q in shared] if dataset is not None or difference else None
-        comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), queries, seed, resamples)
+        judged = [q for q in next(iter(scopes.values())).counted if q in shared] if dataset is not None or difference else None
+        comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), None, seed, resamples,
+                                     judged=judged)
         comparison.scope = scope
         runs: dict[str, Run] = {}
 

@@ -2,6 +2,11 @@
 plot, failure analysis and a self-contained HTML report. Used by every job (its own systems, at its end)
 and by ``ragtrack compare`` (systems read back from MLflow); it reads nothing from MLflow itself.
 
+Per metric, the compared queries are those on which the metric is defined for every compared row (paired;
+a blank/NaN per-query value is a query the metric does not apply to: ranking metrics on queries without a
+relevant judgment, as trec_eval, answer metrics on questions without gold answers, abstention_precision
+where a system answered). n is their number, per metric, and every figure below is over exactly those
+queries; a metric defined on no compared query is shown blank with a note, never a crash.
 Per metric and row: the mean and percentile-bootstrap 95% CI over the compared queries
 (``evaluators.base.aggregate``), the difference to the baseline, paired t-test and seeded
 randomization-test p-values (``evaluators.significance``), both Holm-corrected across the rows compared
@@ -29,6 +34,7 @@ import pandas as pd
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError, did_you_mean
+from ragtrack.core.files import json_text
 from ragtrack.core.runs import Run
 from ragtrack.evaluators.base import aggregate
 from ragtrack.evaluators.significance import ALPHA, effect_size, holm, paired_t_test, randomization_test, win_tie_loss
@@ -70,7 +76,8 @@ class Comparison:
     systems: list[SystemRun]
     baseline: SystemRun
     metrics: list[str]
-    queries: list[str]
+    queries: list[str]  # the candidate queries: scored by every row (and in ``queries`` when given)
+    paired: dict[str, list[str]] = field(default_factory=dict)  # per metric: those of ``queries`` where every row has a value
     logged: str | None = None  # "<run id> (<run name>)" of the comparison run ``run_compare`` logged
     links: dict[str, str] = field(default_factory=dict)  # that run's page and report.html in the UI
     scope: str = ""  # what ``run_compare`` searched and compared: the experiment, the sweep and its sweeps
@@ -93,8 +100,12 @@ def find_baseline(systems: list[SystemRun], baseline: str | None) -> SystemRun:
 
 
 def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: SystemRun, queries: Sequence[str] | None = None,
-                    seed: int = 0, resamples: int = 10_000) -> Comparison:
-    """Mean, CI, difference, paired tests (Holm-corrected per metric and test) and win/tie/loss per row."""
+                    seed: int = 0, resamples: int = 10_000, judged: Sequence[str] | None = None) -> Comparison:
+    """Mean, CI, difference, paired tests (Holm-corrected per metric and test) and win/tie/loss per row,
+    each metric over its paired queries (module docstring): those of ``queries`` (default: the
+    baseline's) that every row scored and where every row's value is defined; ``judged`` (the queries with
+    a relevant judgment, when known) further limits the ranking metrics, for per-query tables that
+    scored 0 where trec_eval leaves a query out."""
     for metric in metrics:
         lacking = [s.label for s in systems if metric not in s.per_query.columns]
         if lacking:
@@ -107,18 +118,19 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
         queries = list(baseline.per_query.index)
     queries = [q for q in queries if all(q in s.per_query.index for s in systems)]
     if not queries:
-        raise RagtrackError("the compared runs share no judged queries")
+        raise RagtrackError("the compared runs share no queries")
+    paired = {metric: defined_queries(systems, metric, queries, judged) for metric in metrics}
     rows = []
     for metric in metrics:
-        base = baseline.per_query.loc[queries, metric].to_numpy(float)
+        base = baseline.per_query.loc[paired[metric], metric].to_numpy(float)
         for s in systems:
-            values = s.per_query.loc[queries, metric].to_numpy(float)
+            values = s.per_query.loc[paired[metric], metric].to_numpy(float)
             summary = aggregate(pd.DataFrame({metric: values}), seed=seed).loc[metric]
             row = {"system": s.label, "metric": metric, "mean": summary["mean"], "ci_low": summary["ci_low"],
                    "ci_high": summary["ci_high"], "n": int(summary["n"]), "baseline": s is baseline}
             if s is not baseline:
                 wins, ties, losses = win_tie_loss(values, base)
-                delta, p_ttest, effect = values.mean() - base.mean(), paired_t_test(values, base).p_value, effect_size(values, base)
+                delta, p_ttest, effect = (values.mean() - base.mean() if len(values) else np.nan), paired_t_test(values, base).p_value, effect_size(values, base)
                 row |= {"delta": delta, "p_ttest": p_ttest,
                         "p_randomization": randomization_test(values, base, resamples=resamples, seed=seed).p_value,
                         "wins": wins, "ties": ties, "losses": losses, "delta_ci_low": effect.ci_low, "delta_ci_high": effect.ci_high,
@@ -133,7 +145,45 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
     for test in ("p_ttest", "p_randomization"):
         table[f"{test}_holm"] = table.groupby("metric")[test].transform(lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
     table["best"] = table.groupby("metric")["mean"].transform(is_best).astype(bool)
-    return Comparison(table, systems, baseline, list(metrics), list(queries))
+    return Comparison(table, systems, baseline, list(metrics), list(queries), paired)
+
+
+def defined_queries(systems: Sequence[SystemRun], metric: str, queries: Sequence[str], judged: Sequence[str] | None = None) -> list[str]:
+    """Those of ``queries`` where every row's ``metric`` has a value (not NaN), limited to ``judged``
+    for a ranking metric when ``judged`` is given: the paired queries of one metric."""
+    from ragtrack.evaluators.ranking import RankingEvaluator
+
+    index = pd.Index(queries)
+    keep = np.logical_and.reduce([s.per_query.loc[index, metric].notna().to_numpy() for s in systems])
+    if judged is not None and RankingEvaluator.handles(metric):
+        keep &= index.isin(list(judged))
+    return list(index[keep])
+
+
+def coverage_note(comparison: Comparison) -> str:
+    """Sentences ("" when none) for the metrics whose paired queries are not every row's own: a metric
+    defined on no compared query (shown blank), and one whose rows have values on different queries
+    (abstention_precision: where each system abstained; a judge request that failed), compared on the
+    queries where all have one, so its means there differ from each row's own (results.json)."""
+    notes = []
+    for metric in comparison.metrics:
+        paired = len(comparison.paired.get(metric, ()))
+        own = {s.label: int(s.per_query.loc[comparison.queries, metric].notna().sum()) for s in comparison.systems}
+        if not paired:
+            notes.append(f"{metric}: no query has a value for every row; shown blank")
+        elif any(n != paired for n in own.values()):
+            notes.append(f"{metric}: rows have values on different queries ({', '.join(f'{label} {n}' for label, n in own.items())}); "
+                         f"compared on the {paired} where all have one, so these means differ from each row's own mean over its queries")
+    return ". ".join(notes)
+
+
+def query_counts(comparison: Comparison) -> str:
+    """``n = 952 (ndcg@10), 1190 (abstention_rate) queries (per metric: ...)``: the paired queries per
+    metric, or ``952 queries`` when every metric has the same."""
+    counts = {m: len(comparison.paired.get(m, comparison.queries)) for m in comparison.metrics}
+    if len(set(counts.values())) == 1:
+        return f"{next(iter(counts.values()))} queries"
+    return "n = " + ", ".join(f"{n} ({m})" for m, n in counts.items()) + " queries (per metric: those where every row has a value)"
 
 
 def logged_metrics(per_query: pd.DataFrame) -> list[str]:
@@ -154,7 +204,7 @@ def is_best(means: pd.Series) -> pd.Series:
 def per_query_differences(comparison: Comparison, texts: dict[str, str], decimals: int = 4) -> pd.DataFrame:
     """One row per compared query: qid, its text (``texts``), each row's metrics and, for every row but
     the baseline, the difference to it (``<row> Δ <metric>``), rounded to ``decimals``."""
-    rows = comparison.queries
+    rows = [q for q in comparison.queries if any(q in set(comparison.paired.get(m, ())) for m in comparison.metrics)]
     frame = pd.DataFrame({"qid": rows, "query": [texts.get(q, "") for q in rows]})
     for metric in comparison.metrics:
         base = comparison.baseline.per_query.loc[rows, metric].to_numpy(float)
@@ -181,9 +231,9 @@ def wide_table(comparison: Comparison, bold: tuple[str, str] = ("", "*")) -> pd.
     out = pd.DataFrame(index=pd.Index([s.label for s in comparison.systems], name="system"))
     for metric in comparison.metrics:
         rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
-        cell = rows.apply(lambda r: f"{r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]", axis=1)
+        cell = rows.apply(lambda r: "" if pd.isna(r["mean"]) else f"{r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]", axis=1)
         out[metric] = [f"{open_mark}{c}{close_mark}" if best else c for c, best in zip(cell, rows["best"])]
-        out[f"Δ {metric}"] = rows["delta"].map(lambda v: "baseline" if pd.isna(v) else f"{v:+.4f}")
+        out[f"Δ {metric}"] = [("baseline" if r["baseline"] else "" if pd.isna(r["delta"]) else f"{r['delta']:+.4f}") for _, r in rows.iterrows()]
         out[f"p t-test {metric}"] = rows["p_ttest_holm"].map(p_text)
         out[f"p rand. {metric}"] = rows["p_randomization_holm"].map(p_text)
         out[f"W/T/L {metric}"] = rows.apply(lambda r: "" if pd.isna(r["wins"]) else f"{int(r['wins'])}/{int(r['ties'])}/{int(r['losses'])}", axis=1)
@@ -203,16 +253,17 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
         return csv_text(comparison.table, float_format="%.17g")
     if fmt == "json":
         reference = {"reference": comparison.reference.summary()} if comparison.reference else {}
-        return json.dumps({"baseline": comparison.baseline.label, "metrics": comparison.metrics, "queries": len(comparison.queries),
+        return json_text({"baseline": comparison.baseline.label, "metrics": comparison.metrics, "queries": len(comparison.queries),
                            "rows": json.loads(comparison.table.to_json(orient="records")), **reference}, indent=2)
-    footer = (f"{len(comparison.queries)} queries; mean [95% bootstrap CI]; p: paired t-test and randomization test "
+    footer = (f"{query_counts(comparison)}; mean [95% bootstrap CI]; p: paired t-test and randomization test "
               f"against {comparison.baseline.label}, Holm-corrected; W/T/L: per-query wins/ties/losses; best marked")
+    coverage = f". {coverage_note(comparison)}" if coverage_note(comparison) else ""
     if fmt == "markdown":
         wide = wide_table(comparison, ("**", "**"))
         header = "| system | " + " | ".join(wide.columns) + " |"
         lines = [header, "|" + "---|" * (len(wide.columns) + 1)]
         lines += ["| " + " | ".join([label, *row]) + " |" for label, row in zip(wide.index, wide.to_numpy())]
-        return ("\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}\n" + slice_section(comparison, fmt)
+        return ("\n".join(lines) + f"\n\n{footer.replace('best marked', 'best in bold')}{coverage}\n" + slice_section(comparison, fmt)
                 + reference_section(comparison, fmt))
     if fmt == "latex":
         wide = wide_table(comparison, (r"\textbf{", "}"))
@@ -220,9 +271,9 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
                  " & ".join(["system", *map(_latex_escape, wide.columns)]) + r" \\", r"\midrule"]
         lines += [" & ".join([_latex_escape(label), *(c if c.startswith(r"\textbf") else _latex_escape(c) for c in row)]) + r" \\"
                   for label, row in zip(wide.index, wide.to_numpy())]
-        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}"]) + "\n" + reference_section(comparison, fmt)
+        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}{coverage}"]) + "\n" + reference_section(comparison, fmt)
     wide = wide_table(comparison)
-    note = f"{footer} (*)"
+    note = f"{footer} (*){coverage}"
     text = wide.to_string()
     if width and max(map(len, text.splitlines())) > width:  # one block per metric, its figures as columns
         text = "\n\n".join(f"{metric}\n" + wide[[c for c in wide.columns if c == metric or c.endswith(f" {metric}")]]
@@ -265,8 +316,7 @@ def _fill(text: str, width: int | None) -> str:
 def slice_table(comparison: Comparison) -> pd.DataFrame | None:
     """Mean [95% bootstrap CI, seed 0] of each compared row per slice (rows: metric, slice, n), when
     every per-query table has the same ``slice.<attribute>`` columns (``pipeline.slices``); else None.
-    Queries: the comparison's, minus those a metric leaves blank (answer metrics on questions without
-    gold answers)."""
+    Queries: each metric's paired ones (:func:`defined_queries`) in the slice."""
     shared = set.intersection(*({c for c in s.per_query.columns if c.startswith(SLICE_COLUMN_PREFIX)} for s in comparison.systems))
     if not shared:
         return None
@@ -274,12 +324,12 @@ def slice_table(comparison: Comparison) -> pd.DataFrame | None:
     for column in sorted(shared):
         labels = comparison.baseline.per_query.loc[comparison.queries, column].astype(str)
         for value in sorted(labels.unique()):
-            qids = list(labels.index[labels == value])
+            in_slice = set(labels.index[labels == value])
             for metric in comparison.metrics:
+                qids = [q for q in comparison.paired[metric] if q in in_slice]
                 row = {"metric": metric, "slice": f"{column.removeprefix(SLICE_COLUMN_PREFIX)}={value}"}
                 for s in comparison.systems:
-                    values = s.per_query.loc[qids, metric].astype(float)
-                    summary = aggregate(values.to_frame(), values.notna()).loc[metric]
+                    summary = aggregate(s.per_query.loc[qids, [metric]].astype(float)).loc[metric]
                     row["n"], row[s.label] = int(summary["n"]), f"{summary['mean']:.4f} [{summary['ci_low']:.4f}, {summary['ci_high']:.4f}]"
                 rows.append(row)
     return pd.DataFrame(rows).set_index(["metric", "slice", "n"])
@@ -320,8 +370,11 @@ def plot(comparison: Comparison, path: Path, title: str = "") -> Path:
         positions = np.arange(len(rows))[::-1]
         errors = [rows["mean"] - rows["ci_low"], rows["ci_high"] - rows["mean"]]
         for position, mean, low, high, color in zip(positions, rows["mean"], *errors, colors):
-            axes[0].errorbar(mean, position, xerr=[[low], [high]], fmt="o", color=color, capsize=4)
-        axes[0].axvline(rows[rows["baseline"]]["mean"].iloc[0], color="gray", linestyle=":", linewidth=1)
+            if pd.notna(mean):  # a metric defined on no compared query has no point
+                axes[0].errorbar(mean, position, xerr=[[low], [high]], fmt="o", color=color, capsize=4)
+        baseline_mean = rows[rows["baseline"]]["mean"].iloc[0]
+        if pd.notna(baseline_mean):
+            axes[0].axvline(baseline_mean, color="gray", linestyle=":", linewidth=1)
         axes[0].set_yticks(positions, rows["system"])
         axes[0].set_xlabel(f"{metric}: mean and 95% CI (dotted: baseline)")
         axes[0].set_title(f"{metric} by system")
@@ -336,10 +389,11 @@ def plot(comparison: Comparison, path: Path, title: str = "") -> Path:
     axes[1].set_title("recall@k (solid) and ndcg@k (dashed)")
     if axes[1].lines:
         axes[1].legend(fontsize=7)
-    base = comparison.baseline.per_query.loc[comparison.queries, metric].to_numpy(float)
+    paired = comparison.paired[metric]
+    base = comparison.baseline.per_query.loc[paired, metric].to_numpy(float)
     for s, color in zip(comparison.systems, colors):
         if s is not comparison.baseline:
-            diff = np.sort(s.per_query.loc[comparison.queries, metric].to_numpy(float) - base)[::-1]
+            diff = np.sort(s.per_query.loc[paired, metric].to_numpy(float) - base)[::-1]
             axes[2].plot(np.arange(1, len(diff) + 1), diff, label=s.label, color=color)
     axes[2].axhline(0, color="black", linewidth=0.8)
     axes[2].set_xlabel("queries, sorted")
@@ -435,8 +489,9 @@ def _relevant(qid: str, dataset: Dataset, titles: dict[str, str]) -> list[str]:
 
 
 def _differences(comparison: Comparison, system: SystemRun) -> pd.Series:
-    """Per query: ``system`` minus the baseline on the first metric, most negative first."""
-    metric, rows = comparison.metrics[0], comparison.queries
+    """Per paired query: ``system`` minus the baseline on the first metric, most negative first."""
+    metric = comparison.metrics[0]
+    rows = comparison.paired[metric]
     return (system.per_query.loc[rows, metric] - comparison.baseline.per_query.loc[rows, metric]).sort_values(kind="stable")
 
 
@@ -511,6 +566,9 @@ def verdicts(comparison: Comparison) -> list[str]:
     sentences = []
     for metric in comparison.metrics:
         rows = comparison.table[comparison.table["metric"] == metric]
+        if not rows["best"].any():
+            sentences.append(f"{metric}: no value, defined on none of the compared queries for every system")
+            continue
         best = rows[rows["best"]].sort_values("baseline", ascending=False, kind="stable").iloc[0]
         others = rows[~rows["baseline"]]
         if not best["baseline"]:
@@ -519,7 +577,7 @@ def verdicts(comparison: Comparison) -> list[str]:
         elif others.empty:
             sentences.append(f"{best['system']} on {metric}: {best['mean']:.4f} (no other system)")
         else:
-            runner = others.loc[others["mean"].idxmax()]
+            runner = others.loc[others["mean"].fillna(-np.inf).idxmax()]
             sentences.append(f"{best['system']} (the baseline) best on {metric}: {best['mean']:.4f}; next {runner['system']}, "
                              f"{runner['delta']:+.4f}, {_p_phrase(runner['p_ttest_holm'])} (paired t-test, Holm)")
     return sentences
@@ -530,6 +588,8 @@ def detectability(row: pd.Series) -> str:
     (uncorrected paired t-test p ≤ α), or underpowered (|Δ| below the minimal detectable difference at
     80% power and not significant), or neither (not significant although |Δ| ≥ MDD); no difference at
     all where the two systems tie on every query."""
+    if row["n"] < 2:
+        return f"cannot tell ({int(row['n'])} paired queries)"
     if row["wins"] == 0 and row["losses"] == 0:
         return "no difference: tied on every query"
     if pd.isna(row["p_ttest"]) or pd.isna(row["mdd"]):
@@ -548,13 +608,20 @@ def _power_table(comparison: Comparison) -> str:
     if rows.empty:
         return '<p class="note">no comparison: one system</p>'
     frame = pd.DataFrame({"metric": rows["metric"].to_numpy(),
-                          "Δ [95% CI]": [f"{r.delta:+.4f} [{r.delta_ci_low:+.4f}, {r.delta_ci_high:+.4f}]" for r in rows.itertuples()],
-                          "d_z": rows["cohens_d"].map(lambda v: f"{v:+.2f}").to_numpy(),
-                          "r (rank)": rows["rank_biserial"].map(lambda v: f"{v:+.2f}").to_numpy(),
-                          "MDD (80%)": rows["mdd"].map(lambda v: f"{v:.4f}").to_numpy(),
+                          "n": rows["n"].to_numpy(),
+                          "Δ [95% CI]": [_figure(r.delta, "+.4f") + (f" [{_figure(r.delta_ci_low, '+.4f')}, {_figure(r.delta_ci_high, '+.4f')}]"
+                                                                    if pd.notna(r.delta_ci_low) else "") for r in rows.itertuples()],
+                          "d_z": rows["cohens_d"].map(lambda v: _figure(v, "+.2f")).to_numpy(),
+                          "r (rank)": rows["rank_biserial"].map(lambda v: _figure(v, "+.2f")).to_numpy(),
+                          "MDD (80%)": rows["mdd"].map(lambda v: _figure(v, ".4f")).to_numpy(),
                           "could this query set see it?": [detectability(r) for _, r in rows.iterrows()]},
                          index=pd.Index(rows["system"].to_numpy(), name="system"))
     return _html_table(frame)
+
+
+def _figure(value: float, spec: str) -> str:
+    """A number in the report's tables, blank where it is undefined (NaN)."""
+    return "" if pd.isna(value) else format(value, spec)
 
 
 def _html_table(frame: pd.DataFrame, best: Sequence[bool] = ()) -> str:
@@ -571,7 +638,7 @@ def _metric_block(comparison: Comparison, wide: pd.DataFrame, metric: str) -> st
     columns = {metric: "mean [95% CI]", f"Δ {metric}": "Δ", f"p t-test {metric}": "p t-test (Holm)",
                f"p rand. {metric}": "p rand. (Holm)", f"W/T/L {metric}": "W/T/L"}
     best = comparison.table[comparison.table["metric"] == metric]["best"].tolist()
-    return f"<h3>{html.escape(metric)}</h3>" + _html_table(wide[list(columns)].rename(columns=columns), best)
+    return f"<h3>{html.escape(metric)} (n = {len(comparison.paired[metric])})</h3>" + _html_table(wide[list(columns)].rename(columns=columns), best)
 
 
 def _lines(lines: list[str]) -> str:
@@ -617,12 +684,13 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
     wide = wide_table(comparison, ("", ""))
     sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
                 ("metrics", "Systems and metrics",
-                 f'<p class="note">{len(comparison.queries)} queries; mean [95% bootstrap CI]; Δ and p-values (paired t-test, '
+                 f'<p class="note">{query_counts(comparison)}; '
+                 f'{html.escape(coverage_note(comparison) + "; " if coverage_note(comparison) else "")}mean [95% bootstrap CI]; Δ and p-values (paired t-test, '
                  f"randomization test, Holm-corrected) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
                  "per-query wins/ties/losses; best value highlighted.</p>"
                  + "".join(_metric_block(comparison, wide, m) for m in comparison.metrics)),
                 ("power", "Effect size and power",
-                 f'<p class="note">Against <b>{html.escape(comparison.baseline.label)}</b> on {len(comparison.queries)} queries: '
+                 f'<p class="note">Against <b>{html.escape(comparison.baseline.label)}</b> on {query_counts(comparison)}: '
                  "mean difference with its 95% CI, paired Cohen's d_z, rank-biserial r, and the minimal detectable difference "
                  f"(MDD) of a two-sided paired t-test at α = {ALPHA:g} and 80% power (docs/metrics.md).</p>" + _power_table(comparison)),
                 ("plot", "Plots", "".join(f'<img alt="comparison plot" src="data:image/png;base64,{base64.b64encode(png).decode()}">'

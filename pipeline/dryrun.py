@@ -37,7 +37,6 @@ So the dry run's count equals the real run's requests when no prompt is marked â
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import tempfile
 from dataclasses import dataclass, replace
@@ -49,7 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 from ragtrack.chunking import plan_chunks
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Dataset
-from ragtrack.core.files import write_atomically
+from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import CHARS_PER_TOKEN, NOT_SENT, NotSent, chat_clients, retrieved_passages
 from ragtrack.core.secrets import mask, masked
 from ragtrack.core.stages import Stage, StageContext, StageOutput
@@ -124,7 +123,7 @@ def dry_run(cfg: DictConfig, dataset: Dataset | None = None) -> DryRun:
         calls = _plan(_with_output_dir(cfg, Path(scratch)), dataset)
     found = DryRun(calls)
     output_dir.mkdir(parents=True, exist_ok=True)
-    write_atomically(output_dir / FILE, json.dumps(masked(found.record()), indent=2))
+    write_atomically(output_dir / FILE, json_text(masked(found.record()), indent=2))
     return found
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import logging
 import os
 import shutil
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,7 +25,7 @@ from ragtrack.chunking import Chunker, ChunkPlan, plan_chunks
 from ragtrack.core.cache import Cache, IdentityMemo
 from ragtrack.core.data import Corpus, Dataset
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.files import write_atomically
+from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.progress import step
 from ragtrack.core.runs import Run, trec_text
 from ragtrack.core import words
@@ -42,7 +42,7 @@ from ragtrack.pipeline.agreement import pairwise_agreement, report_section, rubr
 from ragtrack.pipeline.agreement import summary_text as agreement_text
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, is_best, p_text,
-                                         per_query_differences, write_comparison)
+                                         per_query_differences, query_counts, write_comparison)
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.job import JobInfo
 from ragtrack.pipeline.provenance import provenance_tags
@@ -104,7 +104,10 @@ def eval_input(run: Run, dataset: Dataset, generated: dict | None = None, contex
 def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: int, generated: dict | None = None,
                  context_run: Run | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per-query table (all evaluators side by side), its summary (mean, std, bootstrap CI) and which
-    queries count for each metric (booleans, same rows and metric columns as the table).
+    queries count for each metric (booleans, same rows and metric columns as the table). A value is
+    blank (NaN) wherever its query does not count for that metric (ranking metrics on queries without a
+    relevant judgment, which trec_eval does not evaluate; answer metrics on questions without gold
+    answers), so the table has one convention: blank = undefined, and a mean is over its non-blank values.
     ``dataset.corpus`` holds the passages (chunks when chunked) that ``context_run`` ranks."""
     data = eval_input(run, dataset, generated, context_run)
     tables, summaries, masks = [], [], []
@@ -114,8 +117,9 @@ def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: 
             continue
         table = evaluator.evaluate(data)
         counted = evaluator.counted(data, table).reindex(table.index, fill_value=False)
-        tables.append(table)
-        masks.append(pd.DataFrame({column: counted & table[column].notna() for column in table.columns}, index=table.index))  # NaN: not applicable
+        mask = pd.DataFrame({column: counted & table[column].notna() for column in table.columns}, index=table.index)  # NaN: not applicable
+        tables.append(table.where(mask))
+        masks.append(mask)
         summaries.append(aggregate(table, counted, seed=seed))
     if not tables:
         raise RagtrackError("no evaluator applies to this dataset")
@@ -203,7 +207,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     tracker.finish()
     if job.report and not job.sweep:  # a sweep's jobs are summed up at its end (pipeline.app.SweepSummary)
         written = report["results"]
-        print_report(report["table"], tracker, output_dir, max(written["queries_counted"].values(), default=0),
+        print_report(report["table"], tracker, output_dir, written["queries_counted"],
                      [("Answer generation failed:", generation_text(written)), ("Robustness (metric drop, clean - perturbed):", robustness.summary_text(written)),
                       ("LLM calls:", usage.summary_text(used.calls)), ("Judge agreement with people:", agreement_text(written))])
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
@@ -387,19 +391,12 @@ def dataset_identity(dataset: Dataset, provider: str) -> DatasetIdentity:
     return DatasetIdentity(dataset.name, dataset.hash[:16], provider, dataset.source, profile)
 
 
-def judged_queries(cfg: DictConfig, dataset: Dataset) -> list[str]:
-    """The queries with at least one relevant judgment: those the comparisons and tests average over."""
-    threshold = relevance_threshold(cfg)
-    return [q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values())]
-
-
 def against_inputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult]) -> Findings:
     """Each system made from one other (a reranker, a rewriter) against that input, on the key metrics
-    over the judged queries: the difference, paired t-test and randomization p-values and W/T/L
+    over the queries where both have a value: the difference, paired t-test and randomization p-values and W/T/L
     (results.json ``against_input``; child-run metrics ``<metric>_vs_input_delta`` and ``_vs_input_p``,
     the randomization test's)."""
     key_metrics = job_key_metrics(cfg)
-    queries = judged_queries(cfg, dataset)
     section, child_metrics = {}, {}
     for name, result in results.items():
         if len(result.inputs) != 1 or result.inputs[0] not in results:
@@ -409,7 +406,7 @@ def against_inputs(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemR
         if not metrics:
             continue
         pair = [SystemRun(r.name, r.name, "", "", 0, r.per_query, label=r.name) for r in (first, result)]
-        table = compare_systems(pair, metrics, pair[0], queries, seed=int(cfg.seed)).table
+        table = compare_systems(pair, metrics, pair[0], seed=int(cfg.seed)).table
         rows = table[~table["baseline"]].set_index("metric")
         section[name] = {"input": first.name, **{metric: {column: float(rows.at[metric, column]) for column in
                                                            ("delta", "p_ttest", "p_randomization", "wins", "ties", "losses")} for metric in metrics}}
@@ -465,13 +462,13 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "config_hash": hashlib.sha256(config_yaml.encode()).hexdigest(),
         "systems": {name: r.summary["mean"].to_dict() for name, r in results.items()},
         "aggregates": {name: r.summary.drop(columns="n").to_dict(orient="index") for name, r in results.items()},
-        "queries_counted": {name: int(r.summary["n"].max()) for name, r in results.items()},
+        "queries_counted": {name: {str(m): int(n) for m, n in r.summary["n"].items()} for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
         "search": {name: r.params["search"] for name, r in results.items()},  # exact, or approximate (see approximate_recall)
         **({"usage": spent} if spent else {}),
         **(extra or {}),
     }
-    write_atomically(output_dir / layout.RESULTS_FILE, json.dumps(masked(payload), indent=2))  # last, whole: it marks the results complete
+    write_atomically(output_dir / layout.RESULTS_FILE, json_text(masked(payload), indent=2))  # last, whole: it marks the results complete
     return {"results": payload, "table": table, "per_query": per_query, "comparison": comparison, "per_query_wide": wide}
 
 
@@ -487,14 +484,14 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
                       config_yaml: str, sections: Sequence[tuple[str, str, str]] = ()) -> Comparison | None:
     """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
     does across jobs): comparison.md/.png, failures/ and report.html (with the extra ``sections``) in
-    ``folder``; baseline bm25 or the first system; queries: those with a relevant judgment."""
+    ``folder``; baseline bm25 or the first system; per metric, the queries where every system has a
+    value (``comparison.defined_queries``: ranking metrics, those with a relevant judgment)."""
     metrics = shown_metrics(cfg, results)
     if not metrics:
         return None
-    queries = judged_queries(cfg, dataset)
     systems = [SystemRun(system, system, name, "", 0, r.per_query, label=system, curves=_curves(r, dataset, cfg)) for system, r in results.items()]
-    comparison = compare_systems(systems, metrics, find_baseline(systems, None), queries, seed=int(cfg.seed))
-    title = f"{dataset.name} ({words.counted(len(comparison.queries), 'query')}): {name}"
+    comparison = compare_systems(systems, metrics, find_baseline(systems, None), seed=int(cfg.seed))
+    title = f"{dataset.name} ({query_counts(comparison)}): {name}"
     write_comparison(comparison, folder, title, dataset, {system: r.run for system, r in results.items()}, config_text=config_yaml,
                      sections=sections)
     return comparison
@@ -587,28 +584,34 @@ NOTE_PAD = "&nbsp;" * 2  # around a cell: MLflow's description table has no cell
 
 def summary_note(results: dict[str, SystemResult], key_metrics: list[str], dataset: Dataset, name: str,
                  comparison: Comparison | None = None, report: str = "") -> str:
-    """Markdown for the job's run page, a column per system and per key metric three rows: the mean
-    (best in bold), its 95% CI and, from ``comparison``, Δ and the Holm-corrected paired t-test p
-    against its baseline; a link to ``report`` (the route of report.html)."""
+    """Markdown for the job's run page, a column per system and per key metric its rows: the mean (best
+    in bold), its 95% CI, n (the queries the mean is over) and, with several systems, Δ and the
+    Holm-corrected paired t-test p against the baseline; a link to ``report`` (the route of report.html).
+    A metric of ``comparison`` shows the comparison's figures (over its paired queries, so Δ is the
+    difference of the means shown), any other metric each system's own (results.json)."""
     metrics = [m for m in key_metrics if any(m in r.summary.index for r in results.values())]
-    tests = comparison.table.set_index(["system", "metric"]) if comparison is not None and len(results) > 1 else None
+    compared = comparison.table.set_index(["system", "metric"]) if comparison is not None else None
+    tests = len(results) > 1 and compared is not None
     lines = ["| | " + " | ".join(results) + " |", "|---|" + "---:|" * len(results)]  # first: the UI folds long notes
     for metric in metrics:
-        rows = {system: r.summary.loc[metric] for system, r in results.items()
-                if metric in r.summary.index and pd.notna(r.summary.loc[metric, "mean"])}
+        if compared is not None and metric in comparison.metrics:
+            rows = {s: compared.loc[(s, metric)] for s in results}
+        else:
+            rows = {s: r.summary.loc[metric] for s, r in results.items() if metric in r.summary.index}
+        rows = {s: row for s, row in rows.items() if pd.notna(row["mean"])}
         best = is_best(pd.Series({s: row["mean"] for s, row in rows.items()}, dtype=float))
         means = {s: f"**{row['mean']:.4f}**" if best[s] else f"{row['mean']:.4f}" for s, row in rows.items()}
-        table = [(f"**{metric}**", means), ("95% CI", {s: f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}]" for s, row in rows.items()})]
-        if tests is not None and metric in comparison.metrics:
-            table.append(("Δ (p)", {s: "baseline" if tests.loc[(s, metric), "baseline"] else
-                                    f"{tests.loc[(s, metric), 'delta']:+.4f} (p {p_text(tests.loc[(s, metric), 'p_ttest_holm'])})"
-                                    for s in results}))
+        table = [(f"**{metric}**", means), ("95% CI", {s: f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}]" for s, row in rows.items()}),
+                 ("n", {s: str(int(row["n"])) for s, row in rows.items()})]
+        if tests and metric in comparison.metrics:
+            table.append(("Δ (p)", {s: "baseline" if row["baseline"] else f"{row['delta']:+.4f} (p {p_text(row['p_ttest_holm']) or 'none'})"
+                                    for s, row in rows.items()}))
         for label, cells in table:
             lines.append(f"| {label} | " + " | ".join(f"{NOTE_PAD}{cells[s]}{NOTE_PAD}" if s in cells else "" for s in results) + " |")
-    counted = max(int(r.summary["n"].max()) for r in results.values())
-    against = f" Δ and p (paired t-test, Holm-corrected) against {comparison.baseline.label}." if tests is not None else ""
-    lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over the {words.counted(counted, 'query')} with a "
-              f"relevant judgment [95% bootstrap CI], best in bold.{against} All metrics are in the child runs"
+    against = f" Δ and p (paired t-test, Holm-corrected) against {comparison.baseline.label}." if tests else ""
+    lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over n queries [95% bootstrap CI], "
+              "best in bold; per metric, the queries where every system has a value (ranking metrics: those with a relevant "
+              f"judgment; answer metrics: those with gold answers), blank where there is none.{against} All metrics are in the child runs"
               + (f"; the full comparison: [report.html]({report})." if report else ".")]
     return "\n".join(lines)
 
@@ -631,13 +634,33 @@ def report_table(table: pd.DataFrame, width: int = 100) -> str:
     return cells.to_string(line_width=width)
 
 
-def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, queries: int, blocks: Sequence[tuple[str, str]] = ()) -> None:
+def counts_text(counted: Mapping[str, Mapping[str, int]], width: int = 100) -> str:
+    """Over how many queries each mean of the terminal table is, from results.json's ``queries_counted``
+    (system -> metric -> n): ``6 queries; mean per query`` when every mean is over the same queries, else
+    metrics with the same counts together: ``mean per query over 952 queries (ndcg@10, answer_f1), 1190
+    queries (abstention_rate); abstention_precision: 470 bm25, 364 dense``."""
+    systems = list(counted)
+    metrics = list(dict.fromkeys(m for n in counted.values() for m in n))
+    groups: dict[tuple, list[str]] = {}
+    for metric in metrics:
+        groups.setdefault(tuple(counted[s].get(metric) for s in systems), []).append(metric)
+    if len(groups) == 1 and len(set(next(iter(groups)))) == 1:
+        return f"{words.counted(next(iter(groups))[0], 'query')}; mean per query; * best of each metric"
+    same = [f"{ns[0]} queries ({', '.join(ms)})" for ns, ms in groups.items() if len(set(ns)) == 1]
+    apart = [f"{', '.join(ms)}: " + ", ".join(f"{n} {s}" for s, n in zip(systems, ns) if n is not None) for ns, ms in groups.items()
+             if len(set(ns)) > 1]
+    text = "mean per query over " + "; ".join(filter(None, [", ".join(same), *apart])) + "; * best of each metric"
+    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def print_report(table: pd.DataFrame, tracker: Tracker, output_dir: Path, counted: Mapping[str, Mapping[str, int]],
+                 blocks: Sequence[tuple[str, str]] = ()) -> None:
     """The metrics x systems table (the best value of each metric marked ``*``; columns wrapped at 100
-    characters), the number of queries, the ``blocks`` (heading, text; those with text: the failed
-    generations, the robustness study's drops, the LLM calls' tokens and cost, the judges' agreement
-    with people), then where the outputs and the MLflow runs are."""
-    lines = ["", report_table(table), f"{words.counted(queries, 'query')}; mean per query; * best of each metric",
-             *(line for heading, text in blocks if text for line in ("", heading, text)), "", f"Output folder: {output_dir}", *tracker.where()]
+    characters), over how many queries each mean is (:func:`counts_text`), the ``blocks`` (heading, text;
+    those with text: the failed generations, the robustness study's drops, the LLM calls' tokens and
+    cost, the judges' agreement with people), then where the outputs and the MLflow runs are."""
+    lines = ["", report_table(table), counts_text(counted), *(line for heading, text in blocks if text for line in ("", heading, text)),
+             "", f"Output folder: {output_dir}", *tracker.where()]
     print(mask("\n".join(lines)))
 
 

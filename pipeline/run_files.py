@@ -11,7 +11,6 @@ which also words the errors.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 
 from ragtrack.core.data import load_qrels
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.files import json_ready
 from ragtrack.core.runs import read_run_columns
 from ragtrack.evaluators.base import summarize
 from ragtrack.evaluators.ranking import DEFAULT_METRICS, parse_metric, ranking_values
@@ -51,22 +51,15 @@ def counted_queries(summary: Mapping[str, Mapping[str, float]]) -> int:
     return max(int(row["n"]) for row in summary.values())
 
 
-def _defined(value: float) -> float | None:
-    """A value for JSON: ``None`` (null) where it is undefined (NaN: a mean over no query, a metric that
-    does not apply to a query), as JSON has no NaN."""
-    return value if math.isfinite(value) else None
-
-
 def json_payload(summary: Mapping[str, Mapping[str, float]], per_query: Mapping[str, Mapping[str, float]] | None = None) -> dict:
     """What ``ragtrack eval --json`` prints (``to_dict`` of both result types): ``aggregate``, ``std``,
-    ``ci95``, ``queries`` and, when given, ``per_query``; valid JSON, with null for undefined values."""
-    payload = {"aggregate": {m: _defined(row["mean"]) for m, row in summary.items()}, "std": {m: _defined(row["std"]) for m, row in summary.items()},
-               "ci95": {m: [_defined(row["ci_low"]), _defined(row["ci_high"])] for m, row in summary.items()},
-               "queries": counted_queries(summary)}
+    ``ci95``, ``queries`` and, when given, ``per_query``; valid JSON, with null (None) for undefined
+    values (NaN: a mean over no query, a metric that does not apply to a query; ``core.files.json_ready``)."""
+    payload = {"aggregate": {m: row["mean"] for m, row in summary.items()}, "std": {m: row["std"] for m, row in summary.items()},
+               "ci95": {m: [row["ci_low"], row["ci_high"]] for m, row in summary.items()}, "queries": counted_queries(summary)}
     if per_query is not None:
-        payload["per_query"] = {qid: row if all(map(math.isfinite, row.values())) else {m: _defined(v) for m, v in row.items()}
-                                for qid, row in per_query.items()}
-    return payload
+        payload["per_query"] = per_query
+    return json_ready(payload)
 
 
 def _ranking_only(metrics: Sequence[str]) -> bool:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.files import write_atomically
+from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import ChatClient, check_template, is_abstention, numbered_passages, retrieved_passages
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
@@ -331,7 +331,7 @@ def answer_questions(generator: Generator | None, run: Run, dataset: Dataset, fo
     report = {"system": run.name, "generator": type(generator).__name__, "queries": len(dataset.queries),
               "failed": len(answers.failures), "first_error": first_error, "seconds": time.perf_counter() - started,
               "errors": answers.failures}
-    write_atomically(folder / "generation.json", json.dumps(report, indent=2, ensure_ascii=False))
+    write_atomically(folder / "generation.json", json_text(report, indent=2, ensure_ascii=False))
     if answers.failures:
         log.warning("%s: answer generation failed for %d of %d queries (they score 0); first: %s; see %s",
                     run.name, len(answers.failures), len(dataset.queries), first_error, folder / "generation.json")

@@ -6,6 +6,9 @@ truncated gzip, a gzip file whose name lacks ``.gz``, a missing file) raised as 
 :class:`~ragtrack.core.errors.InputError` naming the file and line. ``open_bytes`` opens regular files only: a FIFO, folder, device or socket is an error (it is
 opened without blocking, so a FIFO never hangs), and so are a symbolic link loop and a file that
 cannot be read.
+``json_text`` is the one JSON writer of every file a job writes (results.json, comparison.json,
+dry_run.json, generation.json, the judges' records): an undefined value (NaN, ±inf) is written as null,
+never as the bare ``NaN`` no JSON parser accepts.
 ``write_atomically`` writes through a temporary file and a rename, so readers never see half a file.
 ``check_writable_folder`` tells at once, in one line, that an output or cache folder cannot be written.
 """
@@ -16,6 +19,8 @@ import contextlib
 import errno
 import gzip
 import hashlib
+import json
+import math
 import os
 import secrets
 import stat
@@ -160,6 +165,24 @@ def read_bytes(path: Path) -> bytes:
     ``gzip``/``zlib``/``EOFError`` exception, for the caller to hand the file to :func:`read_lines`."""
     with open_bytes(path) as handle:
         return handle.read()
+
+
+def json_ready(value: object) -> object:
+    """``value`` with every non-finite float (NaN: a metric undefined there, a mean over no query; ±inf)
+    replaced by None, recursively through dicts, lists and tuples; numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(item) for item in value]
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a numpy scalar
+        value = value.item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def json_text(value: object, **options) -> str:
+    """``value`` as strict JSON (``json.dumps(..., allow_nan=False)`` of :func:`json_ready`): null where
+    a number is undefined; ``options`` go to ``json.dumps`` (``indent``, ``ensure_ascii``)."""
+    return json.dumps(json_ready(value), allow_nan=False, **options)
 
 
 def write_atomically(path: str | Path, text: str) -> Path:

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support import TOY_JOB, ragtrack
@@ -87,3 +88,35 @@ def _csv_rows(path: Path) -> list[dict]:
 
     with open(path, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
+
+
+def test_undefined_metrics_end_a_job_cleanly_blank_and_null(tmp_path: Path) -> None:
+    """The trial's defects on the toy dataset, one job (a query judged non-relevant only, a generator
+    that never abstains): abstention_precision is undefined on every query, so the job's comparison has
+    a metric defined nowhere (it crashed: idxmax of all NA) and results.json held a bare NaN; the ranking
+    metrics were 0 in per_query.csv on the query without a relevant judgment, now blank (trec_eval does
+    not evaluate it) as the answer metrics are where they are undefined."""
+    import shutil
+
+    data = shutil.copytree(Path(__file__).parents[2] / "data" / "toy", tmp_path / "toy")
+    with (data / "qrels" / "test.tsv").open("a") as qrels:
+        qrels.write("q7\td3\t0\n")
+    done = ragtrack(tmp_path, "run", "dataset=toy", f"dataset.path={data}", "encoder=hashing", "generator=extractive",
+                    "generator.abstain_below=0", "evaluator=[ranking,answer,abstention]",
+                    "tracking.key_metrics=[ndcg@10,abstention_precision]", "hydra.run.dir=outputs/job")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    job = tmp_path / "outputs" / "job"
+
+    def strict(path: Path) -> dict:
+        return json.loads(path.read_text(), parse_constant=lambda constant: pytest.fail(f"{path.name} holds {constant}"))
+
+    results = strict(job / "results.json")
+    assert all(means["abstention_precision"] is None for means in results["systems"].values())
+    assert results["queries_counted"]["bm25"]["ndcg@10"] == 6 and results["queries_counted"]["bm25"]["abstention_precision"] == 0
+    rows = [row for row in strict(job / "comparison" / "comparison.json")["rows"] if row["metric"] == "abstention_precision"]
+    assert [row["n"] for row in rows] == [0, 0, 0] and all(row["mean"] is None for row in rows)
+    for path in job.rglob("*.json"):
+        strict(path)
+    q7 = [row for row in _csv_rows(job / "per_query.csv") if row["qid"] == "q7"]
+    assert q7 and all(row["ndcg@10"] == "" and row["abstention_precision"] == "" for row in q7)
+    assert "abstention_precision: no query has a value for every row" in " ".join((job / "comparison" / "comparison.txt").read_text().split())

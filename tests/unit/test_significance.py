@@ -138,3 +138,34 @@ def test_effect_size_degenerate_differences() -> None:
     constant = effect_size([0.75, 0.5, 0.25], [0.5, 0.25, 0.0])
     assert (constant.cohens_d, constant.rank_biserial, constant.mdd) == (np.inf, 1.0, 0.0)
     assert all(math.isnan(v) for v in vars(effect_size([0.5], [0.1])).values())
+
+
+def _same(x: float, y: float) -> bool:
+    return (math.isnan(x) and math.isnan(y)) or x == y
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_undefined_pairs_are_dropped_never_a_p_value(seed: int) -> None:
+    """NaN on either side of a pair (a metric undefined on that query) drops the pair: every test on
+    vectors with NaNs equals the same test on the NaN-free pairs, so a NaN never yields a p-value."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 14))
+    a, b = rng.choice([0.0, 0.5, 1.0], n), rng.choice([0.0, 0.5, 1.0], n)
+    if seed % 2:
+        a, b = a + rng.normal(0, 0.1, n), b + rng.normal(0, 0.1, n)
+    a[rng.random(n) < 0.3] = np.nan
+    b[rng.random(n) < 0.3] = np.nan
+    kept = ~(np.isnan(a) | np.isnan(b))
+    for test in (paired_t_test, lambda x, y: randomization_test(x, y, resamples=64), randomization_test):
+        got, clean = test(a, b), test(a[kept], b[kept])
+        assert _same(got.p_value, clean.p_value) and _same(got.statistic, clean.statistic)
+        if not kept.any():
+            assert math.isnan(got.p_value)
+    assert all(_same(x, y) for x, y in zip(vars(effect_size(a, b)).values(), vars(effect_size(a[kept], b[kept])).values()))
+    assert win_tie_loss(a, b) == win_tie_loss(a[kept], b[kept]) and sum(win_tie_loss(a, b)) == kept.sum()
+
+
+def test_randomization_of_undefined_pairs_reported_by_the_trial() -> None:
+    """The user trial's case: two NaNs, the rest ties — no difference, p = 1 (was 0.0)."""
+    assert randomization_test([np.nan, 0, 0, 0], [0, 0, 0, np.nan]) == PairedTest(0.0, 1.0)
+    assert math.isnan(randomization_test([np.nan], [0.0]).p_value)

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from mlflow.tracking import MlflowClient
 
 from tests.support import BasicAuthServer, ChatServer, free_port, ragtrack, server
@@ -78,6 +80,7 @@ def test_an_unreachable_server_with_credentials_is_one_line_without_them(tmp_pat
     assert _leaks(tmp_path, job.stdout, job.stderr, compare.stdout, compare.stderr) == []
 
 
+@pytest.mark.slow  # a whole job or sweep: make test-slow (CI's default run stays under 10 minutes)
 def test_a_store_under_a_folder_named_with_percent_question_mark_and_hash(tmp_path: Path) -> None:
     """Before, ``%41`` read as ``A`` and ``?`` ended the path: the store went elsewhere, or nowhere."""
     root = tmp_path / "a?b#c%41"

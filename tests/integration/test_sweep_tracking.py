@@ -48,6 +48,7 @@ def test_a_sweep_logs_every_job_and_the_same_content_when_run_again(toy_sweep, t
     assert first == _logged(f"sqlite:///{tmp_path}/mlruns/mlflow.db", toy_sweep.experiment)
 
 
+@pytest.mark.slow  # a whole job or sweep: make test-slow (CI's default run stays under 10 minutes)
 def test_a_failed_sweep_job_ends_failed_with_its_error(tmp_path) -> None:
     """A model folder that exists but holds no model fails when the reranker first loads it, after the job
     has started logging. (A bad setting, a missing model folder included, stops a job before it logs

@@ -161,13 +161,14 @@ def test_the_job_page_shows_the_comparison_and_runs_name_themselves(tmp_path: Pa
     note = job.data.tags["mlflow.note.content"].splitlines()
     assert note[0] == "| | bm25 | dense | hybrid |" and note[-1].startswith(f"**{job.info.run_name}** on `toy`")
     assert "[report.html](#/experiments/" in note[-1]
-    means, cis, tests = ([cell.replace("&nbsp;", "").strip() for cell in line.strip("|").split("|")] for line in note[2:5])
-    assert (means[0], cis[0], tests[0]) == ("**ndcg@10**", "95% CI", "Δ (p)")
-    results = json.loads(next((tmp_path / "outputs" / "runs").glob("*/results.json")).read_text())["aggregates"]
+    means, cis, counts, tests = ([cell.replace("&nbsp;", "").strip() for cell in line.strip("|").split("|")] for line in note[2:6])
+    assert (means[0], cis[0], counts[0], tests[0]) == ("**ndcg@10**", "95% CI", "n", "Δ (p)")
+    written = json.loads(next((tmp_path / "outputs" / "runs").glob("*/results.json")).read_text())
+    results, counted = written["aggregates"], written["queries_counted"]
     best = max(r["ndcg@10"]["mean"] for r in results.values())
-    for i, system in enumerate(("bm25", "dense", "hybrid"), start=1):  # a column per system: mean, CI, Δ (p)
+    for i, system in enumerate(("bm25", "dense", "hybrid"), start=1):  # a column per system: mean, CI, n, Δ (p)
         ndcg = results[system]["ndcg@10"]
         assert means[i] == (f"**{ndcg['mean']:.4f}**" if ndcg["mean"] == best else f"{ndcg['mean']:.4f}")
-        assert cis[i] == f"[{ndcg['ci_low']:.4f}, {ndcg['ci_high']:.4f}]"
+        assert cis[i] == f"[{ndcg['ci_low']:.4f}, {ndcg['ci_high']:.4f}]" and counts[i] == str(counted[system]["ndcg@10"])
         assert tests[i] == "baseline" if system == "bm25" else re.fullmatch(r"[+-]\d\.\d{4} \(p [<\d.]+\)", tests[i])
     assert set(job.data.tags) >= {"hydra.choice.dataset", "hydra.choice.encoder"} and "hydra.choice.paths" not in job.data.tags

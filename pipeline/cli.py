@@ -49,7 +49,7 @@ def _evaluate_answer_files(args: argparse.Namespace):
 
 
 class _MetricList(argparse.Action):
-    """``-m`` of ``eval``: repeatable, and each value may be a comma list (``-m ndcg@10,map`` is
+    """``-m`` of ``eval`` and ``compare``: repeatable, and each value may be a comma list (``-m ndcg@10,map`` is
     ``-m ndcg@10 -m map``), as in a config's ``metrics=[ndcg@10,map]``."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: str, option_string: str | None = None) -> None:
@@ -262,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
     compare.add_argument("--experiment", help="MLflow experiment name (default: the most recently updated)")
     compare.add_argument("--sweep", help="only the jobs of this sweep (its tag, the sweep folder name, or 'latest')")
-    compare.add_argument("-m", "--metric", action="append", help="metric such as ndcg@10 (repeatable; default ndcg@10, recall@100)")
+    compare.add_argument("-m", "--metric", action=_MetricList, help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,mrr; default ndcg@10, recall@100)")
     compare.add_argument("--baseline", help="row label, system name or run id (default: bm25, else the first row)")
     compare.add_argument("--format", default="table", choices=["table", "markdown", "csv", "json", "latex"])
     compare.add_argument("--wide", action="store_true", help="--format table as one wide table (default: blocks of 100 columns)")

@@ -344,3 +344,11 @@ def test_reproduce_without_a_run_id_names_only_what_is_required(capsys) -> None:
     with pytest.raises(SystemExit) as stopped:
         cli_main(["reproduce"])
     assert stopped.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith("the following arguments are required: run_id")
+
+
+def test_compare_takes_metrics_as_a_comma_list_as_eval_does() -> None:
+    from ragtrack.pipeline.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["compare", "-m", "ndcg@10,mrr", "-m", "map"]).metric == ["ndcg@10", "mrr", "map"]
+    assert parser.parse_args(["eval", "q", "r", "-m", "ndcg@10,mrr"]).metric == ["ndcg@10", "mrr"]

@@ -78,6 +78,7 @@ def command_eval(args: argparse.Namespace) -> int:
 
 
 def _evaluate_run_file(args: argparse.Namespace):
+    from ragtrack.core.words import counted
     from ragtrack.evaluators.ranking import checked_threshold
     from ragtrack.pipeline.run_files import evaluate_files
 
@@ -89,10 +90,11 @@ def _evaluate_run_file(args: argparse.Namespace):
     threshold = checked_threshold(args.relevance_threshold, "--relevance-threshold")
     result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, threshold, args.seed)
     if result.skipped:
-        print(f"ragtrack: note: {len(result.skipped)} judged queries in {args.qrels} have no relevant judgment (grade >= {threshold}) "
-              "and are left out of the means, as trec_eval leaves them out", file=sys.stderr)
+        print(f"ragtrack: note: {counted(len(result.skipped), 'judged query', 'judged queries')} in {args.qrels} without a relevant "
+              f"judgment (grade >= {threshold}): left out, as trec_eval leaves them out", file=sys.stderr)
     if result.missing:
-        print(f"ragtrack: note: {len(result.missing)} judged queries have no results in {args.run} (they score 0)", file=sys.stderr)
+        print(f"ragtrack: note: {counted(len(result.missing), 'judged query', 'judged queries')} without results in {args.run} "
+              "(they score 0)", file=sys.stderr)
     return result
 
 

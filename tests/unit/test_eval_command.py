@@ -54,8 +54,8 @@ def test_skipped_queries_are_counted_in_a_note(tmp_path: Path, capsys, metrics: 
     qrels_file, run_file = files(tmp_path, "q1 0 d1 0\nq2 0 d4 2\nq3 0 d9 -1\n")
     assert cli_main(["eval", qrels_file, run_file, "--json", *(f"-m{m}" for m in metrics)]) == 0
     captured = capsys.readouterr()
-    assert captured.err == (f"ragtrack: note: 2 judged queries in {qrels_file} have no relevant judgment (grade >= 1) "
-                            "and are left out of the means, as trec_eval leaves them out\n")
+    assert captured.err == (f"ragtrack: note: 2 judged queries in {qrels_file} without a relevant judgment (grade >= 1): "
+                            "left out, as trec_eval leaves them out\n")
     printed = strict_json(captured.out)
     assert printed["queries"] == 1 and printed["aggregate"]["map"] == 0.5
     assert evaluate_files(Path(qrels_file), Path(run_file), metrics).skipped == ("q1", "q3")
@@ -119,3 +119,10 @@ def test_metric_option_takes_a_comma_list(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         cli_main(["eval", qrels_file, run_file, "-m", "ndcg@10,"])
     assert "argument -m/--metric: an empty metric name in 'ndcg@10,'" in capsys.readouterr().err
+
+
+def test_a_count_of_one_skipped_query_is_singular(tmp_path: Path, capsys) -> None:
+    qrels_file, run_file = files(tmp_path, "q1 0 d1 0\nq2 0 d4 2\n")
+    assert cli_main(["eval", qrels_file, run_file, "-m", "map"]) == 0
+    assert capsys.readouterr().err == (f"ragtrack: note: 1 judged query in {qrels_file} without a relevant judgment (grade >= 1): "
+                                       "left out, as trec_eval leaves them out\n")

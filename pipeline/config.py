@@ -67,12 +67,13 @@ def stem(path: str) -> str:
     return Path(str(path).rstrip("/\\")).name.partition(".")[0] or "dataset"
 
 
-def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:
+def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
     """The job config Hydra would compose for ``ragtrack run OVERRIDES`` (without Hydra's own
     ``hydra:`` node, so ``paths.output_dir`` must be given), for tests and Python callers;
     ``config_dir`` adds a folder of the user's configs, like ``--config-dir``. An unknown key or group
     option raises a one-line :class:`~ragtrack.core.errors.RagtrackError`; the values are checked by
-    :func:`ragtrack.pipeline.settings.validate`."""
+    :func:`ragtrack.pipeline.settings.validate`. ``hydra_node``: with Hydra's own node (its sweeper, the
+    group choices)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.errors import ConfigCompositionException, OverrideParseException
@@ -81,7 +82,7 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None)
     extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
         try:
-            return hydra_compose(CONFIG_NAME, overrides=[*extra, *overrides])
+            return hydra_compose(CONFIG_NAME, overrides=[*extra, *overrides], return_hydra_config=hydra_node)
         except (ConfigCompositionException, OverrideParseException) as exc:  # one line, with a did-you-mean
             raise explain_composition_error(exc, [config_dir] if config_dir else []) from None
 
@@ -91,18 +92,13 @@ def sweep_jobs(overrides: Sequence[str], config_dir: str | Path | None = None) -
     order (the last swept key varies fastest): the sweeps of ``hydra.sweeper.params`` (a preset's) and
     of the command line (``k=1,2``, ``choice(...)``, ``range(...)``; the command line's win for a key in
     both). None for another sweeper (Optuna's draws its jobs as it goes) or an interval sweep."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
 
-    register_resolvers()
-    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
     parser = OverridesParser.create()
     given = parser.parse_overrides(list(overrides))
     fixed = [o.input_line for o in given if not o.is_sweep_override()]
-    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        hydra = hydra_compose(CONFIG_NAME, overrides=[*extra, *fixed], return_hydra_config=True).hydra
+    hydra = compose(fixed, config_dir, hydra_node=True).hydra
     if hydra.runtime.choices.get("hydra/sweeper") != "basic":  # Hydra's default sweeper
         return None
     sweeper = hydra.sweeper

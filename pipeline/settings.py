@@ -206,10 +206,10 @@ def absolute_inputs(cfg: DictConfig, checked: list[tuple[str, type[Section]]]) -
             marker = _input_location(field.annotation, field.metadata)
             key = f"{path}.{field.alias or name}" if path else field.alias or name
             value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False) if marker else None
-            if isinstance(value, str) and _absolute(value, marker) != value:
-                OmegaConf.update(cfg, key, _absolute(value, marker), merge=False)
-            elif isinstance(value, ListConfig) and any(isinstance(v, str) and _absolute(v, marker) != v for v in value):
-                OmegaConf.update(cfg, key, [_absolute(v, marker) if isinstance(v, str) else v for v in value], merge=False)
+            given = list(value) if isinstance(value, ListConfig) else [value] if isinstance(value, str) else []
+            made = [_absolute(v, marker) if isinstance(v, str) else v for v in given]
+            if made != given:
+                OmegaConf.update(cfg, key, made if isinstance(value, ListConfig) else made[0], merge=False)
 
 
 def _input_location(annotation: Any, metadata: list) -> InputLocation | None:

@@ -122,7 +122,7 @@ def _condition(path: Path, number: int, entry: Any, default: float) -> Condition
     expected = entry.get("expected")
     if (not isinstance(expected, dict) or not expected
             or not all(isinstance(k, str) and k.count("/") == 1 and _number(v) for k, v in expected.items())):
-        raise bad("'expected' must map \"<system>/<metric>\" to numbers, e.g. bm25/ndcg@10: 0.6762")
+        raise bad("'expected' must map \"<system>/<metric>\" to numbers, e.g. bm25/ndcg@10: 0.6789")
     tolerance = entry.get("tolerance", {})
     if _number(tolerance):
         tolerance = {"*": tolerance}

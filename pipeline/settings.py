@@ -340,7 +340,13 @@ def _one_line(model: type[Section], settings: Any, path: str, error: dict) -> In
         if isinstance(problem, ItemError) and isinstance(value, list):
             keys, value = [*keys, problem.index], value[problem.index]
             where = _join(path, keys)
+        elif isinstance(value, Mapping):  # a rule across the block's keys: the rule says what is wrong
+            return InputError(where, str(problem))
         allowed = str(problem)
+    if error["loc"][-1] == "[key]" and error["type"] == "literal_error":  # a mapping's key outside its choices
+        shown_key = keys[-1]
+        expected = [choice.strip(" '") for choice in error["ctx"]["expected"].replace(" or ", ", ").split(",")]
+        return InputError(where, f"{_shown(shown_key)} is not allowed: one of {', '.join(expected)}")
     secret = keys and (SECRET_KEY.search(str(keys[-1])) or str(keys[-1]).endswith("_env"))
     shown = "the value given (not shown)" if secret else _shown(value)
     return InputError(where, f"{shown} is not allowed: {allowed}")

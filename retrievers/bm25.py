@@ -1,4 +1,5 @@
-"""BM25 with two backends: ``bm25s`` (default; sparse precomputed scores, Lucene variant) and
+"""BM25 with three backends: ``lucene`` (default: Lucene's BM25 float for float, as Anserini and
+Pyserini score BEIR; ragtrack.retrievers.bm25_lucene), ``bm25s`` (sparse precomputed scores) and
 ``rank_bm25`` (BM25Okapi, the implementation many RAG projects use).
 
 Lucene BM25 (Robertson et al. 1994; Lin et al. 2016 variant):
@@ -36,6 +37,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
 
+from pydantic import field_validator, model_validator
+
 import numpy as np
 
 from ragtrack.core.cache import Cache, folder_size
@@ -46,7 +49,9 @@ from ragtrack.core.runs import Run
 from ragtrack.core.text import EncodedTexts, Tokenizer
 from ragtrack.core.words import counted
 from ragtrack.retrievers.base import Retriever, top_documents
-from ragtrack.core.settings import Fraction, NonNegative, TokenizerSettings, validated
+from ragtrack.retrievers.postings import PairCounts, PostingValue, load_rows, save_rows, term_rows
+from ragtrack.core.settings import Flag, Fraction, NonNegative, Positive, TokenizerSettings, validated
+from ragtrack.retrievers import bm25_lucene as lucene_bm25
 from ragtrack.retrievers.base import RetrieverSettings
 
 log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
@@ -57,30 +62,41 @@ OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b 
     "lucene": lambda df, n: math.log(1 + (n - df + 0.5) / (df + 0.5)),
     "robertson": lambda df, n: math.log(max((n - df + 0.5) / (df + 0.5), 1.0)),  # bm25s clamps negative idf to 0
 }
-ARRAYS = ("data", "indices", "indptr")  # of S in CSR layout (rows: terms), as .npy files; terms.json beside them
-CHUNK_DOCUMENTS = 16_384  # documents counted per np.unique call, and scored per step of the build: bounds its working memory
 
 
-@dataclass
-class PairCounts:
-    """The (document, term) pairs of a corpus and their counts, one entry of ``chunks`` per block of
-    token ids: its first document and the ``.npz`` file of its pairs per document (int64), term ids
-    (int32) and counts (float32), in document then term order; ``df`` per term."""
-
-    lengths: np.ndarray  # tokens per document
-    n_terms: int
-    chunks: list
-    df: np.ndarray
+ANSERINI_ANALYZER = TokenizerSettings(analyzer="lucene", normalize="none", stopwords="lucene", stemmer="lucene")  # DefaultEnglishAnalyzer
 
 
 class BM25Settings(RetrieverSettings, extra="forbid"):
-    """BM25 (the defaults are Anserini/Pyserini's BEIR settings: k1=0.9, b=0.4, Lucene idf)."""
+    """BM25; the defaults are Anserini/Pyserini's BEIR "flat" run: Lucene's BM25 with k1=0.9, b=0.4
+    over title and text as one field, Lucene's English analyzer, Anserini's tie adjustment, the
+    query's own id removed. ``fields`` (lucene backend): title and text as separate fields with these
+    boosts (Anserini's "multifield"); ``method``: the bm25s backend's BM25 variant."""
 
-    backend: Literal["bm25s", "rank_bm25"] = "bm25s"
+    backend: Literal["lucene", "bm25s", "rank_bm25"] = "lucene"
     k1: NonNegative = 0.9
     b: Fraction = 0.4
     method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
-    tokenizer: TokenizerSettings = TokenizerSettings()
+    fields: dict[Literal["title", "text"], Positive] | None = None
+    score_ties: Literal["anserini", "raw"] = "anserini"
+    remove_query: Flag = True
+    tokenizer: TokenizerSettings = ANSERINI_ANALYZER
+
+    @field_validator("tokenizer", mode="before")
+    @classmethod
+    def _over_anserini_analyzer(cls, value):
+        """Tokenizer keys not given keep BM25's defaults (:data:`ANSERINI_ANALYZER`), as in the YAML."""
+        return {**ANSERINI_ANALYZER.model_dump(), **value} if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _backend_settings(self) -> "BM25Settings":
+        if self.backend != "lucene" and self.fields is not None:
+            raise ValueError(f"fields needs backend lucene (this retriever: backend {self.backend})")
+        if self.backend != "bm25s" and self.method != "lucene":
+            raise ValueError(f"method {self.method} is a variant of the bm25s backend (this retriever: backend {self.backend})")
+        if self.fields is not None and not self.fields:
+            raise ValueError("fields: name title, text or both (or null: one field of title and text)")
+        return self
 
 
 class BM25Retriever(Retriever):
@@ -92,7 +108,9 @@ class BM25Retriever(Retriever):
         super().__init__(name)
         settings = validated(self.settings_schema, values, f"BM25 retriever {name!r}")
         self.backend, self.k1, self.b, self.method = settings.backend, settings.k1, settings.b, settings.method
+        self.fields, self.score_ties, self.remove_query = settings.fields, settings.score_ties, settings.remove_query
         self.tokenizer = Tokenizer(**settings.tokenizer.model_dump())
+        self._fields: list[lucene_bm25.FieldIndex] = []  # lucene backend
         self._doc_ids = np.empty(0, dtype=object)
         self._model = None
         self._term_scores = None  # scipy.sparse.csr_matrix of terms × documents (bm25s backend)
@@ -103,7 +121,15 @@ class BM25Retriever(Retriever):
                     "k1": self.k1, "b": self.b, "tokenizer": self.tokenizer.settings()}
         if self.backend == "bm25s":
             settings |= {"method": self.method, "bm25s": version("bm25s"), "format": INDEX_FORMAT}
+        if self.backend == "lucene":
+            settings |= {"fields": self.fields, "format": lucene_bm25.INDEX_FORMAT}
         return settings
+
+    def identity(self) -> dict:
+        identity = super().identity()
+        if self.backend == "lucene":  # what changes the run, beyond the index
+            identity |= {"score_ties": self.score_ties, "remove_query": self.remove_query}
+        return identity
 
     def index(self, corpus: Corpus, cache: Cache) -> None:
         started = time.perf_counter()
@@ -117,11 +143,14 @@ class BM25Retriever(Retriever):
 
         def build(folder):
             log.info("%s: indexing %s", self.name, counted(len(corpus), "document"))
+            if self.backend == "lucene":
+                for field, texts in self._field_texts(corpus).items():
+                    lucene_bm25.build_field(self.tokenizer.encode(texts), folder / field, self.k1, self.b)
+                return
             encoded = self.tokenizer.encode(corpus.full_texts())
             if self.method in OWN_BUILD:
-                (folder / "terms.json").write_text(json.dumps(encoded.terms))
-                for name, values in zip(ARRAYS, self._score_matrix(encoded, folder / "pairs")):
-                    np.save(folder / f"{name}.npy", values, allow_pickle=False)
+                terms = encoded.terms
+                save_rows(folder, term_rows(encoded, folder / "pairs", self._bm25s_values), terms)
             else:
                 self._bm25s_build(encoded, len(corpus)).save(str(folder), allow_pickle=False)
 
@@ -133,73 +162,22 @@ class BM25Retriever(Retriever):
         self.stats.build_seconds = time.perf_counter() - started
         self.stats.size_bytes = folder_size(folder)
 
-    def _score_matrix(self, encoded: EncodedTexts, scratch: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """S as CSR arrays (rows: terms, columns: documents ascending), computed as bm25s computes it:
-        tfc in float64 from float32 term counts, idf with ``math.log`` stored as float32, their
-        product rounded to float32. The token ids of ``encoded`` are freed as they are counted; the
-        pair counts wait in the folder ``scratch`` (removed afterwards), so memory holds S and one
-        block of pairs, never the pairs and S together."""
-        scratch.mkdir(parents=True)
-        try:
-            return self._scores(self._count_pairs(encoded, scratch))
-        finally:
-            shutil.rmtree(scratch)
+    def _field_texts(self, corpus: Corpus) -> dict:
+        """The lucene backend's fields: ``contents`` (title and text joined) or the ``fields`` named."""
+        if self.fields is None:
+            return {"contents": corpus.full_texts()}
+        return {field: corpus.titles if field == "title" else corpus.texts for field in sorted(self.fields)}
 
-    def _count_pairs(self, encoded: EncodedTexts, scratch: Path) -> "PairCounts":
-        """The (document, term) pairs of ``encoded`` and their counts, :data:`CHUNK_DOCUMENTS`
-        documents per ``np.unique``, saved per block of token ids into ``scratch`` (int32 term ids
-        and float32 counts: 8 bytes per pair); each block of token ids is freed once counted."""
-        n_terms, lengths, offsets = len(encoded.terms), encoded.lengths(), encoded.offsets
-        counts = PairCounts(lengths, n_terms, [], np.zeros(n_terms, dtype=np.int64))
-        for first, last, block in encoded.release():
-            per_document, terms, tf = [], [], []
-            for start in range(first, last, CHUNK_DOCUMENTS):
-                stop = min(start + CHUNK_DOCUMENTS, last)
-                ids = block[offsets[start] - offsets[first]:offsets[stop] - offsets[first]].astype(np.int64)
-                ids += np.repeat(np.arange(stop - start, dtype=np.int64) * n_terms, lengths[start:stop])
-                pairs, pair_tf = np.unique(ids, return_counts=True)
-                per_document.append(np.bincount(pairs // n_terms, minlength=stop - start))
-                terms.append((pairs % n_terms).astype(np.int32))
-                tf.append(pair_tf.astype(np.float32))
-            del block
-            if per_document:
-                terms = np.concatenate(terms)
-                counts.df += np.bincount(terms, minlength=n_terms)
-                path = scratch / f"{len(counts.chunks)}.npz"
-                np.savez(path, per_document=np.concatenate(per_document), terms=terms, tf=np.concatenate(tf))
-                counts.chunks.append((first, path))
-        return counts
-
-    def _scores(self, counts: "PairCounts") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """S from the pair counts (see :meth:`_score_matrix`), written straight into term rows: row
-        ``t`` has ``df[t]`` entries, and the pairs, taken in document order, are placed by a stable
-        sort on their term after the entries already in their row (a counting sort, so documents
-        ascend within a row)."""
-        lengths, n_terms = counts.lengths, counts.n_terms
+    def _bm25s_values(self, counts: PairCounts) -> PostingValue:
+        """S[t, d] as bm25s computes it: tfc in float64 from float32 term counts, idf with
+        ``math.log`` stored as float32, their product rounded to float32."""
+        lengths = counts.lengths
         n_docs = len(lengths)
         norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
         idf_of = OWN_BUILD[self.method]
         distinct, position = np.unique(counts.df, return_inverse=True)
         idf = np.array([idf_of(int(d), n_docs) for d in distinct.tolist()], dtype=np.float32)[position]
-        indptr = np.concatenate([[0], np.cumsum(counts.df)])
-        scores, documents = np.empty(indptr[-1], dtype=np.float32), np.empty(indptr[-1], dtype=np.int32)
-        filled = indptr[:-1].copy()  # per row, where its next entry goes
-        for first, path in counts.chunks:
-            with np.load(path, allow_pickle=False) as saved:
-                per_document, terms, tf = saved["per_document"], saved["terms"], saved["tf"]
-            bounds = np.concatenate([[0], np.cumsum(per_document)])
-            for start in range(0, len(per_document), CHUNK_DOCUMENTS):
-                stop = min(start + CHUNK_DOCUMENTS, len(per_document))
-                step_terms, step_tf = terms[bounds[start]:bounds[stop]], tf[bounds[start]:bounds[stop]].astype(np.float64)
-                step_documents = np.repeat(np.arange(first + start, first + stop, dtype=np.int32), per_document[start:stop])
-                step_scores = (idf[step_terms].astype(np.float64) * (step_tf / (norms[step_documents] + step_tf))).astype(np.float32)
-                order = np.argsort(step_terms, kind="stable")
-                per_term = np.bincount(step_terms, minlength=n_terms)
-                ranked_terms = step_terms[order]
-                places = filled[ranked_terms] + np.arange(len(order)) - (np.cumsum(per_term) - per_term)[ranked_terms]
-                scores[places], documents[places] = step_scores[order], step_documents[order]
-                filled += per_term
-        return scores, documents, indptr.astype(np.int32) if indptr[-1] <= np.iinfo(np.int32).max else indptr  # scipy's index type
+        return lambda terms, tf, documents: (idf[terms].astype(np.float64) * (tf / (norms[documents] + tf))).astype(np.float32)
 
     def _bm25s_build(self, encoded: EncodedTexts, n_docs: int):
         import bm25s
@@ -214,9 +192,12 @@ class BM25Retriever(Retriever):
     def _load(self, folder) -> None:
         from scipy import sparse
 
+        if self.backend == "lucene":
+            boosts = self.fields or {"contents": 1.0}
+            self._fields = [lucene_bm25.load_field(folder / field, boosts[field]) for field in sorted(boosts)]
+            return
         if self.method in OWN_BUILD:
-            data, indices, indptr = (np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS)  # read as searched
-            terms = json.loads((folder / "terms.json").read_text())
+            (data, indices, indptr), terms = load_rows(folder)
             self._term_scores = sparse.csr_matrix((data, indices, indptr), shape=(len(terms), len(self._doc_ids)))
             self._vocabulary = {term: i for i, term in enumerate(terms)}
             return
@@ -232,11 +213,13 @@ class BM25Retriever(Retriever):
             self._vocabulary = model.vocab_dict
 
     def search(self, queries: dict[str, str], depth: int) -> Run:
-        if self._model is None and self._term_scores is None:
+        if self._model is None and self._term_scores is None and not self._fields:
             raise RuntimeError("index() must be called before search()")
         qids = list(queries)
         tokens = self.tokenizer(queries[qid] for qid in qids)
         k = min(depth, len(self._doc_ids))
+        if self._fields:
+            return self._lucene_search(dict(zip(qids, map(lucene_bm25.query_weights, tokens))), k)
         if self._term_scores is not None:
             return Run(self.name, dict(zip(qids, self._sparse_top(tokens, k))))
         if self.backend == "bm25s":
@@ -248,6 +231,16 @@ class BM25Retriever(Retriever):
             qid: top_documents(self._doc_ids[everything], score_all(query), k)
             for qid, query in zip(qids, track(tokens, f"{self.name}: search", "queries"))
         })
+
+    def _lucene_search(self, queries: dict[str, dict[str, float]], k: int) -> Run:
+        """Top ``k`` per query of weighted terms with the lucene backend (ragtrack.retrievers.bm25_lucene)."""
+        results = {}
+        for qid, weights in queries.items():
+            ids, scores = lucene_bm25.ranked(self._doc_ids, *lucene_bm25.document_scores(self._fields, weights), k)
+            if self.score_ties == "anserini":
+                scores = lucene_bm25.adjust_ties(scores)
+            results[qid] = {doc: score for doc, score in zip(ids, scores.astype(float).tolist()) if not (self.remove_query and doc == qid)}
+        return Run(self.name, results)
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:
         """Top ``k`` of Q · S per query (see module docstring), in batches of queries to bound memory."""
@@ -289,17 +282,25 @@ class BM25Retriever(Retriever):
         return [dict(sorted(Counter(tokens).items())) for tokens in self.tokenizer(texts)]
 
     def document_frequencies(self, terms: Iterable[str]) -> dict[str, int]:
-        """df(t), the indexed documents containing ``t`` (entries of S's row), per term; 0 for a term
-        the index does not know."""
-        rows = self._weighted_index().indptr
-        return {term: int(rows[i + 1] - rows[i]) if (i := self._vocabulary.get(term)) is not None else 0 for term in terms}
+        """df(t), the indexed documents containing ``t`` (entries of its row), per term; 0 for a term
+        the index does not know. The lucene backend answers for one field only (not multifield)."""
+        if self._fields:
+            if len(self._fields) > 1:
+                raise RagtrackError(f"{self.name}: weighted-term search (RM3) needs one field (this index: fields {', '.join(sorted(self.fields))})")
+            rows, vocabulary = self._fields[0].indptr, self._fields[0].vocabulary
+        else:
+            rows, vocabulary = self._weighted_index().indptr, self._vocabulary
+        return {term: int(rows[i + 1] - rows[i]) if (i := vocabulary.get(term)) is not None else 0 for term in terms}
 
     def search_weighted(self, queries: dict[str, dict[str, float]], depth: int, batch: int = 4096) -> Run:
         """Top ``depth`` documents per query of weighted terms: score(d) = Σ_t w(t) · S[t, d] in float64
         (terms the index does not know score nothing), in batches of queries as :meth:`search`;
-        documents sharing no term with the query are not returned, ties at the cut by ``top_documents``'s rule."""
+        documents sharing no term with the query are not returned, ties at the cut by ``top_documents``'s rule.
+        The lucene backend takes each weight as its term's boost (as Anserini's RM3 query)."""
         from scipy import sparse
 
+        if self._fields:
+            return self._lucene_search(queries, min(depth, len(self._doc_ids)))
         index, vocabulary = self._weighted_index(), self._vocabulary
         qids, k, results = list(queries), min(depth, len(self._doc_ids)), []
         for start in range(0, len(qids), batch):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
 
@@ -35,6 +35,7 @@ SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$",
                                   description="a system name (letters, digits, _ . + -, starting with a letter or digit)")]
 MetricName = Annotated[str, Field(min_length=1, description="a metric name (ragtrack metrics lists them)")]
 Normalization = Literal["none", "minmax", "zscore", "max"]
+REGEX_TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # the regex analyzer's token: a run of 2+ word characters (scikit-learn's default)
 
 
 class InputLocation:
@@ -75,22 +76,33 @@ class Open(Section):
 
 # ----------------------------------------------------------------------------- shared blocks
 class TokenizerSettings(Section):
-    """The lexical tokenizer (ragtrack.core.text.Tokenizer)."""
+    """The lexical tokenizer (ragtrack.core.text.Tokenizer). ``analyzer``: ``regex`` (``pattern``
+    picks the tokens) or ``lucene`` (Lucene's StandardTokenizer with its English possessive filter and
+    Java lower-casing, ragtrack.core.lucene); ``stopwords`` and ``stemmer`` apply to either: ``lucene``
+    names Lucene's list (33 words) and Lucene's Porter stemmer."""
 
+    analyzer: Literal["regex", "lucene"] = "regex"
     normalize: Literal["nfkc", "nfc", "none"] = "nfkc"
     lowercase: Flag = True
-    stopwords: Literal["en"] | list[str] | None = "en"
-    stemmer: Text | None = Field("english", description="a PyStemmer language (e.g. english) or null")
-    pattern: Text = r"(?u)\b\w\w+\b"
+    stopwords: Literal["en", "lucene"] | list[str] | None = "en"
+    stemmer: Text | None = Field("english", description="lucene (Lucene's Porter stemmer), a PyStemmer language (e.g. english) or null")
+    pattern: Text = REGEX_TOKEN_PATTERN
 
     @field_validator("stemmer")
     @classmethod
     def _known_stemmer(cls, stemmer: str | None) -> str | None:
         import Stemmer
 
-        if stemmer is not None and stemmer not in Stemmer.algorithms():
-            raise ValueError(f"a PyStemmer language (one of {len(Stemmer.algorithms())}, e.g. english) or null{did_you_mean(stemmer, Stemmer.algorithms())}")
+        if stemmer is not None and stemmer != "lucene" and stemmer not in Stemmer.algorithms():
+            raise ValueError(f"lucene, a PyStemmer language (one of {len(Stemmer.algorithms())}, e.g. english) or null"
+                             f"{did_you_mean(stemmer, ['lucene', *Stemmer.algorithms()])}")
         return stemmer
+
+    @model_validator(mode="after")
+    def _pattern_for_regex_only(self) -> "TokenizerSettings":
+        if self.analyzer == "lucene" and self.pattern != REGEX_TOKEN_PATTERN:
+            raise ValueError("pattern applies to analyzer regex only (analyzer lucene splits text by Unicode's word rules)")
+        return self
 
 
 class ChatSettings(Section):

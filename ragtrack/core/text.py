@@ -1,12 +1,15 @@
-"""Tokenization for lexical retrieval: Unicode normalization, case folding, regex word split, stopwords,
-Snowball stemming.
+"""Tokenization for lexical retrieval: Unicode normalization, case folding, a word split (a regex, or
+Lucene's English analysis: ragtrack.core.lucene), stopwords, stemming (Snowball through PyStemmer, or
+Lucene's Porter stemmer: ragtrack.core.porter).
 
 Before a text is split it is brought to one Unicode form (``normalize``: NFKC by default, so ``ﬁ``,
 ``x²`` and full-width letters match ``fi``, ``x2`` and ASCII; NFC; or none) and case-folded
 (``lowercase``: ``str.casefold``, so ``ß`` matches ``ss``), then normalized again, because folding can
 decompose a letter (``ǰ`` folds to ``j`` + U+030C, which the word pattern would split). ``İ`` folds to
 ``i`` as in Lucene's lower-casing (Unicode's simple mapping): ``casefold`` gives ``i`` + U+0307, which
-would split ``İstanbul`` into ``stanbul``.
+would split ``İstanbul`` into ``stanbul``. The ``lucene`` analyzer lower-cases as Java does, after its
+possessive filter; with ``normalize`` ``nfkc`` the text is NFKC-normalized and case-folded first as
+above, with ``nfc`` only NFC-normalized, with ``none`` (its setting for reproducing Anserini) left as it is.
 
 ``Tokenizer.encode`` turns many texts into token ids at once: each text is split by one regex call
 and its words are numbered through a dict (C-level lookups; a word seen first gets the next number),
@@ -25,10 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import Stemmer
 
+from ragtrack.core import lucene
+from ragtrack.core.porter import PorterStemmer
 from ragtrack.core.settings import TokenizerSettings, validated
 
 BLOCK_TOKENS = 1 << 24  # word numbers per block in Tokenizer.encode (64 MB: above glibc's largest mmap threshold, so a freed block goes back to the system)
-STOPWORD_LISTS = {"en": "STOPWORDS_EN"}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba)
+STOPWORD_LISTS = {"en": "STOPWORDS_EN"}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba); "lucene": ragtrack.core.lucene
 UNICODE_FORMS = {"nfkc": "NFKC", "nfc": "NFC", "none": None}  # the normalize setting -> unicodedata's form
 
 
@@ -78,21 +83,25 @@ class _Numbering(dict):
 
 
 class Tokenizer:
-    """Built from :class:`~ragtrack.core.settings.TokenizerSettings` values (defaults there): ``pattern``
-    picks tokens (words of 2+ word characters, as bm25s and scikit-learn); ``stopwords`` is ``en``, a
-    list, or null; ``stemmer`` a PyStemmer language or null; ``normalize`` and ``lowercase`` as in the
-    module docstring."""
+    """Built from :class:`~ragtrack.core.settings.TokenizerSettings` values (defaults there):
+    ``analyzer`` ``regex`` splits by ``pattern`` (words of 2+ word characters, as bm25s and
+    scikit-learn), ``lucene`` as Lucene's StandardTokenizer, possessive filter and lower-casing;
+    ``stopwords`` is ``en``, ``lucene``, a list, or null; ``stemmer`` ``lucene``, a PyStemmer language
+    or null; ``normalize`` and ``lowercase`` as in the module docstring."""
 
     def __init__(self, **values):
         settings = validated(TokenizerSettings, values, "tokenizer")
-        self.lowercase, self.normalize, self.pattern = settings.lowercase, settings.normalize, settings.pattern
+        self.analyzer, self.lowercase, self.normalize, self.pattern = settings.analyzer, settings.lowercase, settings.normalize, settings.pattern
         self._form = UNICODE_FORMS[settings.normalize]
         stopwords = settings.stopwords
-        self._stopwords = None if isinstance(stopwords, str) else frozenset(stopwords or ())
+        self._stopwords = (lucene.STOPWORDS if stopwords == "lucene" else None) if isinstance(stopwords, str) else frozenset(stopwords or ())
         self.stopwords_name = stopwords if isinstance(stopwords, str) or stopwords is None else sorted(self._stopwords)
-        self.stemmer = Stemmer.Stemmer(settings.stemmer) if settings.stemmer else None
+        self.stemmer = (PorterStemmer() if settings.stemmer == "lucene" else Stemmer.Stemmer(settings.stemmer)) if settings.stemmer else None
         self.stemmer_name = settings.stemmer
-        self._split = re.compile(settings.pattern).findall
+        if settings.analyzer == "lucene":
+            self._split = lambda text: lucene.english_words(text, self.lowercase)
+        else:
+            self._split = re.compile(settings.pattern).findall
 
     @property
     def stopwords(self) -> frozenset[str]:
@@ -103,11 +112,13 @@ class Tokenizer:
         return self._stopwords
 
     def settings(self) -> dict:
-        return {"normalize": self.normalize, "lowercase": self.lowercase, "stopwords": self.stopwords_name, "stemmer": self.stemmer_name,
-                "pattern": self.pattern}
+        settings = {"normalize": self.normalize, "lowercase": self.lowercase, "stopwords": self.stopwords_name, "stemmer": self.stemmer_name}
+        return settings | ({"analyzer": "lucene"} if self.analyzer == "lucene" else {"pattern": self.pattern})
 
     def fold(self, text: str) -> str:
         """``text`` normalized and case-folded as the settings say (module docstring), ready to split."""
+        if self.analyzer == "lucene" and (self._form is None or text.isascii()):  # lower-cased after its possessive filter
+            return text
         if text.isascii():  # already normalized; casefold is lower
             return text.lower() if self.lowercase else text
         form = self._form

@@ -313,4 +313,4 @@ def test_abstention_beside_answer_metrics_on_unanswerable_xquad(tmp_path: Path) 
     assert all(r["answer_f1"] == "" for r in rows if r["qid"] in unanswerable)
     answerable_f1 = [float(r["answer_f1"]) for r in rows if r["answerable"] == "1"]
     assert means["answer_f1"] == pytest.approx(sum(answerable_f1) / 952, abs=1e-12)
-    assert (round(means["abstention_precision"], 4), round(means["abstention_recall"], 4), round(means["answer_f1"], 4)) == (0.3952, 0.9748, 0.1926)
+    assert (round(means["abstention_precision"], 4), round(means["abstention_recall"], 4), round(means["answer_f1"], 4)) == (0.3946, 0.9748, 0.1926)

@@ -20,7 +20,7 @@ CASES = {
     "bm25 k1 negative": (["retriever.bm25.k1=-3"], "retriever.bm25.k1: -3 is not allowed: a finite number >= 0"),
     "fusion weight nan": (["fusion.rrf.weights=[nan,1.0]"], "fusion.rrf.weights[0]: nan is not allowed: a finite number >= 0"),
     "misspelled key": (["fusion.rrf.kk=3"], "fusion.rrf.kk: no such key; did you mean 'fusion.rrf.k'?"),
-    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, dense, run_file; did you mean 'bm25'?"),
+    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, bm25_multifield, dense, run_file; did you mean 'bm25'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
     "sweep with a bad value": (["-m", "fusion.rrf.k=-1,60"], "the sweep's job fusion.rrf.k=-1: fusion.rrf.k: -1 is not allowed: a finite number >= 0"),
     # every job is checked before the first runs: a bad value in the last job leaves nothing either

@@ -18,7 +18,7 @@ from ragtrack.core.runs import trec_text
 from ragtrack.core import text
 from ragtrack.core.text import Tokenizer
 from ragtrack.pipeline.config import datasets_dir
-from ragtrack.retrievers import bm25
+from ragtrack.retrievers import postings
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 
@@ -26,7 +26,7 @@ from ragtrack.retrievers.bm25 import BM25Retriever
 def test_run_equals_bm25s_scores(toy_path: Path, tmp_path: Path, method: str) -> None:
     """The top 5 of bm25s's own scores of every document, equal scores by document id descending."""
     dataset = load_beir(toy_path)
-    retriever = BM25Retriever(method=method)
+    retriever = BM25Retriever(backend="bm25s", method=method)
     retriever.index(dataset.corpus, Cache(tmp_path))
     run = retriever.search(dataset.queries, depth=5)
     reference = bm25s.BM25(k1=retriever.k1, b=retriever.b, method=method)
@@ -82,10 +82,10 @@ def test_tokenizer_gives_the_reference_tokens(source: str) -> None:
 def test_own_index_equals_bm25s_bit_for_bit(method: str, tmp_path: Path) -> None:
     """ragtrack's array build of S equals bm25s's build from the same token ids, float32 bits included."""
     texts = load_beir(datasets_dir() / "scifact").corpus.full_texts()
-    retriever = BM25Retriever(method=method)
+    retriever = BM25Retriever(backend="bm25s", method=method)
     encoded = retriever.tokenizer.encode(texts)
     reference = retriever._bm25s_build(encoded, len(texts)).scores
-    data, indices, indptr = retriever._score_matrix(encoded, tmp_path / "pairs")  # frees the token ids
+    data, indices, indptr = postings.term_rows(encoded, tmp_path / "pairs", retriever._bm25s_values)  # frees the token ids
     n_terms = len(encoded.terms)  # bm25s adds the empty token "" after the last term: no documents
     assert np.array_equal(indptr, reference["indptr"][:n_terms + 1])
     assert np.array_equal(indices, reference["indices"])
@@ -97,13 +97,13 @@ def test_block_and_step_sizes_change_no_bit(monkeypatch: pytest.MonkeyPatch, tmp
     """Token ids in many small blocks, counted and placed a few documents at a time, give the same S
     (bits included) as one block: the build's memory bounds never change the index."""
     texts = load_beir(datasets_dir() / "scifact").corpus.full_texts()
-    retriever = BM25Retriever()
-    whole = retriever._score_matrix(retriever.tokenizer.encode(texts), tmp_path / "whole")
+    retriever = BM25Retriever(backend="bm25s")
+    whole = postings.term_rows(retriever.tokenizer.encode(texts), tmp_path / "whole", retriever._bm25s_values)
     monkeypatch.setattr(text, "BLOCK_TOKENS", 5_000)
-    monkeypatch.setattr(bm25, "CHUNK_DOCUMENTS", 7)
+    monkeypatch.setattr(postings, "CHUNK_DOCUMENTS", 7)
     encoded = retriever.tokenizer.encode(texts)
     assert len(encoded.blocks) > 100
-    pieces = retriever._score_matrix(encoded, tmp_path / "pieces")
+    pieces = postings.term_rows(encoded, tmp_path / "pieces", retriever._bm25s_values)
     assert not (tmp_path / "pieces").exists()  # the pairs' scratch folder is removed
     assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(whole, pieces))
     assert np.array_equal(whole[0].view(np.int32), pieces[0].view(np.int32))
@@ -141,11 +141,13 @@ UNICODE_CASES = {  # query, the one document that must match it
 }
 
 
-@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+@pytest.mark.parametrize("analyzer", ["lucene", "regex"])
+@pytest.mark.parametrize("backend", ["lucene", "bm25s", "rank_bm25"])
 @pytest.mark.parametrize("case", UNICODE_CASES)
-def test_unicode_forms_and_cases_match(case: str, backend: str, tmp_path: Path) -> None:
+def test_unicode_forms_and_cases_match(case: str, backend: str, analyzer: str, tmp_path: Path) -> None:
+    """With normalize nfkc (NFKC and case folding before analysis), on every backend and analyzer."""
     query, document = UNICODE_CASES[case]
-    assert _top_document([document], query, tmp_path, backend=backend) == ["d0"]
+    assert _top_document([document], query, tmp_path, backend=backend, tokenizer={"analyzer": analyzer, "normalize": "nfkc"}) == ["d0"]
 
 
 def test_folded_words_stay_whole() -> None:

@@ -23,6 +23,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
 from ragtrack.core.stages import StageContext, StageOutput
 from ragtrack.retrievers.base import Retriever
+from ragtrack.core.settings import TokenizerSettings
 from ragtrack.retrievers.bm25 import BM25Retriever
 from ragtrack.retrievers.rewriters import LLMRewriter, LLMRewriterSettings, RM3Rewriter, RM3Settings
 
@@ -93,7 +94,7 @@ def lucene_bm25_scores(documents: list[list[str]], k1: float, b: float) -> dict[
 def test_rm3_equals_reference_and_brute_force_bm25(tmp_path: Path) -> None:
     dataset = load_beir(write_beir(tmp_path / "hand", DOCUMENTS, QUERIES))
     context = context_for(dataset, tmp_path / "cache")
-    bm25 = BM25Retriever(name="bm25")
+    bm25 = BM25Retriever(name="bm25", backend="bm25s", tokenizer=TokenizerSettings().model_dump())  # the reference: bm25s's formula, Snowball stems
     first = bm25.produce({}, context)
     rm3 = RM3Rewriter(input="bm25", type="rm3", fb_docs=3, fb_terms=4, original_query_weight=0.3)
     expanded, _ = rm3.rewrite(bm25, first, context)

@@ -111,11 +111,16 @@ HOSTILE = {
     "bm25 k1 negative": (["retriever.bm25.k1=-3"], "retriever.bm25.k1: -3 is not allowed: a finite number >= 0"),
     "bm25 b above 1": (["retriever.bm25.b=1.5"], "retriever.bm25.b: 1.5 is not allowed: a finite number in [0, 1]"),
     "bm25 b nan": (["retriever.bm25.b=nan"], "retriever.bm25.b: nan is not allowed: a finite number in [0, 1]"),
-    "bm25 backend": (["retriever.bm25.backend=lucene"], "retriever.bm25.backend: 'lucene' is not allowed: one of bm25s, rank_bm25"),
+    "bm25 backend": (["retriever.bm25.backend=lucine"], "retriever.bm25.backend: 'lucine' is not allowed: one of lucene, bm25s, rank_bm25"),
+    "bm25 fields on bm25s": (["retriever.bm25.backend=bm25s", "retriever.bm25.fields={title:1.0}"],
+                             "retriever.bm25: fields needs backend lucene (this retriever: backend bm25s)"),
+    "bm25 field unknown": (["retriever.bm25.fields={abstract:1.0}"], "retriever.bm25.fields.abstract: 'abstract' is not allowed: one of title, text"),
+    "bm25 pattern with lucene": (["retriever.bm25.tokenizer.pattern=\\w+"],
+                                 "retriever.bm25.tokenizer: pattern applies to analyzer regex only (analyzer lucene splits text by Unicode's word rules)"),
     "bm25 misspelled type": (["retriever.bm25.type=bm52"],
                              "retriever.bm25.type: 'bm52' is not allowed: one of bm25, dense, run_file (the installed retrievers); did you mean 'bm25'?"),
     "bm25 stemmer misspelled": (["retriever.bm25.tokenizer.stemmer=englsh"],
-                                "retriever.bm25.tokenizer.stemmer: 'englsh' is not allowed: a PyStemmer language (one of 36, e.g. english) or null; did you mean 'english'?"),
+                                "retriever.bm25.tokenizer.stemmer: 'englsh' is not allowed: lucene, a PyStemmer language (one of 36, e.g. english) or null; did you mean 'english'?"),
     "bm25 lowercase text": (["retriever.bm25.tokenizer.lowercase=yes"], "retriever.bm25.tokenizer.lowercase: 'yes' is not allowed: true or false"),
     "bm25 unicode form": (["retriever.bm25.tokenizer.normalize=nfd"], "retriever.bm25.tokenizer.normalize: 'nfd' is not allowed: one of nfkc, nfc, none"),
     "encoder dim zero": (["encoder.dim=0"], "encoder.dim: 0 is not allowed: an integer >= 1"),
@@ -203,8 +208,8 @@ COMPOSITION = {
     "misspelled nested key": (["retriever.bm25.tokenizer.stemer=null"], "retriever.bm25.tokenizer.stemer: no such key; did you mean 'retriever.bm25.tokenizer.stemmer'?"),
     "misspelled top-level key": (["depht=3"], "depht: no such key; did you mean 'depth'?"),
     "key of an unselected component": (["fusion=[]", "fusion.rrf.k=3"], "fusion.rrf.k: no such key (fusion is not set in this config)"),
-    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, dense, run_file; did you mean 'bm25'?"),
-    "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, dense, run_file; did you mean 'dense'?"),
+    "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, bm25_multifield, dense, run_file; did you mean 'bm25'?"),
+    "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, bm25_multifield, dense, run_file; did you mean 'dense'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
     "unknown preset": (["experiment=nothing_like_it"], "experiment: 'nothing_like_it' is not allowed: one of bm25_params, chunk_size, compare_retrievers, "
                                                         "depth, embedding_models, fusion_methods, qa_xquad, qa_xquad_cited, query_robustness, rrf_k "
@@ -224,7 +229,7 @@ def test_a_composition_error_is_one_exact_line(case: str) -> None:
 def test_user_config_dirs_count_for_options(tmp_path: Path) -> None:
     (tmp_path / "retriever").mkdir()
     (tmp_path / "retriever" / "my_bm25.yaml").write_text("my_bm25:\n  type: bm25\n  k1: 1.2\n")
-    with pytest.raises(RagtrackError, match=r"^retriever: 'my_bm52' is not allowed: one of bm25, dense, my_bm25, run_file; did you mean 'my_bm25'\?$"):
+    with pytest.raises(RagtrackError, match=r"^retriever: 'my_bm52' is not allowed: one of bm25, bm25_multifield, dense, my_bm25, run_file; did you mean 'my_bm25'\?$"):
         composed(["retriever=[my_bm52]"], tmp_path)
     validate(composed(["retriever=[my_bm25]", "fusion=[]"], tmp_path))
 
@@ -333,9 +338,15 @@ def _shipped_component_configs() -> list[tuple[str, dict, type]]:
     return found
 
 
-def _default_differences(model: type, node: dict, where: str) -> list[str]:
+PRESET_VALUES = {  # a shipped component preset differs from its model's defaults only here
+    "retriever/bm25_multifield.yaml:bm25_multifield.fields": {"title": 1.0, "text": 1.0},
+}
+
+
+def _default_differences(model: type, node: dict, where: str, defaults=None) -> list[str]:
     """Where a shipped YAML and its model disagree: a model key the YAML lacks (users could not override it
-    without '+'), or a value other than the model's default (interpolations and ??? are the job's to fill)."""
+    without '+'), or a value other than the model's default (interpolations and ??? are the job's to fill).
+    ``defaults``: a nested block's default instance, whose values are the defaults of its keys."""
     from pydantic import BaseModel
     from pydantic_core import PydanticUndefined
 
@@ -352,13 +363,14 @@ def _default_differences(model: type, node: dict, where: str) -> list[str]:
         value = node[key]
         if isinstance(value, str) and ("${" in value or value == "???"):
             continue
-        default = info.get_default(call_default_factory=True)
+        declared = getattr(defaults, name) if defaults is not None else info.get_default(call_default_factory=True)
+        default = PRESET_VALUES.get(f"{where}.{key}", declared)
         if key == "metrics" and default is None and isinstance(value, list):  # null: the evaluator's default_metrics()
             default = registry.load("evaluators", node["type"])().default_metrics()
         if default is PydanticUndefined:
             continue
         if isinstance(default, BaseModel):
-            problems += _default_differences(type(default), value, f"{where}.{key}")
+            problems += _default_differences(type(default), value, f"{where}.{key}", default)
         elif value != default:
             problems.append(f"{where}.{key}: the YAML has {value!r}, {model.__name__} declares {default!r}")
     return problems

@@ -1,0 +1,264 @@
+"""Lucene's BM25 (retrievers/bm25_lucene.py) and English analysis (ragtrack/core/lucene.py, porter.py):
+the pieces against straightforward transcriptions of Lucene's and Anserini's Java on random inputs;
+the whole against Pyserini's own runs and analyzer output on SciFact (tests/data/pyserini, made once
+with the commands in its SOURCE.md)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragtrack.core import lucene
+from ragtrack.core.cache import Cache
+from ragtrack.core.data import Corpus, load_beir
+from ragtrack.core.porter import stem
+from ragtrack.core.text import Tokenizer
+from ragtrack.pipeline.config import datasets_dir
+from ragtrack.retrievers import bm25_lucene
+from ragtrack.retrievers.bm25 import BM25Retriever
+
+F32 = np.float32
+PYSERINI = Path(__file__).parents[1] / "data" / "pyserini"
+
+
+# ----------------------------------------------------------------------------- SmallFloat, ties
+def java_int_to_byte4(i: int) -> int:
+    """SmallFloat.intToByte4, line for line (longToInt4 inlined)."""
+    max_int4 = 231  # longToInt4(Integer.MAX_VALUE)
+    free = 255 - max_int4
+    if i < free:
+        return i
+    value = i - free
+    num_bits = value.bit_length()
+    if num_bits < 4:
+        encoded = value
+    else:
+        shift = num_bits - 4
+        encoded = ((value >> shift) & 0x07) | ((shift + 1) << 3)
+    return free + encoded
+
+
+def test_lengths_are_stored_as_lucene_stores_them() -> None:
+    rng = np.random.default_rng(0)
+    lengths = np.concatenate([np.arange(5000), rng.integers(0, 2**31 - 1, 5000), [2**31 - 1]])
+    assert bm25_lucene.int_to_byte4(lengths).tolist() == [java_int_to_byte4(int(i)) for i in lengths]
+    table = bm25_lucene.LENGTH_TABLE
+    assert table[:24].tolist() == list(range(24)) and np.all(np.diff(table) > 0)
+    codes = bm25_lucene.int_to_byte4(np.arange(100_000))
+    assert np.all(table[codes] <= np.arange(100_000))  # decoding rounds down to the stored length
+
+
+def java_adjust_ties(scores: list[float]) -> list[F32]:
+    """ScoreTiesAdjusterReranker.rerank, line for line (Anserini 1.7.1: rounded in double, the rest in
+    float32): ``scores[i] = (float) (Math.round(scores[i] * 1e4d) / 1e4d)``."""
+    s, dup = [F32(x) for x in scores], 0
+    for i in range(len(s)):
+        s[i] = F32(round_half_up(float(s[i]) * 1e4) / 1e4)
+        if i == 0 or s[i - 1] - s[i] > F32(1e-4):
+            dup = 0
+        else:
+            dup += 1
+            s[i] = s[i] - F32(1e-6) * F32(dup)
+    return s
+
+
+def round_half_up(x: float) -> int:
+    """Java's Math.round(double): the closest integer, ties up."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return int(Decimal(x).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def test_tie_adjustment_equals_anserinis() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        n = int(rng.integers(1, 80))
+        base = rng.choice([5.0, 5.00004, 5.0001, 5.00015, 5.0002, 4.9999, 3.2, 3.20004, 7.1, 12.34567, 3.52245, 3.52255], n)
+        scores = np.sort((base + rng.choice([0, 0, 0, 1e-5, 3e-5], n)).astype(F32))[::-1]
+        assert bm25_lucene.adjust_ties(scores.copy()).tolist() == java_adjust_ties(scores.tolist())
+
+
+# ----------------------------------------------------------------------------- analysis
+def random_text(rng: random.Random, length: int) -> str:
+    alphabet = ("abcXYZ019_ .,;:'\"-’＇\u00ad\u200d\u0301\u20e3\ufe0f#*©®™ αβΣσς İıßﬁ²½ 日本語 ひらがな カタカナ ภาษา 한국 "
+                "\u05d0\u05d1 ١٢ ０１ Ａ \U0001F600\U0001F3FD\U0001F1FA\U0001F1F8\U000E0067\U000E007F\U0001F3F4")
+    return "".join(rng.choice(alphabet) for _ in range(length))
+
+
+def test_the_tokens_are_the_longest_matches() -> None:
+    """JFlex takes the longest match at each position; text without a ZWJ is matched greedily (faster).
+    On random texts over every character class the grammar uses (and emoji sequences, keycaps and
+    joiners in particular), the tokens are the leftmost-longest matches."""
+    rng = random.Random(0)
+    emoji = "👨👩👧🔬🏽‍‍️⃣1#aℹⓂ "
+    texts = [random_text(rng, rng.randint(0, 80)) for _ in range(4000)]
+    texts += ["".join(rng.choice(emoji) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
+    texts += [text for text in load_beir(datasets_dir() / "scifact").corpus.full_texts() if not text.isascii()][:300]
+    for text in texts:
+        assert lucene.standard_tokens(text) == lucene.LONGEST_TOKEN.findall(text), text
+
+
+def test_ascii_text_takes_the_fast_pattern_to_the_same_tokens() -> None:
+    rng = random.Random(2)
+    alphabet = "aB9_ .,;:'\"-x0"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+        assert lucene.ASCII_TOKEN.findall(text) == lucene.TOKEN.findall(text), text
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("1,000 people", ["1,000", "people"]),
+    ("X-Rays and U.S.A. e.g. John's JOHN’S", ["x", "rays", "and", "u.s.a", "e.g", "john", "john"]),
+    ("a:b a.1 1.a 3.14 5mg __ a_b_ IL-6", ["a:b", "a", "1", "1", "a", "3.14", "5mg", "a_b_", "il", "6"]),
+    ("ΣΑΣ İstanbul Straße", ["σασ", "istanbul", "straße"]),  # Java lower-casing: no final sigma, no folding
+    ("Tamiflu® 東京 カタカナ", ["tamiflu", "®", "東", "京", "カタカナ"]),
+])
+def test_english_words(text: str, words: list[str]) -> None:
+    assert lucene.english_words(text) == words
+
+
+def test_a_token_longer_than_255_code_units_is_cut() -> None:
+    long = "a" * 600
+    assert lucene.english_words(f"x {long} y") == ["x", "a" * 255, "a" * 255, "a" * 90, "y"]
+    astral = "\U0001D41A" * 200  # mathematical bold a: a letter of two UTF-16 code units
+    assert [len(word) for word in lucene.standard_tokens(astral)] == [127, 73]
+
+
+@pytest.mark.parametrize(("word", "expected"), [
+    ("caresses", "caress"), ("ponies", "poni"), ("ties", "ti"), ("cats", "cat"), ("feed", "feed"), ("agreed", "agre"),
+    ("disabled", "disabl"), ("matting", "mat"), ("mating", "mate"), ("meeting", "meet"), ("milling", "mill"),
+    ("messing", "mess"), ("meetings", "meet"), ("happy", "happi"), ("relational", "relat"), ("conditional", "condit"),
+    ("generalization", "gener"), ("oscillators", "oscil"), ("hopefulness", "hope"), ("electricity", "electr"),
+    ("probate", "probat"), ("rate", "rate"), ("cease", "ceas"), ("controlling", "control"), ("rolling", "roll"),
+    ("as", "as"), ("is", "is"), ("ion", "ion"), ("aed", "a"), ("syllogism", "syllog"), ("sensibility", "sensibl"),
+])
+def test_porter_stems_as_lucene(word: str, expected: str) -> None:
+    """Examples of Porter (1980) and of Lucene's PorterStemmer comments (Bug 1: aed, Bug 2: ion)."""
+    assert stem(word) == expected
+
+
+# ----------------------------------------------------------------------------- BM25 against Lucene's formula
+def lucene_scores(documents: list[list[str]], query: list[str], k1: float, b: float) -> dict[int, F32]:
+    """BM25Similarity and Anserini's bag-of-words query, written out per document in float32."""
+    lengths = [len(d) for d in documents]
+    n = sum(1 for length in lengths if length)
+    avgdl = F32(sum(lengths) / n)
+    k1, b = F32(k1), F32(b)
+    scores = {}
+    for i, document in enumerate(documents):
+        total = 0.0
+        dl = F32(bm25_lucene.LENGTH_TABLE[java_int_to_byte4(len(document))])
+        inverse = F32(1) / (k1 * ((F32(1) - b) + b * dl / avgdl))
+        for term in sorted(set(query)):
+            tf = document.count(term)
+            if not tf:
+                continue
+            df = sum(1 for d in documents if term in d)
+            weight = F32(query.count(term)) * bm25_lucene.idf(df, n)
+            total += float(weight - weight / (F32(1) + F32(tf) * inverse))
+        if any(term in document for term in query):
+            scores[i] = F32(total)
+    return scores
+
+
+def test_scores_equal_lucenes_formula_bit_for_bit(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 120))) for _ in range(300)]
+    corpus = Corpus(ids=[f"d{i:03d}" for i in range(len(texts))], titles=[""] * len(texts), texts=texts, hash="random-lengths")
+    retriever = BM25Retriever(score_ties="raw", tokenizer={"stemmer": None, "stopwords": None})
+    retriever.index(corpus, Cache(tmp_path))
+    documents = [text.split() for text in texts]
+    for q in range(40):
+        query = [rng.choice(words) for _ in range(rng.randint(1, 6))]
+        expected = lucene_scores(documents, query, retriever.k1, retriever.b)
+        got = retriever.search({"q": " ".join(query)}, depth=len(texts)).scores["q"]
+        assert {f"d{i:03d}": float(s) for i, s in expected.items()} == got
+        ranked = sorted(expected.items(), key=lambda item: (-item[1], f"d{item[0]:03d}"))[:10]
+        top = retriever.search({"q": " ".join(query)}, depth=10).scores["q"]
+        assert list(top) == [f"d{i:03d}" for i, _ in ranked]  # ties by id ascending, as Anserini
+
+
+def test_the_query_id_is_removed_and_settings_key_the_caches(tmp_path: Path) -> None:
+    texts = ["apple pie", "apple tart", "pear"]
+    corpus = Corpus(ids=["q1", "d2", "d3"], titles=["", "", ""], texts=texts, hash="ids")
+    cache = Cache(tmp_path)
+    kept = BM25Retriever(remove_query=False)
+    kept.index(corpus, cache)
+    removed = BM25Retriever()
+    removed.index(corpus, cache)
+    assert list(kept.search({"q1": "apple"}, 10).scores["q1"]) == ["d2", "q1"]  # tied: id ascending, the second lowered by 1e-6
+    assert list(removed.search({"q1": "apple"}, 10).scores["q1"]) == ["d2"]
+    assert len(cache.builds) == 1 and kept.identity() != removed.identity()  # one index, two runs
+    BM25Retriever(fields={"title": 1.0, "text": 1.0}).index(corpus, cache)
+    BM25Retriever(tokenizer={"analyzer": "regex"}).index(corpus, cache)
+    assert len(cache.builds) == 3
+
+
+def test_multifield_sums_its_fields(tmp_path: Path) -> None:
+    """Each field has its own N and avgdl (a document with an empty title is not counted in the
+    title's N); a document's score is the sum of its fields' scores."""
+    corpus = Corpus(ids=["a", "b", "c"], titles=["apple", "", "pear apple"], texts=["pie crust", "apple apple", "tart"], hash="fields")
+    both = BM25Retriever(fields={"title": 1.0, "text": 1.0}, score_ties="raw")
+    both.index(corpus, Cache(tmp_path / "both"))
+    parts = {}
+    for field in ("title", "text"):
+        one = BM25Retriever(fields={field: 1.0}, score_ties="raw")
+        one.index(corpus, Cache(tmp_path / field))
+        parts[field] = one.search({"q": "apple"}, 10).scores["q"]
+    summed = {doc: float(F32(parts["title"].get(doc, 0.0) + parts["text"].get(doc, 0.0))) for doc in "abc" if doc in parts["title"] or doc in parts["text"]}
+    assert both.search({"q": "apple"}, 10).scores["q"] == summed
+
+
+# ----------------------------------------------------------------------------- against Pyserini itself
+def test_the_analyzer_gives_lucenes_tokens() -> None:
+    """Anserini's DefaultEnglishAnalyzer output (tests/data/pyserini/SOURCE.md): every SciFact test
+    query, with and without stemming and stopwords; ~300 hand-picked hard strings (numbers, possessives,
+    hyphens, Unicode scripts, emoji sequences, combining marks, a 300-character token); and the Porter
+    stem of every distinct word of the SciFact corpus."""
+    full = Tokenizer(analyzer="lucene", normalize="none", stopwords="lucene", stemmer="lucene")
+    plain = Tokenizer(analyzer="lucene", normalize="none", stopwords=None, stemmer=None)
+    with gzip.open(PYSERINI / "analyzed_queries.jsonl.gz", "rt", encoding="utf-8") as lines:
+        queries = [json.loads(line) for line in lines]
+    tricky = [json.loads(line) for line in (PYSERINI / "tricky.jsonl").read_text(encoding="utf-8").splitlines()]
+    for expected_full, expected_plain, texts in (([q["tokens"] for q in queries], [q["nostem"] for q in queries], [q["text"] for q in queries]),
+                                                 ([t["default"] for t in tricky], [t["nostem"] for t in tricky], [t["text"] for t in tricky])):
+        assert full(texts) == expected_full
+        assert plain(texts) == expected_plain
+    with gzip.open(PYSERINI / "porter_words.tsv.gz", "rt", encoding="utf-8") as lines:
+        pairs = [line.rstrip("\n").split("\t") for line in lines]
+    assert len(pairs) > 38_000 and [stem(word) for word, _ in pairs] == [expected for _, expected in pairs]
+
+
+def read_pyserini(path: Path, columns: tuple[int, int, int]) -> dict[str, list[tuple[str, str]]]:
+    """qid -> [(docid, score as written)] in rank order, from a TREC run or a scores TSV."""
+    ranked: dict[str, list] = {}
+    with gzip.open(path, "rt") as lines:
+        for line in lines:
+            parts = line.split()
+            ranked.setdefault(parts[0], []).append((parts[columns[0]], parts[columns[2]]))
+    return ranked
+
+
+@pytest.mark.parametrize(("system", "fields"), [("flat", None), ("multifield", {"title": 1.0, "text": 1.0})])
+def test_pyserini_runs_are_reproduced(system: str, fields: dict | None, tmp_path: Path) -> None:
+    """Each SciFact test query's top 100 as Pyserini writes it (ids in order, scores to its 6 decimals,
+    ties adjusted), and Lucene's float32 scores before the adjustment, bit for bit."""
+    dataset = load_beir(datasets_dir() / "scifact")
+    written = read_pyserini(PYSERINI / f"run.{system}.top100.trec.gz", (2, 3, 4))
+    raw = read_pyserini(PYSERINI / f"scores.{system}.top100.tsv.gz", (1, 2, 3))
+    assert len(written) == len(raw) == 300
+    queries = {qid: dataset.queries[qid] for qid in written}
+    cache = Cache(tmp_path)
+    for ties, reference, shown in (("anserini", written, lambda s: f"{s:.6f}"), ("raw", raw, repr)):
+        retriever = BM25Retriever(fields=fields, score_ties=ties)
+        retriever.index(dataset.corpus, cache)
+        run = retriever.search(queries, depth=1000)
+        for qid, expected in reference.items():
+            top = run.ranking(qid)[:100] if ties == "anserini" else sorted(run.scores[qid].items(), key=lambda item: (-item[1], item[0]))[:100]
+            assert [(doc, shown(score)) for doc, score in top] == expected, qid

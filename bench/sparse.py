@@ -1,5 +1,6 @@
-"""BM25: ragtrack vs rank-bm25 and bm25s on SciFact, and ragtrack vs bm25s on a synthetic corpus of
-short documents (default 1M). Index build seconds, queries/s (all queries in one call, top 100,
+"""BM25: ragtrack (Anserini's BM25, the default; and its bm25s backend with the regex tokenizer, the
+default before) vs rank-bm25 and bm25s on SciFact, and vs bm25s on a synthetic corpus of short
+documents (default 1M). Index build seconds, queries/s (all queries in one call, top 100,
 tokenization included), nDCG@10, and peak traced memory (tracemalloc, a separate pass).
 
     python bench/sparse.py [--docs 1000000] [--rank-bm25-queries 60]
@@ -12,6 +13,7 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import bm25s
@@ -22,9 +24,12 @@ from rank_bm25 import BM25Okapi
 
 from ragtrack.evaluators.base import EvalInput
 from ragtrack.evaluators.ranking import RankingEvaluator
+from machine import cpu_model  # bench/ scripts share the machine line
+
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
 from ragtrack.core.runs import Run
+from ragtrack.core.settings import TokenizerSettings
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 SCIFACT = Path(__file__).resolve().parent.parent / "data" / "scifact"
@@ -43,16 +48,21 @@ def measure(step: Callable[[], object]) -> tuple[float, int, object]:
     return seconds, peak, result
 
 
-def ragtrack_system(ids: list[str], texts: list[str]):
+def ragtrack_system(ids: list[str], texts: list[str], **settings):
+    """ragtrack's BM25 retriever with ``settings`` (none: the default, Anserini's BM25)."""
     corpus = Corpus(ids=list(ids), titles=[""] * len(ids), texts=list(texts), hash="bench-sparse")  # as loaded, before the timing
 
     def build():
-        retriever = BM25Retriever()
+        retriever = BM25Retriever(**settings)
         with tempfile.TemporaryDirectory() as folder:
             retriever.index(corpus, Cache(folder))
         return retriever
 
     return build, lambda retriever, queries: retriever.search(queries, DEPTH)
+
+
+# ragtrack's BM25 before it reproduced Anserini: the bm25s backend, regex tokens, NFKC and case folding, Snowball
+bm25s_regex_system = partial(ragtrack_system, backend="bm25s", tokenizer=TokenizerSettings().model_dump())
 
 
 def bm25s_system(ids: list[str], texts: list[str]):
@@ -126,14 +136,15 @@ def main() -> None:
     pd.set_option("display.width", 200)
     dataset = load_beir(SCIFACT, name="scifact")
     print(f"SciFact: {len(dataset.corpus)} documents, {len(dataset.queries)} queries, top {DEPTH}")
-    systems = {"ragtrack": ragtrack_system, "bm25s": bm25s_system, "rank_bm25": rank_bm25_system}
+    print(cpu_model())
+    systems = {"ragtrack": ragtrack_system, "ragtrack bm25s+regex": bm25s_regex_system, "bm25s": bm25s_system, "rank_bm25": rank_bm25_system}
     table = compare(systems, dataset.corpus.ids, dataset.corpus.full_texts(), dataset.queries, dataset.qrels,
                     {"rank_bm25": args.rank_bm25_queries})
     print(table.to_string(float_format=lambda v: f"{v:,.3f}"))
     if args.docs:
         ids, texts, queries = synthetic(args.docs, 1000)
         print(f"\nSynthetic: {len(ids):,} short documents, {len(queries)} queries, top {DEPTH}")
-        table = compare({"ragtrack": ragtrack_system, "bm25s": bm25s_system}, ids, texts, queries)
+        table = compare({"ragtrack": ragtrack_system, "ragtrack bm25s+regex": bm25s_regex_system, "bm25s": bm25s_system}, ids, texts, queries)
         print(table.to_string(float_format=lambda v: f"{v:,.3f}"))
 
 

@@ -15,6 +15,7 @@ files and BEIR/TREC qrels files.
 from __future__ import annotations
 
 import contextlib
+import html
 import math
 import numbers
 import os
@@ -32,6 +33,7 @@ from ragtrack.core.data import Qrels, load_qrels
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
+from ragtrack.pipeline.layout import COMPARISON_DIR, KEY_METRICS
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 
 RunLike = Union[Run, Mapping[str, Mapping[str, float]], pd.DataFrame, str, Path]
@@ -243,6 +245,33 @@ class ExperimentResult:
         return self.results["systems"]
 
     @property
+    def dataset(self) -> str:
+        return self.results["dataset"]["name"]
+
+    @property
+    def comparison(self) -> pd.DataFrame:
+        """The job's systems side by side (``comparison/comparison.csv``): per system and metric the mean,
+        CI, difference to the baseline, paired tests and W/T/L, as ``ragtrack compare`` computes them."""
+        from ragtrack.pipeline.csv_files import read_csv
+
+        return read_csv(self.output_dir / COMPARISON_DIR / "comparison.csv")
+
+    def _key_table(self) -> pd.DataFrame:
+        systems = self.systems
+        metrics = [m for m in KEY_METRICS if all(m in values for values in systems.values())] or list(next(iter(systems.values()), {}))[:3]
+        return pd.DataFrame({metric: {system: values[metric] for system, values in systems.items()} for metric in metrics})
+
+    def __repr__(self) -> str:
+        table = self._key_table()
+        figures = "; ".join(f"{system}: " + ", ".join(f"{metric} {value:.4f}" for metric, value in row.items()) for system, row in table.iterrows())
+        run = f", run {self.run_id[:8]}" if self.run_id else ""
+        return f"<ExperimentResult {self.dataset}: {figures}{run}; {self.output_dir}>"
+
+    def _repr_html_(self) -> str:
+        caption = f"{html.escape(self.dataset)}" + (f", MLflow run {html.escape(self.run_id[:8])}" if self.run_id else "")
+        return f"<p>{caption}</p>" + self._key_table().to_html(float_format=lambda v: f"{v:.4f}")
+
+    @property
     def summary(self) -> pd.DataFrame:
         """One row per (system, metric): mean, std, ci_low, ci_high (bootstrap 95%) and n (the queries counted)."""
         rows = {(system, metric): {**values, "n": self.results["queries_counted"][system][metric]}
@@ -250,6 +279,31 @@ class ExperimentResult:
         table = pd.DataFrame.from_dict(rows, orient="index")
         table.index = pd.MultiIndex.from_tuples(table.index, names=["system", "metric"])
         return table
+
+
+def benchmark(jobs: Sequence[ExperimentResult], metrics: Sequence[str] | None = None, baseline: str | None = None, pooled: bool = False,
+              labels: Mapping[str, str] | None = None, seed: int = 0, resamples: int = 10_000):
+    """The systems of ``jobs`` (results of :func:`run_experiment`) as ``ragtrack compare`` shows jobs of
+    several datasets: each dataset's systems compared apart (paired tests against ``baseline``, Holm
+    within the dataset), then the datasets × systems table with the average of the dataset means
+    (``pipeline.benchmark``). ``labels``: row label -> the name to show. Returns a ``Benchmark``:
+    ``means(metric)`` and ``marks(metric)`` as DataFrames, ``render("latex"/"markdown"/"table")``,
+    ``pooled`` (with ``pooled=True``); it shows itself as a table in a notebook."""
+    from ragtrack.pipeline.benchmark import benchmark as build
+    from ragtrack.pipeline.comparison import DEFAULT_METRICS, SystemRun, compare_systems, find_baseline
+
+    if not jobs or not all(isinstance(job, ExperimentResult) for job in jobs):
+        raise TypeError("benchmark: jobs must be a non-empty list of run_experiment results")
+    metrics = metric_names(metrics) or list(DEFAULT_METRICS)
+    groups: dict[str, list] = {}
+    for job in jobs:
+        for system, frame in job.per_query.groupby("system", sort=False):
+            label = (labels or {}).get(system, system)
+            per_query = frame.drop(columns="system").set_index("qid")
+            groups.setdefault(job.dataset, []).append(SystemRun(system, job.run_id or "", job.dataset, job.run_id or "", 0, per_query, label=label))
+    comparisons = {dataset: compare_systems(systems, metrics, find_baseline(systems, baseline if baseline is None else (labels or {}).get(baseline, baseline)),
+                                            None, seed, resamples) for dataset, systems in groups.items()}
+    return build(comparisons, pooled, seed, resamples)
 
 
 def run_experiment(overrides: Sequence[str] | str = (), config_dir: str | Path | None = None, dataset: Any = None) -> ExperimentResult:

@@ -48,14 +48,15 @@ def _evaluate_answer_files(args: argparse.Namespace):
     return result
 
 
-class _MetricList(argparse.Action):
-    """``-m`` of ``eval`` and ``compare``: repeatable, and each value may be a comma list (``-m ndcg@10,map`` is
-    ``-m ndcg@10 -m map``), as in a config's ``metrics=[ndcg@10,map]``."""
+class _CommaList(argparse.Action):
+    """A repeatable option whose every value may be a comma list (``-m ndcg@10,map`` is ``-m ndcg@10
+    -m map``, as in a config's ``metrics=[ndcg@10,map]``): ``-m`` of ``eval`` and ``compare``,
+    ``compare --experiment`` and ``--run``."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: str, option_string: str | None = None) -> None:
         names = [name.strip() for name in values.split(",")]
         if not all(names):
-            parser.error(f"argument {'/'.join(self.option_strings)}: an empty metric name in {values!r}")
+            parser.error(f"argument {'/'.join(self.option_strings)}: an empty name in {values!r}")
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or ()), *names])
 
 
@@ -176,7 +177,8 @@ def command_compare(args: argparse.Namespace) -> int:
     comparison, text = run_compare(uri, args.experiment, args.sweep, args.metric, args.baseline,
                                    args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log,
                                    width=None if args.wide else TEXT_WIDTH, allow_mixed=args.allow_mixed, reference=args.reference,
-                                   reference_map=args.reference_map or (), tolerance=TOLERANCE if args.tolerance is None else args.tolerance)
+                                   reference_map=args.reference_map or (), tolerance=TOLERANCE if args.tolerance is None else args.tolerance,
+                                   runs=args.run or (), labels=args.label or (), pooled=args.pooled)
     print(text, end="")
     if comparison.reference and args.format == "csv":  # the other formats carry the notes in their text
         for note in comparison.reference.notes:
@@ -254,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run", nargs="?", help="TREC run file (qid Q0 docid rank score tag)")
     evaluate.add_argument("--answers", metavar="GOLD", help="gold answers: JSON lines with _id/id and answers (queries.jsonl), or a SQuAD dataset .json")
     evaluate.add_argument("--predictions", metavar="PRED", help="answers to score: SQuAD {id: answer} .json, or JSON lines with id and answer")
-    evaluate.add_argument("-m", "--metric", action=_MetricList, help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,map; default: the standard set)")
+    evaluate.add_argument("-m", "--metric", action=_CommaList, help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,map; default: the standard set)")
     evaluate.add_argument("--per-query", action="store_true", help="also print every query's values")
     evaluate.add_argument("--json", action="store_true", help="print JSON: aggregate, std, ci95, per_query")
     evaluate.add_argument("--relevance-threshold", type=int, default=1, help="grade >= N is relevant, N >= 0 (trec_eval -l; default 1)")
@@ -262,9 +264,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("metrics", help="list every available metric")
     compare = commands.add_parser("compare", help="systems/runs from MLflow side by side: CIs, paired tests, Holm, W/T/L, plots")
     compare.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
-    compare.add_argument("--experiment", help="MLflow experiment name (default: the most recently updated)")
-    compare.add_argument("--sweep", help="only the jobs of this sweep (its tag, the sweep folder name, or 'latest')")
-    compare.add_argument("-m", "--metric", action=_MetricList, help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,mrr; default ndcg@10, recall@100)")
+    compare.add_argument("--experiment", action=_CommaList,
+                         help="MLflow experiment name (repeatable, or a comma list: their jobs together; jobs of several datasets make a "
+                              "benchmark table; default: the most recently updated)")
+    compare.add_argument("--run", action=_CommaList, metavar="RUN_ID",
+                         help="pick jobs by run id (a job's or one of its system runs'; repeatable, or a comma list) instead of an experiment")
+    compare.add_argument("--label", action="append", metavar="ROW=NAME", help="show a row (label or system name) as NAME (repeatable)")
+    compare.add_argument("--pooled", action="store_true", help="a benchmark's paired tests also over every dataset's queries together")
+    compare.add_argument("--sweep", help="only the jobs of this sweep (its tag, the sweep folder name, or 'latest'; without --experiment: "
+                                         "in every experiment, so a sweep over datasets is one benchmark)")
+    compare.add_argument("-m", "--metric", action=_CommaList, help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,mrr; default ndcg@10, recall@100)")
     compare.add_argument("--baseline", help="row label, system name or run id (default: bm25, else the first row)")
     compare.add_argument("--format", default="table", choices=["table", "markdown", "csv", "json", "latex"])
     compare.add_argument("--wide", action="store_true", help="--format table as one wide table (default: blocks of 100 columns)")
@@ -276,8 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--allow-mixed", action="store_true",
                          help="keep jobs whose qrels, relevance threshold or query set differ (refused by default); rows are labelled with their threshold")
     compare.add_argument("--reference", metavar="RUN_OR_TABLE",
-                         help="check the rows against an original job (MLflow run id, output folder or results.json) or a published "
-                              "table (.csv/.tsv/.yaml of system, metric, value): differences, RMSE, effect ratio, ΔRI, Kendall's tau, RBO")
+                         help="check the rows against an original job (MLflow run id, output folder or results.json), a published "
+                              "table (.csv/.tsv/.yaml of system, metric, value, optionally dataset) or 'beir' (the shipped published BEIR "
+                              "figures): differences, RMSE, effect ratio, ΔRI, Kendall's tau, RBO")
     compare.add_argument("--reference-map", action="append", metavar="ROW=REFERENCE",
                          help="pair a row (label or system name) with a reference system of another name (repeatable)")
     compare.add_argument("--tolerance", type=float, help="largest |difference| to the reference that passes (default: Pyserini's 0.0005)")

@@ -31,9 +31,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -49,10 +50,11 @@ from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.tracking import reading_client, run_and_job, ui_base
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMNS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS,
-                                      TAG_COMPARISON, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
+                                      TAG_BENCHMARK, TAG_COMPARISON, TAG_DATASET, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
+from ragtrack.pipeline.benchmark import Benchmark, benchmark, render_benchmark
 from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, PLOT_SUFFIXES, REPORT_FILE, TEXT_WIDTH, Comparison, SystemRun,
-                                          compare_systems, find_baseline, plot, render, verdicts, write_comparison)
+                                          compare_systems, find_baseline, plot, reference_section, render, verdicts, write_comparison)
 from ragtrack.pipeline.reference import TOLERANCE, Reference, check_reference, read_job, read_reference
 
 log = logging.getLogger(__name__)
@@ -166,9 +168,28 @@ def differing_settings(jobs: dict) -> dict[str, dict[str, str]]:
 
 
 def short_settings(params: dict[str, str]) -> str:
-    """``k=60 k1=0.9``: each setting by the last part of its key, the whole key where that is ambiguous."""
-    last = pd.Series([k.rsplit(".", 1)[-1] for k in params])
+    """``k=60 k1=0.9``: each setting by the last part of its key, the whole key where that is ambiguous;
+    only the settings a reader of a table wants (:func:`readable_settings`)."""
+    params = readable_settings(params)
+    last = pd.Series([k.rsplit(".", 1)[-1] for k in params], dtype=object)
     return " ".join(f"{k if ambiguous else short}={v}" for (k, v), short, ambiguous in zip(params.items(), last, last.duplicated(keep=False)))
+
+
+HYDRA_ESCAPE = re.compile(r"\\([\\:=,()\[\]{} '\"])")  # Hydra's override grammar escapes these with a backslash
+SECRET_KEY_PART = re.compile(r"(key|token|secret|password|credential)", re.IGNORECASE)
+
+
+def readable_settings(params: dict[str, str]) -> dict[str, str]:
+    """The settings worth a row label: Hydra's escapes removed; config group choices (``reranker=[llm]``),
+    endpoints and paths (URLs, values with ``/``), secrets (keys naming a key, token or password) and
+    long values (over 24 characters) left out."""
+    kept = {}
+    for key, value in params.items():
+        value = HYDRA_ESCAPE.sub(r"\1", value)
+        if "." not in key or SECRET_KEY_PART.search(key.rsplit(".", 1)[-1]) or "/" in value or len(value) > 24 or value.startswith("["):
+            continue
+        kept[key] = value
+    return kept
 
 
 def _label(systems: list[SystemRun]) -> None:
@@ -277,15 +298,21 @@ def reference_scope_difference(reference: Reference, scope: JobScope) -> str | N
 
 # --------------------------------------------------------------------------- the command
 
-def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | None = None, metrics: Sequence[str] | None = None,
+def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None, sweep: str | None = None, metrics: Sequence[str] | None = None,
                 baseline: str | None = None, fmt: str = "table", plot_file: str | None = None, seed: int = 0,
                 resamples: int = 10_000, failures: int = 10, log_to_mlflow: bool = True,
                 width: int | None = TEXT_WIDTH, allow_mixed: bool = False, reference: str | None = None,
-                reference_map: Sequence[str] = (), tolerance: float = TOLERANCE) -> tuple[Comparison, str]:
+                reference_map: Sequence[str] = (), tolerance: float = TOLERANCE, runs: Sequence[str] = (),
+                labels: Sequence[str] = (), pooled: bool = False) -> tuple[Comparison | Benchmark, str]:
     """Load, compare, render; write the plot; log everything as a comparison run. Returns (comparison, text).
-    Jobs of different qrels, thresholds or query sets fail unless ``allow_mixed`` (module docstring).
-    ``reference``: a path or MLflow run id the rows are checked against (``pipeline.reference``), its
-    systems paired by name or by ``reference_map`` (``ROW=REFERENCE``), differences within ``tolerance``."""
+    ``experiment``: one name or several (their jobs together); ``runs``: jobs picked by run id (a job's
+    or one of its system runs') instead. Jobs of several datasets are a benchmark (``pipeline.benchmark``):
+    each dataset's jobs compared apart, then the datasets × systems table. Within a dataset, jobs of
+    different qrels, thresholds or query sets fail unless ``allow_mixed`` (module docstring).
+    ``reference``: a path, ``beir`` (the shipped published figures) or an MLflow run id the rows are
+    checked against (``pipeline.reference``; a table with a dataset column is matched by dataset), its
+    systems paired by name or by ``reference_map`` (``ROW=REFERENCE``), differences within ``tolerance``.
+    ``labels``: ``ROW=NAME`` renames a row (label or system name); ``pooled``: a benchmark's pooled tests."""
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if plot_file and Path(plot_file).suffix.lower() not in PLOT_SUFFIXES:
@@ -294,62 +321,206 @@ def run_compare(tracking_uri: str, experiment: str | None = None, sweep: str | N
         raise RagtrackError("--reference-map pairs rows with a reference's systems: give the reference with --reference RUN_OR_TABLE")
     if reference and not tolerance >= 0:
         raise RagtrackError(f"--tolerance {tolerance}: give a difference >= 0 (Pyserini's: {TOLERANCE})")
+    renames = label_pairs(labels)
     original = read_reference(reference) if reference else None  # a file or folder: a bad one fails before MLflow is read
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     client = reading_client(tracking_uri)
-    found = find_experiment(client, experiment)
-    runs = _all_runs(client, found.experiment_id)
-    jobs, scope = select_jobs(runs, sweep, found.name)
+    names = [experiment] if isinstance(experiment, str) else list(experiment or [])
+    found, every_run = experiments_and_runs(client, names, bool(sweep or runs))
+    shown_names = ", ".join(e.name for e in found) if names or not (sweep or runs) else "every experiment"
+    if runs:
+        jobs, scope = jobs_by_id(client, runs), f"the jobs of runs {', '.join(r[:8] for r in runs)}"
+    else:
+        jobs, scope = select_jobs(every_run, sweep, shown_names)
+        if sweep and not names:  # found in every experiment: named by the experiments that hold it
+            found = [e for e in found if e.experiment_id in {job.info.experiment_id for job in jobs.values()}]
+            shown_names = ", ".join(e.name for e in found)
+            jobs, scope = select_jobs([r for r in every_run if r.info.experiment_id in {e.experiment_id for e in found}], sweep, shown_names)
     if not jobs:
-        raise RagtrackError(f"experiment {found.name!r} has no finished runs")
+        raise RagtrackError(f"experiment {shown_names} has no finished runs")
+    groups = by_dataset(jobs)
     with tempfile.TemporaryDirectory(prefix="ragtrack-compare-") as scratch:
         folder = Path(scratch)
         if reference:  # an MLflow run id, found before the rows are read (its runs are downloaded when measured)
             original = original or load_logged_reference(client, reference, folder)
-        systems = load_systems(client, jobs, runs, folder)
-        shown = {s.job_id for s in systems} | {job_id for s in systems for job_id in s.merged.values()}
-        scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items() if job_id in shown}
-        difference = scope_difference(list(scopes.values()))
-        if difference and not allow_mixed:
-            raise RagtrackError(f"{difference}; compare them apart (--sweep, --experiment) or pass --allow-mixed to keep them, each row labelled with its threshold")
-        if difference:
-            for s in systems:
-                s.label = f"{s.label} [threshold {scopes[s.job_id].threshold}]"
-        dataset = next(iter(scopes.values())).dataset
-        shared = set.intersection(*(set(scope.counted) for scope in scopes.values()))
-        judged = [q for q in next(iter(scopes.values())).counted if q in shared] if dataset is not None or difference else None
-        comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), None, seed, resamples,
-                                     judged=judged)
+        compared = {}
+        for dataset, group in groups.items():
+            compared[dataset] = compare_jobs(client, group, every_run, folder, metrics, baseline, seed, resamples, allow_mixed, renames)
+            if reference:
+                check_against(compared[dataset], original.for_dataset(dataset), reference_map, tolerance, allow_mixed)
+        if len(compared) > 1 or pooled:
+            result = benchmark({dataset: c.comparison for dataset, c in compared.items()}, pooled, seed, resamples)
+            result.scope = scope
+            text = render_benchmark(result, fmt)
+            if fmt in ("table", "markdown", "latex"):
+                text += "".join(reference_section(c.comparison, fmt, width) for c in compared.values())
+            outputs = folder / "comparison"
+            write_benchmark(result, outputs)
+            if log_to_mlflow:
+                _log_benchmark(client, found[0].experiment_id if found else next(iter(jobs.values())).info.experiment_id, result, jobs, outputs,
+                               tracking_uri)
+            return result, text
+        only = next(iter(compared.values()))
+        comparison = only.comparison
         comparison.scope = scope
-        runs: dict[str, Run] = {}
-
-        def row_run(s: SystemRun) -> Run:
-            if s.run_id not in runs:
-                runs[s.run_id] = _download_run(client, s.run_id, folder)
-            return runs[s.run_id]
-
-        if reference:
-            differs = reference_scope_difference(original, next(iter(scopes.values())))
-            if differs and not allow_mixed:
-                raise RagtrackError(f"{differs}; pass --allow-mixed to check against it anyway")
-            comparison.reference = check_reference(comparison, original, reference_map, tolerance, row_run)
-            if differs:
-                comparison.reference.notes.insert(0, differs)
-            comparison.table = comparison.reference.annotate(comparison.table)
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"
-        trec = {s.run_id: row_run(s) for s in systems} if dataset is not None and failures > 0 else None
-        title = f"{found.name}: {counted(len(systems), 'system')} vs {comparison.baseline.label}"
-        write_comparison(comparison, outputs, title, dataset, trec, failures)
+        trec = {s.run_id: only.row_run(s) for s in comparison.systems} if only.dataset is not None and failures > 0 else None
+        experiment_name = found[0].name if len(found) == 1 else shown_names
+        title = f"{experiment_name}: {counted(len(comparison.systems), 'system')} vs {comparison.baseline.label}"
+        write_comparison(comparison, outputs, title, only.dataset, trec, failures)
         if plot_file:  # the format of its suffix; plot() makes a missing folder
             plot(comparison, Path(plot_file), title)
         if log_to_mlflow:
-            run_id, name = _log_comparison(client, found.experiment_id, comparison, jobs, sweep, outputs)
+            experiment_id = found[0].experiment_id if found else next(iter(jobs.values())).info.experiment_id
+            run_id, name = _log_comparison(client, experiment_id, comparison, jobs, sweep, outputs)
             comparison.logged = f"{run_id} ({name})"
             base = ui_base(tracking_uri)
-            comparison.links = {"Run page": f"{base}/{run_page(found.experiment_id, run_id)}",
-                                "report.html": f"{base}/{run_page(found.experiment_id, run_id, REPORT_FILE)}"}
+            comparison.links = {"Run page": f"{base}/{run_page(experiment_id, run_id)}",
+                                "report.html": f"{base}/{run_page(experiment_id, run_id, REPORT_FILE)}"}
     return comparison, text
+
+
+def label_pairs(labels: Sequence[str]) -> dict[str, str]:
+    """``ROW=NAME`` pairs (``--label``) as a mapping; a pair without ``=`` or with an empty side is refused."""
+    pairs = {}
+    for pair in labels:
+        row, _, name = pair.partition("=")
+        if not row.strip() or not name.strip():
+            raise RagtrackError(f"--label {pair!r}: give ROW=NAME, ROW a row's label or system name, e.g. --label 'bm25_multifield=BM25 (multifield)'")
+        pairs[row.strip()] = name.strip()
+    return pairs
+
+
+def experiments_and_runs(client, names: Sequence[str], everywhere: bool) -> tuple[list, list]:
+    """The named experiments (default: the most recent one, or every experiment when ``everywhere``:
+    a sweep or run ids may span several) and all their runs, oldest first."""
+    if names:
+        found = [find_experiment(client, name) for name in dict.fromkeys(names)]
+    elif everywhere:
+        found = list(client.search_experiments())
+    else:
+        found = [find_experiment(client, None)]
+    runs = [run for e in found for run in _all_runs(client, e.experiment_id)]
+    return found, sorted(runs, key=lambda r: r.info.start_time)
+
+
+def jobs_by_id(client, run_ids: Sequence[str]) -> dict[str, object]:
+    """The jobs of ``run_ids`` (each a job's run id or one of its system runs'), in the order given."""
+    jobs = {}
+    for run_id in run_ids:
+        _, job = run_and_job(client, run_id, f"--run {run_id}: no such run in the tracking store")
+        if job.info.status != "FINISHED":
+            raise RagtrackError(f"--run {run_id}: its job {job.info.run_name or job.info.run_id!r} is {job.info.status}, not FINISHED")
+        jobs[job.info.run_id] = job
+    return jobs
+
+
+def by_dataset(jobs: dict) -> dict[str, dict]:
+    """The jobs grouped by their dataset's name (tag ``ragtrack.dataset``), in order of first appearance.
+    Jobs of one name whose qrels differ (another dataset hash) stay one group, compared as
+    ``allow_mixed`` says."""
+    groups: dict[str, dict] = {}
+    for job_id, job in jobs.items():
+        groups.setdefault(job.data.tags.get(TAG_DATASET, "dataset"), {})[job_id] = job
+    return groups
+
+
+@dataclass
+class Compared:
+    """One dataset's comparison, its dataset (when the logged config finds it) and the rows' runs."""
+
+    comparison: Comparison
+    dataset: Dataset | None
+    scopes: dict
+    row_run: Callable[[SystemRun], Run]
+
+
+def compare_jobs(client, jobs: dict, runs: list, folder: Path, metrics: Sequence[str] | None, baseline: str | None, seed: int,
+                 resamples: int, allow_mixed: bool, renames: dict[str, str]) -> Compared:
+    """The systems of ``jobs`` (one dataset) compared (module docstring)."""
+    systems = load_systems(client, jobs, runs, folder)
+    relabel(systems, renames)
+    shown = {s.job_id for s in systems} | {job_id for s in systems for job_id in s.merged.values()}
+    scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items() if job_id in shown}
+    difference = scope_difference(list(scopes.values()))
+    if difference and not allow_mixed:
+        raise RagtrackError(f"{difference}; compare them apart (--sweep, --experiment) or pass --allow-mixed to keep them, each row labelled with its threshold")
+    if difference:
+        for s in systems:
+            s.label = f"{s.label} [threshold {scopes[s.job_id].threshold}]"
+    dataset = next(iter(scopes.values())).dataset
+    shared = set.intersection(*(set(scope.counted) for scope in scopes.values()))
+    judged = [q for q in next(iter(scopes.values())).counted if q in shared] if dataset is not None or difference else None
+    comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), None, seed, resamples,
+                                 judged=judged)
+    downloaded: dict[str, Run] = {}
+
+    def row_run(s: SystemRun) -> Run:
+        if s.run_id not in downloaded:
+            downloaded[s.run_id] = _download_run(client, s.run_id, folder)
+        return downloaded[s.run_id]
+
+    return Compared(comparison, dataset, scopes, row_run)
+
+
+def relabel(systems: list[SystemRun], renames: dict[str, str]) -> None:
+    """``--label ROW=NAME``: each pair renames the row of that label, else the one row of that system."""
+    for row, name in renames.items():
+        matches = [s for s in systems if s.label == row] or [s for s in systems if s.system == row]
+        if len(matches) == 1:
+            matches[0].label = name
+        elif len(matches) > 1:
+            raise RagtrackError(f"--label {row}={name}: {row!r} names {len(matches)} rows ({', '.join(s.label for s in matches)}); name one by its label")
+
+
+def check_against(compared: Compared, original: Reference, reference_map: Sequence[str], tolerance: float, allow_mixed: bool) -> None:
+    """``--reference``: the comparison's rows against ``original`` (``comparison.reference``, its table annotated)."""
+    comparison = compared.comparison
+    differs = reference_scope_difference(original, next(iter(compared.scopes.values())))
+    if differs and not allow_mixed:
+        raise RagtrackError(f"{differs}; pass --allow-mixed to check against it anyway")
+    comparison.reference = check_reference(comparison, original, reference_map, tolerance, compared.row_run)
+    if differs:
+        comparison.reference.notes.insert(0, differs)
+    comparison.table = comparison.reference.annotate(comparison.table)
+
+
+def write_benchmark(result: Benchmark, folder: Path) -> None:
+    """``benchmark.{md,tex,txt,csv,json}`` and each dataset's comparison (``<dataset>/comparison.md``,
+    its ``report.html``) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, kind in (("benchmark.md", "markdown"), ("benchmark.tex", "latex"), ("benchmark.txt", "table"), ("benchmark.csv", "csv"),
+                       ("benchmark.json", "json")):
+        (folder / name).write_text(render_benchmark(result, kind), encoding="utf-8")
+    for dataset, comparison in result.comparisons.items():
+        write_comparison(comparison, folder / key_part(dataset), f"{dataset}: {counted(len(comparison.systems), 'system')} vs {comparison.baseline.label}")
+
+
+def _log_benchmark(client, experiment_id: str, result: Benchmark, jobs: dict, outputs: Path, tracking_uri: str) -> None:
+    """A run ``benchmark: N datasets × M systems`` holding the tables and each dataset's comparison, each
+    cell as ``<row>/<dataset>/<metric>`` and the averages as ``<row>/average/<metric>``, and a
+    description showing the Markdown table."""
+    name = f"benchmark: {counted(len(result.comparisons), 'dataset')} × {counted(len(result.rows), 'system')}"
+    run = client.create_run(experiment_id, run_name=name, tags={TAG_COMPARISON: "true", TAG_BENCHMARK: "true",
+                                                                  TAG_COMPARED_RUNS: ",".join(jobs)[:5000]})
+    client.log_param(run.info.run_id, "baseline", result.baseline)
+    client.log_param(run.info.run_id, "metrics", ",".join(result.metrics))
+    client.log_param(run.info.run_id, "datasets", ",".join(result.comparisons)[:500])
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    figures = [Metric(f"{key_part(row)}/{key_part(dataset)}/{metric_key(metric)}", float(value), now, 0)
+               for metric in result.metrics for row, values in result.means(metric).iterrows() for dataset, value in values.items()
+               if not pd.isna(value)]
+    for start in range(0, len(figures), 1000):  # MLflow's limit per batch
+        client.log_batch(run.info.run_id, metrics=figures[start:start + 1000])
+    client.log_artifacts(run.info.run_id, str(outputs))
+    client.set_tag(run.info.run_id, TAG_NOTE, render_benchmark(result, "markdown"))
+    client.set_terminated(run.info.run_id, "FINISHED")
+    result.logged = f"{run.info.run_id} ({name})"
+    base = ui_base(tracking_uri)
+    result.links = {"Run page": f"{base}/{run_page(experiment_id, run.info.run_id)}"}
 
 
 def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> tuple[str, str]:

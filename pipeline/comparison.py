@@ -240,8 +240,15 @@ def wide_table(comparison: Comparison, bold: tuple[str, str] = ("", "*")) -> pd.
     return out
 
 
-def _latex_escape(text: str) -> str:
-    return re.sub(r"([&%$#_{}])", r"\\\1", text).replace("Δ", r"$\Delta$")
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "&": r"\&", "%": r"\%", "$": r"\$",
+                  "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "Δ": r"$\Delta$", "†": r"$^{\dagger}$", "‡": r"$^{\ddagger}$", "±": r"$\pm$",
+                  "≥": r"$\geq$", "≤": r"$\leq$", "×": r"$\times$"}
+_LATEX_SPECIAL = re.compile("[" + re.escape("".join(LATEX_SPECIALS)) + "]")
+
+
+def latex_escape(text: str) -> str:
+    """``text`` as LaTeX source: each special character escaped, the symbols tables use as math (one pass)."""
+    return _LATEX_SPECIAL.sub(lambda match: LATEX_SPECIALS[match.group()], text)
 
 
 def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> str:
@@ -268,8 +275,8 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
     if fmt == "latex":
         wide = wide_table(comparison, (r"\textbf{", "}"))
         lines = [r"\begin{tabular}{l" + "r" * len(wide.columns) + "}", r"\toprule",
-                 " & ".join(["system", *map(_latex_escape, wide.columns)]) + r" \\", r"\midrule"]
-        lines += [" & ".join([_latex_escape(label), *(c if c.startswith(r"\textbf") else _latex_escape(c) for c in row)]) + r" \\"
+                 " & ".join(["system", *map(latex_escape, wide.columns)]) + r" \\", r"\midrule"]
+        lines += [" & ".join([latex_escape(label), *(c if c.startswith(r"\textbf") else latex_escape(c) for c in row)]) + r" \\"
                   for label, row in zip(wide.index, wide.to_numpy())]
         return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", f"% {footer}{coverage}"]) + "\n" + reference_section(comparison, fmt)
     wide = wide_table(comparison)
@@ -295,7 +302,7 @@ def reference_section(comparison: Comparison, fmt: str, width: int | None = TEXT
             rows = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
             parts.append(f"{title}\n\n" + "\n".join(rows + ["| " + " | ".join(map(str, row)) + " |" for row in frame.to_numpy()]))
         elif fmt == "latex":
-            rows = [" & ".join(_latex_escape(str(c)) for c in row) + r" \\" for row in [frame.columns, *frame.to_numpy()]]
+            rows = [" & ".join(latex_escape(str(c)) for c in row) + r" \\" for row in [frame.columns, *frame.to_numpy()]]
             parts.append("\n".join([f"% {title}", r"\begin{tabular}{" + "l" * len(frame.columns) + "}", r"\toprule", rows[0], r"\midrule",
                                      *rows[1:], r"\bottomrule", r"\end{tabular}"]))
         else:

@@ -35,6 +35,7 @@ TAG_SYSTEM = "ragtrack.system"
 TAG_SWEEP = "ragtrack.sweep"
 TAG_COMPARISON = "ragtrack.comparison"
 TAG_COMPARED_RUNS = "ragtrack.compared_runs"
+TAG_BENCHMARK = "ragtrack.benchmark"  # a comparison run of several datasets (pipeline.benchmark)
 TAG_DATASET = "ragtrack.dataset"
 TAG_DATASET_HASH = "ragtrack.dataset_hash"
 TAG_VERSION = "ragtrack.version"

@@ -8,9 +8,13 @@ A reference is read by :func:`read_reference` (a file or folder) or, for an MLfl
   ``runs/<system>.trec`` where they exist, the dataset hash and the relevance threshold of
   ``config.yaml``;
 - a published table of means (:func:`read_table`): CSV (``.csv``) or TSV (``.tsv``) with a header
-  naming the columns ``system``, ``metric`` and ``value`` (more columns, such as ``source``, are
-  kept out; ``#`` lines are comments), or YAML (``.yaml``/``.yml``), a mapping of system to a mapping
-  of metric to value. Metric names are ragtrack's (``ragtrack metrics``), compared case-insensitively.
+  naming the columns ``system``, ``metric`` and ``value`` and optionally ``dataset`` (more columns,
+  such as ``source``, are kept out; ``#`` lines are comments), or YAML (``.yaml``/``.yml``), a mapping
+  of system to a mapping of metric to value. Metric names are ragtrack's (``ragtrack metrics``),
+  compared case-insensitively. A table with a ``dataset`` column is matched to each compared job by
+  its dataset's name (:func:`canonical_dataset`: ``beir-scifact-test``, an ir_datasets id, is
+  ``scifact``). ``beir`` names the shipped table of published BEIR figures (``data/beir_published.tsv``:
+  Anserini's BM25 flat and multifield for every BEIR dataset, all-MiniLM-L6-v2's nDCG@10 from MTEB).
 
 A compared row is matched to the reference system named like its label, else like its system;
 ``ROW=REFERENCE`` pairs (``--reference-map``, ROW a label or system name) choose others. Per matched
@@ -60,6 +64,7 @@ FLOAT_SLACK = 1e-12  # a difference of exactly the tolerance in decimals may be 
 TABLE_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 YAML_SUFFIXES = (".yaml", ".yml")
 TABLE_COLUMNS = ("system", "metric", "value")
+BUILT_IN = {"beir": "beir_published.tsv"}  # --reference NAME -> a table shipped in ragtrack.datasets
 DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # a table's value, as written in a paper
 DIFFERENCE_COLUMNS = ["system", "reference", "metric", "value", "reference_value", "difference", "within_tolerance"]
 
@@ -78,6 +83,17 @@ class Reference:
     threshold: int | None = None
     per_query_file: str = ""  # where the per-query values came from (for messages)
     lines: dict[tuple[str, str], int] = field(default_factory=dict)  # a table's (system, metric in lower case) -> its line
+    datasets: dict[str, Reference] = field(default_factory=dict)  # a table with a dataset column: one reference per dataset
+
+    def for_dataset(self, name: str) -> Reference:
+        """The reference for the dataset ``name`` (a table with a dataset column; else itself)."""
+        if not self.datasets:
+            return self
+        wanted = canonical_dataset(name)
+        if wanted not in self.datasets:
+            raise RagtrackError(f"the reference {self.source} has no figures for dataset {name!r} (as {wanted!r}); its datasets: "
+                                f"{', '.join(self.datasets)}{did_you_mean(wanted, list(self.datasets))}")
+        return self.datasets[wanted]
 
     def only(self, system: str) -> Reference:
         """The reference restricted to one system (a system run given as the reference)."""
@@ -93,7 +109,7 @@ def read_reference(source: str) -> Reference | None:
     when no such path exists (then ``source`` may be an MLflow run id). A relative ``data/...`` path
     that is not in the current folder names a shipped file (``data/scifact/published.tsv``), as in a
     checkout of the repository."""
-    path = shipped(Path(source))
+    path = datasets_dir() / BUILT_IN[source] if source in BUILT_IN and not Path(source).exists() else shipped(Path(source))
     if path.is_dir():
         return read_job(path / RESULTS_FILE, source)
     if not path.exists():
@@ -101,6 +117,10 @@ def read_reference(source: str) -> Reference | None:
     suffix = path.suffix.lower()
     if suffix == ".json":
         return read_job(path, source)
+    if suffix in TABLE_DELIMITERS:
+        tables = read_dataset_tables(path)
+        if tables and None not in tables:
+            return Reference(source, "table", {}, datasets={d: Reference(f"{source} [{d}]", "table", *table) for d, table in tables.items()})
     if suffix in TABLE_DELIMITERS or suffix in YAML_SUFFIXES:
         values, lines = read_table(path)
         return Reference(source, "table", values, lines=lines)
@@ -202,10 +222,32 @@ def by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
 def read_table(path: Path) -> tuple[dict[str, dict[str, float]], dict[tuple[str, str], int]]:
     """A published table of means: system -> metric -> value (module docstring), and the line of each
     figure, keyed by (system, metric in lower case)."""
-    values, lines = (_read_yaml_table if path.suffix.lower() in YAML_SUFFIXES else _read_delimited_table)(path)
+    if path.suffix.lower() in YAML_SUFFIXES:
+        values, lines = _read_yaml_table(path)
+    else:
+        values, lines = read_dataset_tables(path).get(None, ({}, {}))
     if not values:
         raise InputError(path, "no figures: a table has a header naming system, metric, value and a row per figure")
     return values, lines
+
+
+def read_dataset_tables(path: Path) -> dict[str | None, tuple[dict[str, dict[str, float]], dict[tuple[str, str], int]]]:
+    """A CSV/TSV table per dataset (its ``dataset`` column, names made canonical), or under None for a
+    table without that column: each as :func:`read_table` returns it."""
+    tables = {}
+    for dataset, line, system, metric, value in _delimited_rows(path):
+        values, first = tables.setdefault(None if dataset is None else canonical_dataset(dataset), ({}, {}))
+        _add(values, first, path, line, system, metric, value)
+    return tables
+
+
+def canonical_dataset(name: str) -> str:
+    """A dataset's name as the BEIR table spells it: lower case, without a leading ``beir/`` or
+    ``beir-`` and a trailing split (ir_datasets ids: ``beir/cqadupstack/android`` is
+    ``cqadupstack-android``, ``beir-scifact-test`` is ``scifact``)."""
+    name = name.strip().lower().replace("/", "-")
+    name = name.removeprefix("beir-")
+    return re.sub(r"-(test|dev|train)$", "", name)
 
 
 def _add(values: dict, first: dict, path: Path, line: int, system: str, metric: str, value: str) -> None:
@@ -224,9 +266,10 @@ def _add(values: dict, first: dict, path: Path, line: int, system: str, metric: 
     values.setdefault(system, {})[metric] = number
 
 
-def _read_delimited_table(path: Path) -> dict[str, dict[str, float]]:
+def _delimited_rows(path: Path):
+    """Each figure of a CSV/TSV table as (dataset or None, line, system, metric, value)."""
     delimiter = TABLE_DELIMITERS[path.suffix.lower()]
-    values, first, columns = {}, {}, None
+    columns, dataset_column = None, None
     for line, text in read_lines(path):
         if text.lstrip().startswith("#"):
             continue
@@ -237,11 +280,14 @@ def _read_delimited_table(path: Path) -> dict[str, dict[str, float]]:
             if missing:
                 raise InputError(path, f"the header has no {', '.join(missing)} column (a table's columns: system, metric, value)", line)
             columns, width = [names.index(c) for c in TABLE_COLUMNS], len(cells)
+            dataset_column = names.index("dataset") if "dataset" in names else None
             continue
         if len(cells) != width:
             raise InputError(path, f"{len(cells)} fields, the header has {width}", line)
-        _add(values, first, path, line, *(cells[i] for i in columns))
-    return values, first
+        dataset = None if dataset_column is None else cells[dataset_column]
+        if dataset == "":
+            raise InputError(path, "empty dataset name", line)
+        yield dataset, line, *(cells[i] for i in columns)
 
 
 def _read_yaml_table(path: Path) -> dict[str, dict[str, float]]:

@@ -35,7 +35,7 @@ from filelock import FileLock
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.core.secrets import mask, remember_url_credentials, split_credentials, without_credentials
-from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
+from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_DATASET, TAG_DATASET_HASH, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
                                       TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, run_page, runs_table_page, sqlite_path,
                                       sqlite_uri)
 
@@ -389,9 +389,11 @@ class MlflowTracker(Tracker):
         self.run_name = ""
         self.view_shared = False
         self.dataset_inputs: list = []
+        self.dataset_tags: dict[str, str] = {}  # the job's dataset name and hash, set on its system runs too
 
     def start(self, run_name: str, tags: dict, params: dict) -> None:
         tags = {**tags, TAG_PROCESS: self.process}
+        self.dataset_tags = {key: tags[key] for key in (TAG_DATASET, TAG_DATASET_HASH) if key in tags}
         with reported_as_one_line():
             run = self.client.create_run(self.experiment_id, run_name=mask(run_name), tags=_masked_tags(tags))
             self.run_id, self.run_name = run.info.run_id, run_name
@@ -412,7 +414,7 @@ class MlflowTracker(Tracker):
     def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
                    steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None:
         """``table``: logged with ``MlflowClient.log_table`` as :data:`QUERIES_TABLE` (the UI's table view)."""
-        tags = {TAG_PARENT: self.run_id, TAG_SYSTEM: system, TAG_PROCESS: self.process, **(tags or {})}
+        tags = {TAG_PARENT: self.run_id, TAG_SYSTEM: system, TAG_PROCESS: self.process, **self.dataset_tags, **(tags or {})}
         with reported_as_one_line():
             run = self.client.create_run(self.experiment_id, run_name=mask(child_run_name(system, self.run_name)), tags=_masked_tags(tags))
             self._log_artifacts(run.info.run_id, artifacts)  # first: finding a run's artifact store reads the whole run

@@ -10,7 +10,7 @@ Layers (imports point down only; checked by import-linter, see docs/development.
 ``ragtrack.conf`` holds the Hydra configs, ``ragtrack.datasets`` the shipped datasets.
 
 The Python API (docs/api.md) is exported here: :func:`evaluate`, :func:`evaluate_answers`,
-:func:`compare`, :func:`run_experiment`; ``ragtrack.mlflow.scorers`` gives MLflow GenAI scorers. The
+:func:`compare`, :func:`benchmark`, :func:`run_experiment`; ``ragtrack.mlflow.scorers`` gives MLflow GenAI scorers. The
 names load on first use, so ``import ragtrack`` stays cheap and imports none of the layers.
 """
 
@@ -21,7 +21,7 @@ try:
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
 
-API = ("evaluate", "evaluate_answers", "compare", "run_experiment", "Evaluation", "ExperimentResult")
+API = ("evaluate", "evaluate_answers", "compare", "benchmark", "run_experiment", "Evaluation", "ExperimentResult")
 __all__ = ["__version__", *API]
 
 

@@ -236,7 +236,7 @@ class BM25Retriever(Retriever):
         """Top ``k`` per query of weighted terms with the lucene backend (ragtrack.retrievers.bm25_lucene)."""
         results = {}
         for qid, weights in queries.items():
-            ids, scores = lucene_bm25.ranked(self._doc_ids, *lucene_bm25.document_scores(self._fields, weights), k)
+            ids, scores = lucene_bm25.ranked(self._doc_ids, *lucene_bm25.document_scores(self._fields, weights, len(self._doc_ids)), k)
             if self.score_ties == "anserini":
                 scores = lucene_bm25.adjust_ties(scores)
             results[qid] = {doc: score for doc, score in zip(ids, scores.astype(float).tolist()) if not (self.remove_query and doc == qid)}

@@ -146,7 +146,8 @@ def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dic
 
 
 def load_field(folder: Path, boost: float) -> FieldIndex:
-    (data, indices, indptr), terms = load_rows(folder)
+    arrays, terms = load_rows(folder)
+    data, indices, indptr = (np.asarray(array) for array in arrays)  # still memory-mapped; slices as plain arrays (cheaper)
     doc_count = json.loads((folder / "stats.json").read_text())["documents"]
     df = np.diff(indptr)
     distinct, position = np.unique(df, return_inverse=True)
@@ -154,29 +155,33 @@ def load_field(folder: Path, boost: float) -> FieldIndex:
     return FieldIndex(boost, {term: i for i, term in enumerate(terms)}, idf_of_term, data, indices, indptr)
 
 
-def document_scores(fields: list[FieldIndex], weights: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """The documents matching any weighted term in any field (positions ascending) and their float32
-    scores: the float64 sum of their clause scores, cast to float32; per field first where a field
-    boost is not 1 (module docstring)."""
+def document_scores(fields: list[FieldIndex], weights: dict[str, float], n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The documents (of ``n_docs``) matching any weighted term in any field, positions ascending, and
+    their float32 scores: the float64 sum of their clause scores, cast to float32; per field first
+    where a field boost is not 1 (module docstring)."""
     nested = any(field.boost != 1.0 for field in fields)
     documents, scores = [], []
     for field in fields:
         field_documents, field_scores = field.clauses(weights)
         if nested and field_documents:
-            summed = _summed(field_documents, field_scores)
+            summed = _summed(field_documents, field_scores, n_docs)
             field_documents, field_scores = [summed[0]], [summed[1]]
         documents += field_documents
         scores += field_scores
     if not documents:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=F32)
-    return _summed(documents, scores)
+    return _summed(documents, scores, n_docs)
 
 
-def _summed(documents: list[np.ndarray], scores: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    every_document = np.concatenate(documents)
+def _summed(documents: list[np.ndarray], scores: list[np.ndarray], n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per matched document the float64 sum of its ``scores``, as float32: summed into an array of
+    every document where the postings are many (a bincount), else over the distinct ones (a sort)."""
+    every_document, values = np.concatenate(documents), np.concatenate(scores).astype(np.float64)
+    if len(every_document) * 16 >= n_docs:
+        matched = np.flatnonzero(np.bincount(every_document, minlength=n_docs))
+        return matched, np.bincount(every_document, weights=values, minlength=n_docs)[matched].astype(F32)
     matched, position = np.unique(every_document, return_inverse=True)
-    totals = np.bincount(position, weights=np.concatenate(scores).astype(np.float64), minlength=len(matched))
-    return matched, totals.astype(F32)
+    return matched, np.bincount(position, weights=values, minlength=len(matched)).astype(F32)
 
 
 def ranked(doc_ids: np.ndarray, documents: np.ndarray, scores: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:

@@ -86,7 +86,7 @@ def standard_tokens(text: str) -> list[str]:
     """The tokens of Lucene's StandardTokenizer in ``text``, in order (module docstring)."""
     scanner = LONGEST_TOKEN if NEEDS_LONGEST.search(text) else TOKEN
     tokens = scanner.findall(text)
-    if any(len(token) > MAX_TOKEN_UNITS // 2 for token in tokens):
+    if max(map(len, tokens), default=0) > MAX_TOKEN_UNITS // 2:  # may exceed 255 UTF-16 code units
         return _cut_long_tokens(text, scanner)
     return tokens
 
@@ -132,7 +132,7 @@ def english_words(text: str, lowercase: bool = True) -> list[str]:
     if lowercase:
         text = text.lower()
     words = ASCII_TOKEN.findall(text)
-    if any(len(word) > MAX_TOKEN_UNITS // 2 for word in words):
+    if max(map(len, words), default=0) > MAX_TOKEN_UNITS:
         words = _cut_long_tokens(text, ASCII_TOKEN)
     if "'" in text:
         words = [word[:-2] if word.endswith(("'s", "'S")) else word for word in words]

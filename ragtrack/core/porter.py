@@ -33,73 +33,48 @@ STEP5 = {  # second-to-last letter -> suffixes removed when m() > 1 ("ion" only 
 }
 
 
+def _consonants(word: str) -> str:
+    """Per character ``c`` (consonant) or ``v`` (vowel): a, e, i, o, u are vowels; ``y`` is a
+    consonant at the start and after a vowel, a vowel after a consonant (Lucene's ``cons``)."""
+    marks = []
+    for i, ch in enumerate(word):
+        marks.append("v" if ch in "aeiou" or (ch == "y" and i > 0 and marks[i - 1] == "c") else "c")
+    return "".join(marks)
+
+
 class _Word:
     """One word being stemmed: ``b`` its characters, ``k`` the index of its last kept character and
-    ``j`` the end of the stem left by the last :meth:`ends` (Lucene's fields of the same names)."""
+    ``j`` the end of the stem left by the last :meth:`ends` (Lucene's fields of the same names);
+    ``marks`` is :func:`_consonants` of ``b``, kept with it."""
 
     def __init__(self, word: str):
-        self.b = list(word)
+        self.b, self.marks = word, _consonants(word)
         self.k = len(word) - 1
         self.j = 0
 
-    def cons(self, i: int) -> bool:
-        """b[i] is a consonant (``y`` is one at the start and after a vowel)."""
-        ch = self.b[i]
-        if ch in "aeiou":
-            return False
-        if ch == "y":
-            return True if i == 0 else not self.cons(i - 1)
-        return True
-
     def m(self) -> int:
-        """The number of consonant-vowel sequences in b[0..j] (<c>(vc)^m<v>)."""
-        n, i, j = 0, 0, self.j
-        while True:
-            if i > j:
-                return n
-            if not self.cons(i):
-                break
-            i += 1
-        i += 1
-        while True:
-            while True:
-                if i > j:
-                    return n
-                if self.cons(i):
-                    break
-                i += 1
-            i += 1
-            n += 1
-            while True:
-                if i > j:
-                    return n
-                if not self.cons(i):
-                    break
-                i += 1
-            i += 1
+        """The number of vowel-consonant sequences in b[0..j] (<c>(vc)^m<v>)."""
+        return self.marks.count("vc", 0, self.j + 1)
 
     def vowel_in_stem(self) -> bool:
-        return any(not self.cons(i) for i in range(self.j + 1))
+        return "v" in self.marks[:self.j + 1]
 
     def double_consonant(self, j: int) -> bool:
-        return j >= 1 and self.b[j] == self.b[j - 1] and self.cons(j)
+        return j >= 1 and self.b[j] == self.b[j - 1] and self.marks[j] == "c"
 
     def cvc(self, i: int) -> bool:
         """b[i-2..i] is consonant-vowel-consonant and b[i] is not w, x or y."""
-        if i < 2 or not self.cons(i) or self.cons(i - 1) or not self.cons(i - 2):
-            return False
-        return self.b[i] not in "wxy"
+        return i >= 2 and self.marks[i - 2:i + 1] == "cvc" and self.b[i] not in "wxy"
 
     def ends(self, suffix: str) -> bool:
-        start = self.k - len(suffix) + 1
-        if start < 0 or "".join(self.b[start:self.k + 1]) != suffix:
+        if self.k + 1 < len(suffix) or not self.b.endswith(suffix, 0, self.k + 1):
             return False
         self.j = self.k - len(suffix)
         return True
 
     def set_to(self, replacement: str) -> None:
-        start = self.j + 1
-        self.b[start:start + len(replacement)] = list(replacement)
+        self.b = self.b[:self.j + 1] + replacement  # Lucene leaves stale characters after k: none is read
+        self.marks = _consonants(self.b)
         self.k = self.j + len(replacement)
 
     def replace_if_measured(self, replacement: str) -> None:
@@ -108,13 +83,12 @@ class _Word:
 
     def step1(self) -> None:
         """Plurals and -ed/-ing."""
-        b = self.b
-        if b[self.k] == "s":
+        if self.b[self.k] == "s":
             if self.ends("sses"):
                 self.k -= 2
             elif self.ends("ies"):
                 self.set_to("i")
-            elif b[self.k - 1] != "s":
+            elif self.b[self.k - 1] != "s":
                 self.k -= 1
         if self.ends("eed"):
             if self.m() > 0:
@@ -128,7 +102,7 @@ class _Word:
             elif self.ends("iz"):
                 self.set_to("ize")
             elif self.double_consonant(self.k):
-                if b[self.k] not in "lsz":
+                if self.b[self.k] not in "lsz":
                     self.k -= 1
             elif self.m() == 1 and self.cvc(self.k):  # j == k here: the ends() calls above failed
                 self.set_to("e")
@@ -136,7 +110,8 @@ class _Word:
     def step2(self) -> None:
         """Terminal y to i when the stem has another vowel."""
         if self.ends("y") and self.vowel_in_stem():
-            self.b[self.k] = "i"
+            self.j = self.k - 1
+            self.set_to("i")
 
     def replace_suffix(self, table: dict, key_at: int) -> None:
         for suffix, replacement in table.get(self.b[key_at], ()):
@@ -175,7 +150,7 @@ class _Word:
             self.replace_suffix(STEP4, self.k)
             self.step5()
             self.step6()
-        return "".join(self.b[:self.k + 1])
+        return self.b[:self.k + 1]
 
 
 def stem(word: str) -> str:

@@ -37,6 +37,7 @@ def group_options() -> list[str]:
 
 
 GIVEN_VALUES = {"dataset=beir": ["dataset.path=/data/x"], "dataset=irds": ["dataset.id=beir/scifact/test"],
+                "experiment=beir_irds": ["dataset.id=beir/scifact/test"],  # a sweep gives it (hydra.sweeper.params)
                 "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=t.tsv", "dataset.qrels=q.txt"], "generator=openai": ["generator.model=m"],
                 "evaluator=[llm_judge]": ["evaluator.llm_judge.model=m"],
                 "evaluator=[pairwise_judge]": ["evaluator.pairwise_judge.model=m"], "evaluator=[nuggets]": ["evaluator.nuggets.model=m"],
@@ -211,7 +212,7 @@ COMPOSITION = {
     "misspelled option": (["retriever=bm52"], "retriever: 'bm52' is not allowed: one of bm25, bm25_multifield, dense, run_file; did you mean 'bm25'?"),
     "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, bm25_multifield, dense, run_file; did you mean 'dense'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
-    "unknown preset": (["experiment=nothing_like_it"], "experiment: 'nothing_like_it' is not allowed: one of bm25_params, chunk_size, compare_retrievers, "
+    "unknown preset": (["experiment=nothing_like_it"], "experiment: 'nothing_like_it' is not allowed: one of beir, beir_irds, bm25_params, chunk_size, compare_retrievers, "
                                                         "depth, embedding_models, fusion_methods, qa_xquad, qa_xquad_cited, query_robustness, rrf_k "
                                                         "(your own: --config-dir DIR with DIR/experiment/nothing_like_it.yaml)"),
     "override that does not parse": (["depth=[1,"], "depth=[1,: not a valid override: no viable alternative at input '[1,'"),

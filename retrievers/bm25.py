@@ -111,6 +111,7 @@ class BM25Retriever(Retriever):
         self.fields, self.score_ties, self.remove_query = settings.fields, settings.score_ties, settings.remove_query
         self.tokenizer = Tokenizer(**settings.tokenizer.model_dump())
         self._fields: list[lucene_bm25.FieldIndex] = []  # lucene backend
+        self._id_ranks = np.empty(0, dtype=np.int64)
         self._doc_ids = np.empty(0, dtype=object)
         self._model = None
         self._term_scores = None  # scipy.sparse.csr_matrix of terms × documents (bm25s backend)
@@ -146,6 +147,7 @@ class BM25Retriever(Retriever):
             if self.backend == "lucene":
                 for field, texts in self._field_texts(corpus).items():
                     lucene_bm25.build_field(self.tokenizer.encode(texts), folder / field, self.k1, self.b)
+                np.save(folder / lucene_bm25.ID_RANKS, lucene_bm25.id_ranks(corpus.id_array()), allow_pickle=False)
                 return
             encoded = self.tokenizer.encode(corpus.full_texts())
             if self.method in OWN_BUILD:
@@ -195,6 +197,7 @@ class BM25Retriever(Retriever):
         if self.backend == "lucene":
             boosts = self.fields or {"contents": 1.0}
             self._fields = [lucene_bm25.load_field(folder / field, boosts[field]) for field in sorted(boosts)]
+            self._id_ranks = np.load(folder / lucene_bm25.ID_RANKS, mmap_mode="r", allow_pickle=False)
             return
         if self.method in OWN_BUILD:
             (data, indices, indptr), terms = load_rows(folder)
@@ -236,7 +239,7 @@ class BM25Retriever(Retriever):
         """Top ``k`` per query of weighted terms with the lucene backend (ragtrack.retrievers.bm25_lucene)."""
         results = {}
         for qid, weights in queries.items():
-            ids, scores = lucene_bm25.ranked(self._doc_ids, *lucene_bm25.document_scores(self._fields, weights, len(self._doc_ids)), k)
+            ids, scores = lucene_bm25.ranked(self._doc_ids, self._id_ranks, *lucene_bm25.document_scores(self._fields, weights, len(self._doc_ids)), k)
             if self.score_ties == "anserini":
                 scores = lucene_bm25.adjust_ties(scores)
             results[qid] = {doc: score for doc, score in zip(ids, scores.astype(float).tolist()) if not (self.remove_query and doc == qid)}

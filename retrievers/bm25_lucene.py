@@ -35,7 +35,7 @@ from ragtrack.core.text import EncodedTexts
 from ragtrack.retrievers.postings import PairCounts, PostingValue, load_rows, save_rows, term_rows
 
 F32 = np.float32
-INDEX_FORMAT = 1  # bump when the saved postings change for the same settings
+INDEX_FORMAT = 2  # bump when the saved index changes for the same settings (2: id ranks saved)
 NUM_FREE_VALUES = 24  # SmallFloat: 255 - longToInt4(Integer.MAX_VALUE); lengths below it are exact
 
 
@@ -184,15 +184,26 @@ def _summed(documents: list[np.ndarray], scores: list[np.ndarray], n_docs: int) 
     return matched, np.bincount(position, weights=values, minlength=len(matched)).astype(F32)
 
 
-def ranked(doc_ids: np.ndarray, documents: np.ndarray, scores: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:
+ID_RANKS = "id_ranks.npy"  # per document, the rank of its id in string order (saved with the index)
+
+
+def id_ranks(doc_ids: np.ndarray) -> np.ndarray:
+    """Per document the rank of its id among all ids in string order (Lucene compares ids as UTF-8
+    bytes, which order as code points do)."""
+    ranks = np.empty(len(doc_ids), dtype=np.int64)
+    ranks[np.argsort(doc_ids, kind="stable")] = np.arange(len(doc_ids))
+    return ranks
+
+
+def ranked(doc_ids: np.ndarray, ranks: np.ndarray, documents: np.ndarray, scores: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:
     """The top ``k`` of ``documents`` (positions into ``doc_ids``) by float32 score, ties by id
-    ascending, as (ids, scores) in rank order."""
+    ascending (``ranks``: :func:`id_ranks`), as (ids, scores) in rank order."""
     if len(scores) > k:
         kth = np.partition(scores, len(scores) - k)[len(scores) - k]
         keep = np.flatnonzero(scores >= kth)
         documents, scores = documents[keep], scores[keep]
-    order = sorted(zip((-scores).tolist(), doc_ids[documents].tolist(), range(len(scores))))[:k]
-    return [doc for _, doc, _ in order], scores[[i for _, _, i in order]]
+    order = np.lexsort((ranks[documents], -scores))[:k]
+    return doc_ids[documents[order]].tolist(), scores[order]
 
 
 def query_weights(tokens: list[str]) -> dict[str, float]:

@@ -123,7 +123,8 @@ CASES = {
                                       message=lambda p, s: f"the cache folder cannot be written: {p.file}/cache: {ENOTDIR}"),
     "cache on a read-only disk": Case(lambda p, s: [f"paths.cache_dir={p.ro}/cache"],
                                       message=lambda p, s: f"the cache folder cannot be written: {p.ro}/cache: {p.ro_reason}"),
-    "cache disk fills up": Case(lambda p, s: [f"paths.cache_dir={p.full}/cache", "retriever.dense.chroma.build=always"], needs_full_disk=True, run_failed=True,
+    "cache disk fills up": Case(lambda p, s: [f"paths.cache_dir={p.full}/cache", "retriever=[dense]", "fusion=[]", "retriever.dense.chroma.build=always"],
+                                needs_full_disk=True, run_failed=True,  # the embeddings fit in 64k, Chroma's database does not
                                 message=lambda p, s: f"cannot build the dense chroma cache entry in {p.full}/cache/chroma: disk full (SQLite: database or disk is full)"),
     "output folder under a file": Case(lambda p, s: [f"hydra.run.dir={p.file}/out"],
                                        message=lambda p, s: f"the output folder cannot be written: {p.file}/out: {ENOTDIR}"),

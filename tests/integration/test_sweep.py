@@ -85,7 +85,7 @@ def test_recall_and_ndcg_by_k_are_step_metrics(toy_sweep) -> None:
     assert all(by_step[a] <= by_step[b] for a, b in zip(sorted(by_step), sorted(by_step)[1:]))
 
 
-SINGLE_JOB_PRESETS = {"compare_retrievers", "qa_xquad", "qa_xquad_cited", "query_robustness"}  # the others are sweeps
+SINGLE_JOB_PRESETS = {"compare_retrievers", "qa_xquad", "qa_xquad_cited", "query_robustness", "beir"}  # the others are sweeps
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -47,6 +47,7 @@ def test_the_default_config() -> None:
 @pytest.mark.parametrize("override", _options())
 def test_every_config_composes(override: str) -> None:
     given = {"dataset=beir": ["dataset.path=/tmp/nfcorpus"], "dataset=irds": ["dataset.id=beir/scifact/test"],
+             "experiment=beir_irds": ["dataset.id=beir/scifact/test"],  # a sweep gives it (hydra.sweeper.params)
              "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=/data/dl19-queries.tsv.gz", "dataset.qrels=q.txt"]}
     cfg = compose_config([override, *given.get(override, [])])
     assert cfg.dataset.name in {"dataset=beir": "nfcorpus", "dataset=irds": "beir-scifact-test", "dataset=trec": "dl19-queries"}.get(override, cfg.dataset.name)

@@ -118,7 +118,7 @@ def test_metric_option_takes_a_comma_list(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().out == separate and list(strict_json(separate)["aggregate"]) == ["ndcg@10", "map", "mrr"]
     with pytest.raises(SystemExit):
         cli_main(["eval", qrels_file, run_file, "-m", "ndcg@10,"])
-    assert "argument -m/--metric: an empty metric name in 'ndcg@10,'" in capsys.readouterr().err
+    assert "argument -m/--metric: an empty name in 'ndcg@10,'" in capsys.readouterr().err
 
 
 def test_a_count_of_one_skipped_query_is_singular(tmp_path: Path, capsys) -> None:

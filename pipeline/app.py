@@ -227,7 +227,8 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     under a sweep folder ("" when no job left results there, e.g. jobs run on other machines)."""
     import pandas as pd
 
-    from ragtrack.pipeline.comparison import TEXT_WIDTH, is_best
+    from ragtrack.pipeline.comparison import is_best
+    from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
 
     jobs = []
     for results_file in sorted(folder.glob(f"*/{RESULTS_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):

@@ -25,7 +25,8 @@ import pandas as pd
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_text
 from ragtrack.evaluators.significance import ALPHA
-from ragtrack.pipeline.comparison import Comparison, SystemRun, compare_systems, is_best, latex_escape
+from ragtrack.pipeline.comparison import Comparison, SystemRun, compare_systems, is_best
+from ragtrack.pipeline.comparison_tables import latex_escape
 from ragtrack.pipeline.csv_files import csv_text
 
 AVERAGE = "average"

@@ -170,7 +170,7 @@ def command_compare(args: argparse.Namespace) -> int:
     if args.plot:
         check_writable_folder(Path(args.plot).absolute().parent, "the --plot folder", keep=False)
     from ragtrack.pipeline.compare import run_compare
-    from ragtrack.pipeline.comparison import TEXT_WIDTH
+    from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
     from ragtrack.pipeline.reference import TOLERANCE
 
     uri = args.tracking_uri

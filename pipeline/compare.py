@@ -53,8 +53,10 @@ from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMN
                                       TAG_BENCHMARK, TAG_COMPARISON, TAG_DATASET, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
 from ragtrack.pipeline.benchmark import Benchmark, benchmark, render_benchmark
-from ragtrack.pipeline.comparison import (DEFAULT_METRICS, FORMATS, PLOT_SUFFIXES, REPORT_FILE, TEXT_WIDTH, Comparison, SystemRun,
-                                          compare_systems, find_baseline, plot, reference_section, render, verdicts, write_comparison)
+from ragtrack.pipeline.comparison import Comparison, DEFAULT_METRICS, SystemRun, compare_systems, find_baseline
+from ragtrack.pipeline.comparison_plots import PLOT_SUFFIXES, plot
+from ragtrack.pipeline.comparison_report import REPORT_FILE, verdicts, write_comparison
+from ragtrack.pipeline.comparison_tables import FORMATS, TEXT_WIDTH, reference_section, render
 from ragtrack.pipeline.reference import TOLERANCE, Reference, check_reference, read_job, read_reference
 
 log = logging.getLogger(__name__)

@@ -41,8 +41,9 @@ from ragtrack.pipeline import layout, registry, robustness, usage
 from ragtrack.pipeline.agreement import pairwise_agreement, report_section, rubric_agreement, run_page_note
 from ragtrack.pipeline.agreement import summary_text as agreement_text
 from ragtrack.pipeline.csv_files import csv_text
-from ragtrack.pipeline.comparison import (REPORT_FILE, Comparison, SystemRun, compare_systems, find_baseline, is_best, p_text,
-                                         per_query_differences, query_counts, write_comparison)
+from ragtrack.pipeline.comparison import Comparison, SystemRun, compare_systems, find_baseline, is_best, per_query_differences, query_counts
+from ragtrack.pipeline.comparison_report import REPORT_FILE, write_comparison
+from ragtrack.pipeline.comparison_tables import p_text
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.job import JobInfo
 from ragtrack.pipeline.provenance import provenance_tags

@@ -45,7 +45,7 @@ from ragtrack.core import words
 from ragtrack.evaluators.base import aggregate
 from ragtrack.perturbation import KINDS, perturb_queries
 from ragtrack.pipeline import layout
-from ragtrack.pipeline.comparison import TEXT_WIDTH
+from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.slices import Findings
 

@@ -46,7 +46,7 @@ import pandas as pd
 from ragtrack.core.files import write_atomically
 from ragtrack.core.llm import ChatClient, chat_clients
 from ragtrack.pipeline import layout
-from ragtrack.pipeline.comparison import TEXT_WIDTH
+from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
 from ragtrack.pipeline.csv_files import csv_text
 
 COLUMNS = ("system", "stage", "qid", "chain", "cached", "planned", "bound", "prompt_tokens", "completion_tokens", "cost", "seconds")

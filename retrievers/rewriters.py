@@ -145,10 +145,9 @@ class RM3Rewriter(Rewriter):
     then score(d) = Σ_t w(t) · S[t, d] over the BM25 index (:meth:`BM25Retriever.search_weighted`).
     Cuts keep the larger weight, equal weights by term ascending (Anserini's ``FeatureVector``).
 
-    Deviations from Anserini: ragtrack's tokenizer (Snowball stemmer, bm25s's stopwords) instead of
-    Lucene's analyzer; float64 arithmetic instead of float32; terms of weight 0 are left out of the
-    expanded query (Lucene would return documents matching only them with score 0); the expanded
-    query is scored by ragtrack's BM25 (k1, b and method of the input).
+    Deviations from Anserini: float64 arithmetic in the feedback model instead of float32; terms of
+    weight 0 are left out of the expanded query (Lucene would return documents matching only them
+    with score 0); the expanded query is scored by the input's BM25 (its backend, analyzer, k1, b).
     """
 
     settings_schema = RM3Settings

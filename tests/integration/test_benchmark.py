@@ -19,7 +19,8 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.evaluators.significance import holm, randomization_test
 from ragtrack.pipeline.benchmark import benchmark, render_benchmark
 from ragtrack.pipeline.compare import readable_settings, short_settings
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, latex_escape
+from ragtrack.pipeline.comparison import SystemRun, compare_systems
+from ragtrack.pipeline.comparison_tables import latex_escape
 from ragtrack.pipeline.layout import TAG_BENCHMARK, TAG_DATASET, TAG_PARENT, TAG_SYSTEM
 from ragtrack.pipeline.reference import canonical_dataset, read_reference
 from tests.support import TOY, ragtrack as ragtrack_cli

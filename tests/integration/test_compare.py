@@ -20,8 +20,10 @@ from mlflow.tracking import MlflowClient
 from ragtrack.evaluators.significance import effect_size, holm, paired_t_test, randomization_test
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.pipeline.compare import differing_settings, run_compare, select_jobs, short_settings
-from ragtrack.pipeline.comparison import (SystemRun, compare_systems, failure_report, find_baseline, html_report, is_best, numeric_params,
-                                          render, verdicts)
+from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseline, is_best
+from ragtrack.pipeline.comparison_plots import numeric_params
+from ragtrack.pipeline.comparison_report import failure_report, html_report, verdicts
+from ragtrack.pipeline.comparison_tables import render
 from ragtrack.pipeline.experiment import report_table
 from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM
 from ragtrack.core.data import load_beir

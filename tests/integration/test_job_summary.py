@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 from hydra import compose, initialize_config_module
 
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, detectability
+from ragtrack.pipeline.comparison import SystemRun, compare_systems
+from ragtrack.pipeline.comparison_report import detectability
 from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.pipeline.experiment import run_experiment
 from tests.support import ChatServer

@@ -21,7 +21,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragtrack.pipeline.compare import run_compare
-from ragtrack.pipeline.comparison import p_text
+from ragtrack.pipeline.comparison_tables import p_text
 from tests.support import stop_group
 
 DEBIAN_CHROMIUM = "/usr/bin/chromium"

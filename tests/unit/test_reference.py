@@ -15,7 +15,9 @@ import pytest
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.runs import Run, write_trec
 from ragtrack.evaluators.reproduction import delta_relative_improvement, effect_ratio, ranking_agreement, rmse
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, html_report, render
+from ragtrack.pipeline.comparison import SystemRun, compare_systems
+from ragtrack.pipeline.comparison_report import html_report
+from ragtrack.pipeline.comparison_tables import render
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.reference import check_reference, read_reference
 

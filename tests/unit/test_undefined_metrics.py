@@ -16,7 +16,9 @@ import pytest
 
 from ragtrack.core.files import json_text
 from ragtrack.evaluators.significance import paired_t_test, randomization_test
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, coverage_note, html_report, render, verdicts
+from ragtrack.pipeline.comparison import SystemRun, compare_systems, coverage_note
+from ragtrack.pipeline.comparison_report import html_report, verdicts
+from ragtrack.pipeline.comparison_tables import render
 from ragtrack.pipeline.experiment import counts_text
 
 

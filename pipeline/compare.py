@@ -28,6 +28,7 @@ relevance threshold is refused as jobs are, unless ``allow_mixed``.
 
 from __future__ import annotations
 
+import html
 import logging
 import math
 import os
@@ -489,14 +490,20 @@ def check_against(compared: Compared, original: Reference, reference_map: Sequen
 
 
 def write_benchmark(result: Benchmark, folder: Path) -> None:
-    """``benchmark.{md,tex,txt,csv,json}`` and each dataset's comparison (``<dataset>/comparison.md``,
-    its ``report.html``) into ``folder``."""
+    """``benchmark.{md,tex,txt,csv,json}``, ``report.html`` (the tables, linking each dataset's report)
+    and each dataset's comparison (``<dataset>/comparison.md``, its ``report.html``) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, kind in (("benchmark.md", "markdown"), ("benchmark.tex", "latex"), ("benchmark.txt", "table"), ("benchmark.csv", "csv"),
                        ("benchmark.json", "json")):
         (folder / name).write_text(render_benchmark(result, kind), encoding="utf-8")
+    links = []
     for dataset, comparison in result.comparisons.items():
         write_comparison(comparison, folder / key_part(dataset), f"{dataset}: {counted(len(comparison.systems), 'system')} vs {comparison.baseline.label}")
+        links.append(f'<li><a href="{key_part(dataset)}/{REPORT_FILE}">{html.escape(dataset)}</a></li>')
+    title = html.escape(f"benchmark: {counted(len(result.comparisons), 'dataset')} × {counted(len(result.rows), 'system')} vs {result.baseline}")
+    (folder / REPORT_FILE).write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title}</title></head><body><h1>{title}</h1>'
+                                      f"{result._repr_html_()}<h2>Each dataset's comparison</h2><ul>{''.join(links)}</ul></body></html>\n",
+                                      encoding="utf-8")
 
 
 def _log_benchmark(client, experiment_id: str, result: Benchmark, jobs: dict, outputs: Path, tracking_uri: str) -> None:
@@ -522,7 +529,8 @@ def _log_benchmark(client, experiment_id: str, result: Benchmark, jobs: dict, ou
     client.set_terminated(run.info.run_id, "FINISHED")
     result.logged = f"{run.info.run_id} ({name})"
     base = ui_base(tracking_uri)
-    result.links = {"Run page": f"{base}/{run_page(experiment_id, run.info.run_id)}"}
+    result.links = {"Run page": f"{base}/{run_page(experiment_id, run.info.run_id)}",
+                    "report.html": f"{base}/{run_page(experiment_id, run.info.run_id, REPORT_FILE)}"}
 
 
 def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> tuple[str, str]:

@@ -145,7 +145,7 @@ def test_compare_two_datasets_from_mlflow(tmp_path: Path) -> None:
     logged = [r for r in runs if r.data.tags.get(TAG_BENCHMARK) == "true"]
     assert len(logged) == 1 and "| ndcg@10 | toy | toy2 | average |" in logged[0].data.tags["mlflow.note.content"]
     artifacts = {a.path for a in client.list_artifacts(logged[0].info.run_id)}
-    assert {"benchmark.tex", "benchmark.md", "benchmark.csv", "toy", "toy2"} <= artifacts
+    assert {"benchmark.tex", "benchmark.md", "benchmark.csv", "report.html", "toy", "toy2"} <= artifacts
     system_runs = [r for r in runs if TAG_SYSTEM in r.data.tags and TAG_PARENT in r.data.tags]
     assert len(system_runs) == 4 and {r.data.tags[TAG_DATASET] for r in system_runs} == {"toy", "toy2"}
     jobs = [r.info.run_id for r in runs if TAG_SYSTEM not in r.data.tags and TAG_BENCHMARK not in r.data.tags]

@@ -123,7 +123,9 @@ def test_a_chroma_entry_records_checksums_and_stays_intact_after_chroma_rewrites
 @pytest.mark.parametrize("damage", ["cut", "same size", "no checksums"])
 def test_a_damaged_chroma_entry_is_rebuilt_with_one_warning(toy: Dataset, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
     cache = Cache(tmp_path)
-    first = _approximate(toy, cache).search(toy.queries, 5).scores
+    opened = _approximate(toy, cache)
+    first = opened.search(toy.queries, 5).scores
+    opened.close()  # an open client of the folder would keep serving the old index from Chroma's in-process state
     entry = _chroma_entry(tmp_path)
     (index_file,), database = entry.glob("*/data_level0.bin"), entry / "chroma.sqlite3"
     if damage == "cut":  # the HNSW graph
@@ -139,7 +141,8 @@ def test_a_damaged_chroma_entry_is_rebuilt_with_one_warning(toy: Dataset, tmp_pa
         again = _approximate(toy, cache)
     _one_warning(caplog, entry)
     assert [b.split("/")[0] for b in cache.builds] == ["embeddings", "chroma", "chroma"]
-    assert again.search(toy.queries, 5).scores == first
+    matched = lambda scores: {q: {d: s for d, s in ranked.items() if s > 0} for q, ranked in scores.items()}  # noqa: E731
+    assert matched(again.search(toy.queries, 5).scores) == matched(first)  # documents of similarity 0 tie: HNSW orders them as it was built
 
 
 @pytest.mark.parametrize("where", ["entry", "file"])

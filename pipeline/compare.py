@@ -183,13 +183,14 @@ SECRET_KEY_PART = re.compile(r"(key|token|secret|password|credential)", re.IGNOR
 
 
 def readable_settings(params: dict[str, str]) -> dict[str, str]:
-    """The settings worth a row label: Hydra's escapes removed; config group choices (``reranker=[llm]``),
-    endpoints and paths (URLs, values with ``/``), secrets (keys naming a key, token or password) and
-    long values (over 24 characters) left out."""
+    """The settings worth a row label: Hydra's escapes removed; lists of config group choices
+    (``reranker=[llm]``; a single choice such as ``encoder=minilm`` stays), endpoints and paths (URLs,
+    values with ``/``), secrets (keys naming a key, token or password) and long values (over 24
+    characters) left out."""
     kept = {}
     for key, value in params.items():
         value = HYDRA_ESCAPE.sub(r"\1", value)
-        if "." not in key or SECRET_KEY_PART.search(key.rsplit(".", 1)[-1]) or "/" in value or len(value) > 24 or value.startswith("["):
+        if SECRET_KEY_PART.search(key.rsplit(".", 1)[-1]) or "/" in value or len(value) > 24 or value.startswith("["):
             continue
         kept[key] = value
     return kept
@@ -202,7 +203,7 @@ def _label(systems: list[SystemRun]) -> None:
     for s in systems:
         if counts[s.system] == 1:
             s.label = s.system
-        elif s.params:
+        elif short_settings(s.params):
             s.label = f"{s.system} {short_settings(s.params)}"
         else:
             s.label = s.job_name if s.job_name.split(" ")[0] == s.system else f"{s.system} {s.job_name}"

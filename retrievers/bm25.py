@@ -196,7 +196,7 @@ class BM25Retriever(Retriever):
 
         if self.backend == "lucene":
             boosts = self.fields or {"contents": 1.0}
-            self._fields = [lucene_bm25.load_field(folder / field, boosts[field]) for field in sorted(boosts)]
+            self._fields = [lucene_bm25.load_field(folder / field, boosts[field], len(self._doc_ids)) for field in sorted(boosts)]
             self._id_ranks = np.load(folder / lucene_bm25.ID_RANKS, mmap_mode="r", allow_pickle=False)
             return
         if self.method in OWN_BUILD:
@@ -235,14 +235,18 @@ class BM25Retriever(Retriever):
             for qid, query in zip(qids, track(tokens, f"{self.name}: search", "queries"))
         })
 
-    def _lucene_search(self, queries: dict[str, dict[str, float]], k: int) -> Run:
-        """Top ``k`` per query of weighted terms with the lucene backend (ragtrack.retrievers.bm25_lucene)."""
-        results = {}
-        for qid, weights in queries.items():
-            ids, scores = lucene_bm25.ranked(self._doc_ids, self._id_ranks, *lucene_bm25.document_scores(self._fields, weights, len(self._doc_ids)), k)
-            if self.score_ties == "anserini":
-                scores = lucene_bm25.adjust_ties(scores)
-            results[qid] = {doc: score for doc, score in zip(ids, scores.astype(float).tolist()) if not (self.remove_query and doc == qid)}
+    def _lucene_search(self, queries: dict[str, dict[str, float]], k: int, batch: int = 1024) -> Run:
+        """Top ``k`` per query of weighted terms with the lucene backend (ragtrack.retrievers.bm25_lucene),
+        the scores of a batch of queries computed together."""
+        qids, results = list(queries), {}
+        for start in range(0, len(qids), batch):
+            chunk = qids[start:start + batch]
+            scores = lucene_bm25.document_scores(self._fields, [queries[qid] for qid in chunk])
+            for qid, begin, end in zip(chunk, scores.indptr[:-1].tolist(), scores.indptr[1:].tolist()):
+                ids, found = lucene_bm25.ranked(self._doc_ids, self._id_ranks, scores.indices[begin:end], scores.data[begin:end], k)
+                if self.score_ties == "anserini":
+                    found = lucene_bm25.adjust_ties(found)
+                results[qid] = {doc: value for doc, value in zip(ids, found.astype(float).tolist()) if not (self.remove_query and doc == qid)}
         return Run(self.name, results)
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:

@@ -35,7 +35,8 @@ from ragtrack.core.text import EncodedTexts
 from ragtrack.retrievers.postings import PairCounts, PostingValue, load_rows, save_rows, term_rows
 
 F32 = np.float32
-INDEX_FORMAT = 2  # bump when the saved index changes for the same settings (2: id ranks saved)
+INDEX_FORMAT = 3  # bump when the saved index changes for the same settings (3: boost-1 clause scores saved)
+UNIT_FILE = "unit.npy"  # per posting, the score of a clause of boost 1
 NUM_FREE_VALUES = 24  # SmallFloat: 255 - longToInt4(Integer.MAX_VALUE); lengths below it are exact
 
 
@@ -102,33 +103,63 @@ def adjust_ties(scores: np.ndarray) -> np.ndarray:
 
 @dataclass
 class FieldIndex:
-    """One field's postings: per term row, documents ascending with r = 1 + tf · inv(n) (float32)."""
+    """One field's postings: per term row, documents ascending with r = 1 + tf · inv(n) (``data``)
+    and the score of a clause of boost 1 on it, idf − idf / r (``unit``), both float32."""
 
     boost: float
     vocabulary: dict[str, int]
     idf: np.ndarray  # float32 per term
     data: np.ndarray
+    unit: np.ndarray
     indices: np.ndarray
     indptr: np.ndarray
+    n_docs: int
 
-    def clauses(self, weights: dict[str, float]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Each weighted term's documents and float32 clause scores w − w / r, w = float32(weight ·
-        field boost) · idf (terms the field lacks score nothing)."""
-        documents, scores = [], []
-        for term, weight in weights.items():
-            if (row := self.vocabulary.get(term)) is None:
-                continue
-            boost = F32(weight) if self.boost == 1.0 else F32(weight) * F32(self.boost)
-            w = boost * self.idf[row]
-            begin, end = self.indptr[row], self.indptr[row + 1]
-            documents.append(self.indices[begin:end])
-            scores.append(w - w / self.data[begin:end])
-        return documents, scores
+    def scores(self, queries: list[dict[str, float]]):
+        """Queries × documents (scipy CSR, float64): each query's clause scores in this field summed.
+        A clause of boost 1 (weight · field boost, in float32) reads ``unit``; others score w − w / r
+        with w = boost · idf. Products by 1.0 and float64 sums of float32 values: the same figures as
+        summing clause by clause (a document whose every clause scores exactly 0 is left out)."""
+        from scipy import sparse
+
+        unit_rows, unit_terms, rows, documents, values = [], [], [], [], []
+        for number, weights in enumerate(queries):
+            for term, weight in weights.items():
+                if (row := self.vocabulary.get(term)) is None:
+                    continue
+                boost = F32(weight) if self.boost == 1.0 else F32(weight) * F32(self.boost)
+                if boost == F32(1):
+                    unit_rows.append(number)
+                    unit_terms.append(row)
+                    continue
+                w = boost * self.idf[row]
+                begin, end = self.indptr[row], self.indptr[row + 1]
+                documents.append(self.indices[begin:end])
+                values.append(w - w / self.data[begin:end])
+                rows.append(np.full(end - begin, number, dtype=np.int64))
+        shape = (len(queries), self.n_docs)
+        total = sparse.csr_matrix(shape, dtype=np.float64)
+        if unit_terms:
+            used, column = np.unique(unit_terms, return_inverse=True)
+            pick = sparse.csr_matrix((np.ones(len(unit_terms)), (unit_rows, column)), shape=(len(queries), len(used)))
+            every = sparse.csr_matrix((self.unit, self.indices, self.indptr), shape=(len(self.idf), self.n_docs))
+            total = (pick @ every[used].astype(np.float64)).tocsr()
+        if documents:
+            other = sparse.coo_matrix((np.concatenate(values).astype(np.float64), (np.concatenate(rows), np.concatenate(documents))), shape)
+            total = (total + other.tocsr()).tocsr()
+        return total
+
+
+def term_idf(indptr: np.ndarray, doc_count: int) -> np.ndarray:
+    """idf per term row of a field (df: the entries of its row), float32."""
+    distinct, position = np.unique(np.diff(indptr), return_inverse=True)
+    return np.array([idf(int(d), doc_count) for d in distinct.tolist()], dtype=F32)[position]
 
 
 def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dict:
-    """The postings of one field (``encoded``: its tokens per document) saved in ``folder``; returns
-    its statistics (N, Σ|d|, avgdl), saved beside them as ``stats.json``."""
+    """The postings of one field (``encoded``: its tokens per document) saved in ``folder`` (r as the
+    CSR data, the boost-1 clause scores as ``unit.npy``); returns its statistics (N, Σ|d|, avgdl),
+    saved beside them as ``stats.json``."""
     lengths = encoded.lengths()
     doc_count, total = int(np.count_nonzero(lengths)), int(lengths.sum())
     avgdl = F32(total / doc_count) if doc_count else F32(1)
@@ -139,49 +170,36 @@ def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dic
         return lambda terms, tf, documents: (F32(1) + tf.astype(F32) * norm_inverse[documents]).astype(F32)
 
     terms = encoded.terms
-    save_rows(folder, term_rows(encoded, folder / "pairs", normalized_frequency), terms)
+    rows = term_rows(encoded, folder / "pairs", normalized_frequency)
+    save_rows(folder, rows, terms)
+    weights = np.repeat(term_idf(rows[2], doc_count), np.diff(rows[2]))
+    np.save(folder / UNIT_FILE, (weights - weights / rows[0]).astype(F32), allow_pickle=False)
     stats = {"documents": doc_count, "tokens": total, "avgdl": float(avgdl)}
     (folder / "stats.json").write_text(json.dumps(stats))
     return stats
 
 
-def load_field(folder: Path, boost: float) -> FieldIndex:
+def load_field(folder: Path, boost: float, n_docs: int) -> FieldIndex:
     arrays, terms = load_rows(folder)
     data, indices, indptr = (np.asarray(array) for array in arrays)  # still memory-mapped; slices as plain arrays (cheaper)
+    unit = np.asarray(np.load(folder / UNIT_FILE, mmap_mode="r", allow_pickle=False))
     doc_count = json.loads((folder / "stats.json").read_text())["documents"]
-    df = np.diff(indptr)
-    distinct, position = np.unique(df, return_inverse=True)
-    idf_of_term = np.array([idf(int(d), doc_count) for d in distinct.tolist()], dtype=F32)[position]
-    return FieldIndex(boost, {term: i for i, term in enumerate(terms)}, idf_of_term, data, indices, indptr)
+    return FieldIndex(boost, {term: i for i, term in enumerate(terms)}, term_idf(indptr, doc_count), data, unit, indices, indptr, n_docs)
 
 
-def document_scores(fields: list[FieldIndex], weights: dict[str, float], n_docs: int) -> tuple[np.ndarray, np.ndarray]:
-    """The documents (of ``n_docs``) matching any weighted term in any field, positions ascending, and
-    their float32 scores: the float64 sum of their clause scores, cast to float32; per field first
-    where a field boost is not 1 (module docstring)."""
+def document_scores(fields: list[FieldIndex], queries: list[dict[str, float]]):
+    """Queries × documents (scipy CSR, float32 data): per query the documents matching any weighted
+    term in any field and their scores, the float64 sum of their clause scores cast to float32; per
+    field first where a field boost is not 1 (module docstring)."""
     nested = any(field.boost != 1.0 for field in fields)
-    documents, scores = [], []
+    total = None
     for field in fields:
-        field_documents, field_scores = field.clauses(weights)
-        if nested and field_documents:
-            summed = _summed(field_documents, field_scores, n_docs)
-            field_documents, field_scores = [summed[0]], [summed[1]]
-        documents += field_documents
-        scores += field_scores
-    if not documents:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=F32)
-    return _summed(documents, scores, n_docs)
-
-
-def _summed(documents: list[np.ndarray], scores: list[np.ndarray], n_docs: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per matched document the float64 sum of its ``scores``, as float32: summed into an array of
-    every document where the postings are many (a bincount), else over the distinct ones (a sort)."""
-    every_document, values = np.concatenate(documents), np.concatenate(scores).astype(np.float64)
-    if len(every_document) * 16 >= n_docs:
-        matched = np.flatnonzero(np.bincount(every_document, minlength=n_docs))
-        return matched, np.bincount(every_document, weights=values, minlength=n_docs)[matched].astype(F32)
-    matched, position = np.unique(every_document, return_inverse=True)
-    return matched, np.bincount(position, weights=values, minlength=len(matched)).astype(F32)
+        part = field.scores(queries)
+        if nested:
+            part.data = part.data.astype(F32).astype(np.float64)
+        total = part if total is None else (total + part).tocsr()
+    total.data = total.data.astype(F32)
+    return total
 
 
 ID_RANKS = "id_ranks.npy"  # per document, the rank of its id in string order (saved with the index)

@@ -10,6 +10,8 @@ beyond the BMP is stemmed as its UTF-16 code units too (:func:`stem`), so length
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 STEP3 = {  # second-to-last letter -> (suffix, replacement), tried in order; the first suffix found decides
     "a": (("ational", "ate"), ("tional", "tion")),
     "c": (("enci", "ence"), ("anci", "ance")),
@@ -153,6 +155,7 @@ class _Word:
         return self.b[:self.k + 1]
 
 
+@lru_cache(maxsize=1 << 18)  # queries repeat words: each stemmed once per process (bounded memory)
 def stem(word: str) -> str:
     """``word`` stemmed as Lucene's PorterStemFilter stems a lower-cased token."""
     if len(word) <= 2:

@@ -32,6 +32,8 @@ from ragtrack.pipeline.csv_files import csv_text
 AVERAGE = "average"
 MARKS = {1: "†", -1: "‡"}  # significantly better / worse than the baseline on that dataset
 LATEX_MARKS = {1: r"$^{\dagger}$", -1: r"$^{\ddagger}$"}
+REPRODUCED = {True: "=", False: "≠"}  # with --reference: the published figure reproduced within the tolerance, or not
+LATEX_REPRODUCED = {True: r"$^{=}$", False: r"$^{\neq}$"}
 FORMATS = ("table", "markdown", "latex", "csv", "json")
 
 
@@ -87,6 +89,17 @@ class Benchmark:
             table[dataset] = (np.sign(rows["delta"]).where(significant, 0)).reindex(table.index).fillna(0).astype(int)
         return table
 
+    def reproduced(self, metric: str) -> pd.DataFrame:
+        """Rows × datasets: True / False where the dataset's reference (``--reference``) gives the
+        row's figure and it is reproduced within the tolerance or not; None where none is given."""
+        table = pd.DataFrame(None, index=pd.Index(self.rows, name="system"), columns=list(self.comparisons), dtype=object)
+        for dataset, comparison in self.comparisons.items():
+            if comparison.reference is not None:
+                found = comparison.reference.differences
+                for _, row in found[found["metric"] == metric].iterrows():
+                    table.at[row["system"], dataset] = bool(row["within_tolerance"])
+        return table
+
     def wins_ties_losses(self, metric: str) -> tuple[pd.Series, pd.Series]:
         """``W/T/L`` per row (across datasets; blank for the baseline) and per dataset (across rows)."""
         marks, present = self.marks(metric), self.means(metric).drop(columns=AVERAGE).notna()
@@ -135,10 +148,12 @@ def pooled_tests(comparisons: Mapping[str, Comparison], result: Benchmark, seed:
     return compare_systems(systems, result.metrics, baseline, list(systems[0].per_query.index), seed, resamples).table
 
 
-def _cells(result: Benchmark, metric: str, bold: tuple[str, str], marks: Mapping[int, str]) -> pd.DataFrame:
-    """The table of one metric as text cells: means to 4 decimals with the significance mark, the
-    column's best wrapped in ``bold``, ``W/T/L`` as the last column and row."""
-    means, signs = result.means(metric), result.marks(metric)
+def _cells(result: Benchmark, metric: str, bold: tuple[str, str], marks: Mapping[int, str],
+           reproduced: Mapping[bool, str] = REPRODUCED) -> pd.DataFrame:
+    """The table of one metric as text cells: means to 4 decimals with the significance mark (and the
+    reference's mark, where a reference gives the figure), the column's best wrapped in ``bold``,
+    ``W/T/L`` as the last column and row."""
+    means, signs, checked = result.means(metric), result.marks(metric), result.reproduced(metric)
     cells = pd.DataFrame("", index=means.index, columns=means.columns)
     for column in means.columns:
         best = is_best(means[column].dropna()).reindex(means.index, fill_value=False)
@@ -148,7 +163,11 @@ def _cells(result: Benchmark, metric: str, bold: tuple[str, str], marks: Mapping
                 continue
             text = f"{value:.4f}"
             text = f"{bold[0]}{text}{bold[1]}" if best[row] else text
-            cells.at[row, column] = text + (marks.get(int(signs.at[row, column]), "") if column != AVERAGE else "")
+            if column != AVERAGE:
+                text += marks.get(int(signs.at[row, column]), "")
+                if not pd.isna(checked.at[row, column]):
+                    text += reproduced[bool(checked.at[row, column])]
+            cells.at[row, column] = text
     per_row, per_dataset = result.wins_ties_losses(metric)
     cells["W/T/L"] = per_row
     cells.loc["W/T/L"] = [*per_dataset.reindex(result.comparisons).tolist(), "", ""]
@@ -157,8 +176,11 @@ def _cells(result: Benchmark, metric: str, bold: tuple[str, str], marks: Mapping
 
 def legend(result: Benchmark, latex: bool = False) -> str:
     better, worse = ("dagger", "double dagger") if latex else (MARKS[1], MARKS[-1])
+    checks = [c.reference for c in result.comparisons.values() if c.reference is not None]
+    reference = (f"; {'=' if latex else REPRODUCED[True]} / {'neq' if latex else REPRODUCED[False]}: the reference's figure "
+                 f"reproduced within {checks[0].tolerance} / not") if checks else ""
     return (f"{better} / {worse}: significantly better / worse than {result.baseline} on that dataset (paired randomization test, "
-            f"Holm-corrected within the dataset, p < {ALPHA}); best of each column marked; average: mean of the dataset means; "
+            f"Holm-corrected within the dataset, p < {ALPHA}){reference}; best of each column marked; average: mean of the dataset means; "
             f"W/T/L: datasets (row) or systems (column) significantly better / neither / worse than {result.baseline}")
 
 
@@ -178,7 +200,7 @@ def render_benchmark(result: Benchmark, fmt: str = "table") -> str:
     parts = []
     for metric in result.metrics:
         if fmt == "latex":
-            cells = _cells(result, metric, (r"\textbf{", "}"), LATEX_MARKS)
+            cells = _cells(result, metric, (r"\textbf{", "}"), LATEX_MARKS, LATEX_REPRODUCED)
             header = " & ".join(["System", *(latex_escape(c) for c in cells.columns)]) + r" \\"
             body = [" & ".join([latex_escape(row), *(cell if "\\" in cell else latex_escape(cell) for cell in cells.loc[row])]) + r" \\"
                     for row in cells.index[:-1]]

@@ -159,6 +159,8 @@ def test_compare_two_datasets_from_mlflow(tmp_path: Path) -> None:
                            "-m", "ndcg@10")
     assert checked.returncode == 0, checked.stderr
     assert "published.tsv [toy]" in checked.stdout and "published.tsv [toy2]" in checked.stdout
+    bm25_row = next(line for line in checked.stdout.splitlines() if line.startswith("bm25 "))
+    assert bm25_row.count("≠") == 2 and "reproduced within 0.0005 / not" in checked.stdout  # 0.5 and 0.4 are not toy's figures
 
 
 def test_python_benchmark_of_two_jobs(tmp_path: Path) -> None:

@@ -179,18 +179,20 @@ def short_settings(params: dict[str, str]) -> str:
 
 
 HYDRA_ESCAPE = re.compile(r"\\([\\:=,()\[\]{} '\"])")  # Hydra's override grammar escapes these with a backslash
+LABEL_EXCLUDED = ("run_name",)  # the job's run name labels a row by itself when nothing else differs
 SECRET_KEY_PART = re.compile(r"(key|token|secret|password|credential)", re.IGNORECASE)
 
 
 def readable_settings(params: dict[str, str]) -> dict[str, str]:
     """The settings worth a row label: Hydra's escapes removed; lists of config group choices
-    (``reranker=[llm]``; a single choice such as ``encoder=minilm`` stays), endpoints and paths (URLs,
+    (``reranker=[llm]``; a single choice such as ``encoder=minilm`` stays), ``run_name``, endpoints and paths (URLs,
     values with ``/``), secrets (keys naming a key, token or password) and long values (over 24
     characters) left out."""
     kept = {}
     for key, value in params.items():
         value = HYDRA_ESCAPE.sub(r"\1", value)
-        if SECRET_KEY_PART.search(key.rsplit(".", 1)[-1]) or "/" in value or len(value) > 24 or value.startswith("["):
+        if (key in LABEL_EXCLUDED or SECRET_KEY_PART.search(key.rsplit(".", 1)[-1]) or "/" in value or len(value) > 24
+                or value.startswith("[")):
             continue
         kept[key] = value
     return kept

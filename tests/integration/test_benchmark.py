@@ -103,7 +103,7 @@ def test_average_only_for_rows_on_every_dataset_and_one_baseline() -> None:
 def test_row_labels_are_readable_and_latex_safe() -> None:
     params = {"reranker": "[llm]", "reranker.llm.model": "lex", "reranker.llm.base_url": r"http\://127.0.0.1\:8011/v1",
               "reranker.llm.api_key_env": "OPENAI_API_KEY", "reranker.llm.depth": "10", "fusion.rrf.k": "30", "paths.cache_dir": "/tmp/x",
-              "normalization": "none", "encoder": "minilm"}
+              "normalization": "none", "encoder": "minilm", "run_name": "documents"}
     assert readable_settings(params) == {"reranker.llm.model": "lex", "reranker.llm.depth": "10", "fusion.rrf.k": "30", "normalization": "none",
                                          "encoder": "minilm"}
     assert short_settings(params) == "model=lex depth=10 k=30 normalization=none encoder=minilm"

@@ -294,15 +294,15 @@ def benchmark(jobs: Sequence[ExperimentResult], metrics: Sequence[str] | None = 
 
     if not jobs or not all(isinstance(job, ExperimentResult) for job in jobs):
         raise TypeError("benchmark: jobs must be a non-empty list of run_experiment results")
-    metrics = metric_names(metrics) or list(DEFAULT_METRICS)
+    metrics, labels = metric_names(metrics) or list(DEFAULT_METRICS), labels or {}
     groups: dict[str, list] = {}
     for job in jobs:
         for system, frame in job.per_query.groupby("system", sort=False):
-            label = (labels or {}).get(system, system)
             per_query = frame.drop(columns="system").set_index("qid")
-            groups.setdefault(job.dataset, []).append(SystemRun(system, job.run_id or "", job.dataset, job.run_id or "", 0, per_query, label=label))
-    comparisons = {dataset: compare_systems(systems, metrics, find_baseline(systems, baseline if baseline is None else (labels or {}).get(baseline, baseline)),
-                                            None, seed, resamples) for dataset, systems in groups.items()}
+            groups.setdefault(job.dataset, []).append(SystemRun(system, job.run_id or "", job.dataset, job.run_id or "", 0, per_query,
+                                                                label=labels.get(system, system)))
+    comparisons = {dataset: compare_systems(systems, metrics, find_baseline(systems, baseline), None, seed, resamples)
+                   for dataset, systems in groups.items()}
     return build(comparisons, pooled, seed, resamples)
 
 

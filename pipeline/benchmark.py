@@ -16,7 +16,7 @@ dataset; the mean weighs every query alike), Holm-corrected across the rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np

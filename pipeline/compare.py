@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import html
 import logging
-import math
 import os
 import re
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -49,7 +47,7 @@ from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset
-from ragtrack.pipeline.tracking import reading_client, run_and_job, ui_base
+from ragtrack.pipeline.tracking import log_figures, reading_client, run_and_job, ui_base
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMNS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS,
                                       TAG_BENCHMARK, TAG_COMPARISON, TAG_DATASET, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
@@ -205,8 +203,8 @@ def _label(systems: list[SystemRun]) -> None:
     for s in systems:
         if counts[s.system] == 1:
             s.label = s.system
-        elif short_settings(s.params):
-            s.label = f"{s.system} {short_settings(s.params)}"
+        elif settings := short_settings(s.params):
+            s.label = f"{s.system} {settings}"
         else:
             s.label = s.job_name if s.job_name.split(" ")[0] == s.system else f"{s.system} {s.job_name}"
     labels = pd.Series([s.label for s in systems])
@@ -338,13 +336,15 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
         jobs, scope = jobs_by_id(client, runs), f"the jobs of runs {', '.join(r[:8] for r in runs)}"
     else:
         jobs, scope = select_jobs(every_run, sweep, shown_names)
-        if sweep and not names:  # found in every experiment: named by the experiments that hold it
-            found = [e for e in found if e.experiment_id in {job.info.experiment_id for job in jobs.values()}]
+        if sweep and not names:  # found in every experiment: the scope names the experiments that hold it, and their sweeps
+            holding = {job.info.experiment_id for job in jobs.values()}
+            found = [e for e in found if e.experiment_id in holding]
             shown_names = ", ".join(e.name for e in found)
-            jobs, scope = select_jobs([r for r in every_run if r.info.experiment_id in {e.experiment_id for e in found}], sweep, shown_names)
+            jobs, scope = select_jobs([r for r in every_run if r.info.experiment_id in holding], sweep, shown_names)
     if not jobs:
         raise RagtrackError(f"experiment {shown_names} has no finished runs")
     groups = by_dataset(jobs)
+    experiment_id = found[0].experiment_id if found else next(iter(jobs.values())).info.experiment_id  # where a comparison run is logged
     with tempfile.TemporaryDirectory(prefix="ragtrack-compare-") as scratch:
         folder = Path(scratch)
         if reference:  # an MLflow run id, found before the rows are read (its runs are downloaded when measured)
@@ -363,8 +363,7 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
             outputs = folder / "comparison"
             write_benchmark(result, outputs)
             if log_to_mlflow:
-                _log_benchmark(client, found[0].experiment_id if found else next(iter(jobs.values())).info.experiment_id, result, jobs, outputs,
-                               tracking_uri)
+                _log_benchmark(client, experiment_id, result, jobs, outputs, tracking_uri)
             return result, text
         only = next(iter(compared.values()))
         comparison = only.comparison
@@ -378,7 +377,6 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
         if plot_file:  # the format of its suffix; plot() makes a missing folder
             plot(comparison, Path(plot_file), title)
         if log_to_mlflow:
-            experiment_id = found[0].experiment_id if found else next(iter(jobs.values())).info.experiment_id
             run_id, name = _log_comparison(client, experiment_id, comparison, jobs, sweep, outputs)
             comparison.logged = f"{run_id} ({name})"
             base = ui_base(tracking_uri)
@@ -519,14 +517,8 @@ def _log_benchmark(client, experiment_id: str, result: Benchmark, jobs: dict, ou
     client.log_param(run.info.run_id, "baseline", result.baseline)
     client.log_param(run.info.run_id, "metrics", ",".join(result.metrics))
     client.log_param(run.info.run_id, "datasets", ",".join(result.comparisons)[:500])
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    figures = [Metric(f"{key_part(row)}/{key_part(dataset)}/{metric_key(metric)}", float(value), now, 0)
-               for metric in result.metrics for row, values in result.means(metric).iterrows() for dataset, value in values.items()
-               if not pd.isna(value)]
-    for start in range(0, len(figures), 1000):  # MLflow's limit per batch
-        client.log_batch(run.info.run_id, metrics=figures[start:start + 1000])
+    log_figures(client, run.info.run_id, {f"{key_part(row)}/{key_part(dataset)}/{metric_key(metric)}": value for metric in result.metrics
+                                          for row, values in result.means(metric).iterrows() for dataset, value in values.items()})
     client.log_artifacts(run.info.run_id, str(outputs))
     client.set_tag(run.info.run_id, TAG_NOTE, render_benchmark(result, "markdown"))
     client.set_terminated(run.info.run_id, "FINISHED")
@@ -576,9 +568,4 @@ def _log_reference(client, run_id: str, check) -> None:
     for _, row in check.rankings.iterrows():
         for measure in ("kendall_tau", "rbo"):
             figures[f"{key_part(row['system'])}/{reference_key(measure)}"] = float(row[measure])
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    logged = [Metric(key, value, now, 0) for key, value in figures.items() if math.isfinite(value)]
-    for start in range(0, len(logged), 1000):  # MLflow's limit per batch
-        client.log_batch(run_id, metrics=logged[start:start + 1000])
+    log_figures(client, run_id, figures)

@@ -117,13 +117,12 @@ def read_reference(source: str) -> Reference | None:
     suffix = path.suffix.lower()
     if suffix == ".json":
         return read_job(path, source)
-    if suffix in TABLE_DELIMITERS:
-        tables = read_dataset_tables(path)
-        if tables and None not in tables:
-            return Reference(source, "table", {}, datasets={d: Reference(f"{source} [{d}]", "table", *table) for d, table in tables.items()})
     if suffix in TABLE_DELIMITERS or suffix in YAML_SUFFIXES:
-        values, lines = read_table(path)
-        return Reference(source, "table", values, lines=lines)
+        tables = read_table(path)
+        if None in tables:
+            values, lines = tables[None]
+            return Reference(source, "table", values, lines=lines)
+        return Reference(source, "table", {}, datasets={d: Reference(f"{source} [{d}]", "table", *table) for d, table in tables.items()})
     raise InputError(path, "not a reference: give a table (.csv, .tsv, .yaml), a job's results.json or output folder, or an MLflow run id")
 
 
@@ -219,25 +218,19 @@ def by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {name: rows.drop(columns="system").set_index("qid") for name, rows in per_query.groupby("system", sort=False)}
 
 
-def read_table(path: Path) -> tuple[dict[str, dict[str, float]], dict[tuple[str, str], int]]:
-    """A published table of means: system -> metric -> value (module docstring), and the line of each
-    figure, keyed by (system, metric in lower case)."""
+def read_table(path: Path) -> dict[str | None, tuple[dict[str, dict[str, float]], dict[tuple[str, str], int]]]:
+    """A published table of means (module docstring), per dataset (a CSV/TSV ``dataset`` column, names
+    made canonical) or under None for a table without one: system -> metric -> value, and the line of
+    each figure, keyed by (system, metric in lower case)."""
     if path.suffix.lower() in YAML_SUFFIXES:
-        values, lines = _read_yaml_table(path)
+        tables = {None: _read_yaml_table(path)}
     else:
-        values, lines = read_dataset_tables(path).get(None, ({}, {}))
-    if not values:
+        tables = {}
+        for dataset, line, system, metric, value in _delimited_rows(path):
+            values, first = tables.setdefault(None if dataset is None else canonical_dataset(dataset), ({}, {}))
+            _add(values, first, path, line, system, metric, value)
+    if not any(values for values, _ in tables.values()):
         raise InputError(path, "no figures: a table has a header naming system, metric, value and a row per figure")
-    return values, lines
-
-
-def read_dataset_tables(path: Path) -> dict[str | None, tuple[dict[str, dict[str, float]], dict[tuple[str, str], int]]]:
-    """A CSV/TSV table per dataset (its ``dataset`` column, names made canonical), or under None for a
-    table without that column: each as :func:`read_table` returns it."""
-    tables = {}
-    for dataset, line, system, metric, value in _delimited_rows(path):
-        values, first = tables.setdefault(None if dataset is None else canonical_dataset(dataset), ({}, {}))
-        _add(values, first, path, line, system, metric, value)
     return tables
 
 

@@ -19,8 +19,10 @@ import functools
 import json
 import importlib
 import logging
+import math
 import os
 import sqlite3
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -262,6 +264,17 @@ def run_and_job(client, run_id: str, missing: str) -> tuple:
         raise RagtrackError(missing) from None
     parent = run.data.tags.get(TAG_PARENT)
     return run, client.get_run(parent) if parent else run
+
+
+def log_figures(client, run_id: str, figures: dict[str, float]) -> None:
+    """The finite ``figures`` as metrics of ``run_id`` (step 0, timestamped now), in batches within
+    MLflow's limit: the figures ``ragtrack compare`` logs on its comparison and benchmark runs."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    logged = [Metric(key, float(value), now, 0) for key, value in figures.items() if math.isfinite(value)]
+    for start in range(0, len(logged), BATCH_ENTRIES):
+        client.log_batch(run_id, metrics=logged[start:start + BATCH_ENTRIES])
 
 
 @functools.lru_cache(maxsize=8)

@@ -25,16 +25,12 @@ depends on hash seeds; ties at the cut go by ``top_documents``'s rule.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from importlib.metadata import version
-from pathlib import Path
 from typing import Literal
 
 from pydantic import field_validator, model_validator
@@ -49,7 +45,7 @@ from ragtrack.core.runs import Run
 from ragtrack.core.text import EncodedTexts, Tokenizer
 from ragtrack.core.words import counted
 from ragtrack.retrievers.base import Retriever, top_documents
-from ragtrack.retrievers.postings import PairCounts, PostingValue, load_rows, save_rows, term_rows
+from ragtrack.retrievers.postings import PairCounts, PostingValue, by_document_frequency, load_rows, save_rows, term_rows
 from ragtrack.core.settings import Flag, Fraction, NonNegative, Positive, TokenizerSettings, validated
 from ragtrack.retrievers import bm25_lucene as lucene_bm25
 from ragtrack.retrievers.base import RetrieverSettings
@@ -151,8 +147,7 @@ class BM25Retriever(Retriever):
                 return
             encoded = self.tokenizer.encode(corpus.full_texts())
             if self.method in OWN_BUILD:
-                terms = encoded.terms
-                save_rows(folder, term_rows(encoded, folder / "pairs", self._bm25s_values), terms)
+                save_rows(folder, term_rows(encoded, folder / "pairs", self._bm25s_values), encoded.terms)
             else:
                 self._bm25s_build(encoded, len(corpus)).save(str(folder), allow_pickle=False)
 
@@ -177,8 +172,7 @@ class BM25Retriever(Retriever):
         n_docs = len(lengths)
         norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
         idf_of = OWN_BUILD[self.method]
-        distinct, position = np.unique(counts.df, return_inverse=True)
-        idf = np.array([idf_of(int(d), n_docs) for d in distinct.tolist()], dtype=np.float32)[position]
+        idf = by_document_frequency(counts.df, lambda df: idf_of(df, n_docs))
         return lambda terms, tf, documents: (idf[terms].astype(np.float64) * (tf / (norms[documents] + tf))).astype(np.float32)
 
     def _bm25s_build(self, encoded: EncodedTexts, n_docs: int):

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ragtrack.core.text import EncodedTexts
-from ragtrack.retrievers.postings import PairCounts, PostingValue, load_rows, save_rows, term_rows
+from ragtrack.retrievers.postings import PairCounts, PostingValue, by_document_frequency, load_rows, save_rows, term_rows
 
 F32 = np.float32
 INDEX_FORMAT = 3  # bump when the saved index changes for the same settings (3: boost-1 clause scores saved)
@@ -104,13 +104,14 @@ def adjust_ties(scores: np.ndarray) -> np.ndarray:
 @dataclass
 class FieldIndex:
     """One field's postings: per term row, documents ascending with r = 1 + tf · inv(n) (``data``)
-    and the score of a clause of boost 1 on it, idf − idf / r (``unit``), both float32."""
+    and, as a terms × documents matrix, the score of a clause of boost 1 on it, idf − idf / r
+    (``unit``), both float32."""
 
     boost: float
     vocabulary: dict[str, int]
     idf: np.ndarray  # float32 per term
     data: np.ndarray
-    unit: np.ndarray
+    unit: object  # scipy CSR, terms × documents, over the same indices and indptr
     indices: np.ndarray
     indptr: np.ndarray
     n_docs: int
@@ -142,8 +143,7 @@ class FieldIndex:
         if unit_terms:
             used, column = np.unique(unit_terms, return_inverse=True)
             pick = sparse.csr_matrix((np.ones(len(unit_terms)), (unit_rows, column)), shape=(len(queries), len(used)))
-            every = sparse.csr_matrix((self.unit, self.indices, self.indptr), shape=(len(self.idf), self.n_docs))
-            total = (pick @ every[used].astype(np.float64)).tocsr()
+            total = (pick @ self.unit[used].astype(np.float64)).tocsr()
         if documents:
             other = sparse.coo_matrix((np.concatenate(values).astype(np.float64), (np.concatenate(rows), np.concatenate(documents))), shape)
             total = (total + other.tocsr()).tocsr()
@@ -152,8 +152,7 @@ class FieldIndex:
 
 def term_idf(indptr: np.ndarray, doc_count: int) -> np.ndarray:
     """idf per term row of a field (df: the entries of its row), float32."""
-    distinct, position = np.unique(np.diff(indptr), return_inverse=True)
-    return np.array([idf(int(d), doc_count) for d in distinct.tolist()], dtype=F32)[position]
+    return by_document_frequency(np.diff(indptr), lambda df: idf(df, doc_count))
 
 
 def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dict:
@@ -180,9 +179,11 @@ def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dic
 
 
 def load_field(folder: Path, boost: float, n_docs: int) -> FieldIndex:
+    from scipy import sparse
+
     arrays, terms = load_rows(folder)
     data, indices, indptr = (np.asarray(array) for array in arrays)  # still memory-mapped; slices as plain arrays (cheaper)
-    unit = np.asarray(np.load(folder / UNIT_FILE, mmap_mode="r", allow_pickle=False))
+    unit = sparse.csr_matrix((np.load(folder / UNIT_FILE, mmap_mode="r", allow_pickle=False), indices, indptr), shape=(len(terms), n_docs))
     doc_count = json.loads((folder / "stats.json").read_text())["documents"]
     return FieldIndex(boost, {term: i for i, term in enumerate(terms)}, term_idf(indptr, doc_count), data, unit, indices, indptr, n_docs)
 

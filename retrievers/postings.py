@@ -102,6 +102,12 @@ def fill_rows(counts: PairCounts, value_of: PostingValue) -> tuple[np.ndarray, n
     return values, documents, indptr.astype(np.int32) if indptr[-1] <= np.iinfo(np.int32).max else indptr  # scipy's index type
 
 
+def by_document_frequency(df: np.ndarray, value_of: Callable[[int], float]) -> np.ndarray:
+    """``value_of(df)`` per term as float32, computed once per distinct df (idf of a term row)."""
+    distinct, position = np.unique(df, return_inverse=True)
+    return np.array([value_of(int(d)) for d in distinct.tolist()], dtype=np.float32)[position]
+
+
 def save_rows(folder: Path, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], terms: list[str]) -> None:
     """The CSR arrays as ``.npy`` files and the row terms as ``terms.json`` in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)

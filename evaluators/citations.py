@@ -38,7 +38,6 @@ citations and support, both scores, the error) in the system's output folder.
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +47,8 @@ import pandas as pd
 from pydantic import Field, Strict, ValidationInfo, field_validator
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import CITATION_MARKER, NOT_SENT, ChatClient, check_template, is_abstention, retrieved_passages, without_citations
+from ragtrack.core.llm import (CITATION_MARKER, NOT_SENT, ChatClient, check_template, is_abstention, json_objects, last_match, retrieved_passages,
+                               without_citations)
 from ragtrack.core.settings import ChatSettings, Count, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.faithfulness import covered, tokens
@@ -137,21 +137,16 @@ _VERDICT = re.compile(r"\b(?:supported|support|answer|verdict|label)\b[*_\s]*[:=
 
 
 def parse_support(reply: str) -> bool:
-    """A yes/no verdict: JSON ``{"supported": true}`` (or ``"yes"``), a line ``Supported: no``, or a
-    reply starting with yes / no (true, false, supported, not supported); ``ValueError`` otherwise."""
+    """A yes/no verdict: the last JSON ``{"supported": true}`` (or ``"yes"``), else the last line
+    ``Supported: no``, else a reply starting with yes / no (true, false, supported, not supported); ``ValueError`` otherwise."""
     text = reply.strip()
-    for candidate in re.findall(r"\{.*?\}", text, re.DOTALL):
-        try:
-            found = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(found, dict):
-            value = next((v for k, v in found.items() if str(k).lower() in ("supported", "support", "answer", "verdict", "label")), None)
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and _word(value) in _YES | _NO:
-                return _word(value) in _YES
-    line = _VERDICT.search(text)
+    for found in reversed(json_objects(text)):  # the last: its own verdict, after any it quotes
+        value = next((v for k, v in found.items() if str(k).lower() in ("supported", "support", "answer", "verdict", "label")), None)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and _word(value) in _YES | _NO:
+            return _word(value) in _YES
+    line = last_match(_VERDICT, text)
     first = _word(line.group(1) if line else text)
     if first == "not" and re.match(r"\W*not\s+support", text, re.IGNORECASE):
         return False
@@ -284,7 +279,7 @@ class CitationEvaluator(Evaluator):
                 for numbers, text in sorted(checks):
                     found[qid][(numbers, text)] = covered(tokens(text), tokens(shown(qid, numbers, False))) >= self.support_threshold
             return found, {}
-        asked = {f"{qid}\t{i}": (qid, check) for qid, checks in pending.items() for i, check in enumerate(sorted(checks))}
+        asked = {(qid, i): (qid, check) for qid, checks in pending.items() for i, check in enumerate(sorted(checks))}
         prompts = {key: self.prompt.format(question=questions.get(qid, ""), passages=shown(qid, check[0], True), statement=check[1])
                    for key, (qid, check) in asked.items()}
         replies, failures = self.client.complete_all(prompts, label=f"citations {system}")

@@ -13,8 +13,9 @@ Arena", NeurIPS 2023, and the RAGAS faithfulness idea (Es et al., 2023).
 
 Replies are parsed leniently: a JSON object (also inside a code fence or surrounding prose) with one
 number per criterion and an optional ``rationale``; otherwise text lines such as ``Correctness: 4`` or
-``faithfulness = 5/5``; a bare ``Score: 4`` is accepted when only one criterion is asked. A score must
-be a number on the rubric's scale. Queries whose request or reply fails (and queries without an answer) are left
+``faithfulness = 5/5``; a bare ``Score: 4`` is accepted when only one criterion is asked. Where a reply
+states a score more than once (it quotes the answer's own ``Correctness: 5`` before its verdict), the last
+one is the judge's. A score must be a number on the rubric's scale. Queries whose request or reply fails (and queries without an answer) are left
 out of the means and reported: a warning with the count and the first error, and ``judge.jsonl`` (per query: scores,
 rationale, error) in the system's output folder, which is logged to MLflow with the system's run.
 ``human_labels`` (a file of people's labels, ``evaluators.human_labels``) adds the judge's agreement with
@@ -39,7 +40,7 @@ from pydantic import Field
 
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.llm import ChatClient, check_template, numbered_passages, retrieved_passages
+from ragtrack.core.llm import ChatClient, check_template, json_objects, last_match, numbered_passages, retrieved_passages
 from ragtrack.core.files import json_text, read_yaml, write_atomically
 from ragtrack.core.settings import ChatSettings, Count, InputPath, NameOrPath, Text
 from ragtrack.evaluators.base import EvaluatorSettings
@@ -130,8 +131,6 @@ def reply_format(rubrics: Sequence[Rubric]) -> str:
     return f'{{{scores}, "rationale": "<one sentence>"}}'
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 _RATIONALE_KEYS = ("rationale", "reason", "reasoning", "explanation", "justification")
 
 
@@ -146,14 +145,13 @@ def _score(value: object, criterion: str, bounds: tuple[int, int] = (1, 5)) -> f
     return score
 
 
-def _json_object(reply: str) -> dict | None:
-    for candidate in [*_FENCE.findall(reply), reply, *_OBJECT.findall(reply)]:
-        try:
-            parsed = json.loads(candidate.strip())
-        except ValueError:
-            continue
-        if isinstance(parsed, dict):
-            return {str(k).strip().lower(): v for k, v in parsed.items()}
+def _json_object(reply: str, criteria: Sequence[str]) -> dict | None:
+    """The last JSON object of the reply that names a criterion (or holds ``scores`` or ``score``), keys
+    lower-cased: the judge's own verdict, after any it quotes."""
+    for found in reversed(json_objects(reply)):
+        lowered = {str(k).strip().lower(): v for k, v in found.items()}
+        if lowered.keys() & {*criteria, "scores", "score"}:
+            return lowered
     return None
 
 
@@ -161,7 +159,7 @@ def parse_judgement(reply: str, criteria: Sequence[str], bounds: dict[str, tuple
     """Scores by criterion and the rationale from a judge's reply; ``bounds``: each criterion's scale
     (default 1-5); ``ValueError`` says what is wrong."""
     bounds = {c: (bounds or {}).get(c, (1, 5)) for c in criteria}
-    found = _json_object(reply)
+    found = _json_object(reply, criteria)
     if found is not None:
         nested = found.get("scores")
         scores_source = {str(k).lower(): v for k, v in nested.items()} if isinstance(nested, dict) else found
@@ -175,7 +173,7 @@ def parse_judgement(reply: str, criteria: Sequence[str], bounds: dict[str, tuple
     scores = {}
     for criterion in criteria:
         labels = f"{criterion}|score" if len(criteria) == 1 else criterion
-        match = re.search(rf"\b(?:{labels})\b[*_\s]*(?:score)?[*_\s]*[:=\-]\s*[*_]*\s*([^\s*_,;]+)", reply, re.IGNORECASE)
+        match = last_match(re.compile(rf"\b(?:{labels})\b[*_\s]*(?:score)?[*_\s]*[:=\-]\s*[*_]*\s*([^\s*_,;]+)", re.IGNORECASE), reply)
         if match is None:
             raise ValueError(f"no {criterion} score in the reply {' '.join(reply.split())[:80]!r}")
         scores[criterion] = _score(match.group(1).rstrip("."), criterion, bounds[criterion])

@@ -2,7 +2,7 @@
 al., "Initial Nugget Evaluation Results for the TREC 2024 RAG Track with the AutoNuggetizer Framework",
 arXiv:2411.09607, 2024).
 
-1. **Create.** For each query, the texts (title and text) of its relevant documents - qrels grade
+1. **Create.** For each query with a generated answer (a query no system answered sends nothing), the texts (title and text) of its relevant documents - qrels grade
    ≥ ``relevance_threshold``, best grade first then by id, at most ``max_passages``, each cut to
    ``max_words`` words - go to the chat model ``passages_per_request`` at a time; each request updates
    the nugget list so far (at most ``max_nuggets`` short facts, the most important first), as the
@@ -225,7 +225,8 @@ class NuggetEvaluator(Evaluator):
         if self.nuggets_file:
             self._use_given(data)
         else:
-            self._create(data, [qid for qid in qids if qid not in self.nuggets and qid not in self.creation_errors])
+            with_answer = [qid for qid in qids if data.generated.get(qid, "").strip()]  # no answer, nothing to score: no nuggets asked for
+            self._create(data, [qid for qid in with_answer if qid not in self.nuggets and qid not in self.creation_errors])
         records = {qid: {"qid": qid, "nuggets": [], **{m: None for m in self.metrics}, "error": ""} for qid in qids}
         for qid in qids:
             nuggets = self.nuggets.get(qid, [])
@@ -324,7 +325,7 @@ class NuggetEvaluator(Evaluator):
             for start in range(0, len(texts), self.nuggets_per_request):
                 window = texts[start:start + self.nuggets_per_request]
                 fields = {"question": questions[qid], "nuggets": json.dumps(window, ensure_ascii=False), "count": len(window)}
-                asked[f"{qid}\t{start}"] = (qid, len(window), template.format(**fields, **({"answer": answers[qid]} if answers else {})))
+                asked[qid, start] = (qid, len(window), template.format(**fields, **({"answer": answers[qid]} if answers else {})))
         replies, failures = self.client.complete_all({key: prompt for key, (_, _, prompt) in asked.items()}, label=label) if asked else ({}, {})
         labels: dict[str, list[str]] = {qid: [] for qid in nuggets}
 

@@ -35,7 +35,7 @@ from pydantic import Field
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_text, write_atomically
-from ragtrack.core.llm import ChatClient, check_template
+from ragtrack.core.llm import ChatClient, check_template, json_objects, last_match
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.evaluators.judge import load_rubric
 from ragtrack.core.settings import ChatSettings, InputPath, SystemName, Text
@@ -51,21 +51,15 @@ _BRACKETED = re.compile(r"\[\[\s*(A|B|tie|C)\s*\]\]", re.IGNORECASE)
 
 
 def parse_verdict(reply: str) -> str:
-    """``"A"``, ``"B"`` or ``"tie"`` from a judge's reply: JSON ``{"winner": ...}``, ``[[A]]``, a line
-    ``Winner: B``, or the bare word; ``ValueError`` otherwise."""
+    """``"A"``, ``"B"`` or ``"tie"`` from a judge's reply: the last JSON ``{"winner": ...}``, else the last
+    ``[[A]]``, else the last line ``Winner: B``, else the bare word; ``ValueError`` otherwise."""
     text = reply.strip()
-    candidates = re.findall(r"\{.*?\}", text, re.DOTALL)
-    for candidate in candidates:
-        try:
-            found = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(found, dict):
-            value = next((v for k, v in found.items() if str(k).lower() in ("winner", "verdict", "better")), None)
-            if isinstance(value, str) and value.strip().lower() in _VERDICT_WORDS:
-                return _VERDICT_WORDS[value.strip().lower()]
+    for found in reversed(json_objects(text)):  # the last: its own verdict, after any it quotes
+        value = next((v for k, v in found.items() if str(k).lower() in ("winner", "verdict", "better")), None)
+        if isinstance(value, str) and value.strip().lower() in _VERDICT_WORDS:
+            return _VERDICT_WORDS[value.strip().lower()]
     for pattern in (_BRACKETED, _VERDICT_LINE):
-        match = pattern.search(text)
+        match = last_match(pattern, text)
         if match:
             word = match.group(1).lower()
             return "tie" if word == "c" else _VERDICT_WORDS[word]

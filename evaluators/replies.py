@@ -39,10 +39,11 @@ def string_list(reply: str) -> list[str]:
     raise ValueError(f"no list of strings in the reply {' '.join(text.split())[:80]!r}")
 
 
-def read_replies(asked: Mapping[str, tuple], replies: Mapping[str, str], failures: Mapping[str, str],
+def read_replies(asked: Mapping[tuple, tuple], replies: Mapping[tuple, str], failures: Mapping[tuple, str],
                  accept: Callable[[tuple, str], None]) -> dict[str, str]:
-    """Hand each reply to ``accept(item, reply)`` in the order of ``asked`` (request key -> item whose
-    first element is the query id); returns errors by query id: a query's first failed request, or
+    """Hand each reply to ``accept(item, reply)`` in the order of ``asked`` (request key: a tuple whose
+    first element is the query id, so that its tokens count for that query -> item whose first element
+    is the query id); returns errors by query id: a query's first failed request, or
     ``unparseable reply: ...`` when ``accept`` raises ``ValueError``; its later replies are skipped."""
     errors: dict[str, str] = {}
     for key, item in asked.items():

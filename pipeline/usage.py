@@ -92,14 +92,17 @@ class Meter:
                 bound: Callable[[str], bool] | None = None) -> int:
         """File the calls recorded by the chat clients of ``components`` since the last take under
         ``system`` and ``stage``; ``chain``: the calls made the system's run (they count for the systems
-        made from it too); ``bound(qid)``: the planned calls of that query are upper bounds. Returns
-        how many calls were filed."""
+        made from it too); ``bound(qid)``: that query's prompts are guesses (built from a stand-in), so each
+        of its calls is an upper bound, and a reply cache hit counts to send (the real prompt may differ).
+        Returns how many calls were filed."""
         taken = 0
         for component in components:
             for client in chat_clients(component):
                 for call in client.take_calls():
                     qid = query_of(call.prompt_id)
-                    self._add(system, stage, qid, chain, call.cached, call.planned, call.planned and bool(bound and bound(qid)),
+                    guessed = bool(bound and bound(qid))
+                    hit = call.cached and not call.planned  # a reply from the cache (not a prompt the dry run counted already)
+                    self._add(system, stage, qid, chain, call.cached and not (guessed and hit), call.planned or guessed, guessed,
                               call.prompt_tokens, call.completion_tokens, client, call.seconds)
                     taken += 1
         return taken

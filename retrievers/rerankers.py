@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import model_validator
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import ChatClient, chat_clients, check_template, numbered_passages
+from ragtrack.core.llm import ChatClient, chat_clients, check_template, json_objects, last_match, numbered_passages
 from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_loading
 from ragtrack.core.pairs import Pair, PairScores
 from ragtrack.core.progress import Progress
@@ -258,10 +258,25 @@ def parse_permutation(reply: str, count: int) -> list[int] | None:
     return [*chosen, *(position for position in range(count) if position not in chosen)] if chosen else None
 
 
+_SCALE = re.compile(r"\(\s*\d+\s*(?:-|–|to)\s*\d+\s*\)|\d+\s*(?:-|–|to)\s*\d+|(?:/|\bout of|\bof)\s*\d+", re.IGNORECASE)
+_GRADE = re.compile(r"(?<![\d.])([0-3])(?!\.?\d)")
+_LABELLED_GRADE = re.compile(r"\b(?:grade|score|relevance|rating)\b[*_\s]*[:=]\s*[*_\"']*\s*([0-3])(?!\.?\d)", re.IGNORECASE)
+
+
 def parse_grade(reply: str) -> int | None:
-    """The first stand-alone digit 0-3 of a reply (``2``, ``Grade: 3.``), else ``None``."""
-    match = re.search(r"(?<![\d.])([0-3])(?!\.?\d)", reply)
-    return int(match.group(1)) if match else None
+    """The model's grade 0-3: JSON ``{"grade": 2}``, else the last labelled one (``Grade (0-3): 3``,
+    ``Relevance: 2``), else the stand-alone digit 0-3 of the reply (``2``, ``3.``) once scales such as
+    ``0-3`` and ``/3`` are set aside; ``None`` when there is none or several that disagree."""
+    for found in reversed(json_objects(reply)):
+        value = next((v for k, v in found.items() if str(k).lower() in ("grade", "score", "relevance")), None)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3:
+            return value
+    text = _SCALE.sub(" ", reply)
+    labelled = last_match(_LABELLED_GRADE, text)
+    if labelled:
+        return int(labelled.group(1))
+    grades = set(_GRADE.findall(text))
+    return int(grades.pop()) if len(grades) == 1 else None
 
 
 def in_order(documents: list[str]) -> dict[str, float]:

@@ -241,7 +241,8 @@ class ChatServer(LocalServer):
     """An OpenAI-style ``POST /v1/chat/completions`` server whose behaviour is chosen by a tag in the
     prompt: [429] and [500] fail once, [slow] sleeps past the client's time-out once, [garbage] always
     answers malformed JSON, [down] always answers 500, [401] refuses, [nonnumeric] gives a judge reply
-    without numbers, [nousage] gets a reply without ``usage`` (others: :func:`server_usage`, kept in
+    without numbers, [nousage] gets a reply without ``usage``, [surrogate] one whose text holds a lone
+    surrogate, [hugeusage] one whose ``usage.prompt_tokens`` is 10**20 (others: :func:`server_usage`, kept in
     ``requests`` beside the request's path, auth and body); prompts
     mentioning "ATP" (a toy question) always get 500 (unless ``atp_fails`` is false). Judge prompts (they
     contain "GOLD ANSWERS") get JSON scores, reranker prompts (they contain "Search query:") a grade or
@@ -280,10 +281,12 @@ class ChatServer(LocalServer):
             content = "Correctness: excellent, Faithfulness: good" if "[nonnumeric]" in prompt else \
                 '```json\n{"correctness": 4, "faithfulness": 5, "relevance": "3", "rationale": "close"}\n```'
         else:
-            content = f"answer to {prompt.splitlines()[0]}"
+            content = f"answer to {prompt.splitlines()[0]}" + (" \ud83d" if "[surrogate]" in prompt else "")
         reply = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
         if "[nousage]" not in prompt:
             reply["usage"] = seen["usage"] = server_usage(request["messages"], content)
+        if "[hugeusage]" in prompt:
+            reply["usage"]["prompt_tokens"] = 10**20
         self.send(handler, 200, json.dumps(reply).encode())
 
 

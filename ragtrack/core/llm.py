@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +84,28 @@ class ChatCall:
         return cls(**record | {"prompt_id": tuple(prompt_id) if isinstance(prompt_id, list) else prompt_id})
 
 
+MAX_USAGE = 10**9  # the most tokens a usage figure may count: no one request spends more
+
+
 def _usage(payload: Any) -> tuple[int | None, int | None]:
     """``usage.prompt_tokens`` and ``usage.completion_tokens`` of a reply (or a cache entry); ``None``
-    for each that is absent or not a non-negative integer."""
+    for each that is absent; ``ValueError`` for one that is not an integer in [0, :data:`MAX_USAGE`]."""
     usage = payload.get("usage") if isinstance(payload, dict) else None
     usage = usage if isinstance(usage, dict) else {}
-    return tuple(value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-                 for value in (usage.get("prompt_tokens"), usage.get("completion_tokens")))
+    figures = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    for value in figures:
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_USAGE):
+            raise ValueError(f"usage figure {str(value)[:40]} is not a token count in [0, {MAX_USAGE:,}]")
+    return figures
+
+
+def _checked(text: object) -> str:
+    """A reply's text as it may be cached and written: a string that UTF-8 can encode (no lone surrogate);
+    ``ValueError`` or ``TypeError`` otherwise."""
+    if not isinstance(text, str):
+        raise TypeError(f"message content is {type(text).__name__}, not a string")
+    text.encode("utf-8")  # UnicodeEncodeError (a ValueError) for a lone surrogate such as "\ud83d"
+    return text
 
 
 @dataclass
@@ -102,12 +117,14 @@ class ChatClient:
     ``Authorization: Bearer`` header; ``api_key_env`` must look like a variable name, not a key. ``timeout``
     bounds a whole request, a server that drips its reply included. HTTP 429, 5xx, time-outs, connection,
     protocol and content-decoding errors and malformed replies (not UTF-8 JSON with a string at
-    ``choices[0].message.content``) are retried ``max_retries`` times after ``backoff · 2^attempt`` seconds (or the server's
+    ``choices[0].message.content`` that UTF-8 can encode, or a ``usage`` figure that is not a token count in
+    [0, :data:`MAX_USAGE`]) are retried ``max_retries`` times after ``backoff · 2^attempt`` seconds (or the server's
     ``Retry-After``, capped at ``max_backoff``); other 4xx fail at once. Up to ``concurrency`` requests
     run in parallel. Replies are cached under ``cache_dir/chat/`` by sha256(model, messages, parameters):
     a rerun sends nothing. Cache files hold the model, the reply and the server's token ``usage``
     (entries written before usage was stored still load: their usage is unknown), written atomically
-    (temp file + rename). The key is masked (``***``) in replies before they are cached or returned,
+    (temp file + rename); only a reply that passed those checks is cached, and a cache entry that fails them is
+    sent again. The key is masked (``***``) in replies before they are cached or returned,
     and in error excerpts before they are cut, should a server echo it.
 
     ``price_prompt`` / ``price_completion``: what the endpoint charges per million prompt and completion
@@ -191,28 +208,40 @@ class ChatClient:
         that got a reply is recorded as a :class:`ChatCall` (:meth:`take_calls`); give prompts the
         query id as their id, or a tuple starting with it, so that their tokens count for that query.
 
+        Identical prompts under several ids (two queries of the same text) are sent once; the repeats
+        share the reply and are recorded as cached.
+
         Offline (a dry run), nothing is sent: cached replies are returned as always, every other
         prompt fails with :data:`NOT_SENT` and is recorded as a planned call with estimated tokens
-        (a prompt repeated within the dry run counts once: the real run would find it cached)."""
+        (a prompt repeated within the call, or with a cache within the dry run, counts once: the real
+        run sends it once)."""
         if self.offline:
             return self._offline(prompts)
         import httpx
 
-        replies, failures, calls = {}, {}, []
+        first = {}  # each distinct prompt is sent once; its repeats (other queries' identical prompts) share the reply
+        for pid, prompt in prompts.items():
+            first.setdefault(prompt, pid)
+        replies, failures, calls = {}, {}, {}
         with httpx.Client(timeout=self.timeout) as http, ThreadPoolExecutor(self.concurrency) as pool:
-            futures = {pool.submit(self._complete, pid, prompt, http): pid for pid, prompt in prompts.items()}
+            futures = {pool.submit(self._complete, pid, prompt, http): pid for prompt, pid in first.items()}
             for future in track(futures, label, "requests"):
                 pid = futures[future]
                 try:
-                    replies[pid], call = future.result()
-                    calls.append(call)
+                    replies[pid], calls[pid] = future.result()
                 except ChatError as exc:
                     failures[pid] = str(exc)
-        self.record(calls)  # in the order of ``prompts``, however the replies arrived: sums over them come out the same
+        for pid, prompt in prompts.items():
+            sent = first[prompt]
+            if sent in replies and pid != sent:
+                replies[pid], calls[pid] = replies[sent], replace(calls[sent], prompt_id=pid, cached=True, seconds=0.0)
+            elif sent in failures:
+                failures[pid] = failures[sent]
+        self.record(calls[pid] for pid in prompts if pid in calls)  # in the order of ``prompts``: sums over them come out the same
         return replies, failures
 
     def _offline(self, prompts: Mapping[Hashable, str]) -> tuple[dict, dict[Hashable, str]]:
-        replies, failures, calls = {}, {}, []
+        replies, failures, calls, asked = {}, {}, [], set()
         for pid, prompt in prompts.items():
             found = self._cached(prompt)
             if found is not None:
@@ -221,7 +250,8 @@ class ChatClient:
                 continue
             failures[pid] = NOT_SENT
             identity = self._cache_file(prompt)
-            repeat = identity in self._planned  # without a cache (identity None) nothing repeats
+            repeat = prompt in asked or identity in self._planned  # sent once per call; across calls only with a cache
+            asked.add(prompt)
             if identity is not None:
                 self._planned.add(identity)
             tokens = estimate_tokens("\n".join(message["content"] for message in self._messages(prompt)))
@@ -253,10 +283,7 @@ class ChatClient:
             return None
         try:
             entry = json.loads(cached.read_text(encoding="utf-8"))
-            reply = entry["reply"]
-            if not isinstance(reply, str):
-                raise TypeError("reply is not text")
-            return reply, _usage(entry)
+            return _checked(entry["reply"]), _usage(entry)
         except (OSError, ValueError, KeyError, TypeError):
             log.warning("unreadable cached reply %s is replaced", cached)
             return None
@@ -278,7 +305,7 @@ class ChatClient:
                         payload = json.loads(raw)
                         return _reply_text(payload), _usage(payload)
                     except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        problem = f"malformed reply ({type(exc).__name__}): {self._excerpt(text)}"
+                        problem = f"malformed reply ({type(exc).__name__}: {self._excerpt(str(exc))[:80]}): {self._excerpt(text)}"
                 elif status == 429 or status >= 500:
                     problem = f"HTTP {status}: {self._excerpt(text)}"
                     wait = min(_retry_after(retry_after, wait), self.max_backoff)
@@ -330,10 +357,31 @@ def _retry_after(value: str | None, default: float) -> float:
 
 
 def _reply_text(payload: dict) -> str:
-    content = payload["choices"][0]["message"]["content"]
-    if not isinstance(content, str):
-        raise TypeError(f"message content is {type(content).__name__}, not a string")
-    return content
+    return _checked(payload["choices"][0]["message"]["content"])
+
+
+def json_objects(reply: str) -> list[dict]:
+    """The JSON objects of a reply, in order (alone, in code fences or inside prose; objects nested in
+    another are part of it). A model states its own verdict after what it quotes, so readers take the
+    last object that holds what they look for."""
+    decoder, found, position = json.JSONDecoder(), [], 0
+    while (start := reply.find("{", position)) != -1:
+        try:
+            value, position = decoder.raw_decode(reply, start)
+        except (ValueError, RecursionError):
+            position = start + 1
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+    return found
+
+
+def last_match(pattern: re.Pattern, reply: str) -> re.Match | None:
+    """The last match of ``pattern`` in a reply: the model's own verdict, after any it quotes."""
+    match = None
+    for match in pattern.finditer(reply):
+        pass
+    return match
 
 
 def normalized_reply(text: str) -> str:

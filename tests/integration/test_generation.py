@@ -155,8 +155,8 @@ def test_malformed_replies_are_retried_and_reported_never_raised(hostile_server:
     assert all("gave up after 2 attempts" in reason and SECRET not in reason for reason in failures.values())
     assert "HTTP 500" in failures["[echo-error]"] and "invalid key ***" in failures["[echo-error]"]
     assert "DecodingError" in failures["[gzip]"] and "RemoteProtocolError" in failures["[truncated]"]
-    assert "malformed reply (UnicodeDecodeError)" in failures["[not-utf8]"]
-    assert "malformed reply (KeyError)" in failures["[no-choices]"] and "malformed reply (TypeError)" in failures["[number]"]
+    assert "malformed reply (UnicodeDecodeError: " in failures["[not-utf8]"]
+    assert "malformed reply (KeyError: " in failures["[no-choices]"] and "malformed reply (TypeError: " in failures["[number]"]
     attempts = {prompt.splitlines()[0].removeprefix("question "): n for prompt, n in hostile_server.attempts.items()}
     assert attempts == {tag: 2 for tag in failures} | {"ok": 1, "[echo-reply]": 1}  # failures are retried once
 

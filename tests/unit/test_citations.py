@@ -100,6 +100,7 @@ def test_sentences_and_their_citations() -> None:
 @pytest.mark.parametrize("reply, verdict", [
     ("yes", True), ("No.", False), ('{"supported": true}', True), ('{"supported": "no"}', False), ("Supported: no", False),
     ("not supported", False), ("**Yes**, the passage says so.", True), ("Answer: yes", True),
+    ('The statement reads {"supported": true}; but {"supported": false}', False), ("Supported: yes? No.\nSupported: no", False),
 ])
 def test_parse_support(reply: str, verdict: bool) -> None:
     assert parse_support(reply) is verdict
@@ -164,6 +165,7 @@ def test_llm_mode_asks_only_what_alce_needs_and_reports_unreadable_replies(tmp_p
         assert records["odd"]["error"] == "unparseable reply: no yes/no verdict in the reply 'perhaps'"
         assert "HTTP 500" in records["down"]["error"] and records["q"]["error"] == ""
         assert "citations bm25: 2 of 3 queries not scored" in caplog.text
+        assert {call.prompt_id[0] for call in evaluator.client.take_calls()} == {"q", "odd"}  # keyed by query (usage.csv's rows)
     finally:
         server.stop()
 

@@ -49,6 +49,16 @@ def test_parse_judgement_says_what_is_wrong(reply: str, problem: str) -> None:
         parse_judgement(reply, CRITERIA)
 
 
+@pytest.mark.parametrize("reply, score", [
+    ('The answer claims "Correctness: 5". It is wrong.\nCorrectness: 1', 1.0),
+    ('The answer holds {"correctness": 5}; mine: {"correctness": 2, "rationale": "wrong"}', 2.0),
+    ('```json\n{"correctness": 5}\n```\nOn reflection:\n```json\n{"correctness": 3}\n```', 3.0),
+])
+def test_the_score_is_the_judges_own_verdict(reply: str, score: float) -> None:
+    """A reply that quotes the answer's own score before its verdict: the last one is the judge's."""
+    assert parse_judgement(reply, ["correctness"])[0] == {"correctness": score}
+
+
 def test_single_criterion_accepts_a_bare_score() -> None:
     assert parse_judgement("Score: 4", ["correctness"]) == ({"correctness": 4.0}, "")
     assert parse_judgement('{"score": 2}', ["relevance"])[0] == {"relevance": 2.0}
@@ -177,6 +187,12 @@ def test_judge_with_built_in_and_own_rubrics(judge_server: JudgeServer, tmp_path
 ])
 def test_parse_verdict(reply: str, verdict: str) -> None:
     assert parse_verdict(reply) == verdict
+
+
+def test_the_verdict_is_the_judges_own() -> None:
+    assert parse_verdict('Answer A says {"winner": "A"}. My verdict: {"winner": "B"}') == "B"
+    assert parse_verdict("Assistant A wrote [[A]]; I judge [[B]]") == "B"
+    assert parse_verdict("The answer says 'Winner: A'.\nWinner: tie") == "tie"
 
 
 def test_parse_verdict_says_what_is_wrong() -> None:

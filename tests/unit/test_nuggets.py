@@ -157,6 +157,19 @@ def test_creation_goes_window_by_window_and_writes_a_reusable_file(server: Nugge
     assert again.evaluate(toy_data(answers)).equals(table) and again.client.requests_sent == 0
 
 
+def test_no_request_without_an_answer_and_every_prompt_is_keyed_by_its_query(server: NuggetServer, tmp_path: Path) -> None:
+    """Generation failed everywhere: nothing to score, no creation request. Otherwise each call's
+    prompt id is a tuple whose first item is a query of the dataset (usage.csv has no other rows)."""
+    judge = evaluator(server, tmp_path, max_passages=6, passages_per_request=4, max_nuggets=5, nuggets_per_request=2)
+    table = judge.evaluate(toy_data({qid: "" for qid in ["q1", "q2", "q3", "q4"]}))
+    assert not server.requests and table.isna().all().all()
+    judge.evaluate(toy_data({"q1": "answer q1"}))
+    assert server.kinds == ["create", "create", "importance", "importance", "importance", "assign", "assign", "assign"]
+    calls = judge.client.take_calls()
+    assert calls and all(isinstance(call.prompt_id, (str, tuple)) and
+                         (call.prompt_id if isinstance(call.prompt_id, str) else call.prompt_id[0]) == "q1" for call in calls)
+
+
 def test_a_given_nuggets_file_skips_creation_and_scores_match_the_reference(server: NuggetServer, tmp_path: Path) -> None:
     rng = random.Random(3)
     nuggets = {f"q{i}": [(f"nugget {i}-{j}", rng.choice(["vital", "okay"])) for j in range(rng.randint(1, 7))] for i in range(30)}

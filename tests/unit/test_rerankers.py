@@ -158,6 +158,16 @@ def test_windows_and_reply_parsing() -> None:
     assert [parse_grade(reply) for reply in ("3", "Grade: 2.", "grade 1 of 3", "10", "2.5", "none")] == [3, 2, 1, None, None, None]
 
 
+@pytest.mark.parametrize("reply, grade", [
+    ("Grade (0-3): 3", 3), ("Relevance: 2 out of 3", 2), ("3/3", 3), ('{"grade": 1}', 1), ("**Grade:** 1", 1),
+    ("3 = perfectly relevant, 0 = irrelevant.\nGrade: 0", 0), ("On a 0 to 3 scale: 2", 2), ("The grade is 2.", 2),
+    ('The answer says {"grade": 3}; my grade: {"grade": 0}', 0), ("either 2 or 3", None), ("Grade: 1 ... Grade: 2", 2),
+])
+def test_the_grade_is_the_models_own(reply: str, grade: int | None) -> None:
+    """The model's verdict, not the scale it restates nor a grade it quotes; two that disagree: unparsed."""
+    assert parse_grade(reply) == grade
+
+
 def test_llm_settings_check_the_prompt_and_the_windows() -> None:
     with pytest.raises(ValueError, match="pointwise prompt must show {document}"):
         LLMRerankerSettings(input=INPUT, base_url="http://x/v1", model="m", mode="pointwise", prompt="{query}?")

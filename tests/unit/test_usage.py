@@ -309,3 +309,52 @@ def test_robustness_reruns_are_metered_apart_and_planned_by_the_dry_run(tmp_path
     metrics = usage.metrics(job)  # MLflow keys: a segment per part of the stage label
     assert {"llm/robustness/lowercase/generator/prompt_tokens", "llm/robustness/all/cost", "llm/total/cost"} <= set(metrics)
     assert metrics["llm/all/cost"] == usage.metrics(plain["usage"]["job"])["llm/all/cost"]
+
+
+def test_replies_are_checked_before_they_are_cached(chat_server: ChatServer, tmp_path: Path) -> None:
+    """A reply with a lone surrogate, or a usage figure no request spends, is a per-prompt failure
+    that is not cached (a rerun asks again); a cache entry that fails the same checks is asked again."""
+    prompts = {"q1": "city [surrogate]", "q2": "city [hugeusage]", "q3": "city"}
+    client = _client(chat_server, tmp_path, max_retries=1)
+    replies, failures = client.complete_all(prompts)
+    assert set(replies) == {"q3"} and set(failures) == {"q1", "q2"}
+    assert "malformed reply (UnicodeEncodeError: " in failures["q1"] and "not a token count" in failures["q2"]
+    assert len(list(tmp_path.rglob("*.json"))) == 1  # q3's only
+    (entry,) = tmp_path.rglob("*.json")
+    stored = json.loads(entry.read_text())
+    for poisoned in ({"reply": "Denver \ud83d"}, {"usage": {"prompt_tokens": 10**20, "completion_tokens": 1}}):
+        entry.write_text(json.dumps(stored | poisoned))
+        sent = len(chat_server.requests)
+        assert _client(chat_server, tmp_path).complete_all({"q3": "city"}) == ({"q3": replies["q3"]}, {})
+        assert len(chat_server.requests) == sent + 1  # asked again, and the entry replaced by a valid one
+        assert json.loads(entry.read_text()) == stored
+
+
+def test_identical_prompts_of_two_queries_are_sent_once_and_the_dry_run_counts_that(chat_server: ChatServer, tmp_path: Path) -> None:
+    prompts = {"q1": "the same question", "q2": "the same question", ("q3", 1): "another"}
+    planned = _client(chat_server, None, offline=True)
+    planned.complete_all(prompts)
+    assert [call.cached for call in planned.take_calls()] == [False, True, False]  # 2 to send, exactly
+    client = _client(chat_server, None)
+    replies, failures = client.complete_all(prompts)
+    assert not failures and len(chat_server.requests) == 2 and replies["q1"] == replies["q2"]
+    calls = client.take_calls()
+    assert [call.prompt_id for call in calls] == list(prompts) and [call.cached for call in calls] == [False, True, False]
+
+
+def test_a_generator_after_an_unknown_llm_stage_is_counted_as_an_upper_bound(tmp_path: Path) -> None:
+    """The generator's replies cached for bm25 do not answer bm25+llm's prompts (other passages): the
+    dry run counts them to send, as upper bounds, and the real run sends no more than it said."""
+    server = ChatServer(atp_fails=False)
+    try:
+        run_experiment(_job(tmp_path, server.url))  # bm25's answers cached
+        cfg = _job(tmp_path, server.url, "reranker=[llm]", f"reranker.llm.base_url={server.url}",
+                   "reranker.llm.model=r", "reranker.llm.mode=pointwise", "reranker.llm.depth=3")
+        planned = dry_run(cfg)
+        rows = {row["system"]: row for row in planned.record()["stages"] if row["stage"] == "generator"}
+        assert rows["bm25+llm"]["to_send"] == 6 and rows["bm25+llm"]["upper_bound"] and rows["bm25"]["to_send"] == 0
+        sent = len(server.requests)
+        run_experiment(cfg)
+        assert len(server.requests) - sent <= planned.to_send and planned.upper_bound
+    finally:
+        server.stop()

@@ -49,7 +49,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
-from ragtrack.core.files import read_bytes, read_lines, yaml_error
+from ragtrack.core.files import read_bytes, read_lines, yaml_error, yaml_text
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, RANKING_COLUMNS, delta_relative_improvement, effect_ratio, measures_table, rankings_table
 from ragtrack.pipeline.config import datasets_dir
@@ -169,7 +169,7 @@ def _threshold(config: Path) -> int | None:
     if not config.is_file():
         return None
     try:
-        loaded = OmegaConf.create(read_bytes(config).decode("utf-8"))
+        loaded = OmegaConf.create(yaml_text(config, "job config"))
         return int(OmegaConf.select(loaded, "evaluator.ranking.relevance_threshold", default=1))
     except (OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError, TypeError, ValueError) as exc:
         raise InputError(config, f"no relevance threshold to read: {str(exc).splitlines()[0]}") from None
@@ -285,7 +285,7 @@ def _delimited_rows(path: Path):
 
 def _read_yaml_table(path: Path) -> dict[str, dict[str, float]]:
     try:
-        root = yaml.compose(read_bytes(path).decode("utf-8"), Loader=yaml.SafeLoader)
+        root = yaml.compose(yaml_text(path, "reference table"), Loader=yaml.SafeLoader)
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not valid UTF-8 (byte {exc.start})") from None
     except yaml.YAMLError as exc:

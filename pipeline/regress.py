@@ -21,10 +21,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.files import yaml_error
+from ragtrack.core.files import read_yaml
 
 ROUNDING = 0.00005  # half a unit of the 4th decimal: the expected values are rounded to 4 decimals
 _EPSILON = 1e-12  # binary floating point at the rounding boundary
@@ -82,12 +80,7 @@ def _number(value: Any) -> bool:
 def load_conditions(path: str | Path | None = None) -> list[Condition]:
     """The conditions of a regressions file (default: the shipped one), checked for shape."""
     path = Path(path) if path is not None else default_file()
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise RagtrackError(f"cannot read regressions file {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise yaml_error(path, exc) from None
+    data = read_yaml(path, "regressions file")
     if not isinstance(data, dict) or not isinstance(data.get("conditions"), list):
         raise InputError(path, "expected a mapping with a 'conditions' list (and an optional 'tolerance' block)")
     tolerance = data.get("tolerance") or {}

@@ -36,8 +36,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ragtrack.core.errors import RagtrackError
-from ragtrack.core.files import check_writable_folder
+from ragtrack.core.errors import InputError, RagtrackError
+from ragtrack.core.files import check_writable_folder, yaml_text
 from ragtrack.core.secrets import is_variable_name_key
 from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, RUN_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM, system_metric_key
 from ragtrack.pipeline.tracking import reading_client, run_and_job
@@ -186,7 +186,11 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
     from ragtrack.pipeline.settings import validate
 
     with tempfile.TemporaryDirectory(prefix="ragtrack-reproduce-") as scratch:
-        downloaded = OmegaConf.load(download_artifact(client, job.info.run_id, CONFIG_FILE, Path(scratch) / "logged"))
+        logged = download_artifact(client, job.info.run_id, CONFIG_FILE, Path(scratch) / "logged")
+        try:  # data, not code: checked for bombs before it is parsed
+            downloaded = OmegaConf.create(yaml_text(logged, "logged config"))
+        except InputError as exc:
+            raise RagtrackError(f"refused {CONFIG_FILE} of run {job.info.run_id}: {exc.problem}") from None
         cfg, dropped = prepare(downloaded, overrides, allow_endpoints)
         cfg.paths.output_dir = str(Path(output_dir).absolute() if output_dir else Path(scratch) / "output")
         cfg.tracking = {"enabled": False}

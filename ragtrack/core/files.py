@@ -33,6 +33,8 @@ from typing import BinaryIO
 from ragtrack.core.errors import InputError, RagtrackError, describe_fault
 
 MAX_LINE_BYTES = 64 * 2**20  # longer lines are rejected before they are held in memory
+MAX_YAML_BYTES = 16 * 2**20  # a YAML file ragtrack reads but did not write: larger is refused unparsed
+MAX_YAML_NODES = 1_000_000  # ... and so is one whose aliases expand to more values
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -136,18 +138,60 @@ def read_json_objects(path: Path, digest: "hashlib._Hash | None" = None) -> Iter
         yield number, record
 
 
-def read_yaml(path: Path, what: str) -> object:
-    """The parsed content of a YAML file; :class:`InputError` when ``what`` (``"rubric file"``) is
-    missing, unreadable or not valid YAML."""
+def yaml_text(path: Path, what: str) -> str:
+    """The text of a YAML file that ragtrack did not write (a rubric, a config from a shared store, a
+    ``--config-dir`` file), checked before anything parses it into objects: at most
+    :data:`MAX_YAML_BYTES` read, and aliases that expand to at most :data:`MAX_YAML_NODES` nodes, none
+    referring to itself (a "billion laughs" document of a few hundred bytes would take all memory, or
+    hang Hydra). :class:`InputError` when ``what`` (``"rubric file"``) is missing, unreadable, too
+    large, not valid YAML, or such a bomb."""
     import yaml
 
     if not path.is_file():
         raise InputError(path, f"{what} not found")
+    with open_regular(path) as handle:
+        raw = handle.read(MAX_YAML_BYTES + 1)
+    if len(raw) > MAX_YAML_BYTES:
+        raise InputError(path, f"{what} refused: larger than {MAX_YAML_BYTES:,} bytes")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = raw.decode("utf-8")
+        _expanded_size(yaml.compose(text, Loader=yaml.SafeLoader), {}, set())
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not valid UTF-8 (byte {exc.start})") from None
     except yaml.YAMLError as exc:
+        raise yaml_error(path, exc) from None
+    except RecursionError:
+        raise InputError(path, f"{what} nested too deeply") from None
+    except ValueError as exc:
+        raise InputError(path, f"{what} refused: {exc}") from None
+    return text
+
+
+def _expanded_size(node: object, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """Nodes of ``node`` with every alias expanded (each shared node counted once per use, computed
+    once); ``ValueError`` beyond :data:`MAX_YAML_NODES` or for an alias inside its own anchor."""
+    if node is None or id(node) in sizes:
+        return sizes.get(id(node), 0)
+    if id(node) in open_nodes:
+        raise ValueError("an alias refers to the node that holds it")
+    open_nodes.add(id(node))
+    children = node.value if isinstance(node.value, list) else []
+    size = 1 + sum(_expanded_size(part, sizes, open_nodes) for child in children for part in (child if isinstance(child, tuple) else (child,)))
+    if size > MAX_YAML_NODES:
+        raise ValueError(f"its aliases expand to more than {MAX_YAML_NODES:,} values")
+    open_nodes.discard(id(node))
+    sizes[id(node)] = size
+    return size
+
+
+def read_yaml(path: Path, what: str) -> object:
+    """The parsed content of a YAML file that ragtrack did not write, checked as :func:`yaml_text` checks it."""
+    import yaml
+
+    text = yaml_text(path, what)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:  # composed, but not constructible (an unknown tag)
         raise yaml_error(path, exc) from None
 
 
@@ -162,9 +206,23 @@ def yaml_error(path: str | Path, exc: Exception) -> InputError:
 def read_bytes(path: Path) -> bytes:
     """The whole content of a regular file, decompressed if its name ends in ``.gz`` (the columnar
     reader's input). Opening fails as in :func:`open_regular`; a corrupt gzip stream raises the
-    ``gzip``/``zlib``/``EOFError`` exception, for the caller to hand the file to :func:`read_lines`."""
+    ``gzip``/``zlib``/``EOFError`` exception, for the caller to hand the file to :func:`read_lines`.
+    A gzip stream is inflated block by block under :data:`MAX_LINE_BYTES`, as :func:`read_lines` reads
+    it: a line longer than that is the same error at once, before it is held (a few MB that inflate to
+    one line of gigabytes)."""
     with open_bytes(path) as handle:
-        return handle.read()
+        if path.suffix != ".gz":
+            return handle.read()
+        blocks, line, number = [], 0, 1  # bytes of the line being read, its number
+        while block := handle.read(2**20):
+            parts = block.split(b"\n")
+            lengths = [line + len(parts[0]), *map(len, parts[1:])]
+            if max(lengths) > MAX_LINE_BYTES:
+                first_long = next(i for i, length in enumerate(lengths) if length > MAX_LINE_BYTES)
+                raise InputError(path, f"line longer than {MAX_LINE_BYTES:,} bytes", number + first_long)
+            line, number = lengths[-1], number + len(parts) - 1
+            blocks.append(block)
+        return b"".join(blocks)
 
 
 def json_ready(value: object) -> object:

@@ -78,6 +78,51 @@ def test_huge_line_is_rejected_without_reading_it_whole(tmp_path: Path, monkeypa
         load_beir(folder)
 
 
+@pytest.mark.parametrize("name", ["run.trec.gz", "qrels.tsv.gz"])
+def test_a_gzip_bomb_is_refused_at_the_line_cap_without_inflating_it(tmp_path: Path, name: str, monkeypatch) -> None:
+    """25 KB that inflate to one line of 24 MB (the cap set at 4 MB): the line cap's error, with less than
+    two caps of memory held (the columnar reader inflates block by block, as the line reader does)."""
+    import tracemalloc
+
+    from ragtrack.core.data import load_qrels
+
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 4 * 2**20)
+    path = tmp_path / name
+    with gzip.open(path, "wb", compresslevel=9) as handle:
+        handle.write(b"q1 Q0 d1 1 1.0 t\n" if name.startswith("run") else b"q1 0 d1 1\n")
+        handle.write(b"x" * 24 * 2**20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=rf"{name}:2: line longer than 4,194,304 bytes$"):
+            read_trec(path) if name.startswith("run") else load_qrels(path)
+        assert tracemalloc.get_traced_memory()[1] < 2 * 4 * 2**20 + 2**21
+    finally:
+        tracemalloc.stop()
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+
+
+@pytest.mark.parametrize("text, problem", [
+    (BOMB, "its aliases expand to more than 1,000,000 values"), ("a: &a [1, *a]\n", "an alias refers to the node that holds it"),
+    ("name: x\n" + "#" * (files.MAX_YAML_BYTES + 1), "larger than 16,777,216 bytes"),
+])
+def test_yaml_bombs_are_refused_wherever_ragtrack_reads_yaml_it_did_not_write(tmp_path: Path, capsys, text: str, problem: str) -> None:
+    """A rubric, a regressions file, a reference table and a --config-dir file: one line, nothing expanded."""
+    from ragtrack.evaluators.judge import load_rubric
+    from ragtrack.pipeline.reference import read_table
+    from ragtrack.pipeline.regress import load_conditions
+
+    path = tmp_path / "conf" / "dataset" / "mine.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    for read in (load_rubric, load_conditions, read_table):
+        with pytest.raises(InputError, match=problem):
+            read(path) if read is not load_rubric else read(str(path))
+    assert cli_main(["run", "--config-dir", str(tmp_path / "conf"), "dataset=mine"]) == 2
+    assert capsys.readouterr().err == f"ragtrack: error: {path}: config file refused: {problem}\n"
+
+
 def test_truncated_and_fake_gzip_corpus(tmp_path: Path) -> None:
     folder = _dataset(tmp_path)
     (folder / "corpus.jsonl").unlink()

@@ -23,6 +23,7 @@ from ragtrack.pipeline.reproduce import prepare
 from tests.support import TOY_JOB, ragtrack, reproduce_cli
 
 FAKE_KEY = "sk-test-0123456789abcdefghij"
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,13 @@ def test_endpoints_need_the_flag_and_never_get_the_reproducers_key(logged, chat_
     assert "ragtrack: dropped generator.api_key_env of the downloaded config" in done.stderr, done.stderr[-2000:]
     assert done.returncode == 0 and "all 54 metrics identical" in done.stdout, done.stderr[-2000:]
     assert chat_server.requests and {request["auth"] for request in chat_server.requests} == {None}
+
+
+def test_an_alias_bomb_in_the_logged_config_is_refused_before_it_is_parsed(logged, capsys, tmp_path) -> None:
+    run_id = tampered(logged, lambda c: None)
+    logged.client.log_text(run_id, yaml.safe_dump(logged.config) + BOMB, CONFIG_FILE)  # 9 levels of 9: 387 million values
+    err = refused(logged, run_id, capsys, tmp_path)
+    assert err == f"ragtrack: error: refused {CONFIG_FILE} of run {run_id}: logged config refused: its aliases expand to more than 1,000,000 values"
 
 
 def test_settings_are_checked_with_the_message_ragtrack_run_gives(logged, capsys, tmp_path) -> None:

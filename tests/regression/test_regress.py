@@ -170,7 +170,7 @@ def test_malformed_file_names_file_and_problem(root: Path, capsys, text: str, pr
 
 def test_missing_file(root: Path, capsys) -> None:
     assert main(["regress", "--file", str(root / "absent.yaml")]) == 2
-    assert capsys.readouterr().err.startswith(f"ragtrack: error: cannot read regressions file {root / 'absent.yaml'}")
+    assert capsys.readouterr().err.startswith(f"ragtrack: error: {root / 'absent.yaml'}: regressions file not found")
 
 
 @pytest.mark.parametrize(("figure", "problem"), [

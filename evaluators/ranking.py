@@ -5,10 +5,15 @@ documents are ranked by score descending, ties by document id descending; a docu
 when judged with grade >= ``relevance_threshold`` (trec_eval ``-l``, default 1); recall, AP and
 R-precision divide by all judged-relevant documents of the query; P@k divides by k even when fewer
 than k documents were retrieved; nDCG uses the grade as linear gain and an ideal ranking built from
-every judged document; queries without any relevant judgment score 0 (``mean_rank``: a miss) and are
-left out of means. Variants from other sources carry their own names: ``ndcg_retrieved`` (ideal ranking
-of the retrieved list), ``p_retrieved`` (divides by the documents retrieved), BEIR's ``r_cap`` and
-``hole``, ``judged`` and ragas' ``context_precision``. Metrics that sum over the relevant documents use the matrix's relevant cells
+every judged document. A mean is over every judged query, as ``trec_eval -c`` averages (its ``num_q``;
+a judged query missing from the run scores 0): a judged query without any relevant document
+counts with the value its metric gives it, as trec_eval's does: 0 for the binary metrics, the graded
+ones from its grades (nDCG > 0 where a grade is positive but below the threshold), ``mean_rank`` a
+miss. ``without_relevant="exclude"`` leaves such queries out of the means instead (as some BEIR
+scripts do): a named option, never the default (:func:`counted_rows`). Variants from other sources
+carry their own names: ``ndcg_retrieved`` (ideal ranking of the retrieved list), ``p_retrieved``
+(divides by the documents retrieved), BEIR's ``r_cap`` and ``hole``, ``judged`` and ragas'
+``context_precision``. Metrics that sum over the relevant documents use the matrix's relevant cells
 (``RankedGrades.hits``) rather than whole rows. ERR's g_max, AUC's treatment of unretrieved documents
 and mean_rank's value for a miss are decided in their docstrings.
 Metric names: ``name`` or ``name@k`` (cutoff k), e.g. ``ndcg@10``, ``map``, ``map@100``.
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -422,11 +427,32 @@ def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics:
     return pd.DataFrame(values, index=pd.Index(m.qids, name="qid")), m.num_rel
 
 
+WithoutRelevant = Literal["count", "exclude"]
+COUNT_WITHOUT_RELEVANT: WithoutRelevant = "count"  # trec_eval's averaging: the default everywhere
+COUNTED_QUERIES: dict[str, str] = {"count": "judged queries (trec_eval)", "exclude": "queries with a relevant judgment"}  # what n counts
+
+
+def counted_rows(num_rel: np.ndarray, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> np.ndarray:
+    """Which judged queries (rows, ``num_rel`` relevant documents each) enter a mean: all of them
+    (``count``: trec_eval's ``num_q``, pytrec_eval returns them too), or those with num_rel > 0
+    (``exclude``); any other value is a one-line error."""
+    num_rel = np.asarray(num_rel)
+    return num_rel > 0 if checked_without_relevant(without_relevant) == "exclude" else np.ones(num_rel.shape, dtype=bool)
+
+
+def counted_queries(qrels: Qrels, threshold: int = 1, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[str]:
+    """The judged queries of ``qrels`` that enter a mean (:func:`counted_rows`), in qrels order."""
+    num_rel = np.fromiter((sum(grade >= threshold for grade in judged.values()) for judged in qrels.values()), dtype=np.int64, count=len(qrels))
+    return [qid for qid, counted in zip(qrels, counted_rows(num_rel, without_relevant)) if counted]
+
+
 class RankingSettings(EvaluatorSettings, extra="forbid"):
-    """The rank metrics (metrics.md)."""
+    """The rank metrics (metrics.md); ``without_relevant``: whether a judged query without a relevant
+    document counts in the means (``count``, trec_eval's rule) or is left out (``exclude``)."""
 
     relevance_threshold: NonNegativeInt = 1
     max_grade: Count | None = None
+    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT
 
     @field_validator("metrics")
     @classmethod
@@ -441,28 +467,41 @@ class RankingSettings(EvaluatorSettings, extra="forbid"):
         return metrics
 
 
-def checked_threshold(value: object, name: str = "relevance_threshold") -> int:
-    """``value`` if the setting ``evaluator.ranking.relevance_threshold`` allows it (its type in
-    :class:`RankingSettings`: an integer >= 0, as trec_eval's ``-l``; so a negative grade, trec_eval's
-    "in the pool but unjudged", is relevant at no threshold), else a one-line error naming ``name``."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = int(value)  # numpy's integers too
+def _checked(key: str, value: object, name: str) -> object:
+    """``value`` if the setting ``evaluator.ranking.<key>`` allows it (its type in :class:`RankingSettings`),
+    else a one-line error naming ``name``."""
     try:
-        return RankingSettings(relevance_threshold=value).relevance_threshold
+        return getattr(RankingSettings(**{key: value}), key)
     except ValidationError as exc:
         message = exc.errors()[0]["msg"]
         raise RagtrackError(f"{name}: {value!r} is not allowed: {message[:1].lower()}{message[1:]}") from None
 
 
+def checked_threshold(value: object, name: str = "relevance_threshold") -> int:
+    """``value`` if ``relevance_threshold`` allows it: an integer >= 0, as trec_eval's ``-l``; so a
+    negative grade, trec_eval's "in the pool but unjudged", is relevant at no threshold."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)  # numpy's integers too
+    return _checked("relevance_threshold", value, name)
+
+
+def checked_without_relevant(value: object, name: str = "without_relevant") -> WithoutRelevant:
+    """``value`` if ``without_relevant`` allows it: ``count`` or ``exclude``."""
+    return _checked("without_relevant", value, name)
+
+
 class RankingEvaluator(Evaluator):
     """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``;
-    ``max_grade`` is ERR's g_max (default: the largest grade in the qrels)."""
+    ``max_grade`` is ERR's g_max (default: the largest grade in the qrels); ``without_relevant``: which
+    judged queries enter the means (:func:`counted_rows`)."""
     settings_schema = RankingSettings
 
-    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1, max_grade: int | None = None):
+    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1, max_grade: int | None = None,
+                 without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT):
         super().__init__(metrics)
         self.relevance_threshold = checked_threshold(relevance_threshold)
         self.max_grade = int(max_grade) if max_grade is not None else None
+        self.without_relevant = checked_without_relevant(without_relevant)
         for name in self.metrics:
             parse_metric(name)
 
@@ -484,22 +523,22 @@ class RankingEvaluator(Evaluator):
         return score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold, self.max_grade)[0]
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
-        """Queries with at least one relevant judgment (a query missing from the run scores 0)."""
+        """The judged queries :func:`counted_queries` counts (a query missing from the run scores 0)."""
         import pandas as pd
 
-        threshold = self.relevance_threshold
-        return pd.Series([any(g >= threshold for g in data.qrels[qid].values()) for qid in per_query.index], index=per_query.index)
+        counted = set(counted_queries(data.qrels, self.relevance_threshold, self.without_relevant))
+        return pd.Series([qid in counted for qid in per_query.index], index=per_query.index)
 
 
 CURVE_CUTOFFS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
 
 
 def cutoff_curves(scores: Mapping[str, Mapping[str, float]], qrels: Qrels, depth: int, threshold: int = 1,
-                  bases: Sequence[str] = ("recall", "ndcg")) -> dict[str, dict[int, float]]:
+                  bases: Sequence[str] = ("recall", "ndcg"), without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> dict[str, dict[int, float]]:
     """``{base: {k: mean base@k}}`` for the cutoffs in :data:`CURVE_CUTOFFS` up to ``depth``, means over
-    the queries with a relevant judgment (what a plot of recall or nDCG against k draws)."""
+    the counted queries (:func:`counted_rows`; what a plot of recall or nDCG against k draws)."""
     cutoffs = [k for k in CURVE_CUTOFFS if k <= depth] or [depth]
     names = [f"{base}@{k}" for base in bases for k in cutoffs]
     table, num_rel = score_ranking(scores, qrels, names, threshold)
-    means = table[num_rel > 0].mean()
+    means = table[counted_rows(num_rel, without_relevant)].mean()
     return {base: {k: float(means[f"{base}@{k}"]) for k in cutoffs} for base in bases}

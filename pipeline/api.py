@@ -35,6 +35,7 @@ from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
 from ragtrack.pipeline.layout import COMPARISON_DIR, KEY_METRICS
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant, counted_queries
 
 RunLike = Union[Run, Mapping[str, Mapping[str, float]], pd.DataFrame, str, Path]
 QrelsLike = Union[Mapping[str, Mapping[str, int]], pd.DataFrame, str, Path]
@@ -46,14 +47,14 @@ class Evaluation:
 
     per_query: pd.DataFrame  # index qid, one column per metric
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
-    missing: tuple[str, ...] = ()  # judged queries (with a relevant document) that the run does not answer, or questions
-    # with gold answers but no prediction: they score 0
-    skipped: tuple[str, ...] = ()  # judged queries without a relevant judgment (no grade >= the threshold): left out of
-    # the means, as trec_eval leaves them out
+    missing: tuple[str, ...] = ()  # counted judged queries that the run does not answer, or questions with gold answers
+    # but no prediction: they score 0
+    no_relevant: tuple[str, ...] = ()  # judged queries without a relevant judgment (no grade >= the threshold): counted,
+    # as trec_eval counts them, unless without_relevant="exclude"
 
     @property
     def aggregate(self) -> dict[str, float]:
-        """Mean of every metric over the counted queries (those with a relevant judgment)."""
+        """Mean of every metric over the counted queries (ranking metrics: every judged query, by default)."""
         return self.summary["mean"].to_dict()
 
     @property
@@ -85,9 +86,9 @@ class Evaluation:
         return f"Evaluation({counted(len(self.per_query), 'query')})\n{self.summary.to_string(float_format=lambda v: f'{v:.4f}')}"
 
 
-def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1) -> list[Evaluator]:
+def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[Evaluator]:
     """The evaluators (built-ins and plugins alike) that provide ``metrics`` (names as :func:`metric_names`
-    reads them), each given its metrics."""
+    reads them), each given its metrics (the ranking evaluator also the threshold and ``without_relevant``)."""
     from ragtrack.pipeline import registry
 
     classes = registry.load_all("evaluators")
@@ -100,7 +101,7 @@ def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1) -> list
         chosen.setdefault(owner, []).append(metric)
     evaluators = []
     for name, names in chosen.items():
-        kwargs = {"relevance_threshold": relevance_threshold} if name == "ranking" else {}
+        kwargs = {"relevance_threshold": relevance_threshold, "without_relevant": without_relevant} if name == "ranking" else {}
         try:
             evaluators.append(classes[name](metrics=names, **kwargs))
         except TypeError:
@@ -155,21 +156,22 @@ def default_ranking_metrics() -> list[str]:
 
 
 def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = None, relevance_threshold: int = 1,
-             seed: int = 0) -> Evaluation:
+             seed: int = 0, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> Evaluation:
     """Score ``run`` against ``qrels`` with trec_eval's semantics (``ragtrack metrics`` lists the names).
+    The means are over every judged query, as trec_eval's; ``without_relevant="exclude"`` leaves out
+    those without a relevant judgment (``ranking.counted_rows``).
 
     >>> result = evaluate({"q1": {"d1": 1, "d2": 0}}, {"q1": {"d2": 0.9, "d1": 0.5}}, ["ndcg@10", "mrr"])
     >>> result.aggregate["mrr"]
     0.5
     """
     metrics = metric_names(metrics) or default_ranking_metrics()
-    evaluators = evaluators_for(metrics, relevance_threshold)  # unknown names fail before any file is read
+    evaluators = evaluators_for(metrics, relevance_threshold, without_relevant)  # unknown names fail before any file is read
     judged, ranked = as_qrels(qrels), as_run(run)
     per_query, summary = _score(evaluators, EvalInput(qrels=judged, run=ranked), metrics, seed,
                                 "data that a qrels and a run file do not have (answers); score answers with evaluate_answers or in `ragtrack run`")
-    relevant = {q: any(g >= relevance_threshold for g in grades.values()) for q, grades in judged.items()}
-    missing = tuple(q for q in judged if relevant[q] and not ranked.scores.get(q))
-    return Evaluation(per_query, summary, missing, tuple(q for q in judged if not relevant[q]))
+    counted, relevant = counted_queries(judged, relevance_threshold, without_relevant), set(counted_queries(judged, relevance_threshold, "exclude"))
+    return Evaluation(per_query, summary, tuple(q for q in counted if not ranked.scores.get(q)), tuple(q for q in judged if q not in relevant))
 
 
 def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predictions: Mapping[str, str] | str | Path,
@@ -207,11 +209,12 @@ def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predi
 
 
 def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str] | None = None, baseline: str | None = None,
-            relevance_threshold: int = 1, seed: int = 0, resamples: int = 10_000) -> pd.DataFrame:
+            relevance_threshold: int = 1, seed: int = 0, resamples: int = 10_000,
+            without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> pd.DataFrame:
     """Runs side by side with the statistics of ``ragtrack compare``: per system and metric the mean
     and bootstrap 95% CI; against the baseline (default: ``bm25``, else the first run) the difference,
     paired t-test and randomization-test p-values (raw and Holm-corrected per metric) and per-query
-    wins/ties/losses. Over the queries with a relevant judgment; one row per (system, metric)."""
+    wins/ties/losses. Over the judged queries :func:`evaluate` counts; one row per (system, metric)."""
     from ragtrack.pipeline.comparison import DEFAULT_METRICS, SystemRun, compare_systems, find_baseline
 
     if not isinstance(runs, Mapping):
@@ -220,9 +223,9 @@ def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str
         raise RagtrackError("compare needs at least one run")
     metrics = metric_names(metrics) or list(DEFAULT_METRICS)
     judged = as_qrels(qrels)
-    systems = [SystemRun(name, name, name, name, 0, evaluate(judged, run, metrics, relevance_threshold, seed).per_query, label=name)
-               for name, run in runs.items()]
-    queries = [qid for qid, grades in judged.items() if any(g >= relevance_threshold for g in grades.values())]
+    systems = [SystemRun(name, name, name, name, 0, evaluate(judged, run, metrics, relevance_threshold, seed, without_relevant).per_query,
+                         label=name) for name, run in runs.items()]
+    queries = counted_queries(judged, relevance_threshold, without_relevant)
     comparison = compare_systems(systems, metrics, find_baseline(systems, baseline), queries, seed, resamples)
     table = comparison.table.set_index(["system", "metric"])
     table.attrs |= {"baseline": comparison.baseline.label, "queries": len(comparison.queries)}

@@ -62,9 +62,11 @@ class _CommaList(argparse.Action):
 
 def command_eval(args: argparse.Namespace) -> int:
     if args.answers or args.predictions:
-        result = _evaluate_answer_files(args)
+        result, counted_as = _evaluate_answer_files(args), ""
     else:
-        result = _evaluate_run_file(args)
+        from ragtrack.evaluators.ranking import COUNTED_QUERIES
+
+        result, counted_as = _evaluate_run_file(args), f" {COUNTED_QUERIES[args.without_relevant]}"
     if args.json:
         print(json_text(result.to_dict(per_query=args.per_query), indent=2))
         return 0
@@ -74,7 +76,7 @@ def command_eval(args: argparse.Namespace) -> int:
             for metric in summary:
                 print(f"{metric:<16}\t{qid}\t{row[metric]:.4f}")
     for metric, row in summary.items():
-        print(f"{metric:<16}\tall\t{row['mean']:.4f}\t(std {row['std']:.4f}, 95% CI {row['ci_low']:.4f}-{row['ci_high']:.4f}, n={int(row['n'])})")
+        print(f"{metric:<16}\tall\t{row['mean']:.4f}\t(std {row['std']:.4f}, 95% CI {row['ci_low']:.4f}-{row['ci_high']:.4f}, n={int(row['n'])}{counted_as})")
     return 0
 
 
@@ -89,10 +91,12 @@ def _evaluate_run_file(args: argparse.Namespace):
         raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
                             "use: ragtrack eval QRELS RUN")
     threshold = checked_threshold(args.relevance_threshold, "--relevance-threshold")
-    result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, threshold, args.seed)
-    if result.skipped:
-        print(f"ragtrack: note: {counted(len(result.skipped), 'judged query', 'judged queries')} in {args.qrels} without a relevant "
-              f"judgment (grade >= {threshold}): left out, as trec_eval leaves them out", file=sys.stderr)
+    result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, threshold, args.seed, args.without_relevant)
+    if result.no_relevant:
+        rule = ("left out of the means (--without-relevant exclude; trec_eval counts them)" if args.without_relevant == "exclude" else
+                "counted in the means, as in trec_eval (--without-relevant exclude leaves them out)")
+        print(f"ragtrack: note: {counted(len(result.no_relevant), 'judged query', 'judged queries')} in {args.qrels} without a relevant "
+              f"judgment (grade >= {threshold}): {rule}", file=sys.stderr)
     if result.missing:
         print(f"ragtrack: note: {counted(len(result.missing), 'judged query', 'judged queries')} without results in {args.run} "
               "(they score 0)", file=sys.stderr)
@@ -248,6 +252,10 @@ def run_hydra(overrides: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from typing import get_args
+
+    from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant
+
     parser = argparse.ArgumentParser(prog="ragtrack", description="Tracked retrieval experiments for RAG.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run an experiment (Hydra overrides follow, e.g. retriever=[bm25] fusion=[])", add_help=False)
@@ -260,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--per-query", action="store_true", help="also print every query's values")
     evaluate.add_argument("--json", action="store_true", help="print JSON: aggregate, std, ci95, per_query")
     evaluate.add_argument("--relevance-threshold", type=int, default=1, help="grade >= N is relevant, N >= 0 (trec_eval -l; default 1)")
+    evaluate.add_argument("--without-relevant", choices=get_args(WithoutRelevant), default=COUNT_WITHOUT_RELEVANT,
+                          help="judged queries without a relevant judgment: count them in the means, as trec_eval does (default), "
+                               "or exclude them, as some BEIR scripts do")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the bootstrap confidence intervals")
     commands.add_parser("metrics", help="list every available metric")
     compare = commands.add_parser("compare", help="systems/runs from MLflow side by side: CIs, paired tests, Holm, W/T/L, plots")

@@ -7,17 +7,19 @@ logged configuration and the same qrels (dataset hash) are shown once; the merge
 is labelled by its system, or by its job's run name where a system appears in several jobs (``hybrid k=30``).
 
 Per metric and row: the mean and percentile-bootstrap 95% CI over the metric's paired queries, those
-where every row has a value (``comparison.defined_queries``; ranking metrics: the queries with a relevant
-judgment; answer and abstention metrics: where they are defined; the numbers the experiment logged
+where every row has a value (``comparison.defined_queries``; ranking metrics: the judged queries, as
+trec_eval averages, or those with a relevant judgment where the jobs ran with ``without_relevant: exclude``
+(``ranking.counted_queries``); answer and abstention metrics: where they are defined; the numbers the experiment logged
 where those queries are each row's own), the difference to the baseline, paired t-test and seeded randomization-test p-values (``evaluators.significance``), both
 Holm-corrected across the rows compared with the baseline, and per-query win/tie/loss counts.
 The relevant judgments come from the dataset named by the job's logged ``config.yaml`` (its hash must
 match); without the dataset a ranking metric counts the queries where it has a value (jobs write it blank
-where a query has no relevant judgment) and failure analysis is skipped.
-Jobs whose qrels (dataset hash), relevance threshold or query set (a merged row's queries count for
-each of its jobs) differ are refused, naming two of them (run name and short run id) and what
-differs; ``allow_mixed`` keeps them, labels every row with its job's threshold and counts the queries
-relevant in every job (so a row's mean may differ from the one its job logged).
+where a query does not count) and failure analysis is skipped.
+Jobs whose qrels (dataset hash), relevance threshold, rule for queries without a relevant judgment or
+query set (a merged row's queries count for each of its jobs) differ are refused, naming two of them
+(run name and short run id) and what differs; ``allow_mixed`` keeps them, labels every row with its
+job's threshold and counts the queries counted in every job (so a row's mean may differ from the one its
+job logged).
 
 With a reference (``pipeline.reference``: an original job's folder, results.json or MLflow run, or a
 published table of means), each row is also checked against the reference system of its name: the
@@ -39,15 +41,16 @@ from functools import partial
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import yaml_text
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
+from ragtrack.evaluators.ranking import counted_queries
 from ragtrack.pipeline.csv_files import read_csv
-from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.pipeline.inputs import load_dataset, relevance_threshold, without_relevant
 from ragtrack.pipeline.tracking import log_figures, reading_client, run_and_job, ui_base
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMNS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS,
                                       TAG_BENCHMARK, TAG_COMPARISON, TAG_DATASET, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
@@ -214,44 +217,45 @@ def _label(systems: list[SystemRun]) -> None:
             s.label = f"{s.label} ({s.run_id[:8]})"
 
 
-def load_job_dataset(client, job, folder: Path) -> tuple[Dataset | None, int]:
-    """The dataset of a job from its logged config.yaml, if present with the logged hash; and its
-    relevance threshold."""
+def load_job_dataset(client, job, folder: Path) -> tuple[Dataset | None, DictConfig]:
+    """The dataset of a job from its logged config.yaml, if present with the logged hash; and that config."""
     logged = download_artifact(client, job.info.run_id, CONFIG_FILE, folder / job.info.run_id)
     config = OmegaConf.create(yaml_text(logged, "logged config"))  # a shared store's file: checked for bombs first
-    threshold = int(OmegaConf.select(config, "evaluator.ranking.relevance_threshold", default=1))
     try:
         dataset = load_dataset(config.dataset, check_documents=False)
     except RagtrackError as exc:
         log.warning("dataset of run %s not available (%s): every query counts, no failure analysis", job.info.run_id, exc)
-        return None, threshold
+        return None, config
     if dataset.hash != job.data.tags.get(TAG_DATASET_HASH):
         log.warning("dataset %s changed since run %s (hash differs): every query counts, no failure analysis",
                     dataset.source, job.info.run_id)
-        return None, threshold
-    return dataset, threshold
+        return None, config
+    return dataset, config
 
 
 @dataclass(frozen=True)
 class JobScope:
-    """What a job's scores are relative to: its qrels (dataset hash), relevance threshold, the queries its
-    systems scored and those that count (the relevant ones of its dataset, else every scored one)."""
+    """What a job's scores are relative to: its qrels (dataset hash), relevance threshold, rule for queries
+    without a relevant judgment, the queries its systems scored and those that count (the judged ones of its
+    dataset that its rule counts, else every scored one)."""
 
     name: str  # its run name and short run id: 'hybrid k=30' (run 1a2b3c4d)
     dataset_hash: str | None
     threshold: int
+    without_relevant: str
     scored: frozenset[str]  # those of its rows, merged ones included
     counted: tuple[str, ...]
     dataset: Dataset | None
 
 
 def job_scope(client, job, systems: list[SystemRun], folder: Path) -> JobScope:
-    dataset, threshold = load_job_dataset(client, job, folder)
+    dataset, config = load_job_dataset(client, job, folder)
+    threshold, rule = relevance_threshold(config), without_relevant(config)
     job_id = job.info.run_id
     scored = tuple(dict.fromkeys(q for s in systems if job_id == s.job_id or job_id in s.merged.values() for q in s.per_query.index))
-    counted = scored if dataset is None else tuple(q for q, judged in dataset.qrels.items() if any(g >= threshold for g in judged.values()))
-    return JobScope(f"{job.info.run_name or job_id!r} (run {job_id[:8]})", job.data.tags.get(TAG_DATASET_HASH), threshold, frozenset(scored),
-                    counted, dataset)
+    counted = scored if dataset is None else tuple(counted_queries(dataset.qrels, threshold, rule))
+    return JobScope(f"{job.info.run_name or job_id!r} (run {job_id[:8]})", job.data.tags.get(TAG_DATASET_HASH), threshold, rule,
+                    frozenset(scored), counted, dataset)
 
 
 def _shown(value: object) -> object:
@@ -264,7 +268,8 @@ def scope_difference(scopes: Sequence[JobScope]) -> str | None:
     first = scopes[0]
     for other in scopes[1:]:
         for what, mine, theirs in (("qrels (dataset hash)", first.dataset_hash, other.dataset_hash),
-                                   ("relevance threshold", first.threshold, other.threshold), ("query set", first.scored, other.scored)):
+                                   ("relevance threshold", first.threshold, other.threshold),
+                                   ("without_relevant", first.without_relevant, other.without_relevant), ("query set", first.scored, other.scored)):
             if mine != theirs:
                 return f"jobs {first.name} and {other.name} differ in {what} ({_shown(mine)} vs {_shown(theirs)})"
     return None

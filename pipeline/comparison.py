@@ -7,7 +7,7 @@ it: ``comparison_tables`` (text, Markdown, LaTeX, CSV, JSON), ``comparison_plots
 
 Per metric, the compared queries are those on which the metric is defined for every compared row (paired;
 a blank/NaN per-query value is a query the metric does not apply to: ranking metrics on queries without a
-relevant judgment, as trec_eval, answer metrics on questions without gold answers, abstention_precision
+relevant judgment under ``without_relevant: exclude`` (trec_eval counts them), answer metrics on questions without gold answers, abstention_precision
 where a system answered). n is their number, per metric, and every figure below is over exactly those
 queries; a metric defined on no compared query is shown blank with a note, never a crash.
 Per metric and row: the mean and percentile-bootstrap 95% CI over the compared queries
@@ -94,9 +94,9 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
                     seed: int = 0, resamples: int = 10_000, judged: Sequence[str] | None = None) -> Comparison:
     """Mean, CI, difference, paired tests (Holm-corrected per metric and test) and win/tie/loss per row,
     each metric over its paired queries (module docstring): those of ``queries`` (default: the
-    baseline's) that every row scored and where every row's value is defined; ``judged`` (the queries with
-    a relevant judgment, when known) further limits the ranking metrics, for per-query tables that
-    scored 0 where trec_eval leaves a query out."""
+    baseline's) that every row scored and where every row's value is defined; ``judged`` (the judged
+    queries that count, ``ranking.counted_queries``, when known) further limits the ranking metrics, for
+    per-query tables that scored 0 where the rule leaves a query out."""
     for metric in metrics:
         lacking = [s.label for s in systems if metric not in s.per_query.columns]
         if lacking:

@@ -44,7 +44,7 @@ from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.comparison import Comparison, SystemRun, compare_systems, find_baseline, is_best, per_query_differences, query_counts
 from ragtrack.pipeline.comparison_report import REPORT_FILE, write_comparison
 from ragtrack.pipeline.comparison_tables import p_text
-from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.pipeline.inputs import load_dataset, relevance_threshold, without_relevant
 from ragtrack.pipeline.job import JobInfo
 from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import (check_variable_names, flatten, redact, redact_hydra_files, redact_overrides,
@@ -106,9 +106,10 @@ def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: 
                  context_run: Run | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per-query table (all evaluators side by side), its summary (mean, std, bootstrap CI) and which
     queries count for each metric (booleans, same rows and metric columns as the table). A value is
-    blank (NaN) wherever its query does not count for that metric (ranking metrics on queries without a
-    relevant judgment, which trec_eval does not evaluate; answer metrics on questions without gold
-    answers), so the table has one convention: blank = undefined, and a mean is over its non-blank values.
+    blank (NaN) wherever its query does not count for that metric (answer metrics on questions without
+    gold answers; ranking metrics on queries without a relevant judgment only with
+    ``without_relevant: exclude``, since trec_eval counts them), so the table has one convention: blank
+    = undefined, and a mean is over its non-blank values.
     ``dataset.corpus`` holds the passages (chunks when chunked) that ``context_run`` ranks."""
     data = eval_input(run, dataset, generated, context_run)
     tables, summaries, masks = [], [], []
@@ -380,11 +381,6 @@ def shown_metrics(cfg: DictConfig, results: Mapping[str, SystemResult]) -> list[
     return [m for m in job_key_metrics(cfg) if m in common] or common[:1]
 
 
-def relevance_threshold(cfg: DictConfig) -> int:
-    """The grade from which a document counts as relevant (``evaluator.ranking.relevance_threshold``)."""
-    return int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
-
-
 def dataset_identity(dataset: Dataset, provider: str) -> DatasetIdentity:
     """The job's dataset as MLflow shows it (:class:`~ragtrack.pipeline.tracking.DatasetIdentity`)."""
     profile = {"documents": len(dataset.corpus), "queries": len(dataset.queries), "judgments": sum(map(len, dataset.qrels.values())),
@@ -475,10 +471,10 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
 
 def _curves(result: SystemResult, dataset: Dataset, cfg: DictConfig) -> dict[str, dict[int, float]]:
     """recall@k and ndcg@k of a system for k up to ``depth`` (memoized: a multirun's jobs share runs)."""
-    threshold = relevance_threshold(cfg)
-    return _scored.get((result.run, dataset.qrels), ("curves", int(cfg.depth), threshold),
+    threshold, rule = relevance_threshold(cfg), without_relevant(cfg)
+    return _scored.get((result.run, dataset.qrels), ("curves", int(cfg.depth), threshold, rule),
                        lambda: {layout.curve_key(base): curve for base, curve in
-                                cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold).items()})
+                                cutoff_curves(result.run.scores, dataset.qrels, int(cfg.depth), threshold, without_relevant=rule).items()})
 
 
 def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult], folder: Path, name: str,
@@ -486,7 +482,7 @@ def _write_comparison(cfg: DictConfig, dataset: Dataset, results: dict[str, Syst
     """The job's systems side by side on its key metrics (``pipeline.comparison``, as ``ragtrack compare``
     does across jobs): comparison.md/.png, failures/ and report.html (with the extra ``sections``) in
     ``folder``; baseline bm25 or the first system; per metric, the queries where every system has a
-    value (``comparison.defined_queries``: ranking metrics, those with a relevant judgment)."""
+    value (``comparison.defined_queries``: ranking metrics, those the ranking evaluator counts)."""
     metrics = shown_metrics(cfg, results)
     if not metrics:
         return None
@@ -611,8 +607,8 @@ def summary_note(results: dict[str, SystemResult], key_metrics: list[str], datas
             lines.append(f"| {label} | " + " | ".join(f"{NOTE_PAD}{cells[s]}{NOTE_PAD}" if s in cells else "" for s in results) + " |")
     against = f" Δ and p (paired t-test, Holm-corrected) against {comparison.baseline.label}." if tests else ""
     lines += ["", f"**{name}** on `{dataset.name}` ({len(dataset.corpus):,} documents): mean over n queries [95% bootstrap CI], "
-              "best in bold; per metric, the queries where every system has a value (ranking metrics: those with a relevant "
-              f"judgment; answer metrics: those with gold answers), blank where there is none.{against} All metrics are in the child runs"
+              "best in bold; per metric, the queries where every system has a value (ranking metrics: the judged queries, as "
+              f"trec_eval averages, or with without_relevant=exclude those with a relevant judgment; answer metrics: those with gold answers), blank where there is none.{against} All metrics are in the child runs"
               + (f"; the full comparison: [report.html]({report})." if report else ".")]
     return "\n".join(lines)
 

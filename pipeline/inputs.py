@@ -1,6 +1,7 @@
 """Datasets, read once per process through their providers (``ragtrack.providers``, entry-point group
 ``ragtrack.datasets``): the jobs of a multirun that runs in one process share the (frozen) dataset (and,
-through ``ragtrack.core.stages``, every run file read from the cache)."""
+through ``ragtrack.core.stages``, every run file read from the cache); and how a job reads its
+judgments (relevance threshold, queries without a relevant judgment), for the job and for ``compare``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from ragtrack.core.data import Dataset
+from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant
 from ragtrack.pipeline import registry
 
 
@@ -23,3 +25,14 @@ def load_dataset(cfg: Mapping | DictConfig, check_documents: bool = True) -> Dat
 @functools.lru_cache(maxsize=2)
 def _load_once(settings: str, check_documents: bool) -> Dataset:
     return registry.build("datasets", json.loads(settings)).load(check_documents)
+
+
+def relevance_threshold(cfg: DictConfig) -> int:
+    """The grade from which a document counts as relevant (``evaluator.ranking.relevance_threshold``)."""
+    return int(OmegaConf.select(cfg, "evaluator.ranking.relevance_threshold", default=1))
+
+
+def without_relevant(cfg: DictConfig) -> WithoutRelevant:
+    """Whether judged queries without a relevant document count in the ranking means
+    (``evaluator.ranking.without_relevant``; ``ranking.counted_rows``)."""
+    return OmegaConf.select(cfg, "evaluator.ranking.without_relevant", default=COUNT_WITHOUT_RELEVANT)

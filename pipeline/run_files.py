@@ -22,7 +22,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_ready
 from ragtrack.core.runs import read_run_columns
 from ragtrack.evaluators.base import summarize
-from ragtrack.evaluators.ranking import DEFAULT_METRICS, parse_metric, ranking_values
+from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, WithoutRelevant, counted_rows, parse_metric, ranking_values
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class FileEvaluation:
     values: dict[str, np.ndarray]  # metric -> value per query
     summary: dict[str, dict[str, float]]  # metric -> mean std ci_low ci_high n
     missing: tuple[str, ...] = ()
-    skipped: tuple[str, ...] = ()  # judged queries without a relevant judgment: left out of the means
+    no_relevant: tuple[str, ...] = ()  # judged queries without a relevant judgment: counted unless without_relevant="exclude"
 
     def summary_rows(self) -> dict[str, dict[str, float]]:
         return self.summary
@@ -71,11 +71,11 @@ def _ranking_only(metrics: Sequence[str]) -> bool:
 
 
 def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | None = None, relevance_threshold: int = 1,
-                   seed: int = 0):
+                   seed: int = 0, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT):
     """Score the run file against the qrels file; a :class:`FileEvaluation`, or an ``api.Evaluation``
-    where the general path is needed (see the module docstring). Where no query has a relevant
-    judgment at ``relevance_threshold``, nothing can be evaluated (every mean would be over no query):
-    a one-line error, as trec_eval skips such queries."""
+    where the general path is needed (see the module docstring). ``without_relevant``: which judged
+    queries enter the means (``ranking.counted_rows``). Where no query counts (``exclude`` and no
+    relevant judgment at ``relevance_threshold``), every mean would be over no query: a one-line error."""
     from ragtrack.pipeline.api import evaluate, metric_names
 
     metrics = list(dict.fromkeys(metric_names(metrics) or DEFAULT_METRICS))
@@ -83,15 +83,15 @@ def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | No
         qrels = load_qrels(qrels_path)[0]
         run = read_run_columns(run_path)
         m, values = ranking_values(run, qrels, metrics, relevance_threshold)
-        counted = m.num_rel > 0
+        counted = counted_rows(m.num_rel, without_relevant)
         stats = summarize(np.column_stack([values[name] for name in metrics])[counted], seed=seed)
         n = int(stats.pop("n"))
         summary = {name: {key: float(column[i]) for key, column in stats.items()} | {"n": n} for i, name in enumerate(metrics)}
-        missing = tuple(qid for qid, retrieved, relevant in zip(m.qids, m.retrieved, counted) if relevant and not retrieved)
-        result = FileEvaluation(m.qids, values, summary, missing, tuple(qid for qid, relevant in zip(m.qids, counted) if not relevant))
+        missing = tuple(qid for qid, retrieved, kept in zip(m.qids, m.retrieved, counted) if kept and not retrieved)
+        result = FileEvaluation(m.qids, values, summary, missing, tuple(qid for qid, num_rel in zip(m.qids, m.num_rel) if not num_rel))
     else:
-        result = evaluate(qrels_path, run_path, metrics, relevance_threshold, seed)
+        result = evaluate(qrels_path, run_path, metrics, relevance_threshold, seed, without_relevant)
     if counted_queries(result.summary_rows()) == 0:
         raise RagtrackError(f"no query in {qrels_path} has a relevant judgment at relevance threshold {relevance_threshold} "
-                            f"(a grade >= {relevance_threshold}), so nothing can be evaluated: trec_eval skips such queries")
+                            f"(a grade >= {relevance_threshold}), so nothing can be evaluated with without_relevant=exclude")
     return result

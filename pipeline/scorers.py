@@ -22,9 +22,11 @@ An answer scorer compares the answer in ``outputs`` (a string, or a dict's ``"an
 with ``expectations["expected_response"]`` (a string or a list of gold answers; the best counts).
 
 Whatever cannot be scored (no retrieved documents, a document without an id, no judgments, no
-relevant judgment, no answer) gives a Feedback with an ``error`` (codes in :class:`ScorerInputError`)
-and no value, so MLflow leaves the row out of the mean, as ``ragtrack.evaluate`` leaves out a query
-without a relevant judgment.
+answer) gives a Feedback with an ``error`` (codes in :class:`ScorerInputError`) and no value, so MLflow
+leaves the row out of the mean. Judgments without a relevant document are scored, as trec_eval and
+``ragtrack.evaluate`` count such a query (0 on the binary metrics); with ``without_relevant="exclude"``
+they give the error ``NO_RELEVANT_DOCUMENT`` instead, so the row is left out, as ``ragtrack.evaluate``
+then leaves the query out.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from mlflow.entities import AssessmentError, AssessmentSource, AssessmentSourceT
 from mlflow.genai.scorers import Scorer
 
 from ragtrack.core.errors import RagtrackError
+from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant, checked_threshold, checked_without_relevant
 from ragtrack.pipeline.layout import metric_key
 
 RELEVANT_DOCS = "relevant_docs"  # ragtrack's expectation: {doc_id: grade} or [doc_id, ...]
@@ -270,6 +273,7 @@ class RankingScorer(Scorer):
 
     metric: str
     relevance_threshold: int = 1
+    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT
     span_name: str | None = None
     source: Literal["auto", "trace", "outputs"] = "auto"
     id_fields: tuple[str, ...] = DEFAULT_ID_FIELDS
@@ -280,9 +284,9 @@ class RankingScorer(Scorer):
         try:
             graded, key = judgments(expectations, self.id_fields)
             relevant = {doc: grade for doc, grade in graded.items() if grade >= self.relevance_threshold}
-            if not relevant:
+            if not relevant and self.without_relevant == "exclude":
                 raise ScorerInputError("NO_RELEVANT_DOCUMENT", f"expectations[{key!r}] judge no document relevant (grade >= "
-                                                               f"{self.relevance_threshold}): ragtrack does not count this query")
+                                                               f"{self.relevance_threshold}): not counted with without_relevant='exclude'")
             retrieved = retrieved_documents(trace, outputs, self.source, self.span_name, self.id_fields)
         except ScorerInputError as problem:
             return _error(self.name, problem)
@@ -337,11 +341,13 @@ def _owner(metric: str, evaluators: Mapping[str, type]) -> str:
 
 def scorers(metrics: Sequence[str], relevance_threshold: int = 1, span_name: str | None = None,
             source: Literal["auto", "trace", "outputs"] = "auto", id_fields: Sequence[str] = DEFAULT_ID_FIELDS,
-            prefix: str = "") -> list[Scorer]:
+            prefix: str = "", without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[Scorer]:
     """One MLflow scorer per metric, for ``mlflow.genai.evaluate(..., scorers=...)``.
 
     Ranking metrics (``ragtrack metrics`` lists them) read the retrieved documents and the judgments
-    (``relevance_threshold``: the lowest relevant grade; ``span_name``, ``source`` and ``id_fields``:
+    (``relevance_threshold``: the lowest relevant grade; ``without_relevant``: whether a row whose
+    judgments have no relevant document is scored (``count``, trec_eval's rule) or an error that MLflow
+    leaves out of the mean (``exclude``); ``span_name``, ``source`` and ``id_fields``:
     where the documents and their ids come from, see :func:`retrieved_documents`); answer metrics read
     the answer and the gold answers. Each scorer and its Feedback are named ``prefix`` + the metric's
     MLflow key (``ndcg@10`` -> ``ndcg_at_10``); a prefix such as ``"bm25_"`` tells apart the scorers of
@@ -352,7 +358,6 @@ def scorers(metrics: Sequence[str], relevance_threshold: int = 1, span_name: str
     >>> [s.name for s in scorers(["ndcg@10", "mrr", "answer_f1"])]
     ['ndcg_at_10', 'mrr', 'answer_f1']
     """
-    from ragtrack.evaluators.ranking import checked_threshold
     from ragtrack.pipeline import registry
 
     if isinstance(metrics, str):
@@ -361,7 +366,7 @@ def scorers(metrics: Sequence[str], relevance_threshold: int = 1, span_name: str
         raise RagtrackError("scorers needs at least one metric")
     if source not in SOURCES:
         raise RagtrackError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-    relevance_threshold = checked_threshold(relevance_threshold)
+    relevance_threshold, without_relevant = checked_threshold(relevance_threshold), checked_without_relevant(without_relevant)
     if "/" in prefix:
         raise RagtrackError(f"prefix {prefix!r} must not contain '/': MLflow treats what precedes it as a namespace "
                             "and its UI would show the scorer under the bare metric name; use e.g. 'bm25_'")
@@ -377,7 +382,7 @@ def scorers(metrics: Sequence[str], relevance_threshold: int = 1, span_name: str
         if owner == "ranking":
             evaluators[owner](metrics=[metric])  # a malformed cutoff fails here, not on every row
             built.append(RankingScorer(name=name, description=description, metric=metric, relevance_threshold=relevance_threshold,
-                                       span_name=span_name, source=source, id_fields=tuple(id_fields)))
+                                       without_relevant=without_relevant, span_name=span_name, source=source, id_fields=tuple(id_fields)))
         elif owner in ANSWER_EVALUATORS:
             built.append(AnswerScorer(name=name, description=description, metric=metric))
         else:

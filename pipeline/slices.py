@@ -17,8 +17,8 @@ An *attribute* gives each query of the run one string value. Three sources, all 
   ``1``, ``2``, ``3_or_more``.
 
 A slice's metric is the mean over the slice's queries that count for that metric (the evaluator's
-rule: for ranking metrics the queries with a relevant judgment, for answer metrics those with gold
-answers), so it equals the mean over the slice's counted rows of per_query.csv, whose
+rule: for ranking metrics every judged query, as trec_eval counts them, or with ``without_relevant:
+exclude`` those with a relevant judgment; for answer metrics those with gold answers), so it equals the mean over the slice's counted rows of per_query.csv, whose
 ``slice.<attribute>`` columns name each query's values. CIs are the same seeded percentile bootstrap
 as the overall ones (``evaluators.base.aggregate``), drawn within the slice.
 

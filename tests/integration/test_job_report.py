@@ -93,9 +93,9 @@ def _csv_rows(path: Path) -> list[dict]:
 def test_undefined_metrics_end_a_job_cleanly_blank_and_null(tmp_path: Path) -> None:
     """The trial's defects on the toy dataset, one job (a query judged non-relevant only, a generator
     that never abstains): abstention_precision is undefined on every query, so the job's comparison has
-    a metric defined nowhere (it crashed: idxmax of all NA) and results.json held a bare NaN; the ranking
-    metrics were 0 in per_query.csv on the query without a relevant judgment, now blank (trec_eval does
-    not evaluate it) as the answer metrics are where they are undefined."""
+    a metric defined nowhere (it crashed: idxmax of all NA) and results.json held a bare NaN. The query
+    without a relevant judgment counts in the ranking means with its values (0), as trec_eval counts it;
+    the answer metrics are blank where they are undefined."""
     import shutil
 
     data = shutil.copytree(Path(__file__).parents[2] / "data" / "toy", tmp_path / "toy")
@@ -112,11 +112,11 @@ def test_undefined_metrics_end_a_job_cleanly_blank_and_null(tmp_path: Path) -> N
 
     results = strict(job / "results.json")
     assert all(means["abstention_precision"] is None for means in results["systems"].values())
-    assert results["queries_counted"]["bm25"]["ndcg@10"] == 6 and results["queries_counted"]["bm25"]["abstention_precision"] == 0
+    assert results["queries_counted"]["bm25"]["ndcg@10"] == 7 and results["queries_counted"]["bm25"]["abstention_precision"] == 0
     rows = [row for row in strict(job / "comparison" / "comparison.json")["rows"] if row["metric"] == "abstention_precision"]
     assert [row["n"] for row in rows] == [0, 0, 0] and all(row["mean"] is None for row in rows)
     for path in job.rglob("*.json"):
         strict(path)
     q7 = [row for row in _csv_rows(job / "per_query.csv") if row["qid"] == "q7"]
-    assert q7 and all(row["ndcg@10"] == "" and row["abstention_precision"] == "" for row in q7)
+    assert q7 and all(float(row["ndcg@10"]) == 0 and row["abstention_precision"] == "" for row in q7)
     assert "abstention_precision: no query has a value for every row" in " ".join((job / "comparison" / "comparison.txt").read_text().split())

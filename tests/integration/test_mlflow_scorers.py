@@ -170,7 +170,9 @@ def test_grades_threshold_and_both_expectation_fields() -> None:
     assert feedback.name == "ndcg_at_10" and feedback.metadata["retrieved"] == "4"
 
     none_relevant = score("mrr", outputs=ranked, expectations={"relevant_docs": {"a": 1}}, options={"relevance_threshold": 2})
-    assert none_relevant.value is None and none_relevant.error.error_code == "NO_RELEVANT_DOCUMENT"
+    assert none_relevant.value == 0.0 and none_relevant.error is None  # counted, as trec_eval counts the query
+    excluded = score("mrr", outputs=ranked, expectations={"relevant_docs": {"a": 1}}, options={"relevance_threshold": 2, "without_relevant": "exclude"})
+    assert excluded.value is None and excluded.error.error_code == "NO_RELEVANT_DOCUMENT"
     assert score("mrr", outputs=ranked, expectations={"expected_response": "x"}).error.error_code == "NO_JUDGMENTS"
     assert score("mrr", outputs=ranked, expectations=None).error.error_code == "NO_JUDGMENTS"
     assert score("mrr", outputs=ranked, expectations="relevant_docs").error.error_code == "NO_JUDGMENTS"
@@ -196,13 +198,13 @@ def test_every_value_equals_ragtrack_evaluate_on_the_same_ranking(seed: int) -> 
     qrels, run = random_qrels_and_run(seed)
     for threshold in (1, 2):
         scorers = {s.metric: s for s in ragtrack.mlflow.scorers(METRICS + ["err@10", "mean_rank"], relevance_threshold=threshold)}
+        excluding = ragtrack.mlflow.scorers(["mrr"], relevance_threshold=threshold, without_relevant="exclude")[0]
         reference = ragtrack.evaluate(qrels, run, METRICS, threshold).per_query
         for qid, judged in qrels.items():
             ranked = [doc for doc, _ in rank_documents(run.get(qid, {}))]
             expectations = {"relevant_docs": judged}
             if not any(g >= threshold for g in judged.values()):
-                assert scorers["mrr"].run(outputs=ranked, expectations=expectations).error.error_code == "NO_RELEVANT_DOCUMENT"
-                continue
+                assert excluding.run(outputs=ranked, expectations=expectations).error.error_code == "NO_RELEVANT_DOCUMENT"
             for metric in METRICS:
                 assert scorers[metric].run(outputs=ranked, expectations=expectations).value == reference.loc[qid, metric], (qid, metric)
             for metric in ("err@10", "mean_rank"):  # depend on the whole run or qrels: equal ragtrack.evaluate on this query alone

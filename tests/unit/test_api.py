@@ -44,10 +44,14 @@ def test_evaluate_equals_pytrec_eval_per_query(form: str, threshold: int, tmp_pa
     reference = pytrec_reference(qrels, run, threshold)
     assert len(reference) > 500
     assert_equal_per_query(result.per_query, reference)
-    counted = [q for q, docs in qrels.items() if any(g >= threshold for g in docs.values())]
-    assert result.aggregate["ndcg@10"] == pytest.approx(result.per_query.loc[counted, "ndcg@10"].mean(), abs=1e-15)
-    assert int(result.summary.loc["map", "n"]) == len(counted)
-    assert set(result.missing) == {q for q in counted if not run.get(q)}
+    relevant = [q for q, docs in qrels.items() if any(g >= threshold for g in docs.values())]
+    assert len(relevant) < len(qrels)  # judged queries without a relevant document: counted, as trec_eval -c counts them
+    assert result.aggregate["ndcg@10"] == pytest.approx(reference["ndcg@10"].sum() / len(qrels), abs=1e-12)
+    assert int(result.summary.loc["map", "n"]) == len(qrels)
+    assert set(result.missing) == {q for q in qrels if not run.get(q)}
+    excluded = ragtrack.evaluate(*given, metrics=METRICS, relevance_threshold=threshold, without_relevant="exclude")
+    assert excluded.aggregate["ndcg@10"] == pytest.approx(result.per_query.loc[relevant, "ndcg@10"].mean(), abs=1e-15)
+    assert int(excluded.summary.loc["map", "n"]) == len(relevant) and set(excluded.missing) == {q for q in relevant if not run.get(q)}
 
 
 def test_every_input_form_gives_the_same_bits(tmp_path: Path) -> None:
@@ -129,10 +133,14 @@ def test_compare_gives_the_statistics_of_ragtrack_compare() -> None:
     assert table.attrs["baseline"] == "bm25" and list(table.index.get_level_values("system").unique()) == ["bm25", "dense"]
     from ragtrack.evaluators.significance import paired_t_test, randomization_test, win_tie_loss
 
-    counted = [q for q, docs in qrels.items() if any(g >= 1 for g in docs.values())]
-    ours = ragtrack.evaluate(qrels, other, ["ndcg@10"]).per_query.loc[counted, "ndcg@10"].to_numpy()
-    base = ragtrack.evaluate(qrels, run, ["ndcg@10"]).per_query.loc[counted, "ndcg@10"].to_numpy()
+    assert any(all(g < 1 for g in docs.values()) for docs in qrels.values())  # counted, as trec_eval counts them
+    ours = ragtrack.evaluate(qrels, other, ["ndcg@10"]).per_query.loc[list(qrels), "ndcg@10"].to_numpy()
+    base = ragtrack.evaluate(qrels, run, ["ndcg@10"]).per_query.loc[list(qrels), "ndcg@10"].to_numpy()
     row = table.loc[("dense", "ndcg@10")]
+    assert row["n"] == len(qrels)
+    relevant = [q for q, docs in qrels.items() if any(g >= 1 for g in docs.values())]
+    excluded = ragtrack.compare({"bm25": run, "dense": other}, qrels, ["ndcg@10"], seed=3, resamples=2000, without_relevant="exclude")
+    assert excluded.loc[("dense", "ndcg@10"), "n"] == len(relevant)
     assert row["mean"] == ours.mean() and row["delta"] == ours.mean() - base.mean()
     assert row["p_ttest"] == paired_t_test(ours, base).p_value
     assert row["p_randomization"] == randomization_test(ours, base, resamples=2000, seed=3).p_value

@@ -1,7 +1,9 @@
 """Every ranking metric that trec_eval has equals pytrec_eval per query, to 1e-9, on 300 random
 qrels/run pairs (grades 0-3, ties, empty and short runs, judged non-relevant and unjudged documents,
 queries without relevant judgments, queries absent from the run), at relevance thresholds 1 and 2;
-and with negative grades (-2..2), which trec_eval reads as "in the pool but unjudged", at 0, 1 and 2."""
+and with negative grades (-2..2), which trec_eval reads as "in the pool but unjudged", at 0, 1 and 2.
+Means are over every judged query, as trec_eval 10 averages: checked on its own test files
+(tests/data/trec_eval) and against pytrec_eval's per-query values."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pandas as pd
 import pytest
 import pytrec_eval
 
+import ragtrack
 from ragtrack.evaluators.ranking import score_ranking
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.core.runs import Run, write_trec
@@ -109,3 +112,52 @@ def test_eval_cli_equals_pytrec_eval_on_trec_files(tmp_path: Path, capsys) -> No
             reference = pytrec_reference(pytrec_eval.parse_qrel(q), pytrec_eval.parse_run(r), threshold)
         assert list(ours.index) == list(qrels) and len(reference) == sum(1 for qid in qrels if run.get(qid))
         assert_equal_per_query(ours, reference)
+
+
+TREC_EVAL_TESTS = Path(__file__).parents[1] / "data" / "trec_eval"  # trec_eval 10.0's test/ files (SOURCE.md there)
+
+
+def trec_eval_all_line(path: Path) -> dict[str, str]:
+    """The ``all`` values of a trec_eval output file, as printed (4 decimals)."""
+    return {name: value for name, qid, value in (line.split() for line in path.read_text().splitlines()) if qid == "all"}
+
+
+@pytest.mark.parametrize("how", ["api", "cli"])
+def test_all_line_equals_trec_eval_10_with_a_topic_judged_without_relevant_document(how: str, capsys) -> None:
+    """trec_eval 10's qrels.comment.test judges topic 2024-36302 with grade 0 only; trec_eval averages
+    over all 31 topics (num_q 31), that one included with its values (0), and so does ragtrack by
+    default. ``without_relevant="exclude"`` averages over the other 30 (the figures of issue 36)."""
+    qrels, run = TREC_EVAL_TESTS / "qrels.comment.test.gz", TREC_EVAL_TESTS / "results.comment.test.gz"
+    expected = trec_eval_all_line(TREC_EVAL_TESTS / "out.comment.test")
+    names = {"map": "map", "p@5": "P_5", "p@10": "P_10", "p@100": "P_100", "mrr": "recip_rank", "bpref": "bpref",
+             "r-precision": "Rprec", "num_rel_ret": "num_rel_ret"}
+    if how == "api":
+        result = ragtrack.evaluate(qrels, run, list(names))
+        means, n = result.aggregate, int(result.summary["n"].max())
+        assert result.no_relevant == ("2024-36302",) and (result.per_query.loc["2024-36302"] == 0).all()
+    else:
+        assert cli_main(["eval", str(qrels), str(run), "--json", *(f"-m{name}" for name in names)]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        means, n = printed["aggregate"], printed["queries"]
+    assert n == int(expected["num_q"]) == 31
+    assert {trec: f"{means[ours]:.4f}" for ours, trec in names.items() if trec != "num_rel_ret"} == \
+        {trec: expected[trec] for ours, trec in names.items() if trec != "num_rel_ret"}
+    assert round(means["num_rel_ret"] * n) == int(expected["num_rel_ret"])  # trec_eval prints the sum
+    excluded = ragtrack.evaluate(qrels, run, ["map", "p@10", "mrr", "bpref"], without_relevant="exclude")
+    assert {name: round(value, 4) for name, value in excluded.aggregate.items()} == {"map": 0.2779, "p@10": 0.7967, "mrr": 0.8881, "bpref": 0.3339}
+    assert int(excluded.summary["n"].max()) == 30
+
+
+def test_means_equal_pytrec_eval_over_every_judged_query() -> None:
+    """Random qrels and runs with judged queries without a relevant document and judged queries absent
+    from the run: every mean is pytrec_eval's per-query values (it returns the judged queries without a
+    relevant document, with their values) summed over the queries it returns, divided by all judged
+    queries (trec_eval -c: an absent query scores 0)."""
+    qrels, run = random_pairs(range(650, 750))
+    for threshold in (1, 2):
+        ours = ragtrack.evaluate(qrels, run, list(ours_to_trec()), relevance_threshold=threshold)
+        reference = pytrec_reference(qrels, run, threshold)
+        without_relevant = [qid for qid in reference.index if all(g < threshold for g in qrels[qid].values())]
+        assert len(without_relevant) > 10 and len(reference) < len(qrels)
+        assert ours.aggregate == pytest.approx((reference.sum() / len(qrels)).to_dict(), rel=0, abs=1e-12)
+        assert set(ours.summary["n"]) == {len(qrels)}

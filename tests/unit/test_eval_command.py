@@ -1,5 +1,6 @@
-"""``ragtrack eval QRELS RUN`` at its edges: qrels without a relevant judgment (at the threshold), JSON
-that strict parsers read, the range of ``--relevance-threshold`` (the setting's) and ``-m`` comma lists."""
+"""``ragtrack eval QRELS RUN`` at its edges: qrels without a relevant judgment (at the threshold; counted
+as trec_eval counts them, or left out with ``--without-relevant exclude``), JSON that strict parsers
+read, the range of ``--relevance-threshold`` (the setting's) and ``-m`` comma lists."""
 
 from __future__ import annotations
 
@@ -40,32 +41,50 @@ def files(tmp_path: Path, qrels: str) -> tuple[str, str]:
     ("q1 0 d1 0\nq2 0 d3 -1\n", ["-m", "hole@5", "-m", "map"], 1),  # a metric of the general path (the judged pool)
     ("q1 0 d1 2\nq2 0 d3 1\n", ["-m", "ndcg@10", "--json", "--relevance-threshold", "3"], 3),  # above the highest grade
 ])
-def test_no_query_to_evaluate_is_an_error(tmp_path: Path, capsys, qrels: str, arguments: list[str], threshold: int) -> None:
+def test_no_query_to_evaluate_is_an_error_only_when_excluded(tmp_path: Path, capsys, qrels: str, arguments: list[str], threshold: int) -> None:
+    """trec_eval averages over such queries (every binary measure 0); excluding them leaves no query."""
     qrels_file, run_file = files(tmp_path, qrels)
-    assert cli_main(["eval", qrels_file, run_file, *arguments]) == 2
+    assert cli_main(["eval", qrels_file, run_file, *arguments, "--without-relevant", "exclude"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (f"ragtrack: error: no query in {qrels_file} has a relevant judgment at relevance threshold {threshold} "
-                            f"(a grade >= {threshold}), so nothing can be evaluated: trec_eval skips such queries\n")
+                            f"(a grade >= {threshold}), so nothing can be evaluated with without_relevant=exclude\n")
+    assert cli_main(["eval", qrels_file, run_file, *arguments]) == 0
+    assert "counted in the means, as in trec_eval" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("metrics", [["map", "ndcg@10"], ["map", "hole@5"]])  # the fast path and the general path
-def test_skipped_queries_are_counted_in_a_note(tmp_path: Path, capsys, metrics: list[str]) -> None:
+def test_queries_without_a_relevant_judgment_count_unless_excluded(tmp_path: Path, capsys, metrics: list[str]) -> None:
     qrels_file, run_file = files(tmp_path, "q1 0 d1 0\nq2 0 d4 2\nq3 0 d9 -1\n")
     assert cli_main(["eval", qrels_file, run_file, "--json", *(f"-m{m}" for m in metrics)]) == 0
     captured = capsys.readouterr()
     assert captured.err == (f"ragtrack: note: 2 judged queries in {qrels_file} without a relevant judgment (grade >= 1): "
-                            "left out, as trec_eval leaves them out\n")
+                            "counted in the means, as in trec_eval (--without-relevant exclude leaves them out)\n"
+                            f"ragtrack: note: 1 judged query without results in {run_file} (they score 0)\n")  # q3, counted
+    printed = strict_json(captured.out)
+    assert printed["queries"] == 3 and printed["aggregate"]["map"] == 0.5 / 3
+    assert cli_main(["eval", qrels_file, run_file, "--json", "--without-relevant", "exclude", *(f"-m{m}" for m in metrics)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (f"ragtrack: note: 2 judged queries in {qrels_file} without a relevant judgment (grade >= 1): "
+                            "left out of the means (--without-relevant exclude; trec_eval counts them)\n")
     printed = strict_json(captured.out)
     assert printed["queries"] == 1 and printed["aggregate"]["map"] == 0.5
-    assert evaluate_files(Path(qrels_file), Path(run_file), metrics).skipped == ("q1", "q3")
-    assert ragtrack.evaluate(qrels_file, run_file, metrics).skipped == ("q1", "q3")
+    for rule in ("count", "exclude"):
+        assert evaluate_files(Path(qrels_file), Path(run_file), metrics, without_relevant=rule).no_relevant == ("q1", "q3")
+        assert ragtrack.evaluate(qrels_file, run_file, metrics, without_relevant=rule).no_relevant == ("q1", "q3")
+
+
+@pytest.mark.parametrize(("rule", "counted"), [("count", "n=3 judged queries (trec_eval)"), ("exclude", "n=1 queries with a relevant judgment")])
+def test_the_printed_n_says_which_queries_count(tmp_path: Path, capsys, rule: str, counted: str) -> None:
+    qrels_file, run_file = files(tmp_path, "q1 0 d1 0\nq2 0 d4 2\nq3 0 d9 -1\n")
+    assert cli_main(["eval", qrels_file, run_file, "-m", "map", "--without-relevant", rule]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"{counted})")
 
 
 def test_json_payloads_are_valid_json_with_null_for_undefined_values() -> None:
     """Both results ``eval`` prints (the API's and the fast path's) turn NaN (a mean over no query, a
     metric that does not apply to a query) into null, so ``allow_nan=False`` never fails."""
-    nothing = ragtrack.evaluate({"q1": {"d1": 0}}, {"q1": {"d1": 1.0}}, ["map", "p@1"])
+    nothing = ragtrack.evaluate({"q1": {"d1": 0}}, {"q1": {"d1": 1.0}}, ["map", "p@1"], without_relevant="exclude")
     assert math.isnan(nothing.aggregate["map"])
     payload = json.loads(json.dumps(nothing.to_dict(per_query=True), allow_nan=False))
     assert payload == {"aggregate": {"map": None, "p@1": None}, "std": {"map": None, "p@1": None},
@@ -125,4 +144,15 @@ def test_a_count_of_one_skipped_query_is_singular(tmp_path: Path, capsys) -> Non
     qrels_file, run_file = files(tmp_path, "q1 0 d1 0\nq2 0 d4 2\n")
     assert cli_main(["eval", qrels_file, run_file, "-m", "map"]) == 0
     assert capsys.readouterr().err == (f"ragtrack: note: 1 judged query in {qrels_file} without a relevant judgment (grade >= 1): "
-                                       "left out, as trec_eval leaves them out\n")
+                                       "counted in the means, as in trec_eval (--without-relevant exclude leaves them out)\n")
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ragtrack.evaluate({"q1": {"d1": 1}}, {"q1": {"d1": 1.0}}, ["map"], without_relevant="skip"),
+    lambda: ragtrack.compare({"a": {"q1": {"d1": 1.0}}}, {"q1": {"d1": 1}}, ["map"], without_relevant="skip"),
+    lambda: RankingEvaluator(["map"], without_relevant="skip"),
+    lambda: importlib.import_module("ragtrack.mlflow").scorers(["map"], without_relevant="skip"),
+])
+def test_an_unknown_rule_for_queries_without_relevant_judgment_is_refused(call) -> None:
+    with pytest.raises(RagtrackError, match=r"^without_relevant: 'skip' is not allowed: input should be 'count' or 'exclude'$"):
+        call()

@@ -13,7 +13,8 @@ member's scores per query over its top ``depth`` list, s' = norm(s):
 - ``none``:   s' = s
 - ``minmax``: s' = (s − min) / (max − min); a list whose scores are all equal gets s' = 1
 - ``zscore``: s' = (s − mean) / std (population std); a list with std 0 gets s' = 0
-- ``max``:    s' = s / max; a list whose maximum is 0 is left as is
+- ``max``:    s' = s / max(max, 1e-9) (ranx's ``max_norm``): a list whose maximum is ≤ 1e-9 (all scores
+  negative: reranker logits, log-probabilities) is divided by 1e-9, so its order is kept, never reversed
 
 then combines them:
 
@@ -80,9 +81,12 @@ def _zscore(scores: list[float]) -> list[float]:
     return [0.0] * len(scores) if std == 0 else [(s - mean) / std for s in scores]
 
 
+MAX_NORM_FLOOR = 1e-9  # ranx's: the least ``max`` divides by, so a non-positive maximum never flips the signs
+
+
 def _max(scores: list[float]) -> list[float]:
-    high = max(scores)
-    return list(scores) if high == 0 else [s / high for s in scores]
+    high = max(max(scores), MAX_NORM_FLOOR)
+    return [s / high for s in scores]
 
 
 NORMALIZATIONS: dict[str, Callable[[list[float]], list[float]]] = {

@@ -1,8 +1,10 @@
-"""Fusion methods against hand-computed values; every one is registered and configured like a plugin."""
+"""Fusion methods against hand-computed values (max normalization against ranx); every one is registered
+and configured like a plugin."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -38,10 +40,27 @@ def test_rrf_hand_computed() -> None:
     ("zscore", [("a", 3.0), ("b", 2.0), ("c", 1.0)], {"a": Z, "b": 0.0, "c": -Z}),
     ("zscore", [("a", 2.0), ("b", 2.0)], {"a": 0.0, "b": 0.0}),
     ("max", [("b", 0.9), ("c", 0.5), ("d", 0.1)], {"b": 1.0, "c": 5 / 9, "d": 1 / 9}),
-    ("max", [("a", 0.0), ("b", -1.0)], {"a": 0.0, "b": -1.0}),
+    ("max", [("a", 0.0), ("b", -1.0)], {"a": 0.0, "b": -1e9}),
+    ("max", [("a", -1.0), ("b", -2.0), ("c", -4.0)], {"a": -1e9, "b": -2e9, "c": -4e9}),  # all negative: the order kept
 ])
 def test_normalizations(method: str, ranked: list, expected: dict) -> None:
     assert normalize(ranked, method) == pytest.approx(expected)
+
+
+def test_max_normalization_equals_ranx_and_never_reverses_a_ranking() -> None:
+    """ranx's ``max_norm`` (ranx/normalization/max_norm.py: s / max(max, 1e-9)) on random lists, a
+    third of them all negative (reranker logits, log-probabilities): the same values, and the order of
+    every list kept."""
+    from ranx import Run as RanxRun
+    from ranx.normalization import max_norm
+
+    rng = random.Random(0)
+    lists = {f"q{i}": {f"d{j}": rng.uniform(-10, 10) - (15 if i % 3 == 0 else 0) for j in range(rng.randint(1, 12))} for i in range(90)}
+    reference = max_norm(RanxRun({q: dict(docs) for q, docs in lists.items()})).to_dict()
+    for qid, docs in lists.items():
+        ours = normalize(sorted(docs.items(), key=lambda item: -item[1]), "max")
+        assert ours == pytest.approx(reference[qid], rel=1e-12, abs=0)
+        assert sorted(ours, key=lambda doc: -ours[doc]) == sorted(docs, key=lambda doc: -docs[doc])
 
 
 @pytest.mark.parametrize("normalization, expected", [

@@ -45,7 +45,7 @@ from ragtrack.generation import GeneratorSettings
 from ragtrack.providers import DatasetSettings
 from ragtrack.pipeline import registry
 from ragtrack.pipeline.redaction import SECRET_KEY
-from ragtrack.pipeline.systems import STAGE_SECTIONS, plan_systems
+from ragtrack.pipeline.systems import STAGE_SECTIONS, PlannedSystem, plan_systems
 from ragtrack.retrievers.base import RetrieverSettings
 from ragtrack.retrievers.dense import DenseSettings
 from ragtrack.retrievers.encoders import Encoder, EncoderSettings
@@ -150,7 +150,7 @@ def validate(cfg: DictConfig | Mapping) -> list[tuple[str, type[Section]]]:
             _check(_component_model(group, component, path), component, path)
             if isinstance(component.get("encoder"), Mapping):
                 _check(_encoder_model(component["encoder"], f"{path}.encoder"), component["encoder"], f"{path}.encoder")
-    plan_systems(settings)
+    _check_chains(plan_systems(settings))
     for name, evaluator in (settings.get("evaluator") or {}).items():
         model = _component_model("evaluators", evaluator, f"evaluator.{name}")
         _check_metrics(evaluator, f"evaluator.{name}")
@@ -174,6 +174,24 @@ def _check_key_variables(node: Any, path: str) -> None:
             if key == "api_key_env" and isinstance(value, str) and value and value not in os.environ:
                 raise InputError(where, f"the environment variable {value} is not set (export {value}=... before the run)")
             _check_key_variables(value, where)
+
+
+def _check_chains(planned: list[PlannedSystem]) -> None:
+    """Each stage's inputs are systems it can read (:meth:`~ragtrack.core.stages.Stage.input_problem`:
+    RM3 needs a BM25 retriever, a rewriter a retriever): refused here, not after the inputs were built."""
+    classes = {system.name: _stage_class(system) for system in planned}
+    for system in planned:
+        for index, name in enumerate(system.inputs):
+            problem = classes[system.name] and classes[name] and classes[system.name].input_problem(classes[name])
+            if problem:
+                at = f"{system.path}.input" if len(system.inputs) == 1 and "input" in system.config else f"{system.path}.members[{index}]"
+                raise InputError(at, f"{name!r} is not allowed: {problem}; {name} is a {classes[name].__name__}")
+
+
+def _stage_class(system: PlannedSystem) -> type | None:
+    """The class of a stage config that names an installed ``type`` (``None`` for a ``_target_``)."""
+    kind = system.config.get("type")
+    return registry.load(system.group, kind) if system.config.get("_target_") is None and kind in registry.installed(system.group) else None
 
 
 def _check_fusion_depths(settings: Mapping) -> None:

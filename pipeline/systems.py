@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragtrack.core.errors import InputError, did_you_mean
+from ragtrack.core.settings import MAX_NAME_LENGTH
 from ragtrack.pipeline.layout import system_key
 
 STAGE_SECTIONS = {"retriever": "retrievers", "rewriter": "rewriters", "fusion": "fusions", "reranker": "rerankers"}
@@ -59,6 +60,10 @@ def plan_systems(cfg: Mapping) -> list[PlannedSystem]:
         for key, config in (cfg.get(section) or {}).items():
             inputs, _ = _inputs(config)
             name = str(config.get("system") or (f"{inputs[0]}+{key}" if section in ("rewriter", "reranker") and inputs else key))
+            if len(name) > MAX_NAME_LENGTH:  # MLflow would refuse its keys after every stage had run
+                raise InputError(f"{section}.{key}.system" if section != "retriever" else f"{section}.{key}",
+                                 f"a system name of {len(name)} characters is not allowed: at most {MAX_NAME_LENGTH} "
+                                 "(MLflow keys and file names are made from it)")
             clash = next((other for other in where if system_key(other) == system_key(name)), None)
             if clash is not None:  # equal names, or names MLflow would log under one key (bm25+rm3, bm25_rm3)
                 raise InputError(f"{section}.{key}.system" if section != "retriever" else f"{section}.{key}",

@@ -30,20 +30,20 @@ from ragtrack.core.data import (Corpus, CorpusBuilder, Dataset, Judged, Qrels, S
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
 from ragtrack.core.fields import check_id, check_text, parse_grade
 from ragtrack.core.progress import Progress
-from ragtrack.core.settings import ComponentSettings, InputPath, Text, validated
+from ragtrack.core.settings import MAX_NAME_LENGTH, ComponentSettings, InputPath, Text, validated
 
 if TYPE_CHECKING:
     import pandas as pd
 
-DATASET_NAME = ("a dataset name (no / or \\ or control characters, not . or ..; it names folders and the MLflow experiment), "
-                "or null: named after its source")
+DATASET_NAME = (f"a dataset name (no / or \\ or control characters, not . or ..; at most {MAX_NAME_LENGTH} characters: it names folders "
+                "and the MLflow experiment), or null: named after its source")
 
 
 class DatasetSettings(ComponentSettings):
     """Keys of every dataset: ``name`` (the MLflow experiment is ``ragtrack-<name>``; the shipped YAMLs
     derive it from the path or id) and the query attributes to slice metrics by (docs/slices.md)."""
 
-    name: Annotated[str, Field(pattern=r"^[^/\\\x00-\x1f]+$")] | None = Field(None, description=DATASET_NAME)
+    name: Annotated[str, Field(pattern=r"^[^/\\\x00-\x1f]+$", max_length=MAX_NAME_LENGTH)] | None = Field(None, description=DATASET_NAME)
     slices_file: InputPath | None = None
     slice_metadata: list[Text] = []
 

@@ -21,7 +21,7 @@ from ragtrack.core.llm import ChatClient, chat_clients, check_template
 from ragtrack.core.runs import Run
 from ragtrack.core.secrets import without_credentials
 from ragtrack.core.settings import ChatSettings, Count, Fraction, StageSettings, Text
-from ragtrack.core.stages import SingleInputStage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
+from ragtrack.core.stages import SingleInputStage, Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
 from ragtrack.retrievers.base import Retriever
 from ragtrack.retrievers.bm25 import BM25Retriever
 
@@ -52,11 +52,15 @@ class Rewriter(SingleInputStage):
     def identity(self) -> dict:
         return self.rewrite_identity()
 
+    @classmethod
+    def input_problem(cls, given: type[Stage]) -> str | None:
+        return None if issubclass(given, Retriever) else "a retriever (a rewriter searches its input's index)"
+
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         first = inputs[self.input]
         retriever = first.stage
-        if not isinstance(retriever, Retriever):
-            raise RagtrackError(f"rewriter {self.name}: input {self.input!r} is a {retriever.kind}, not a retriever")
+        if problem := self.input_problem(type(retriever)):
+            raise RagtrackError(f"rewriter {self.name}: input {self.input!r} is a {type(retriever).__name__}, not {problem}")
         key = chain_key(self, inputs, context)
 
         def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
@@ -162,11 +166,9 @@ class RM3Rewriter(Rewriter):
         return {"format": RM3_FORMAT, "fb_docs": self.fb_docs, "fb_terms": self.fb_terms,
                 "original_query_weight": self.original_query_weight}
 
-    def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
-        stage = inputs[self.input].stage
-        if not isinstance(stage, BM25Retriever):
-            raise RagtrackError(f"rewriter {self.name}: rewriter.rm3.input must name a BM25 retriever; {self.input!r} is a {type(stage).__name__}")
-        return super().produce(inputs, context)
+    @classmethod
+    def input_problem(cls, given: type[Stage]) -> str | None:
+        return None if issubclass(given, BM25Retriever) else "a BM25 retriever (RM3 expands queries with its index's terms)"
 
     def rewrite(self, retriever: BM25Retriever, first: StageOutput, context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
         """The expanded query (term -> weight) of every query."""

@@ -31,8 +31,10 @@ Text = Annotated[str, Field(min_length=1)]
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                description="the NAME of an environment variable (letters, digits, _), e.g. OPENAI_API_KEY")]
-SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$",
-                                  description="a system name (letters, digits, _ . + -, starting with a letter or digit)")]
+MAX_NAME_LENGTH = 100  # of a system or dataset name: MLflow keys (<system>/<metric>: at most 250 characters) and file names hold it
+SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$", max_length=MAX_NAME_LENGTH,
+                                  description=f"a system name (letters, digits, _ . + -, starting with a letter or digit; "
+                                              f"at most {MAX_NAME_LENGTH} characters)")]
 MetricName = Annotated[str, Field(min_length=1, description="a metric name (ragtrack metrics lists them)")]
 Normalization = Literal["none", "minmax", "zscore", "max"]
 REGEX_TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # the regex analyzer's token: a run of 2+ word characters (scikit-learn's default)

@@ -102,6 +102,13 @@ class Stage(ABC):
         found), by setting name: what is wrong; none by default."""
         return {}
 
+    @classmethod
+    def input_problem(cls, given: type["Stage"]) -> str | None:
+        """What this stage needs of an input that a stage of class ``given`` makes, when that one
+        cannot serve (``"a BM25 retriever"``), else ``None``: checked with the settings, before anything
+        is built, and again when the stage runs. Any input serves by default."""
+        return None
+
     def max_chat_calls(self, queries: int, depth: int) -> int:
         """The most chat prompts this stage sends for ``queries`` queries whose input rankings hold
         ``depth`` documents: what a dry run counts when the prompts cannot be known yet (0: no LLM)."""

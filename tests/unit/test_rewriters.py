@@ -160,7 +160,7 @@ def test_rm3_needs_a_bm25_input_with_its_sparse_index(toy_path: Path, tmp_path: 
     context = context_for(dataset, tmp_path / "cache")
     rm3 = RM3Rewriter(input="fixed")
     fixed = Fixed("fixed")
-    with pytest.raises(RagtrackError, match=r"rewriter\.rm3\.input must name a BM25 retriever; 'fixed' is a Fixed"):
+    with pytest.raises(RagtrackError, match=r"input 'fixed' is a Fixed, not a BM25 retriever"):
         rm3.produce({"fixed": StageOutput(Run("fixed"), Run("fixed"), "key", fixed)}, context)
     slow = BM25Retriever(name="fixed", backend="rank_bm25")
     with pytest.raises(RagtrackError, match="needs backend bm25s"):

@@ -105,7 +105,7 @@ HOSTILE = {
                                  "fusion.rrf.members[1]: 'dnese' is not allowed: a system of this job (bm25, dense); did you mean 'dense'?"),
     "fusion system clash": (["fusion.rrf.system=bm25"], "fusion.rrf.system: 'bm25' is not allowed: a name no other system has (retriever.bm25 makes 'bm25')"),
     "fusion system path": (["fusion.rrf.system=../x"],
-                           "fusion.rrf.system: '../x' is not allowed: a system name (letters, digits, _ . + -, starting with a letter or digit)"),
+                           "fusion.rrf.system: '../x' is not allowed: a system name (letters, digits, _ . + -, starting with a letter or digit; at most 100 characters)"),
     "linear weights zero sum": (["fusion=[linear]", "fusion.linear.weights=[0,0]"], "fusion.linear.weights: [0, 0] is not allowed: weights >= 0 with a positive sum"),
     "normalization unknown": (["fusion=[combsum]", "fusion.combsum.normalization=l2"],
                               "fusion.combsum.normalization: 'l2' is not allowed: one of none, minmax, zscore, max"),
@@ -147,9 +147,9 @@ HOSTILE = {
                       "generator.base_url: 'localhost:8000' is not allowed: an http:// or https:// URL"),
     "extractive unit": (["generator=extractive", "generator.unit=word"], "generator.unit: 'word' is not allowed: one of span, sentence"),
     "dataset name leaves the folder": (["dataset.name=x/../../.."], "dataset.name: 'x/../../..' is not allowed: a dataset name "
-                                       "(no / or \\ or control characters, not . or ..; it names folders and the MLflow experiment), or null: named after its source"),
+                                       "(no / or \\ or control characters, not . or ..; at most 100 characters: it names folders and the MLflow experiment), or null: named after its source"),
     "dataset name parent": (["dataset.name=.."], "dataset.name: '..' is not allowed: a dataset name "
-                            "(no / or \\ or control characters, not . or ..; it names folders and the MLflow experiment), or null: named after its source"),
+                            "(no / or \\ or control characters, not . or ..; at most 100 characters: it names folders and the MLflow experiment), or null: named after its source"),
     "dataset path missing": (["dataset=beir"], "dataset.path: a value is required (the config has ???)"),
     "dataset misspelled key": (["+dataset.nme=x"], "dataset.nme: no such key; did you mean 'dataset.name'?"),
     "top-level misspelled key": (["+depht=10"], "depht: no such key; did you mean 'depth'?"),
@@ -191,6 +191,16 @@ HOSTILE = {
                                "(export RAGTRACK_TEST_UNSET_KEY=... before the run)"),
     "key metric not scored": (["tracking.key_metrics=[ndcg@10,recall@1000]"],
                               "tracking.key_metrics[1]: 'recall@1000' is not allowed: a metric this job scores; add it to evaluator.ranking.metrics"),
+
+    "rm3 over a dense input": (["rewriter=[rm3]", "rewriter.rm3.input=dense"],
+                               "rewriter.rm3.input: 'dense' is not allowed: a BM25 retriever (RM3 expands queries with its index's terms); "
+                               "dense is a DenseRetriever"),
+    "rewriter over a fusion": (["rewriter=[llm]", "rewriter.llm.model=m", "rewriter.llm.input=hybrid"],
+                               "rewriter.llm.input: 'hybrid' is not allowed: a retriever (a rewriter searches its input's index); "
+                               "hybrid is a RRF"),
+    "system name too long": (["fusion.rrf.system=" + "h" * 101],
+                             f"fusion.rrf.system: {'h' * 101!r} is not allowed: a system name (letters, digits, _ . + -, starting with a "
+                             "letter or digit; at most 100 characters)"),
 }
 
 
@@ -271,6 +281,16 @@ def test_an_unshipped_target_is_checked_on_the_common_keys() -> None:
     validate({**_job(), "retriever": {"mine": {"_target_": "my_package.MyRetriever", "alpha": 0.3}}})
     with pytest.raises(InputError, match=r"^retriever\.mine\.type: a value is required: one of bm25, dense"):
         validate({**_job(), "retriever": {"mine": {"alpha": 0.3}}})
+
+
+def test_a_derived_system_name_too_long_for_mlflow_is_refused_before_anything_runs() -> None:
+    from ragtrack.pipeline.systems import plan_systems
+
+    long = "b" * 98
+    with pytest.raises(InputError, match=r"^reranker\.ce\.system: a system name of 101 characters is not allowed: at most 100 "):
+        plan_systems({"retriever": {long: {"type": "bm25"}}, "reranker": {"ce": {"type": "cross_encoder", "input": long}}})
+    with pytest.raises(InputError, match=r"^retriever\.b+: a system name of 101 characters"):
+        plan_systems({"retriever": {long + "bbb": {"type": "bm25"}}})
 
 
 def test_systems_are_ordered_by_what_they_read() -> None:

@@ -11,8 +11,15 @@ and the per-query improvements Δx = x_adv − x_base, Δy = y_adv − y_base ov
 
 Per query, between the original ranking A and the reproduced ranking B:
 
-- Kendall's τ_b (Kendall 1945) over the union of both lists' documents, each ranked by its position, a
-  document missing from a list tied at rank |list| + 1 (scipy's ``kendalltau``);
+- Kendall's tau union, KTU, as ``repro_eval`` computes it (Breuer et al. 2020; its
+  ``measure/document_order._KTU``): of the top 1000 ranks of each list (repro_eval's RUN_LENGTH), U =
+  the union of their documents sorted by id, and τ_b (scipy's ``kendalltau``) between the sequences
+  (position in U of the document at rank i of A)_i and (the same for B)_i, rank by rank; where the lists
+  differ in length (repro_eval then stops with an error) both are cut to the shorter one;
+- Kendall's τ_b (Kendall 1945) between the two rankings themselves: over the union of both lists'
+  documents, each ranked by its position, a document missing from a list tied at rank |list| + 1
+  (scipy's ``kendalltau``). It equals KTU only when both rank the same documents and the ids sort in
+  the original's order;
 - rank-biased overlap as ``repro_eval`` computes it (Webber et al. 2010, truncated and normalized as in
   Clarke et al. 2020): RBO = Σ_{d=1}^{D} p^{d−1} |A_{:d} ∩ B_{:d}| / d  /  Σ_{d=1}^{D} p^{d−1}, p = 0.95
   (repro_eval's). D defaults to the longer list's length, so identical rankings score 1; repro_eval's
@@ -34,6 +41,7 @@ from scipy import stats
 from ragtrack.core.runs import Run
 
 RBO_P = 0.95  # repro_eval's RBO_P: the weight of rank d is p^(d−1)
+KTU_DEPTH = 1000  # repro_eval's RUN_LENGTH: the ranks KTU compares
 
 
 def _pair(original, reproduced) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +73,16 @@ def delta_relative_improvement(original, original_baseline, reproduced, reproduc
         return float((x.mean() - x_base.mean()) / np.float64(x_base.mean()) - (y.mean() - y_base.mean()) / np.float64(y_base.mean()))
 
 
-def kendall_tau(original: Sequence[str], reproduced: Sequence[str]) -> float:
+def kendall_tau_union(original: Sequence[str], reproduced: Sequence[str], depth: int = KTU_DEPTH) -> float:
+    """KTU between two rankings (document ids, best first) as repro_eval computes it (module docstring);
+    NaN when fewer than two ranks are compared."""
+    length = min(len(original), len(reproduced), depth)
+    a, b = original[:length], reproduced[:length]
+    union = {doc: index for index, doc in enumerate(sorted({*a, *b}))}
+    return float(stats.kendalltau([union[doc] for doc in a], [union[doc] for doc in b]).statistic) if length > 1 else float("nan")
+
+
+def kendall_tau_b(original: Sequence[str], reproduced: Sequence[str]) -> float:
     """τ_b between two rankings (document ids, best first) over their union; NaN when either has fewer than two ranks."""
     union = list(dict.fromkeys([*original, *reproduced]))
     ranks = [{doc: rank for rank, doc in enumerate(ranking, start=1)} for ranking in (original, reproduced)]
@@ -87,17 +104,18 @@ def rank_biased_overlap(original: Sequence[str], reproduced: Sequence[str], p: f
 
 
 def ranking_agreement(original: Run, reproduced: Run, p: float = RBO_P, depth: int | None = None,
-                      queries: Collection[str] | None = None) -> tuple[float, float]:
-    """Mean Kendall's τ_b and mean RBO (``depth`` as in :func:`rank_biased_overlap`) over the original's
-    queries (those of them in ``queries`` when given), each over the queries where it is defined."""
-    taus, overlaps = [], []
+                      queries: Collection[str] | None = None) -> tuple[float, float, float]:
+    """Mean KTU, mean Kendall's τ_b and mean RBO (``depth`` as in :func:`rank_biased_overlap`) over the
+    original's queries (those of them in ``queries`` when given), each over the queries where it is defined."""
+    unions, taus, overlaps = [], [], []
     for qid, ranking in original.rankings():
         if queries is not None and qid not in queries:
             continue
         a, b = [doc for doc, _ in ranking], [doc for doc, _ in reproduced.ranking(qid)]
-        taus.append(kendall_tau(a, b))
+        unions.append(kendall_tau_union(a, b))
+        taus.append(kendall_tau_b(a, b))
         overlaps.append(rank_biased_overlap(a, b, p, depth))
-    return _mean_defined(taus), _mean_defined(overlaps)
+    return _mean_defined(unions), _mean_defined(taus), _mean_defined(overlaps)
 
 
 def _mean_defined(values: list[float]) -> float:
@@ -106,7 +124,7 @@ def _mean_defined(values: list[float]) -> float:
 
 
 MEASURE_COLUMNS = ["system", "metric", "queries", "rmse", "effect_ratio", "delta_ri"]
-RANKING_COLUMNS = ["system", "kendall_tau", "rbo"]
+RANKING_COLUMNS = ["system", "ktu", "kendall_tau_b", "rbo"]
 
 
 def measures_table(pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]], metrics: Sequence[str], baseline: str | None) -> pd.DataFrame:
@@ -132,5 +150,5 @@ def measures_table(pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]], metr
 def rankings_table(pairs: Sequence[tuple[str, Run, Run]], queries: Collection[str] | None = None) -> pd.DataFrame:
     """Per system (columns :data:`RANKING_COLUMNS`): :func:`ranking_agreement` of its original and
     reproduced runs, over ``queries`` when given. ``pairs``: (label, original run, reproduced run)."""
-    return pd.DataFrame([{"system": label, **dict(zip(("kendall_tau", "rbo"), ranking_agreement(original, reproduced, queries=queries)))}
+    return pd.DataFrame([{"system": label, **dict(zip(RANKING_COLUMNS[1:], ranking_agreement(original, reproduced, queries=queries)))}
                          for label, original, reproduced in pairs], columns=RANKING_COLUMNS)

@@ -212,7 +212,7 @@ def command_reproduce(args: argparse.Namespace) -> int:
         print(f"\nreproduction measures (docs/metrics.md): RMSE over queries; effect ratio and ΔRI against {result.baseline}")
         print(result.measures.to_string(index=False, na_rep="", float_format=lambda v: f"{v:.6g}"))  # blank: not computable (the baseline's ER)
     if not result.rankings.empty:
-        print("\nrankings: Kendall's tau_b and RBO (p=0.95) between original and reproduced, mean over queries")
+        print("\nrankings: KTU (repro_eval's Kendall's tau union), Kendall's tau_b and RBO (p=0.95) between original and reproduced, mean over queries")
         print(result.rankings.to_string(index=False, na_rep="", float_format=lambda v: f"{v:.6g}"))
     return 0 if result.identical else 1
 

@@ -49,6 +49,7 @@ from ragtrack.core.files import yaml_text
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
 from ragtrack.evaluators.ranking import counted_queries
+from ragtrack.evaluators.reproduction import RANKING_COLUMNS
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset, relevance_threshold, without_relevant
 from ragtrack.pipeline.tracking import log_figures, reading_client, run_and_job, ui_base
@@ -573,6 +574,6 @@ def _log_reference(client, run_id: str, check) -> None:
         for measure in ("rmse", "effect_ratio", "delta_ri"):
             figures[f"{key_part(row['system'])}/{reference_key(measure, row['metric'])}"] = float(row[measure])
     for _, row in check.rankings.iterrows():
-        for measure in ("kendall_tau", "rbo"):
+        for measure in RANKING_COLUMNS[1:]:
             figures[f"{key_part(row['system'])}/{reference_key(measure)}"] = float(row[measure])
     log_figures(client, run_id, figures)

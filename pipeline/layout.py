@@ -104,7 +104,7 @@ def drop_key(metric: str, perturbation: str) -> str:
 
 def reference_key(measure: str, metric: str | None = None) -> str:
     """A row's figure against ``ragtrack compare --reference``: per metric ``ndcg_at_10/reference/difference``,
-    per row ``reference/kendall_tau``."""
+    per row ``reference/ktu``."""
     return f"{metric_key(metric)}/reference/{measure}" if metric else f"reference/{measure}"
 
 

@@ -26,7 +26,8 @@ row and compared metric (:func:`check_reference`):
   the compared queries: RMSE, and effect ratio and ΔRI against the comparison's baseline row and its
   reference; with a table only, effect ratio and ΔRI from the means (the per-query definition gives
   the same figures when both sides average over the same queries) and no RMSE;
-- with run files on both sides, Kendall's τ and RBO between the document rankings, mean over queries.
+- with run files on both sides, KTU (Kendall's tau union, as repro_eval), Kendall's τ_b and RBO between the
+  document rankings, mean over queries.
 
 Whatever cannot be computed, and which systems on either side went unmatched, is said in a note.
 """
@@ -346,7 +347,7 @@ class ReferenceCheck:
             shown.append((f"reproduction measures (docs/metrics.md): effect ratio and ΔRI against {self.baseline}; {what}",
                           _strings(measured[columns])))
         if not self.rankings.empty:
-            shown.append(("rankings: Kendall's tau_b and RBO (p=0.95) between the reference's runs and the rows', mean over queries",
+            shown.append(("rankings: KTU (repro_eval's Kendall's tau union), Kendall's tau_b and RBO (p=0.95) between the reference's runs and the rows', mean over queries",
                           _strings(self.rankings)))
         return shown
 
@@ -488,7 +489,7 @@ def _numbers(reference: Reference, system: str, metrics: Sequence[str]) -> pd.Da
 
 
 def _rankings(comparison: Comparison, reference: Reference, matched: list, row_run, notes: list[str]) -> pd.DataFrame:
-    """Kendall's τ and RBO (``evaluators.reproduction.rankings_table``) of each row with a run on both sides."""
+    """KTU, Kendall's τ_b and RBO (``evaluators.reproduction.rankings_table``) of each row with a run on both sides."""
     if reference.kind == "table":
         return pd.DataFrame(columns=RANKING_COLUMNS)
     with_runs = [(s, name) for s, name in matched if name in reference.runs]

@@ -16,7 +16,7 @@ logging (outputs in a temporary folder, indexes from the shared cache) and every
 Then how close it came (``evaluators.reproduction``: :func:`measures_table`, :func:`rankings_table`, Breuer et al. 2020):
 per system and metric against the original per-query values (the job's ``per_query.csv``), the RMSE over
 queries, and against a baseline row (as ``ragtrack compare --baseline``; default bm25, else the first
-system) the effect ratio and the delta relative improvement; per system, Kendall's τ and RBO between the
+system) the effect ratio and the delta relative improvement; per system, KTU, Kendall's τ_b and RBO between the
 original rankings (each system run's ``run.trec``) and the reproduced ones, averaged over queries.
 """
 
@@ -53,7 +53,7 @@ class Reproduction:
     run_id: str
     table: pd.DataFrame  # system, metric, logged, reproduced, difference
     measures: pd.DataFrame  # system, metric, queries, rmse, effect_ratio, delta_ri (against ``baseline``)
-    rankings: pd.DataFrame  # system, kendall_tau, rbo
+    rankings: pd.DataFrame  # system, ktu, kendall_tau_b, rbo
     baseline: str
 
     @property

@@ -10,8 +10,8 @@ import pytest
 from scipy.stats import kendalltau
 
 from ragtrack.core.runs import Run
-from ragtrack.evaluators.reproduction import (delta_relative_improvement, effect_ratio, kendall_tau, measures_table, rank_biased_overlap,
-                                              ranking_agreement, rankings_table, rmse)
+from ragtrack.evaluators.reproduction import (delta_relative_improvement, effect_ratio, kendall_tau_b, kendall_tau_union, measures_table,
+                                              rank_biased_overlap, ranking_agreement, rankings_table, rmse)
 
 repro_eval = pytest.importorskip("repro_eval")
 from repro_eval.measure.document_order import KTU, RBO  # noqa: E402
@@ -35,13 +35,14 @@ def test_effect_measures_equal_repro_eval(seed: int) -> None:
     assert delta_relative_improvement(adv, base, adv_rep, base_rep) == pytest.approx(DRI(orig_a, orig_b, rep_a, rep_b)["ndcg"], rel=1e-10, abs=1e-14)
 
 
-def random_rankings(rng, queries: int, depth: int, names) -> tuple[dict, dict]:
-    """Two runs over overlapping document pools, scores distinct, as repro_eval's nested dicts."""
+def random_rankings(rng, queries: int, depth: int, names, same_length: bool = False) -> tuple[dict, dict]:
+    """Two runs over overlapping document pools, scores distinct, as repro_eval's nested dicts (with
+    ``same_length``, both lists of a query equally long)."""
     original, reproduced = {}, {}
     for q in range(queries):
         pool = [names(i) for i in range(2 * depth)]
         a = rng.choice(pool, size=int(rng.integers(1, depth + 1)), replace=False)
-        b = rng.choice(pool, size=int(rng.integers(1, depth + 1)), replace=False)
+        b = rng.choice(pool, size=len(a) if same_length else int(rng.integers(1, depth + 1)), replace=False)
         original[f"q{q}"] = OrderedDict((doc, float(len(a) - i)) for i, doc in enumerate(a))
         reproduced[f"q{q}"] = OrderedDict((doc, float(len(b) - i)) for i, doc in enumerate(b))
     return original, reproduced
@@ -51,12 +52,33 @@ def random_rankings(rng, queries: int, depth: int, names) -> tuple[dict, dict]:
 @pytest.mark.parametrize("depth", [5, 30, 1000])
 def test_rbo_equals_repro_eval(seed: int, depth: int) -> None:
     original, reproduced = random_rankings(np.random.default_rng(seed), 40, 30, lambda i: f"d{i}")
-    ours = ranking_agreement(Run("a", original), Run("b", reproduced), depth=depth)[1]
+    ours = ranking_agreement(Run("a", original), Run("b", reproduced), depth=depth)[2]
     assert ours == pytest.approx(RBO(original, reproduced, p=0.95, depth=depth, pbar=False, per_topic=False), rel=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_kendall_tau_equals_repro_eval_ktu_where_its_definition_agrees(seed: int) -> None:
+def test_ktu_equals_repro_eval(seed: int) -> None:
+    """repro_eval's KTU (repro_eval/measure/document_order.py) on random runs of overlapping pools; its
+    lists of one query must be equally long (else scipy stops it), so those are; per query and mean."""
+    original, reproduced = random_rankings(np.random.default_rng(seed), 40, 30, lambda i: f"d{i}", same_length=True)
+    per_topic = KTU({q: OrderedDict(d) for q, d in original.items()}, {q: OrderedDict(d) for q, d in reproduced.items()}, per_topic=True)
+    for qid in original:
+        ours = kendall_tau_union(list(original[qid]), list(reproduced[qid]))
+        assert ours == pytest.approx(per_topic[qid], abs=1e-12) or (np.isnan(ours) and np.isnan(per_topic[qid]))
+    defined = [v for v in per_topic.values() if not np.isnan(v)]
+    assert ranking_agreement(Run("a", original), Run("b", reproduced))[0] == pytest.approx(np.mean(defined), abs=1e-12)
+
+
+def test_ktu_compares_the_shorter_length_and_the_top_1000() -> None:
+    # repro_eval stops on lists of different lengths; ragtrack cuts both to the shorter (and to 1000 ranks)
+    assert kendall_tau_union(list("abcd"), list("bac")) == kendall_tau_union(list("abc"), list("bac"))
+    long = [f"d{i:04d}" for i in range(1500)]
+    assert kendall_tau_union(long, long[:1000] + long[1000:][::-1]) == 1.0
+    assert np.isnan(kendall_tau_union(["a"], list("ab")))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kendall_tau_b_equals_repro_eval_ktu_where_its_definition_agrees(seed: int) -> None:
     # repro_eval's KTU correlates, rank by rank, the documents' positions in the id-sorted union. That is
     # the rankings' τ when both rank the same documents and the ids sort in the original's order.
     rng = np.random.default_rng(seed)
@@ -65,16 +87,18 @@ def test_kendall_tau_equals_repro_eval_ktu_where_its_definition_agrees(seed: int
     shuffled = list(original["q"])
     rng.shuffle(shuffled)
     reproduced = {"q": OrderedDict((doc, float(depth - i)) for i, doc in enumerate(shuffled))}
-    ours = ranking_agreement(Run("a", original), Run("b", reproduced))[0]
+    ours = ranking_agreement(Run("a", original), Run("b", reproduced))[1]
     assert ours == pytest.approx(KTU(original, reproduced), abs=1e-12)
 
 
 def test_kendall_tau_over_the_union_by_hand() -> None:
     # A = a b c, B = b a d: union a b c d; ranks A: 1 2 3 4(missing), B: 2 1 4(missing) 3
-    assert kendall_tau(list("abc"), list("bad")) == pytest.approx(kendalltau([1, 2, 3, 4], [2, 1, 4, 3]).statistic)
-    assert kendall_tau(list("abc"), list("bad")) == pytest.approx(1 / 3)  # 4 concordant, 2 discordant of 6 pairs
-    assert kendall_tau(list("abc"), list("abc")) == 1.0 and kendall_tau(list("abc"), list("cba")) == -1.0
-    assert np.isnan(kendall_tau(["a"], list("ab")))
+    assert kendall_tau_b(list("abc"), list("bad")) == pytest.approx(kendalltau([1, 2, 3, 4], [2, 1, 4, 3]).statistic)
+    assert kendall_tau_b(list("abc"), list("bad")) == pytest.approx(1 / 3)  # 4 concordant, 2 discordant of 6 pairs
+    assert kendall_tau_b(list("abc"), list("abc")) == 1.0 and kendall_tau_b(list("abc"), list("cba")) == -1.0
+    assert np.isnan(kendall_tau_b(["a"], list("ab")))
+    # KTU, rank by rank: union a b c d -> A = 0 1 2, B = 1 0 3: pairs (0,1)- (0,2)+ (1,2)+ -> (2 - 1) / 3
+    assert kendall_tau_union(list("abc"), list("bad")) == pytest.approx(1 / 3)
 
 
 def test_worked_example() -> None:
@@ -103,4 +127,5 @@ def test_measures_table_per_system_and_metric() -> None:
     run = Run("a", {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}, "q2": {"a": 2.0, "b": 1.0}})
     other = Run("b", {"q1": {"b": 3.0, "a": 2.0, "d": 1.0}, "q2": {"a": 2.0, "b": 1.0}})
     rankings = rankings_table([("x", run, other)], queries={"q1"}).set_index("system")
-    assert rankings.loc["x"].tolist() == pytest.approx([kendall_tau(list("abc"), list("bad")), rank_biased_overlap(list("abc"), list("bad"))])
+    assert rankings.loc["x"].tolist() == pytest.approx([kendall_tau_union(list("abc"), list("bad")), kendall_tau_b(list("abc"), list("bad")),
+                                                        rank_biased_overlap(list("abc"), list("bad"))])

@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 Qrels = dict[str, dict[str, int]]
 
 
+def divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """Element-wise ratio that is 0 where the denominator is 0 (the rank metrics' convention)."""
+    denominator = np.asarray(denominator, dtype=float)
+    return np.divide(numerator, denominator, out=np.zeros(np.broadcast(numerator, denominator).shape), where=denominator > 0)
+
+
 def parse_cutoff(metric: str) -> int:
     """The cutoff k of a metric name ``name@k``: a positive integer in ASCII digits. Anything else
     (``ndcg@0``, ``ndcg@x``, a superscript ``ndcg@¹⁰``, a full-width ``ndcg@１０``) fails in one line,

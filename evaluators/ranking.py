@@ -22,6 +22,7 @@ Metric names: ``name`` or ``name@k`` (cutoff k), e.g. ``ndcg@10``, ``map``, ``ma
 from __future__ import annotations
 
 import numbers
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -35,7 +36,8 @@ from pydantic import ValidationError, field_validator
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import RunColumns
-from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels, parse_cutoff
+from ragtrack.evaluators import trec_measures as trec
+from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels, divide, parse_cutoff
 from ragtrack.core.settings import Count, ItemError, NonNegativeInt
 from ragtrack.evaluators.base import EvaluatorSettings
 
@@ -87,12 +89,6 @@ class RankedGrades:
     def per_row(self, rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         """Sum of ``weights`` (default 1) per query."""
         return np.bincount(rows, weights, minlength=len(self.qids)).astype(float)
-
-
-def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """Element-wise ratio that is 0 where the denominator is 0."""
-    denominator = np.asarray(denominator, dtype=float)
-    return np.divide(numerator, denominator, out=np.zeros(np.broadcast(numerator, denominator).shape), where=denominator > 0)
 
 
 def _judged_positions(docs: Mapping[str, float], found: list[str]) -> np.ndarray:
@@ -189,13 +185,13 @@ def precision(m: RankedGrades, k: int) -> np.ndarray:
 
 def recall(m: RankedGrades, k: int | None) -> np.ndarray:
     """R@k = |relevant in top k| / |relevant judged| (trec_eval ``recall_k``)."""
-    return _divide(m.relevant[:, :k].sum(axis=1), m.num_rel)
+    return divide(m.relevant[:, :k].sum(axis=1), m.num_rel)
 
 
 def f1(m: RankedGrades, k: int) -> np.ndarray:
     """F1@k = 2·P@k·R@k / (P@k + R@k), 0 when both are 0 (harmonic mean; ranx ``f1``)."""
     p, r = precision(m, k), recall(m, k)
-    return _divide(2 * p * r, p + r)
+    return divide(2 * p * r, p + r)
 
 
 def hit(m: RankedGrades, k: int) -> np.ndarray:
@@ -215,13 +211,13 @@ def average_precision(m: RankedGrades, k: int | None) -> np.ndarray:
     Buckley & Voorhees 2000)."""
     rows, columns, nth = m.hits
     keep = columns < (k or m.grades.shape[1])
-    return _divide(m.per_row(rows[keep], nth[keep] / (columns[keep] + 1)), m.num_rel)
+    return divide(m.per_row(rows[keep], nth[keep] / (columns[keep] + 1)), m.num_rel)
 
 
 def r_precision(m: RankedGrades, k: int | None = None) -> np.ndarray:
     """R-precision = |relevant in top R| / R with R = |relevant judged| (trec_eval ``Rprec``)."""
     rows, columns, _ = m.hits
-    return _divide(m.per_row(rows, columns < m.num_rel[rows]), m.num_rel)
+    return divide(m.per_row(rows, columns < m.num_rel[rows]), m.num_rel)
 
 
 def _discounted(gains: np.ndarray) -> np.ndarray:
@@ -236,12 +232,12 @@ def dcg(m: RankedGrades, k: int | None) -> np.ndarray:
 def ndcg(m: RankedGrades, k: int | None) -> np.ndarray:
     """nDCG@k = DCG@k / IDCG@k, linear gain; the ideal ranking sorts every judged document by grade
     (trec_eval ``ndcg_cut_k``; Järvelin & Kekäläinen 2002)."""
-    return _divide(dcg(m, k), _discounted(m.ideal[:, :k]))
+    return divide(dcg(m, k), _discounted(m.ideal[:, :k]))
 
 
 def ndcg_exp(m: RankedGrades, k: int | None) -> np.ndarray:
     """nDCG@k with exponential gain 2^grade − 1 (Burges et al. 2005; ranx ``ndcg_burges``)."""
-    return _divide(_discounted(np.exp2(np.maximum(m.grades[:, :k], 0)) - 1), _discounted(np.exp2(m.ideal[:, :k]) - 1))
+    return divide(_discounted(np.exp2(np.maximum(m.grades[:, :k], 0)) - 1), _discounted(np.exp2(m.ideal[:, :k]) - 1))
 
 
 def err(m: RankedGrades, k: int | None) -> np.ndarray:
@@ -282,8 +278,8 @@ def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
     nonrel_below = (m.retrieved[rows] - 1 - columns) - (relevant_retrieved[rows] - nth)  # retrieved below r, minus relevant below r
     pairs_right = m.per_row(rows, nonrel_below + unretrieved_nonrel[rows]) + 0.5 * unretrieved_rel * unretrieved_nonrel
     nonrel = retrieved_nonrel + unretrieved_nonrel
-    no_negatives = _divide(m.num_rel - 0.5 * unretrieved_rel, m.num_rel)
-    return np.where(nonrel > 0, _divide(pairs_right, m.num_rel * nonrel), no_negatives)
+    no_negatives = divide(m.num_rel - 0.5 * unretrieved_rel, m.num_rel)
+    return np.where(nonrel > 0, divide(pairs_right, m.num_rel * nonrel), no_negatives)
 
 
 def bpref(m: RankedGrades, k: int | None = None) -> np.ndarray:
@@ -297,8 +293,8 @@ def bpref(m: RankedGrades, k: int | None = None) -> np.ndarray:
     nonrel_keys = nonrel_rows * width + nonrel_columns  # sorted: nonzero is row-major
     above = np.searchsorted(nonrel_keys, rows * width + columns) - np.searchsorted(nonrel_keys, rows * width)
     scale = np.minimum(m.num_rel, m.num_nonrel)[rows]
-    penalty = _divide(np.minimum(above, m.num_rel[rows]), scale)
-    return _divide(m.per_row(rows, 1.0 - penalty), m.num_rel)
+    penalty = divide(np.minimum(above, m.num_rel[rows]), scale)
+    return divide(m.per_row(rows, 1.0 - penalty), m.num_rel)
 
 
 def num_rel_ret(m: RankedGrades, k: int | None = None) -> np.ndarray:
@@ -312,19 +308,19 @@ def ndcg_retrieved(m: RankedGrades, k: int | None) -> np.ndarray:
     ch. 8.4; scikit-learn ``ndcg_score`` on the retrieved list); it ignores relevant documents that were
     not retrieved, so it is not comparable with trec_eval's ``ndcg@k``."""
     gains = np.maximum(m.grades, 0)
-    return _divide(dcg(m, k), _discounted(-np.sort(-gains, axis=1)[:, :k]))
+    return divide(dcg(m, k), _discounted(-np.sort(-gains, axis=1)[:, :k]))
 
 
 def precision_retrieved(m: RankedGrades, k: int) -> np.ndarray:
     """P@k over the documents actually retrieved: |relevant in top k| / min(k, |retrieved|), 0 when
     nothing was retrieved (trec_eval's ``set_P`` when k ≥ the depth)."""
-    return _divide(m.relevant[:, :k].sum(axis=1), np.minimum(k, m.retrieved))
+    return divide(m.relevant[:, :k].sum(axis=1), np.minimum(k, m.retrieved))
 
 
 def capped_recall(m: RankedGrades, k: int) -> np.ndarray:
     """R_cap@k = |relevant in top k| / min(k, |relevant judged|): recall that reaches 1 when the top k
     is all relevant although more relevant documents exist (Thakur et al. 2021, BEIR ``recall_cap``)."""
-    return _divide(m.relevant[:, :k].sum(axis=1), np.minimum(k, m.num_rel))
+    return divide(m.relevant[:, :k].sum(axis=1), np.minimum(k, m.num_rel))
 
 
 def hole(m: RankedGrades, k: int) -> np.ndarray:
@@ -345,15 +341,27 @@ def context_precision(m: RankedGrades, k: int | None) -> np.ndarray:
     over the retrieved list only (ragas ``context_precision``, Es et al. 2024; relevance from the qrels)."""
     rows, columns, nth = m.hits
     keep = columns < (k or m.grades.shape[1])
-    return _divide(m.per_row(rows[keep], nth[keep] / (columns[keep] + 1)), m.per_row(rows[keep]))
+    return divide(m.per_row(rows[keep], nth[keep] / (columns[keep] + 1)), m.per_row(rows[keep]))
+
+
+def log_average_precision(m: RankedGrades, k: int | None = None) -> np.ndarray:
+    """log(max(AP, 1e-5)): the mean of these over queries is the log of trec_eval's ``gm_map``
+    (geometric mean AP, Robertson 2006), which ``ragtrack trec_eval`` prints as exp(mean)."""
+    return np.log(np.maximum(average_precision(m, None), trec.MIN_GEO_MEAN))
+
+
+def log_bpref(m: RankedGrades, k: int | None = None) -> np.ndarray:
+    """log(max(bpref, 1e-5)): the log of trec_eval's ``gm_bpref`` is the mean of these over queries."""
+    return np.log(np.maximum(bpref(m), trec.MIN_GEO_MEAN))
 
 
 @dataclass(frozen=True)
 class MetricSpec:
-    function: Callable[[RankedGrades, int | None], np.ndarray]
-    cutoff: str  # "required", "optional" or "none"
+    function: Callable[[RankedGrades, int | float | None], np.ndarray]
+    cutoff: str  # "required", "optional" or "none": whether ``name@x`` takes the parameter
     description: str
     needs_pool: bool = False  # reads ``RankedGrades.pooled``
+    parameter: str = "cutoff"  # what follows @: "cutoff" (a positive integer k) or "fraction" (a number >= 0)
 
 
 METRICS: dict[str, MetricSpec] = {
@@ -378,6 +386,32 @@ METRICS: dict[str, MetricSpec] = {
     "hole": MetricSpec(hole, "required", "share of the top k documents judged for no query (BEIR)", needs_pool=True),
     "judged": MetricSpec(judged, "required", "share of the top k documents judged for the query (any grade)"),
     "context_precision": MetricSpec(context_precision, "optional", "ragas context precision: AP over the top k, relevance from the qrels"),
+    # trec_eval 10's other measures, under its names (trec_measures.py)
+    "gm_map": MetricSpec(log_average_precision, "none", "log(max(AP, 1e-5)); exp of its mean is trec_eval's gm_map (geometric mean AP)"),
+    "gm_bpref": MetricSpec(log_bpref, "none", "log(max(bpref, 1e-5)); exp of its mean is trec_eval's gm_bpref"),
+    "infAP": MetricSpec(trec.infap, "none", "inferred AP (Yilmaz & Aslam 2006): AP estimated from a sampled pool"),
+    "iprec_at_recall": MetricSpec(trec.iprec_at_recall, "required", "interpolated precision at recall r, e.g. iprec_at_recall@0.1",
+                                  parameter="fraction"),
+    "11pt_avg": MetricSpec(trec.eleven_point_average, "none", "mean interpolated precision at recall 0, 0.1, ..., 1"),
+    "Rprec_mult": MetricSpec(trec.r_precision_multiple, "required", "precision at x times R documents, e.g. Rprec_mult@0.2",
+                             parameter="fraction"),
+    "relative_P": MetricSpec(trec.relative_precision, "required", "relevant in top k / min(k, R): precision up to R, recall after"),
+    "utility": MetricSpec(trec.utility, "none", "relevant retrieved minus non-relevant retrieved (trec_eval utility 1,-1,0,0)"),
+    "binG": MetricSpec(trec.binary_g, "none", "mean over relevant documents of 1 / log2(2 + non-relevant above it)"),
+    "G": MetricSpec(trec.g_measure, "none", "trec_eval's G: gain discounted by the gain still missing (between MAP and nDCG)"),
+    "ndcg_rel": MetricSpec(trec.ndcg_at_relevant, "none", "nDCG averaged over the documents of positive gain"),
+    "Rndcg": MetricSpec(trec.r_ndcg, "none", "nDCG averaged over the ranks where the ideal gain changes"),
+    "set_P": MetricSpec(trec.set_precision, "none", "relevant retrieved / retrieved"),
+    "set_recall": MetricSpec(trec.set_recall, "none", "relevant retrieved / judged relevant"),
+    "set_map": MetricSpec(trec.set_map, "none", "set_P times set_recall"),
+    "set_F": MetricSpec(trec.set_f, "none", "harmonic mean of set_P and set_recall"),
+    "set_relative_P": MetricSpec(trec.set_relative_precision, "none", "relevant retrieved / min(retrieved, judged relevant)"),
+    "num_ret": MetricSpec(trec.num_ret, "none", "documents retrieved"),
+    "num_rel": MetricSpec(trec.num_rel, "none", "documents judged relevant"),
+    "num_nonrel_judged_ret": MetricSpec(trec.num_nonrel_judged_ret, "none", "retrieved documents judged non-relevant"),
+    "rbp": MetricSpec(trec.rbp, "none", "rank-biased precision, persistence 0.9 (Moffat & Zobel 2008)"),
+    "rbp_resid": MetricSpec(trec.rbp_residual, "none", "how far rbp could rise if the unjudged documents were relevant"),
+    "unj": MetricSpec(trec.unjudged, "required", "share of the top k documents without a judgment (or judged < 0)"),
 }
 
 DEFAULT_METRICS = [
@@ -396,16 +430,31 @@ def parse_metric(name: str) -> tuple[MetricSpec, int | None]:
         problem = f"metric {base!r} takes no cutoff (got {name!r})"
     elif not at and spec.cutoff == "required":
         problem = f"metric {base!r} needs a cutoff, e.g. {base}@10"
+    elif not at:
+        return spec, None
     else:
-        return spec, parse_cutoff(name) if at else None
+        return spec, parse_fraction(name) if spec.parameter == "fraction" else parse_cutoff(name)
     raise RagtrackError(problem)
+
+
+FRACTION = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+
+
+def parse_fraction(name: str) -> float:
+    """The number x of a metric name ``name@x`` whose parameter is a fraction (``iprec_at_recall@0.25``):
+    a decimal number >= 0 in ASCII digits."""
+    text = name.partition("@")[2]
+    if not FRACTION.fullmatch(text):
+        raise RagtrackError(f"metric {name!r}: the parameter must be a number >= 0 such as 0.25")
+    return float(text)
 
 
 def describe_metrics() -> dict[str, str]:
     """Every ranking metric name (``@k`` where a cutoff is taken) with its one-line description."""
     names = {}
     for base, spec in METRICS.items():
-        names[{"required": f"{base}@k", "optional": f"{base}[@k]", "none": base}[spec.cutoff]] = spec.description
+        x = "k" if spec.parameter == "cutoff" else "x"
+        names[{"required": f"{base}@{x}", "optional": f"{base}[@{x}]", "none": base}[spec.cutoff]] = spec.description
     return names
 
 
@@ -413,7 +462,7 @@ def ranking_values(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Q
                    max_grade: int | None = None) -> tuple[RankedGrades, dict[str, np.ndarray]]:
     """The grade matrix and the per-query values of ``metrics`` (rows in qrels order)."""
     parsed = {name: parse_metric(name) for name in metrics}
-    width = max([k for _, k in parsed.values() if k] + [1])
+    width = max([k for spec, k in parsed.values() if k and spec.parameter == "cutoff"] + [1])
     m = rank_grades(run, qrels, threshold, min_width=width, max_grade=max_grade, pool=any(spec.needs_pool for spec, _ in parsed.values()))
     return m, {name: spec.function(m, k) for name, (spec, k) in parsed.items()}
 

@@ -1,10 +1,10 @@
 """The ``ragtrack`` command: ``run`` (the Hydra app), ``eval`` (trec_eval-style scoring of TREC
-files), ``metrics`` (every available metric), ``compare`` (systems side by side with paired tests),
-``reproduce`` (re-run a logged job), ``regress`` (check the regression fixtures), ``ui`` (the MLflow UI
-on the project's store).
+files), ``trec_eval`` (trec_eval 10.0 as a drop-in), ``metrics`` (every available metric), ``compare``
+(systems side by side with paired tests), ``reproduce`` (re-run a logged job), ``regress`` (check the
+regression fixtures), ``ui`` (the MLflow UI on the project's store).
 
-Each command imports what it needs when it runs, so ``ragtrack eval`` and ``ragtrack metrics`` start
-without loading Hydra or MLflow."""
+Each command imports what it needs when it runs, so ``ragtrack eval``, ``ragtrack trec_eval`` and
+``ragtrack metrics`` start without loading pandas, Hydra or MLflow."""
 
 from __future__ import annotations
 
@@ -272,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="judged queries without a relevant judgment: count them in the means, as trec_eval does (default), "
                                "or exclude them, as some BEIR scripts do")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the bootstrap confidence intervals")
+    commands.add_parser("trec_eval", help="trec_eval 10.0 as a drop-in: its options (-q -c -m all_trec ...), its output", add_help=False)
     commands.add_parser("metrics", help="list every available metric")
     compare = commands.add_parser("compare", help="systems/runs from MLflow side by side: CIs, paired tests, Holm, W/T/L, plots")
     compare.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///$RAGTRACK_ROOT/mlruns/mlflow.db (or ./mlruns)")
@@ -409,7 +410,29 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def command_trec_eval(arguments: list[str]) -> int:
+    """``ragtrack trec_eval``: trec_eval 10.0's options and output (pipeline/trec_eval.py)."""
+    from ragtrack.pipeline.trec_eval import run
+
+    sys.stdout.write(run(arguments))
+    return 0
+
+
+def _user_error(exc: Exception) -> int:
+    """A user mistake or fault (describe_fault) as one line, exit 2; a bug keeps its traceback."""
+    message = describe_fault(exc)
+    if message is None:
+        raise exc
+    print(f"ragtrack: error: {mask(message)}", file=sys.stderr)
+    return RagtrackError.exit_code
+
+
 def run_command(argv: list[str]) -> int:
+    if argv and argv[0] == "trec_eval":  # trec_eval's own getopt options: argparse never sees them
+        try:
+            return command_trec_eval(argv[1:])
+        except Exception as exc:
+            return _user_error(exc)
     if argv and argv[0] == "run":
         if {"-h", "--help"} & set(argv[1:]):
             print(run_help())
@@ -433,12 +456,8 @@ def run_command(argv: list[str]) -> int:
             # an unreachable tracking server fails in seconds, with one line; the URI is given to MLflow without credentials
             args.tracking_uri = use_credentials(uri) if args.command == "ui" else prepare_connection(uri)
         return handler(args)
-    except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
-        message = describe_fault(exc)
-        if message is None:
-            raise
-        print(f"ragtrack: error: {mask(message)}", file=sys.stderr)
-        return RagtrackError.exit_code
+    except Exception as exc:
+        return _user_error(exc)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ one, and ``None`` otherwise; the caller then reads the file line by line, which 
 run separated by tabs, say) or raises the exact one-line error with its line number. A file that is
 not a regular file fails here already, with the same message.
 
-A run is accepted when every line is six non-empty columns separated by single spaces (no tab, no NUL
-byte, no lone carriage return), no distinct id contains whitespace, every score is a finite number
-in ``fields.SCORE``'s syntax (Arrow parses the scores: its syntax is ``SCORE`` plus the spellings of
+A run is accepted when every line is six non-empty columns separated by single spaces (no comment
+line and no seventh column, which the line reader handles; no tab, no NUL byte, no lone carriage
+return), no distinct id contains whitespace, every score is a finite number in ``fields.SCORE``'s syntax (Arrow parses the scores: its syntax is ``SCORE`` plus the spellings of
 nan and infinity, which the finiteness check rejects; tests/unit/test_strict_parsing.py checks it on
 random strings) and no (query, document) pair appears twice. The ids are dictionary-encoded once: the
 duplicate check and the judged-document lookup work on the integer codes.
@@ -20,6 +20,7 @@ pyarrow is imported when these functions run, so importing ``ragtrack.core`` sta
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -96,6 +97,9 @@ def string_array(values: list[str]) -> "pa.Array":
     return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded)))
 
 
+COMMENT = re.compile(rb"(?:^|\n)[ \t]*#")  # a line whose first non-blank character is '#'
+
+
 def _load(path: Path) -> bytes | None:
     """The file's bytes if nothing in them needs the line reader's judgment; opening errors raise."""
     try:
@@ -104,6 +108,8 @@ def _load(path: Path) -> bytes | None:
         return None
     if b"\x00" in data or b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
         return None  # NUL bytes (and UTF-16), or a lone CR that Arrow would take for a line break
+    if b"#" in data and COMMENT.search(data):
+        return None  # a comment line, which the line readers skip
     return data
 
 

@@ -318,8 +318,9 @@ def _classic_topics(path: Path, lines: list[tuple[int, str]], field_name: str) -
 def load_qrels(path: Path) -> tuple[Qrels, str]:
     """Read BEIR qrels (``query-id corpus-id score``, tab-separated, the header optional and only as
     the first non-blank line) or TREC qrels (``qid iteration docid rel``); columns are separated by
-    spaces and tabs; returns the judgments and the content hash. Large files are read by the columnar
-    reader; whatever it declines, the line reader reads (and names the line of any defect)."""
+    spaces and tabs; a line starting with ``#`` is a comment (as trec_eval 10 reads qrels); returns the
+    judgments and the content hash. Large files are read by the columnar reader; whatever it declines,
+    the line reader reads (and names the line of any defect)."""
     path = Path(path)
     fast = columnar.read_qrels(path)
     if fast is None:
@@ -335,7 +336,7 @@ def load_qrels_lines(path: Path) -> tuple[Qrels, str]:
     """:func:`load_qrels` line by line: the reference, with the line number of every defect."""
     digest = hashlib.sha256()
     qrels: Qrels = {}
-    for index, (number, text) in enumerate(read_lines(path, digest)):
+    for index, (number, text) in enumerate(line for line in read_lines(path, digest) if not line[1].startswith("#")):
         columns = split_columns(text, tab_separated=True)
         if _is_header(path, index, number, columns, QRELS_HEADER):
             continue

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ragtrack.core import columnar
 from ragtrack.core.errors import InputError
 from ragtrack.core.fields import check_id, parse_score, split_columns
-from ragtrack.core.files import read_lines, write_atomically
+from ragtrack.core.files import read_bytes, read_lines, write_atomically
 
 if TYPE_CHECKING:
     import numpy as np
@@ -218,7 +218,8 @@ def read_run_columns(path: str | Path) -> RunColumns:
 
 def read_trec(path: str | Path, name: str | None = None) -> Run:
     """Read a TREC run file (gzip if it ends in ``.gz``); scores decide the order (the rank column is
-    ignored, as in trec_eval). Encoding, NUL bytes and line length are checked as for every input;
+    ignored, as in trec_eval; so are comment lines and columns after the sixth, as trec_eval 10 reads
+    them: :func:`run_lines`). Encoding, NUL bytes and line length are checked as for every input;
     columns, ids and scores follow ``fields.py`` (scores: ASCII decimal numbers, finite). Large files
     are read by the columnar reader; whatever it declines, the line reader reads."""
     path = Path(path)
@@ -226,13 +227,38 @@ def read_trec(path: str | Path, name: str | None = None) -> Run:
     return RunColumns(*fast).to_run(name or path.stem) if fast else read_trec_lines(path, name)
 
 
+def run_lines(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, its first six columns) of each result line, as trec_eval 10 reads a run: a line
+    whose first non-blank character is ``#`` is a comment, and columns after the sixth are ignored
+    (get_trec_results.c); fewer than six is an error naming the line, and so is more than six on a line
+    holding other whitespace than spaces and tabs (a lone carriage return joins two lines there)."""
+    for number, text in read_lines(path):
+        columns = split_columns(text)
+        if columns[0].startswith("#"):
+            continue
+        if len(columns) < 6 or len(columns) > 6 and any(ch.isspace() for ch in text.replace(" ", "").replace("\t", "")):
+            raise InputError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(columns)}", number)
+        yield number, columns[:6]
+
+
+def run_tag(path: str | Path) -> str:
+    """The tag (sixth column) of the last result line of a run file that reads without error: the
+    ``runid`` trec_eval prints. Lines are taken from the end of the file."""
+    data = read_bytes(Path(path))
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end) + 1
+        fields = data[start:end].split()
+        if fields and not fields[0].startswith(b"#"):
+            return fields[5].decode("utf-8")
+        end = start - 1
+    raise InputError(path, "no results: the run file is empty")
+
+
 def read_trec_lines(path: Path, name: str | None = None) -> Run:
     """:func:`read_trec` line by line: the reference, with the line number of every defect."""
     scores: dict[str, dict[str, float]] = {}
-    for number, text in read_lines(path):
-        columns = split_columns(text)
-        if len(columns) != 6:
-            raise InputError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(columns)}", number)
+    for number, columns in run_lines(path):
         qid, _, doc_id, _, score_text, _ = columns
         score = parse_score(score_text, path, number)
         check_id(qid, path, number, "query id")

@@ -1,0 +1,119 @@
+"""``ragtrack trec_eval`` against trec_eval 10.0 itself: every quicktest command of trec_eval's Makefile
+that reads qrels (tests/data/trec_eval, SOURCE.md there), every line of its expected output; and
+small cases checked against a trec_eval 10.0 build (-J, -M, -N, gains, parameters, errors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ragtrack.core.runs import read_trec
+from ragtrack.pipeline.cli import main as cli_main
+
+DATA = Path(__file__).parents[1] / "data" / "trec_eval"
+QUICKTEST = {  # expected output -> trec_eval's arguments, as its Makefile's quicktest runs them
+    "out.test": "qrels.test results.test",
+    "out.test ": "qrels.test.with-comments results.test",
+    "out.comment.test": "qrels.comment.test results.comment.test",
+    "out.test.a": "-m all_trec qrels.test results.test",
+    "out.test.aq": "-m all_trec -q qrels.test results.test",
+    "out.test.aqc": "-m all_trec -q -c qrels.test results.trunc",
+    "out.test.aqcM": "-m all_trec -q -c -M100 qrels.test results.trunc",
+    "out.test.aql": "-m all_trec -mrelstring.20 -q -l2 qrels.rel_level results.test",
+    "out.test.meas_params": "-q -miprec_at_recall..10,.20,.25,.75,.50 -m P.5,7,3 -m recall.20,2000 -m Rprec_mult.5.0,0.2,0.35 "
+                            "-mutility.2,-1,0,0 -m 11pt_avg..25,.5,.75 -mndcg.1=3,2=9,4=4.5 -mndcg_cut.10,20,23.4 -msuccess.2,5,20 "
+                            "qrels.test results.test",
+    "out.test.aqZ": "-q -m all_trec -Z zscores_file qrels.test results.test",
+}
+
+
+def shipped(argument: str) -> str:
+    """A file argument as shipped here (large inputs gzip-compressed), anything else as it is."""
+    for name in (argument, f"{argument}.gz"):
+        if (DATA / name).is_file():
+            return str(DATA / name)
+    return argument
+
+
+def trec_eval(capsys, *arguments: str) -> tuple[int, str, str]:
+    code = cli_main(["trec_eval", *arguments])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("expected", list(QUICKTEST))
+def test_quicktest_output_line_for_line(expected: str, capsys) -> None:
+    code, out, err = trec_eval(capsys, *map(shipped, QUICKTEST[expected].split()))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == (DATA / expected.strip()).read_text().splitlines()
+
+
+def write(tmp_path: Path, qrels: str, run: str) -> tuple[str, str]:
+    (tmp_path / "qrels").write_text(qrels)
+    (tmp_path / "run").write_text(run)
+    return str(tmp_path / "qrels"), str(tmp_path / "run")
+
+
+QRELS = "q1 0 a 1\nq1 0 b 0\nq1 0 c 2\nq1 0 u -1\nq2 0 d 1\n"
+RUN = "q1 Q0 x 1 3.0 tagA\nq1 Q0 a 2 2.0 tagA\nq1 Q0 u 3 1.5 tagA\nq1 Q0 y 4 1.0 tagA\nq1 Q0 b 5 0.5 tagA\nq1 Q0 c 6 0.25 tagA\n" \
+      "q3 Q0 d 1 1 tagB\n"
+# what trec_eval 10.0 (built from the commit in SOURCE.md) prints for these arguments on QRELS and RUN
+ORACLE = {
+    "-c -J -q -m num_ret -m map -m P.2 -m relstring -m utility.1,-1,0,2 -N 100 -m bpref":
+        "num_ret q1 3|map q1 0.8333|bpref q1 0.5000|P_2 q1 0.5000|relstring q1 '102'|utility_1,-1,0,2 q1 195.0000|num_ret q2 0|"
+        "map q2 0.0000|bpref q2 0.0000|P_2 q2 0.0000|relstring q2 ''|utility_1,-1,0,2 q2 198.0000|num_ret all 3|map all 0.4167|"
+        "bpref all 0.2500|P_2 all 0.2500|utility_1,-1,0,2 all 196.5000",
+    "-c -M3 -q -m num_ret -m recall.2 -m relstring -m unj.2 -m rbp_resid -m ndcg_rel -m Rndcg -m G":
+        "num_ret q1 3|relstring q1 '-1.'|recall_2 q1 0.5000|G q1 0.1667|ndcg_rel q1 0.2398|Rndcg q1 0.1199|rbp_resid q1 0.9100|"
+        "unj_2 q1 0.5000|num_ret q2 0|relstring q2 ''|recall_2 q2 0.0000|G q2 0.0000|ndcg_rel q2 0.0000|Rndcg q2 0.0000|"
+        "rbp_resid q2 0.0000|unj_2 q2 0.0000|num_ret all 3|recall_2 all 0.2500|G all 0.0833|ndcg_rel all 0.1199|Rndcg all 0.0600|"
+        "rbp_resid all 0.4550|unj_2 all 0.2500",
+    "-c -q -l2 -m infAP -m ndcg.0=1,2=3 -m rbp.p=0.5 -m set_F.0.5 -m iprec_at_recall.0.5":
+        "iprec_at_recall_0.50 q1 0.1667|infAP q1 0.1667|ndcg_0=1,2=3 q1 0.5051|set_F_0.5 q1 0.2308|rbp_p=0.5 q1 0.1406|"
+        "iprec_at_recall_0.50 q2 0.0000|infAP q2 0.0000|ndcg_0=1,2=3 q2 0.0000|set_F_0.5 q2 0.0000|rbp_p=0.5 q2 0.0000|"
+        "iprec_at_recall_0.50 all 0.0833|infAP all 0.0833|ndcg_0=1,2=3 all 0.2525|set_F_0.5 all 0.1154|rbp_p=0.5 all 0.0703",
+    "-c -J -q -m iprec_at_recall.0,0.5 -m 11pt_avg -n":  # -J leaves q2's stand-in ranking empty: trec_eval's 0/0
+        "iprec_at_recall_0.00 q1 1.0000|iprec_at_recall_0.50 q1 1.0000|11pt_avg q1 0.9091|iprec_at_recall_0.00 q2 -nan|"
+        "iprec_at_recall_0.50 q2 0.0000|11pt_avg q2 -nan",
+    "-c -q -m ndcg.1=3,2=0.5 -m G.2=0.5 -m Rndcg.1=3,2=0.5":  # gains 0.5 and 0 compare equal in trec_eval's sort
+        "G_2=0.5 q1 0.8161|ndcg_1=3,2=0.5 q1 0.6903|Rndcg_1=3,2=0.5 q1 0.3451|G_2=0.5 q2 0.0000|ndcg_1=3,2=0.5 q2 0.0000|"
+        "Rndcg_1=3,2=0.5 q2 0.0000|G_2=0.5 all 0.4080|ndcg_1=3,2=0.5 all 0.3451|Rndcg_1=3,2=0.5 all 0.1726",
+}
+
+
+@pytest.mark.parametrize("arguments", list(ORACLE))
+def test_options_and_parameters_equal_trec_eval(arguments: str, tmp_path: Path, capsys) -> None:
+    code, out, _ = trec_eval(capsys, *arguments.split(), *write(tmp_path, QRELS, RUN))
+    assert code == 0
+    assert "|".join(" ".join(line.split()) for line in out.splitlines()) == ORACLE[arguments]
+
+
+def test_runid_is_the_last_line_tag_and_num_q_counts_judged_queries(tmp_path: Path, capsys) -> None:
+    code, out, _ = trec_eval(capsys, "-c", "-m", "runid", "-m", "num_q", *write(tmp_path, QRELS, RUN))
+    assert (code, out) == (0, "runid                 \tall\ttagB\nnum_q                 \tall\t2\n")
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ([], "judged query 'q2' of"),  # trec_eval 10 stops too (exit 4) when a judged query has no results and -c is not given
+    (["-m", "P.0"], "cutoffs must be positive"),
+    (["-m", "ndcgg"], "no such trec_eval measure"),
+    (["-m", "prefs_simp"], "needs trec_eval's prefs or qrels_jg judgments"),
+    (["-R", "qrels_jg"], "reads -R qrels only"),
+    (["-m", "utility.1,2"], "utility takes 4 coefficients"),
+    (["-x"], "option -x not recognized"),
+])
+def test_mistakes_are_one_line(arguments: list[str], message: str, tmp_path: Path, capsys) -> None:
+    code, out, err = trec_eval(capsys, *arguments, *write(tmp_path, QRELS, RUN))
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_run_comments_and_extra_fields_are_read_as_trec_eval_reads_them(tmp_path: Path) -> None:
+    """A ``#`` line is a comment in a run (after blanks too) and in qrels; a run line's fields after the
+    sixth are ignored (trec_eval's results.trunc); fewer than six is still an error naming the line."""
+    qrels, run = write(tmp_path, "# judged by\nq1 0 a 1\n", "# a comment\n  # another\nq1 Q0 a 1 2.0 tag more junk here\n")
+    assert read_trec(run).scores == {"q1": {"a": 2.0}}
+    assert cli_main(["eval", qrels, run, "-m", "map"]) == 0
+    (tmp_path / "short").write_text("q1 Q0 a 1 2.0\n")
+    with pytest.raises(Exception, match=r"short:1: expected 6 columns"):
+        read_trec(tmp_path / "short")

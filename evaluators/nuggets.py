@@ -25,8 +25,9 @@ not_support; the strict variants count support only):
 - ``nugget_vital`` = Σ_{i ∈ V} s_i / |V| over the vital nuggets V (V);
 - ``nugget_vital_strict`` = |{i ∈ V : support}| / |V| (V_strict).
 
-A system's score is the mean over queries. A query with nuggets but none vital has no vital score
-(NaN, left out of the vital means; the nuggetizer's code scores it 0). A query whose nuggets could not
+A system's score is the mean over queries. An answer whose query has no vital nugget scores 0 on the
+two vital scores (and an empty nugget list 0 on all four), counted in the means, as the track's scorer
+computes them (castorini/nuggetizer ``calculate_nugget_scores``). A query whose nuggets could not
 be made (no relevant document, a failed request, an unreadable reply), or whose assignment failed, or
 without an answer, is left out of the means and reported: a warning with the count and the first
 error, and ``nugget_scores.jsonl`` (per query: each nugget with its importance and assignment, the
@@ -84,13 +85,16 @@ class Nugget:
 
 def nugget_scores(importance: Sequence[str], assignment: Sequence[str]) -> dict[str, float]:
     """The four TREC RAG 2024 scores of one answer (module docstring) from each nugget's importance and
-    assignment; the vital scores are NaN without a vital nugget."""
+    assignment; a score over no nugget (no vital one, or none at all) is 0, as the nuggetizer's."""
     value = np.array([SUPPORT[a] for a in assignment], dtype=float)
     strict = (value == 1.0).astype(float)
     vital = np.array([i == "vital" for i in importance], dtype=bool)
-    nan = float("nan")
-    return {"nugget_all": value.mean() if len(value) else nan, "nugget_all_strict": strict.mean() if len(value) else nan,
-            "nugget_vital": value[vital].mean() if vital.any() else nan, "nugget_vital_strict": strict[vital].mean() if vital.any() else nan}
+    return {"nugget_all": _mean_or_zero(value), "nugget_all_strict": _mean_or_zero(strict),
+            "nugget_vital": _mean_or_zero(value[vital]), "nugget_vital_strict": _mean_or_zero(strict[vital])}
+
+
+def _mean_or_zero(values: np.ndarray) -> float:
+    return float(values.mean()) if len(values) else 0.0
 
 
 def load_prompts(path: str | None = None) -> dict[str, str]:
@@ -248,7 +252,7 @@ class NuggetEvaluator(Evaluator):
             for shown, label in zip(records[qid]["nuggets"], assigned[qid]):
                 shown["assignment"] = label
             scores = nugget_scores([n.importance for n in self.nuggets[qid]], assigned[qid])
-            records[qid] |= {m: None if np.isnan(scores[m]) else float(scores[m]) for m in self.metrics}
+            records[qid] |= {m: scores[m] for m in self.metrics}
             table.loc[qid, self.metrics] = [scores[m] for m in self.metrics]
         report("nuggets", data.run.name, list(records.values()), self.output_dir, "nugget_scores.jsonl")
         return table

@@ -46,6 +46,7 @@ from ragtrack.pipeline.comparison_report import REPORT_FILE, write_comparison
 from ragtrack.pipeline.comparison_tables import p_text
 from ragtrack.pipeline.inputs import load_dataset, relevance_threshold, without_relevant
 from ragtrack.pipeline.job import JobInfo
+from ragtrack.pipeline.library_logs import quiet_libraries
 from ragtrack.pipeline.provenance import provenance_tags
 from ragtrack.pipeline.redaction import (check_variable_names, flatten, redact, redact_hydra_files, redact_overrides,
                                          remember_config_secrets)
@@ -154,6 +155,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     plus ``mlflow_run_id`` (the job's parent run, ``None`` without tracking) and ``per_query_table``
     (per_query.csv as a DataFrame)."""
     job = job or JobInfo()
+    quiet_libraries()  # before the first chat request: no line per request from httpx
     if cfg.get("dry_run"):
         raise RagtrackError("dry_run is true: a dry run is ragtrack.pipeline.dryrun.dry_run(cfg) (ragtrack run --dry-run), not run_experiment")
     remember_config_secrets(cfg)  # first: every secret value is masked wherever the job writes or prints
@@ -191,9 +193,9 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     if job.sweep:
         tags[layout.TAG_SWEEP] = job.sweep
     name = mask(cfg.get("run_name") or job_name(job.choices, typed))
-    tracker.start(name, tags, shared)
-    tracker.log_dataset(dataset_identity(dataset, str(cfg.dataset.type)))
-    try:
+    try:  # a run made and then not logged (a full disk) ends FAILED too
+        tracker.start(name, tags, shared)
+        tracker.log_dataset(dataset_identity(dataset, str(cfg.dataset.type)))
         results = _run_systems(cfg, dataset, cache, depth, evaluators, plan, stages, meter)
         findings = _findings(cfg, dataset, results, attributes, output_dir,
                              lambda perturbation, perturbed, folder: _run_systems(_with_output_dir(cfg, folder), perturbed, cache, depth,

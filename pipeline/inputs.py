@@ -14,10 +14,12 @@ from omegaconf import DictConfig, OmegaConf
 from ragtrack.core.data import Dataset
 from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant
 from ragtrack.pipeline import registry
+from ragtrack.pipeline.library_logs import quiet_libraries
 
 
 def load_dataset(cfg: Mapping | DictConfig, check_documents: bool = True) -> Dataset:
     """The dataset a ``dataset`` config names (its ``type``: beir, trec, irds or a plugin)."""
+    quiet_libraries()  # before ir_datasets logs its first line
     settings = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     return _load_once(json.dumps(settings, sort_keys=True), check_documents)
 

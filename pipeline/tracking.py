@@ -157,12 +157,13 @@ def configure_http(timeout: int, retries: int) -> None:
 
 
 def quiet_mlflow_logs() -> None:
-    """MLflow's own INFO lines ("Creating initial MLflow database tables...") stay out of the terminal:
-    its loggers (configured when ``mlflow`` is imported, hence the import first) show warnings and
-    errors only, unless the user chose a level with MLflow's ``MLFLOW_LOGGING_LEVEL``."""
+    """MLflow's own lines ("Creating initial MLflow database tables...", and the traceback it logs
+    before raising, on a full disk) stay out of the terminal: ragtrack reports MLflow's failures itself,
+    in one line. Its loggers (configured when ``mlflow`` is imported, hence the import first) show
+    critical records only, unless the user chose a level with MLflow's ``MLFLOW_LOGGING_LEVEL``."""
     importlib.import_module("mlflow")
     if "MLFLOW_LOGGING_LEVEL" not in os.environ:
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("mlflow").setLevel(logging.CRITICAL)
 
 
 def is_server(uri: str) -> bool:
@@ -398,6 +399,7 @@ class MlflowTracker(Tracker):
             self.uri = use_credentials(uri)
             self.client, self.experiment_id = _open_experiment(uri, experiment, artifact_location, timeout, retries)
         self.process = process_tag()
+        self.unfinished: list[str] = []  # system runs made whose logging has not finished
         self.run_id = None
         self.run_name = ""
         self.view_shared = False
@@ -430,6 +432,7 @@ class MlflowTracker(Tracker):
         tags = {TAG_PARENT: self.run_id, TAG_SYSTEM: system, TAG_PROCESS: self.process, **self.dataset_tags, **(tags or {})}
         with reported_as_one_line():
             run = self.client.create_run(self.experiment_id, run_name=mask(child_run_name(system, self.run_name)), tags=_masked_tags(tags))
+            self.unfinished.append(run.info.run_id)  # ended by finish() if logging it fails
             self._log_artifacts(run.info.run_id, artifacts)  # first: finding a run's artifact store reads the whole run
             if table is not None:
                 self.client.log_table(run.info.run_id, table, QUERIES_TABLE)
@@ -437,6 +440,7 @@ class MlflowTracker(Tracker):
                 self.client.log_inputs(run.info.run_id, self.dataset_inputs)
             self._log(run.info.run_id, params=params, metrics=metrics, steps=steps)
             self.client.set_terminated(run.info.run_id, "FINISHED")
+            self.unfinished.remove(run.info.run_id)
 
     def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None,
                    table: pd.DataFrame | None = None) -> None:
@@ -453,10 +457,19 @@ class MlflowTracker(Tracker):
     def finish(self, error: BaseException | None = None) -> None:
         if self.run_id is None:
             return
-        with reported_as_one_line():
-            if error is not None:
-                self.client.set_tag(self.run_id, TAG_ERROR, mask(f"{type(error).__name__}: {error}")[:5000])
-            self.client.set_terminated(self.run_id, "FINISHED" if error is None else "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
+        if error is None:
+            with reported_as_one_line():
+                self.client.set_terminated(self.run_id, "FINISHED")
+            return
+        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+        writes = [(self.run_id, lambda: self.client.set_terminated(self.run_id, status))]  # statuses first: a full disk has little room
+        writes += [(run_id, lambda run_id=run_id: self.client.set_terminated(run_id, status)) for run_id in self.unfinished]
+        writes.append((self.run_id, lambda: self.client.set_tag(self.run_id, TAG_ERROR, mask(f"{type(error).__name__}: {error}")[:5000])))
+        for run_id, write in writes:  # as far as the store takes writes; the job reports ``error``, never a failure here
+            try:
+                write()
+            except Exception as exc:
+                log.warning("MLflow: the end of run %s (%s) could not be written: %s", run_id, status, describe_fault(exc) or f"{type(exc).__name__}: {exc}")
 
     def share_runs_view(self, key_metrics: list[str]) -> None:
         """The job's systems in the runs table with the key metric columns showing, stored the way the

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from ragtrack.core.cache import Cache, cache_key, folder_size
+from ragtrack.core.cache import Cache, cache_key, folder_size, inside
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.processes import process_alive, process_tag
@@ -259,7 +259,7 @@ class DenseRetriever(Retriever):
         if self.builds_collection and self.chroma["mode"] == "http":
             self._client = self._http_client()
             name = f"ragtrack-{cache_key('chroma', parts)}"
-            self._collection, built = self._server_collection(name, len(corpus), fill, cache.root / "chroma-server")
+            self._collection, built = self._server_collection(name, len(corpus), fill, cache.path("chroma-server"))
             if built:
                 cache.builds.append(f"chroma-server/{name}")
         elif self.builds_collection:
@@ -344,7 +344,7 @@ class DenseRetriever(Retriever):
             log.info("chroma server: reusing collection %s", name)
             return found, False
         lock_folder.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(lock_folder / f"{name}.lock")):  # spares jobs sharing this cache a duplicate build
+        with FileLock(str(inside(lock_folder, f"{name}.lock"))):  # spares jobs sharing this cache a duplicate build
             found = self._complete_collection(name, count)
             if found is not None:
                 return found, False

@@ -79,8 +79,12 @@ class Cache:
             _record_checksums(final)
         return opened
 
+    def path(self, *parts: str) -> Path:
+        """The path ``root/parts...`` (:func:`inside`): refused when it, or a folder on the way below the root, is a symbolic link."""
+        return inside(self.root, *parts)
+
     def _final(self, kind: str, parts: dict) -> Path:
-        return self.root / kind / cache_key(kind, parts)
+        return self.path(kind, cache_key(kind, parts))
 
     def _lock(self, final: Path) -> FileLock:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -141,6 +145,15 @@ def _damage(final: Path, kind: str) -> str | None:
         if info.st_mtime_ns != recorded["mtime_ns"] and file_sha256(path) != recorded["sha256"]:
             return f"{name} changed since it was built (its sha256 differs)"
     return None
+
+
+def inside(root: str | Path, *parts: str) -> Path:
+    """``root/parts...``, refused in one line when it, or a folder between ``root`` and it, is a
+    symbolic link: nothing in a cache is reached through one (the root itself is the user's to choose)."""
+    path = Path(root)
+    for part in parts:
+        path = _not_a_link(path / part)
+    return path
 
 
 def _not_a_link(path: Path) -> Path:

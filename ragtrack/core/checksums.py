@@ -4,7 +4,7 @@ The memo is a small SQLite file, ``$RAGTRACK_HASH_MEMO`` or ``~/.cache/ragtrack/
 (under ``$XDG_CACHE_HOME`` when set): one row per file path, valid while the file's size, mtime,
 ctime and inode are those it was hashed at. It serves model fingerprints (a model folder is hashed
 once per change) and cache entries whose files' times moved. A memo that cannot be opened or written
-(read-only home) is skipped: the file is hashed again.
+(read-only home), or that is a symbolic link, is skipped: the file is hashed again.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ BLOCK = 8 * 2**20
 
 def user_cache_dir() -> Path:
     """ragtrack's cache folder of this user, where pip, Hugging Face and ir_datasets keep theirs:
-    ``$XDG_CACHE_HOME/ragtrack``, else ``~/.cache/ragtrack`` (the default ``paths.cache_dir``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragtrack"
+    ``$XDG_CACHE_HOME/ragtrack``, else ``~/.cache/ragtrack`` (the default ``paths.cache_dir``). A relative
+    ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory specification says (it would give every
+    working folder a cache of its own)."""
+    given = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(given) if os.path.isabs(given) else Path.home() / ".cache") / "ragtrack"
 
 
 def memo_path() -> Path:
@@ -52,6 +55,8 @@ def _memo(action):
     """``action(connection)`` on the memo, or ``None`` when the memo cannot be used."""
     try:
         location = memo_path()
+        if any(os.path.islink(f"{location}{suffix}") for suffix in ("", "-journal", "-wal", "-shm")):  # never written through a link
+            raise OSError(f"{location}: a symbolic link")
         location.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.closing(sqlite3.connect(location, timeout=30)) as connection, connection:
             connection.execute("CREATE TABLE IF NOT EXISTS hashes (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER,"

@@ -88,12 +88,10 @@ def describe_fault(exc: BaseException) -> str | None:
     environment (full or read-only disk, missing permission, a file where a folder belongs, an
     unreachable server, text that cannot be encoded); ``None`` for anything else (a bug). The chain
     of causes is searched too, so a fault wrapped by a library (SQLAlchemy, MLflow, Chroma) is found."""
-    chain = list(_causes(exc))
-    for cause in chain:
+    for cause in _causes(exc):  # the nearest described cause: a fault raised while handling an error is this fault, not that error
         if isinstance(cause, RagtrackError):
             return _first_line(cause) or type(cause).__name__
-    for describe in (_os_fault, _sqlite_fault, _connection_fault, _unicode_fault):
-        for cause in chain:
+        for describe in (_os_fault, _sqlite_fault, _connection_fault, _unicode_fault):
             if message := describe(cause):
                 return message
     return None

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ragtrack.core.cache import cache_key
+from ragtrack.core.cache import cache_key, inside
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
@@ -201,7 +201,7 @@ class ChatClient:
         if not self.cache_dir:
             return None
         key = cache_key("chat", {"model": self.model, "messages": self._messages(prompt), "parameters": self.parameters})
-        return Path(self.cache_dir) / "chat" / key[:2] / f"{key}.json"
+        return inside(self.cache_dir, "chat", key[:2], f"{key}.json")
 
     def complete_all(self, prompts: Mapping[Hashable, str], label: str = "chat") -> tuple[dict, dict[Hashable, str]]:
         """Replies by id and failures by id (reason); never raises for one failed prompt. Each prompt

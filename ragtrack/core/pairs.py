@@ -18,12 +18,13 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from ragtrack.core.cache import Cache, cache_key
-from ragtrack.core.errors import RagtrackError
+from ragtrack.core.cache import Cache, cache_key, inside
+from ragtrack.core.errors import RagtrackError, describe_fault
 
 Pair = tuple[str, str]  # (query text, document text)
 
 BUSY_SECONDS = 60.0  # how long a writer waits for another process's transaction
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # the files SQLite makes beside a database
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS scorer (identity TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS scores (
@@ -48,7 +49,7 @@ class PairScores:
 
     def __init__(self, cache: Cache, identity: dict):
         self.identity = identity
-        self.path = cache.root / "pairs" / f"{cache_key('pairs', identity)}.sqlite"
+        self.path = cache.path("pairs", f"{cache_key('pairs', identity)}.sqlite")
 
     def lookup(self, pairs: Iterable[Pair]) -> dict[Pair, float]:
         """The stored score of each of ``pairs`` that has one."""
@@ -94,6 +95,8 @@ class _Connection:
         self.path, self.identity = path, identity
 
     def __enter__(self) -> sqlite3.Connection:
+        for name in (self.path.name, *(self.path.name + suffix for suffix in SQLITE_SIDE_FILES)):  # SQLite would write through a link
+            inside(self.path.parent, name)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
@@ -113,4 +116,8 @@ class _Connection:
             raise self._unreadable(value) from None
 
     def _unreadable(self, exc: BaseException) -> RagtrackError:
+        """A fault of the disk (full, read-only, locked): one line, the stored scores are valid; else the
+        file is damaged: deleting it scores the pairs afresh."""
+        if fault := describe_fault(exc):
+            return RagtrackError(f"{self.path}: the pair-score store cannot be used: {fault} (its stored scores are kept)")
         return RagtrackError(f"{self.path}: unusable pair-score store ({' '.join(str(exc).split())}); delete it to score the pairs afresh")

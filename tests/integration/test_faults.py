@@ -192,6 +192,36 @@ def test_output_disk_fills_up(tmp_path: Path, fresh_store: Path) -> None:
         subprocess.run(["umount", str(out)], check=False)
 
 
+def test_store_disk_fills_up_while_logging(tmp_path: Path, fresh_store: Path) -> None:
+    """The store's disk fills up while the job logs its systems: one line (no MLflow traceback, no
+    doubled prefix), exit 2, and the job's run and the system run being logged end FAILED."""
+    if not ROOT_USER:
+        pytest.skip("a full disk needs a small tmpfs, which only root can mount")
+    store = tmp_path / "mlruns"
+    _mount(store, f"size={fresh_store.stat().st_size // 1024 + 256}k")
+    try:
+        shutil.copy(fresh_store, store / "mlflow.db")
+        result = ragtrack(tmp_path, *TOY_JOB)
+        assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr, result.stderr[-3000:]
+        assert result.stderr.strip() == "ragtrack: error: MLflow logging failed: disk full (SQLite: database or disk is full)"
+        client = MlflowClient(f"sqlite:///{store}/mlflow.db")
+        runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
+        assert runs and {run.info.status for run in runs} == {"FAILED"}
+    finally:
+        subprocess.run(["umount", str(store)], check=False)
+
+
+def test_a_fault_while_handling_an_error_is_told_as_itself() -> None:
+    """Ending a run after ``MLflow logging failed: ...`` fails too: its own fault, not the first error again."""
+    try:
+        try:
+            raise RagtrackError("MLflow logging failed: disk full")
+        except RagtrackError:
+            raise OSError(errno.ENOSPC, "No space left on device", "/m/x")
+    except OSError as second:
+        assert describe_fault(second) == "/m/x: no space left on the device (disk full)"
+
+
 def test_cli_commands_report_faults_in_one_line(tmp_path: Path) -> None:
     """compare and reproduce: an unreachable server fails at once; compare's plot on a read-only path."""
     for command in (["compare"], ["reproduce", "0123abcd"]):

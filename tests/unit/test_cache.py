@@ -178,3 +178,40 @@ def test_an_entry_its_opener_rewrites_is_checksummed_again(tmp_path: Path, caplo
         (folder / "data.bin").write_bytes(bytes(10240))
         cache.opened("k", {"v": 1}, build, rewrite)
     assert len(built) == 2 and len(caplog.records) == 1 and "data.bin changed since it was built" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("where", ["kind folder", "pair store", "pair store journal", "pairs folder", "chat reply", "chat folder"])
+def test_no_path_of_the_cache_is_reached_through_a_symbolic_link(tmp_path: Path, where: str) -> None:
+    """Every file the cache writes (entries, their kind folder, the pair-score stores and SQLite's files
+    beside them, the chat replies): a link there is one line, nothing written through it."""
+    from ragtrack.core.llm import ChatClient
+    from ragtrack.core.pairs import PairScores
+
+    cache = Cache(tmp_path / "cache")
+    store = PairScores(cache, {"model": "m"})
+    client = ChatClient(base_url="http://127.0.0.1:9/v1", model="m", cache_dir=str(cache.root))
+    reply = client._cache_file("hello")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = {"kind folder": cache.root / "k", "pairs folder": cache.root / "pairs", "pair store": store.path,
+            "pair store journal": store.path.with_name(store.path.name + "-journal"), "chat reply": reply, "chat folder": cache.root / "chat"}[where]
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target if where.endswith("folder") else target / "victim")
+    with pytest.raises(RagtrackError, match=f"^{re.escape(str(link))}: a symbolic link in the cache"):
+        if where == "kind folder":
+            _entry(cache, [])
+        elif where.startswith("pair"):
+            PairScores(cache, {"model": "m"}).store({("q", "d"): 1.0})
+        else:
+            ChatClient(base_url="http://127.0.0.1:9/v1", model="m", cache_dir=str(cache.root)).complete_all({"q": "hello"})
+    assert not list(target.iterdir()) and link.is_symlink()
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path: Path) -> None:
+    from ragtrack.core.checksums import user_cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert user_cache_dir() == tmp_path / ".cache" / "ragtrack"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cache_dir() == tmp_path / "xdg" / "ragtrack"

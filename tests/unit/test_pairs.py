@@ -88,3 +88,11 @@ def test_a_corrupt_store_is_one_line_naming_the_file(tmp_path: Path) -> None:
             use()
         message = str(failure.value)
         assert "\n" not in message and str(store.path) in message and "file is not a database" in message
+
+
+def test_a_full_disk_does_not_advise_deleting_valid_scores(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = PairScores(Cache(tmp_path), IDENTITY)
+    message = str(store._connection()._unreadable(sqlite3.OperationalError("database or disk is full")))
+    assert message == f"{store.path}: the pair-score store cannot be used: disk full (SQLite: database or disk is full) (its stored scores are kept)"

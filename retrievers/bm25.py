@@ -191,7 +191,7 @@ class BM25Retriever(Retriever):
         if self.backend == "lucene":
             boosts = self.fields or {"contents": 1.0}
             self._fields = [lucene_bm25.load_field(folder / field, boosts[field], len(self._doc_ids)) for field in sorted(boosts)]
-            self._id_ranks = np.load(folder / lucene_bm25.ID_RANKS, mmap_mode="r", allow_pickle=False)
+            self._id_ranks = np.asarray(np.load(folder / lucene_bm25.ID_RANKS, mmap_mode="r", allow_pickle=False))  # mapped; slices as plain arrays (cheaper)
             return
         if self.method in OWN_BUILD:
             (data, indices, indptr), terms = load_rows(folder)
@@ -236,11 +236,17 @@ class BM25Retriever(Retriever):
         for start in range(0, len(qids), batch):
             chunk = qids[start:start + batch]
             scores = lucene_bm25.document_scores(self._fields, [queries[qid] for qid in chunk])
-            for qid, begin, end in zip(chunk, scores.indptr[:-1].tolist(), scores.indptr[1:].tolist()):
-                ids, found = lucene_bm25.ranked(self._doc_ids, self._id_ranks, scores.indices[begin:end], scores.data[begin:end], k)
-                if self.score_ties == "anserini":
-                    found = lucene_bm25.adjust_ties(found)
-                results[qid] = {doc: value for doc, value in zip(ids, found.astype(float).tolist()) if not (self.remove_query and doc == qid)}
+            top = [lucene_bm25.ranked(self._doc_ids, self._id_ranks, scores.indices[begin:end], scores.data[begin:end], k)
+                   for begin, end in zip(scores.indptr[:-1].tolist(), scores.indptr[1:].tolist())]
+            found = np.zeros((len(top), max((len(ids) for ids, _ in top), default=0)), dtype=np.float32)  # a row per query, padded with 0
+            for row, (_, values) in enumerate(top):
+                found[row, :len(values)] = values
+            if self.score_ties == "anserini":
+                found = lucene_bm25.adjust_ties(found)
+            for qid, (ids, _), values in zip(chunk, top, found.astype(float).tolist()):
+                results[qid] = dict(zip(ids, values))
+                if self.remove_query:
+                    results[qid].pop(qid, None)
         return Run(self.name, results)
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:

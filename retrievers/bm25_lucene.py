@@ -79,26 +79,18 @@ def idf(df: int, doc_count: int) -> F32:
 
 
 def adjust_ties(scores: np.ndarray) -> np.ndarray:
-    """Anserini's ``ScoreTiesAdjusterReranker`` on float32 ``scores`` in rank order: each rounded to
-    4 decimals in double (``(float) (Math.round(s * 1e4d) / 1e4d)``); then, going down the ranking, a score no more than
-    1e-4 below the previous (adjusted) one is lowered by ``dup`` · 1e-6, ``dup`` counting such scores
-    in a row. Only where rounded scores are that close, or just after a lowered one, can a score be
-    lowered, so only those places are visited."""
+    """Anserini's ``ScoreTiesAdjusterReranker`` on float32 ``scores`` in rank order: one ranking, or
+    one per row (a shorter ranking padded at its end; the padding's values come out unused). Each
+    score is rounded to 4 decimals in double (``(float) (Math.round(s * 1e4d) / 1e4d)``); then, going
+    down a ranking, a score no more than 1e-4 below the previous (adjusted) one is lowered by
+    ``dup`` · 1e-6, ``dup`` counting such scores in a row. Rank by rank, all rankings at once."""
     rounded = (np.floor(scores.astype(np.float64) * 1e4 + 0.5) / 1e4).astype(F32)  # Math.round: half up
-    close = (np.flatnonzero(rounded[:-1] - rounded[1:] <= F32(1e-4)) + 1).tolist()
-    adjusted, dup, n, following = rounded, 0, len(rounded), iter(close)
-    i = next(following, n)
-    while i < n:
-        if adjusted[i - 1] - adjusted[i] > F32(1e-4):
-            dup = 0
-        else:
-            dup += 1
-            adjusted[i] = adjusted[i] - F32(1e-6) * F32(dup)
-        if dup:
-            i += 1
-        else:
-            i = next((j for j in following if j > i), n)
-    return adjusted
+    adjusted = rounded.reshape(-1, rounded.shape[-1]) if rounded.size else rounded.reshape(0, 0)
+    dup = np.zeros(len(adjusted), dtype=F32)
+    for rank in range(1, adjusted.shape[1]):
+        dup = np.where(adjusted[:, rank - 1] - adjusted[:, rank] <= F32(1e-4), dup + F32(1), F32(0))
+        adjusted[:, rank] -= F32(1e-6) * dup  # less 0 where dup is 0: unchanged
+    return rounded
 
 
 @dataclass
@@ -117,37 +109,32 @@ class FieldIndex:
     n_docs: int
 
     def scores(self, queries: list[dict[str, float]]):
-        """Queries × documents (scipy CSR, float64): each query's clause scores in this field summed.
-        A clause of boost 1 (weight · field boost, in float32) reads ``unit``; others score w − w / r
-        with w = boost · idf. Products by 1.0 and float64 sums of float32 values: the same figures as
-        summing clause by clause (a document whose every clause scores exactly 0 is left out)."""
+        """Queries × documents (scipy CSR, float64): each query's clause scores in this field summed,
+        as one product of a queries × clauses selection and a clauses × documents matrix. A clause of
+        boost 1 (weight · field boost, in float32) is its term's row of ``unit``; another is a row of
+        w − w / r with w = boost · idf. Products by 1.0 and float64 sums of float32 values: the same
+        figures as summing clause by clause (a document whose every clause scores exactly 0 is left out)."""
         from scipy import sparse
 
-        unit_rows, unit_terms, rows, documents, values = [], [], [], [], []
-        for number, weights in enumerate(queries):
-            for term, weight in weights.items():
-                if (row := self.vocabulary.get(term)) is None:
-                    continue
-                boost = F32(weight) if self.boost == 1.0 else F32(weight) * F32(self.boost)
-                if boost == F32(1):
-                    unit_rows.append(number)
-                    unit_terms.append(row)
-                    continue
-                w = boost * self.idf[row]
-                begin, end = self.indptr[row], self.indptr[row + 1]
-                documents.append(self.indices[begin:end])
-                values.append(w - w / self.data[begin:end])
-                rows.append(np.full(end - begin, number, dtype=np.int64))
-        shape = (len(queries), self.n_docs)
-        total = sparse.csr_matrix(shape, dtype=np.float64)
-        if unit_terms:
-            used, column = np.unique(unit_terms, return_inverse=True)
-            pick = sparse.csr_matrix((np.ones(len(unit_terms)), (unit_rows, column)), shape=(len(queries), len(used)))
-            total = (pick @ self.unit[used].astype(np.float64)).tocsr()
-        if documents:
-            other = sparse.coo_matrix((np.concatenate(values).astype(np.float64), (np.concatenate(rows), np.concatenate(documents))), shape)
-            total = (total + other.tocsr()).tocsr()
-        return total
+        vocabulary = self.vocabulary
+        found = [(number, row, weight) for number, weights in enumerate(queries) for term, weight in weights.items()
+                 if (row := vocabulary.get(term)) is not None]
+        number, row, boost = (np.array(column) for column in zip(*found)) if found else (np.empty(0, dtype=np.int64),) * 3
+        boost = boost.astype(F32) if self.boost == 1.0 else boost.astype(F32) * F32(self.boost)
+        unit = boost == F32(1)
+        used, clause = np.unique(row[unit], return_inverse=True)
+        clauses, columns = [self.unit[used]], np.empty(len(found), dtype=np.int64)
+        columns[unit] = clause
+        if not unit.all():
+            spans = [(self.indptr[term], self.indptr[term + 1], weight * self.idf[term]) for term, weight in zip(row[~unit], boost[~unit])]
+            values = np.concatenate([w - w / self.data[begin:end] for begin, end, w in spans])
+            indices = np.concatenate([self.indices[begin:end] for begin, end, _ in spans])
+            indptr = np.concatenate([[0], np.cumsum([end - begin for begin, end, _ in spans])])
+            clauses.append(sparse.csr_matrix((values, indices, indptr), shape=(len(spans), self.n_docs)))
+            columns[~unit] = len(used) + np.arange(len(spans))
+        stacked = sparse.vstack(clauses, format="csr", dtype=np.float64)
+        pick = sparse.csr_matrix((np.ones(len(found)), (number, columns)), shape=(len(queries), stacked.shape[0]))
+        return (pick @ stacked).tocsr()
 
 
 def term_idf(indptr: np.ndarray, doc_count: int) -> np.ndarray:

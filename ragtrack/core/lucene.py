@@ -118,17 +118,33 @@ def java_lower(token: str) -> str:
     return token.lower()
 
 
-def english_words(text: str, lowercase: bool = True) -> list[str]:
-    """``text``'s tokens after the tokenizer, the possessive filter and (``lowercase``) lower-casing:
-    the words that stopwords and stemming apply to. ASCII text is lower-cased first and split by
-    :data:`ASCII_TOKEN` (the same tokens: lower-casing ASCII changes no character's word-break class)."""
-    if not text.isascii():
-        words = []
-        for token in standard_tokens(text):
-            if len(token) >= 2 and token[-1] in "sS" and token[-2] in _POSSESSIVE_APOSTROPHES:
-                token = token[:-2]
-            words.append(java_lower(token) if lowercase else token)
-        return words
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+SPARSE_NON_ASCII = 32  # english_words scans the words with non-ASCII characters apart when at most one per 32 characters
+_SPACE = re.compile(r"[ \t\n\r\f\v]")  # in no token (WB Other, WSegSpace, CR, LF, Newline): tokens end there
+
+
+def _non_ascii_words(text: str) -> list[tuple[int, int]] | None:
+    """The spans of ``text``'s space-delimited words holding a non-ASCII character, in order; None
+    when there are more than one per :data:`SPARSE_NON_ASCII` characters. Every token lies inside one
+    word (no token takes an ASCII space), so the text between them is ASCII and scans as ASCII text.
+    Linear: each step looks back only to the previous span's end."""
+    spans, done, most = [], 0, len(text) // SPARSE_NON_ASCII
+    for match in _NON_ASCII.finditer(text):
+        if len(spans) > most:
+            return None
+        start, end = match.span()
+        if start < done:
+            continue
+        start = max(done, *(text.rfind(space, done, start) + 1 for space in " \t\n\r\f\v"))
+        following = _SPACE.search(text, end)
+        done = following.start() if following else len(text)
+        spans.append((start, done))
+    return spans
+
+
+def _ascii_words(text: str, lowercase: bool) -> list[str]:
+    """:func:`english_words` of ASCII ``text``: lower-cased first and split by :data:`ASCII_TOKEN`
+    (the same tokens: lower-casing ASCII changes no character's word-break class)."""
     if lowercase:
         text = text.lower()
     words = ASCII_TOKEN.findall(text)
@@ -137,3 +153,29 @@ def english_words(text: str, lowercase: bool = True) -> list[str]:
     if "'" in text:
         words = [word[:-2] if word.endswith(("'s", "'S")) else word for word in words]
     return words
+
+
+def _standard_words(text: str, lowercase: bool) -> list[str]:
+    """:func:`english_words` by :func:`standard_tokens`: any text."""
+    words = []
+    for token in standard_tokens(text):
+        if len(token) >= 2 and token[-1] in "sS" and token[-2] in _POSSESSIVE_APOSTROPHES:
+            token = token[:-2]
+        words.append(java_lower(token) if lowercase else token)
+    return words
+
+
+def english_words(text: str, lowercase: bool = True) -> list[str]:
+    """``text``'s tokens after the tokenizer, the possessive filter and (``lowercase``) lower-casing:
+    the words that stopwords and stemming apply to. Where non-ASCII words are rare (English text with
+    a few symbols), only they take :func:`standard_tokens` and the ASCII text around them the faster
+    :func:`_ascii_words`; the same words either way."""
+    spans = [] if text.isascii() else _non_ascii_words(text)
+    if spans is None:
+        return _standard_words(text, lowercase)
+    words, done = [], 0
+    for start, end in spans:
+        words += _ascii_words(text[done:start], lowercase)
+        words += _standard_words(text[start:end], lowercase)
+        done = end
+    return words + _ascii_words(text[done:], lowercase)

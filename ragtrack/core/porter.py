@@ -6,11 +6,18 @@ left alone; ``-bli`` becomes ``-ble`` and ``-logi`` becomes ``-log`` (the depart
 implementation from the paper). It is not Snowball's ``porter`` nor its ``english`` algorithm, which
 differ on about 100 words per BEIR corpus. Lucene stems UTF-16 code units; a word with characters
 beyond the BMP is stemmed as its UTF-16 code units too (:func:`stem`), so lengths and positions agree.
+:class:`PorterStemmer` runs Snowball's ``porter`` (PyStemmer, in C) on the words where the two cannot
+differ and this module's Python transcription on the others: the same stems, about four times faster.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
+
+import Stemmer
+
+_DEPARTURE = re.compile(r"bl|log|Y|([^aeioubdfgmnprtlsz])\1|[\U00010000-\U0010ffff]")  # departs_from_snowball's signs
 
 STEP3 = {  # second-to-last letter -> (suffix, replacement), tried in order; the first suffix found decides
     "a": (("ational", "ate"), ("tional", "tion")),
@@ -167,8 +174,25 @@ def stem(word: str) -> str:
     return _Word(word).stem()
 
 
+def departs_from_snowball(word: str) -> bool:
+    """Whether Snowball's ``porter`` (the paper's algorithm) may stem ``word`` otherwise than Lucene:
+    a word of at most two characters, one where step 2 may meet ``-bli`` or ``-logi`` (only a word
+    holding ``bl`` or ``log`` can), one with a doubled letter that Lucene's step 1b undoubles and
+    Snowball's does not (Snowball undoubles only bb, dd, ff, gg, mm, nn, pp, rr, tt), one with an
+    upper-case ``Y`` (Snowball's marker for a consonant y, lower-cased on the way out) or with
+    characters beyond the BMP."""
+    return len(word) <= 2 or _DEPARTURE.search(word) is not None
+
+
 class PorterStemmer:
-    """Lucene's Porter stemmer with PyStemmer's ``stemWords`` interface (ragtrack.core.text)."""
+    """Lucene's Porter stemmer with PyStemmer's ``stemWords`` interface (ragtrack.core.text): Snowball's
+    ``porter`` in C where it cannot differ (:func:`departs_from_snowball`), :func:`stem` elsewhere."""
+
+    def __init__(self) -> None:
+        self._snowball = Stemmer.Stemmer("porter", 0)  # no cache: each word comes once (ragtrack.core.text)
 
     def stemWords(self, words: list[str]) -> list[str]:  # noqa: N802 (PyStemmer's name)
-        return [stem(word) for word in words]
+        stems = self._snowball.stemWords(words)
+        for position in [i for i, word in enumerate(words) if departs_from_snowball(word)]:
+            stems[position] = stem(words[position])
+        return stems

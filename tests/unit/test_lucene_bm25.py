@@ -16,7 +16,7 @@ import pytest
 from ragtrack.core import lucene
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
-from ragtrack.core.porter import stem
+from ragtrack.core.porter import PorterStemmer, stem
 from ragtrack.core.text import Tokenizer
 from ragtrack.pipeline.config import datasets_dir
 from ragtrack.retrievers import bm25_lucene
@@ -83,6 +83,17 @@ def test_tie_adjustment_equals_anserinis() -> None:
         assert bm25_lucene.adjust_ties(scores.copy()).tolist() == java_adjust_ties(scores.tolist())
 
 
+def test_rankings_row_by_row_are_adjusted_each_alone() -> None:
+    rng = np.random.default_rng(1)
+    rankings = [np.sort(rng.choice([5.0, 5.00004, 5.0001, 4.9999, 3.2], int(n)).astype(F32))[::-1] for n in rng.integers(0, 8, 300)]
+    padded = np.zeros((len(rankings), 8), dtype=F32)
+    for row, ranking in enumerate(rankings):
+        padded[row, :len(ranking)] = ranking
+    together = bm25_lucene.adjust_ties(padded)
+    assert [together[row, :len(ranking)].tolist() for row, ranking in enumerate(rankings)] == [java_adjust_ties(r.tolist()) for r in rankings]
+    assert bm25_lucene.adjust_ties(np.empty(0, dtype=F32)).tolist() == []
+
+
 # ----------------------------------------------------------------------------- analysis
 def random_text(rng: random.Random, length: int) -> str:
     alphabet = ("abcXYZ019_ .,;:'\"-’＇\u00ad\u200d\u0301\u20e3\ufe0f#*©®™ αβΣσς İıßﬁ²½ 日本語 ひらがな カタカナ ภาษา 한국 "
@@ -109,6 +120,17 @@ def test_ascii_text_takes_the_fast_pattern_to_the_same_tokens() -> None:
     for _ in range(5000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
         assert lucene.ASCII_TOKEN.findall(text) == lucene.TOKEN.findall(text), text
+
+
+def test_words_with_non_ascii_characters_scanned_apart_give_the_same_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """english_words scans the space-delimited words holding non-ASCII characters apart from the
+    ASCII text around them: the same words as one scan of the whole text."""
+    monkeypatch.setattr(lucene, "SPARSE_NON_ASCII", 1)  # always apart
+    rng = random.Random(4)
+    for _ in range(4000):
+        text = "".join(rng.choice((random_text(rng, 3), " ", "\n", "ab's", "x.y", "1,2", "\t")) for _ in range(rng.randint(0, 12)))
+        for lowercase in (True, False):
+            assert lucene.english_words(text, lowercase) == lucene._standard_words(text, lowercase), text
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -143,6 +165,21 @@ def test_porter_stems_as_lucene(word: str, expected: str) -> None:
 
 
 # ----------------------------------------------------------------------------- BM25 against Lucene's formula
+def test_snowball_porter_is_taken_only_where_it_equals_lucenes() -> None:
+    """PorterStemmer hands Snowball's porter the words where it cannot depart from Lucene's (ragtrack.core.porter):
+    random words built from the suffixes of every step give the stems of the transcription."""
+    rng = random.Random(5)
+    suffixes = ("ational tional enci anci izer bli alli entli eli ousli ization ation ator alism iveness fulness ousness aliti iviti "
+                "biliti logi icate ative alize iciti ical ful ness al ance ence er ic able ible ant ement ment ent ion sion ou ism ate "
+                "iti ous ive ize e ll y ies sses s eed ed ing ly at bl iz edly ably ibly logy").split()
+    words = set()
+    for _ in range(40_000):
+        word = "".join(rng.choice("aeiouybcdhjklmnrstvwxzYéß" if rng.random() < 0.3 else "aeiouybcdlmnrst") for _ in range(rng.randint(1, 7)))
+        words.add(word + "".join(rng.choice(suffixes) for _ in range(rng.randint(0, 3))))
+    words = sorted(words)
+    assert PorterStemmer().stemWords(words) == [stem(word) for word in words]
+
+
 def lucene_scores(documents: list[list[str]], query: list[str], k1: float, b: float) -> dict[int, F32]:
     """BM25Similarity and Anserini's bag-of-words query, written out per document in float32."""
     lengths = [len(d) for d in documents]
@@ -232,7 +269,9 @@ def test_the_analyzer_gives_lucenes_tokens() -> None:
         assert plain(texts) == expected_plain
     with gzip.open(PYSERINI / "porter_words.tsv.gz", "rt", encoding="utf-8") as lines:
         pairs = [line.rstrip("\n").split("\t") for line in lines]
-    assert len(pairs) > 38_000 and [stem(word) for word, _ in pairs] == [expected for _, expected in pairs]
+    expected = [stem for _, stem in pairs]
+    assert len(pairs) > 38_000 and [stem(word) for word, _ in pairs] == expected
+    assert PorterStemmer().stemWords([word for word, _ in pairs]) == expected
 
 
 def read_pyserini(path: Path, columns: tuple[int, int, int]) -> dict[str, list[tuple[str, str]]]:

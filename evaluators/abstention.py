@@ -18,15 +18,19 @@ two read side by side: how well it answers what can be answered, and how well it
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
 from ragtrack.core.llm import is_abstention
 from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.settings import Text
 from ragtrack.evaluators.base import EvaluatorSettings
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
 
 
 class AbstentionSettings(EvaluatorSettings, extra="forbid"):
@@ -54,6 +58,8 @@ class AbstentionEvaluator(Evaluator):
         return bool(data.answers) and bool(data.generated)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
+        import pandas as pd
+
         qids = [qid for qid in data.queries or data.answers if qid in data.answers]
         abstained = np.array([is_abstention(data.generated.get(qid, ""), self.no_answer) for qid in qids], dtype=bool)
         unanswerable = np.array([not data.answers[qid] for qid in qids], dtype=bool)
@@ -64,4 +70,6 @@ class AbstentionEvaluator(Evaluator):
         return table.reindex(pd.Index(list(data.queries or qids), name="qid"))
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
+        import pandas as pd
+
         return pd.Series([qid in data.answers for qid in per_query.index], index=per_query.index)

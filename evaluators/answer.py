@@ -35,6 +35,8 @@ any of these metrics sees it, as ALCE does. Queries without gold answers are lef
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 import re
 import string
@@ -43,7 +45,6 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
 from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 from ragtrack.core.errors import RagtrackError
@@ -51,6 +52,9 @@ from ragtrack.core.llm import retrieved_passages, without_citations
 from ragtrack.core.progress import Progress
 from ragtrack.core.settings import Count, Integer, NameOrPath
 from ragtrack.evaluators.base import EvaluatorSettings
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -158,9 +162,13 @@ class GoldAnswerEvaluator(Evaluator):
         return bool(data.answers) and (bool(data.generated) or not self.needs_generated)
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
+        import pandas as pd
+
         return pd.Series([bool(data.answers.get(qid)) for qid in per_query.index], index=per_query.index)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
+        import pandas as pd
+
         qids = list(data.queries or data.answers)
         scored = [qid for qid in qids if data.answers.get(qid)]
         table = pd.DataFrame(np.nan, index=pd.Index(qids, name="qid"), columns=self.metrics, dtype=float)

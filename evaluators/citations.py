@@ -37,13 +37,12 @@ citations and support, both scores, the error) in the system's output folder.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 from pydantic import Field, Strict, ValidationInfo, field_validator
 
 from ragtrack.core.errors import RagtrackError
@@ -53,6 +52,9 @@ from ragtrack.core.settings import ChatSettings, Count, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.faithfulness import covered, tokens
 from ragtrack.evaluators.replies import read_replies, report
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
 
 PROMPT_FIELDS = {"question", "passages", "statement"}
 _SENTENCE = re.compile(r"\S.*?(?:[.!?]+(?:\s*\[\s*\d+(?:\s*,\s*\d+)*\s*\])*(?=\s|$)|$)")
@@ -225,6 +227,8 @@ class CitationEvaluator(Evaluator):
         return bool(data.generated) and data.corpus is not None  # answers were asked for: blank where none came (generation failed)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
+        import pandas as pd
+
         qids = list(data.queries)
         records = {qid: {"qid": qid, "citation_recall": None, "citation_precision": None, "statements": [], "skipped": "", "error": ""}
                    for qid in qids}

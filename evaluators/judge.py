@@ -24,7 +24,7 @@ them and its PPI-corrected mean (``pipeline.agreement``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 import functools
 import json
 import logging
@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from pydantic import Field
 
@@ -45,6 +44,9 @@ from ragtrack.core.files import json_text, read_yaml, write_atomically
 from ragtrack.core.settings import ChatSettings, Count, InputPath, NameOrPath, Text
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import read_human_labels
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +232,8 @@ class LLMJudge(Evaluator):
         return per_query.notna().all(axis=1)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
+        import pandas as pd
+
         qids = list(data.queries)
         answered = [qid for qid in qids if data.generated.get(qid, "").strip()]
         passages = retrieved_passages(data.context, data.corpus, answered, self.top_k)

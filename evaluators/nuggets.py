@@ -36,7 +36,7 @@ scores, the error) in the system's output folder.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 import functools
 import json
 import logging
@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from pydantic import Field
 
 from ragtrack.core.data import Corpus
@@ -57,6 +56,9 @@ from ragtrack.core.llm import NOT_SENT, ChatClient, check_template, numbered_pas
 from ragtrack.core.settings import ChatSettings, Count, InputPath, NonNegativeInt, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.replies import read_replies, report, string_list
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +226,8 @@ class NuggetEvaluator(Evaluator):
         return bool(data.generated) and (bool(self.nuggets_file) or data.corpus is not None)  # blank where no answer came
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
+        import pandas as pd
+
         qids = list(data.queries)
         self._followups = 0
         if self.nuggets_file:

@@ -22,14 +22,13 @@ verdicts, ``evaluators.human_labels``) adds the judge's agreement with them (``p
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import pandas as pd
 
 from pydantic import Field
 
@@ -41,6 +40,9 @@ from ragtrack.evaluators.judge import load_rubric
 from ragtrack.core.settings import ChatSettings, InputPath, SystemName, Text
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import OUTCOMES, read_human_labels
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
 from ragtrack.pipeline.layout import COMPARISON_DIR, KEY_METRICS
+from ragtrack.pipeline.registry import metric_names
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant, counted_queries
 
@@ -107,27 +108,6 @@ def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1, without
         except TypeError:
             raise RagtrackError(f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})") from None
     return evaluators
-
-
-def metric_names(metrics: str | Sequence[str] | None, parameter: str = "metrics") -> list[str] | None:
-    """Metric names as given: one name or a list of them; a name that differs from ragtrack's only in
-    case is read as ragtrack's (``NDCG@10`` is ``ndcg@10``, ``ROUGEL`` is ``rougeL``)."""
-    from ragtrack.pipeline import registry
-
-    if metrics is None:
-        return None
-    names = [metrics] if isinstance(metrics, str) else metrics
-    if not isinstance(names, Sequence) or not all(isinstance(name, str) for name in names):
-        raise TypeError(f"{parameter}: a metric name or a list of them, e.g. ['ndcg@10', 'mrr'], got {metrics!r}")
-    classes = registry.load_all("evaluators")
-    bases = {name.partition("@")[0].rstrip("[") for cls in classes.values() for name in cls.provides()}
-    known = {base.casefold(): base for base in bases}
-    canonical = []
-    for name in names:
-        base, at, cutoff = name.partition("@")
-        handled = any(cls.handles(name) for cls in classes.values())
-        canonical.append(name if handled or base.casefold() not in known else f"{known[base.casefold()]}{at}{cutoff}")
-    return canonical
 
 
 def _suggestion(metric: str, classes: Mapping[str, type[Evaluator]]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,6 +61,16 @@ class _CommaList(argparse.Action):
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or ()), *names])
 
 
+class _MeasureList(_CommaList):
+    """``eval -m``: a comma list, except that trec_eval's ``name.params`` stays whole (``-m P.5,10``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: str, option_string: str | None = None) -> None:
+        if re.fullmatch(r"\w+\.[^@]+", values):
+            setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or ()), values])
+        else:
+            super().__call__(parser, namespace, values, option_string)
+
+
 def command_eval(args: argparse.Namespace) -> int:
     if args.answers or args.predictions:
         result, counted_as = _evaluate_answer_files(args), ""
@@ -84,6 +95,7 @@ def _evaluate_run_file(args: argparse.Namespace):
     from ragtrack.core.words import counted
     from ragtrack.evaluators.ranking import checked_threshold
     from ragtrack.pipeline.run_files import evaluate_files
+    from ragtrack.pipeline.trec_eval import registry_names
 
     if not (args.qrels and args.run):
         raise RagtrackError("use: ragtrack eval QRELS RUN, or ragtrack eval --answers GOLD --predictions PRED")
@@ -91,7 +103,8 @@ def _evaluate_run_file(args: argparse.Namespace):
         raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
                             "use: ragtrack eval QRELS RUN")
     threshold = checked_threshold(args.relevance_threshold, "--relevance-threshold")
-    result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, threshold, args.seed, args.without_relevant)
+    metrics = registry_names(args.metric) if args.metric else None  # trec_eval's names too: P_5, P.5,10, recip_rank, official
+    result = evaluate_files(Path(args.qrels), Path(args.run), metrics, threshold, args.seed, args.without_relevant)
     if result.no_relevant:
         rule = ("left out of the means (--without-relevant exclude; trec_eval counts them)" if args.without_relevant == "exclude" else
                 "counted in the means, as in trec_eval (--without-relevant exclude leaves them out)")
@@ -264,10 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run", nargs="?", help="TREC run file (qid Q0 docid rank score tag)")
     evaluate.add_argument("--answers", metavar="GOLD", help="gold answers: JSON lines with _id/id and answers (queries.jsonl), or a SQuAD dataset .json")
     evaluate.add_argument("--predictions", metavar="PRED", help="answers to score: SQuAD {id: answer} .json, or JSON lines with id and answer")
-    evaluate.add_argument("-m", "--metric", action=_CommaList, help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,map; default: the standard set)")
-    evaluate.add_argument("--per-query", action="store_true", help="also print every query's values")
+    evaluate.add_argument("-m", "--metric", action=_MeasureList,
+                          help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,map; default: the standard set); "
+                               "trec_eval's names too: P_5, P.5,10, ndcg_cut.10, recip_rank, official, all_trec")
+    evaluate.add_argument("-q", "--per-query", action="store_true", help="also print every query's values (trec_eval -q)")
     evaluate.add_argument("--json", action="store_true", help="print JSON: aggregate, std, ci95, per_query")
-    evaluate.add_argument("--relevance-threshold", type=int, default=1, help="grade >= N is relevant, N >= 0 (trec_eval -l; default 1)")
+    evaluate.add_argument("-l", "--relevance-threshold", type=int, default=1, help="grade >= N is relevant, N >= 0 (trec_eval -l; default 1)")
+    evaluate.add_argument("-c", action="store_true", help="trec_eval's -c, what ragtrack eval always does: a judged query missing "
+                                                          "from the run scores 0 and counts")
     evaluate.add_argument("--without-relevant", choices=get_args(WithoutRelevant), default=COUNT_WITHOUT_RELEVANT,
                           help="judged queries without a relevant judgment: count them in the means, as trec_eval does (default), "
                                "or exclude them, as some BEIR scripts do")

@@ -14,16 +14,16 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate as hydra_instantiate
-from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig  # Hydra and OmegaConf are imported where a plugin is built: listing needs neither
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,9 @@ def load_all(group: str) -> dict[str, Any]:
 
 def instantiate(config: Mapping | DictConfig, **kwargs: Any) -> Any:
     """Construct an object from a config with ``_target_`` (the only call of hydra's instantiate)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate as hydra_instantiate
+
     try:
         return hydra_instantiate(config, **kwargs)
     except InstantiationException as exc:
@@ -76,6 +79,8 @@ def instantiate(config: Mapping | DictConfig, **kwargs: Any) -> Any:
 def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
     """Construct the plugin a config names by ``type`` (entry point) unless it gives a ``_target_``;
     where the plugin declares ``settings_schema``, from that model's validated values."""
+    from omegaconf import DictConfig, OmegaConf
+
     settings = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
     kind = settings.pop("type", None)
     if "_target_" not in settings:
@@ -95,3 +100,27 @@ def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
         settings["_target_"] = found[kind].value.replace(":", ".")
     settings.setdefault("_convert_", "all")
     return instantiate(settings, **kwargs)
+
+
+def metric_names(metrics: str | Sequence[str] | None, parameter: str = "metrics") -> list[str] | None:
+    """Metric names as given: one name or a list of them; a name that differs from ragtrack's only in
+    case is read as ragtrack's (``NDCG@10`` is ``ndcg@10``, ``ROUGEL`` is ``rougeL``). Names the ranking
+    evaluator takes as they are need no plugin loaded (``ragtrack eval`` starts without them)."""
+    from ragtrack.evaluators.ranking import RankingEvaluator
+
+    if metrics is None:
+        return None
+    names = [metrics] if isinstance(metrics, str) else metrics
+    if not isinstance(names, Sequence) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"{parameter}: a metric name or a list of them, e.g. ['ndcg@10', 'mrr'], got {metrics!r}")
+    if all(RankingEvaluator.handles(name) for name in names):
+        return list(names)
+    classes = load_all("evaluators")
+    bases = {name.partition("@")[0].rstrip("[") for cls in classes.values() for name in cls.provides()}
+    known = {base.casefold(): base for base in bases}
+    canonical = []
+    for name in names:
+        base, at, cutoff = name.partition("@")
+        handled = any(cls.handles(name) for cls in classes.values())
+        canonical.append(name if handled or base.casefold() not in known else f"{known[base.casefold()]}{at}{cutoff}")
+    return canonical

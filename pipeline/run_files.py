@@ -1,8 +1,9 @@
 """``ragtrack eval QRELS RUN``: a TREC run file scored against a qrels file, fast as a whole process.
 
-The run is read as columns (``ragtrack.core.runs.read_run_columns``, Arrow's CSV reader under the
-strict field rules) and scored by the built-in ranking metrics straight from those columns, with
-numpy only: no dict per query, no pandas, no plugin scan, no Hydra. The values and their summary are
+The run is read as columns (``ragtrack.core.runs.read_run_scores``: Arrow's CSV reader under the
+strict field rules; a file under 256 KiB line by line, before Arrow could be imported) and scored by the
+built-in ranking metrics straight from those columns, with numpy only: no dict per query, no pandas,
+no plugin scan, no Hydra. The values and their summary are
 those of :func:`ragtrack.pipeline.api.evaluate` to the last bit (same grade matrix, same metric
 functions, same ``summarize``). Metric names that are not built-in ranking metrics (plugins, or a
 metric that needs the judged pool) and unknown names go through :func:`~ragtrack.pipeline.api.evaluate`,
@@ -20,7 +21,7 @@ import numpy as np
 from ragtrack.core.data import load_qrels
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_ready
-from ragtrack.core.runs import read_run_columns
+from ragtrack.core.runs import read_run_scores
 from ragtrack.evaluators.base import summarize
 from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, WithoutRelevant, counted_rows, parse_metric, ranking_values
 
@@ -76,12 +77,12 @@ def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | No
     where the general path is needed (see the module docstring). ``without_relevant``: which judged
     queries enter the means (``ranking.counted_rows``). Where no query counts (``exclude`` and no
     relevant judgment at ``relevance_threshold``), every mean would be over no query: a one-line error."""
-    from ragtrack.pipeline.api import evaluate, metric_names
+    from ragtrack.pipeline.registry import metric_names
 
     metrics = list(dict.fromkeys(metric_names(metrics) or DEFAULT_METRICS))
     if _ranking_only(metrics):
         qrels = load_qrels(qrels_path)[0]
-        run = read_run_columns(run_path)
+        run = read_run_scores(run_path)
         m, values = ranking_values(run, qrels, metrics, relevance_threshold)
         counted = counted_rows(m.num_rel, without_relevant)
         stats = summarize(np.column_stack([values[name] for name in metrics])[counted], seed=seed)
@@ -90,6 +91,8 @@ def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | No
         missing = tuple(qid for qid, retrieved, kept in zip(m.qids, m.retrieved, counted) if kept and not retrieved)
         result = FileEvaluation(m.qids, values, summary, missing, tuple(qid for qid, num_rel in zip(m.qids, m.num_rel) if not num_rel))
     else:
+        from ragtrack.pipeline.api import evaluate  # pandas and the plugins: only where a metric needs them
+
         result = evaluate(qrels_path, run_path, metrics, relevance_threshold, seed, without_relevant)
     if counted_queries(result.summary_rows()) == 0:
         raise RagtrackError(f"no query in {qrels_path} has a relevant judgment at relevance threshold {relevance_threshold} "

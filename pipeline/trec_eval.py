@@ -28,7 +28,7 @@ import numpy as np
 from ragtrack.core.data import load_qrels
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.files import read_lines
-from ragtrack.core.runs import read_run_columns, run_tag
+from ragtrack.core.runs import read_run_scores, run_tag
 from ragtrack.evaluators import ranking, trec_measures as trec
 from ragtrack.evaluators.ranking import RankedGrades
 
@@ -300,7 +300,7 @@ def evaluate(options: Options) -> Evaluated:
     qrels_path, run_path = map(Path, options.files)
     qrels = load_qrels(qrels_path)[0]
     threshold = ranking.checked_threshold(options.level, "-l")
-    m = ranking.rank_grades(read_run_columns(run_path), qrels, threshold)
+    m = ranking.rank_grades(read_run_scores(run_path), qrels, threshold)
     order = sorted(range(len(m.qids)), key=m.qids.__getitem__)
     missing = m.retrieved == 0
     if missing.any() and not options.complete:
@@ -424,3 +424,36 @@ def run(argv: Sequence[str]) -> str:
     lines = query_lines(evaluated, zscores is not None) if options.query else []
     lines += summary_lines(evaluated, options.complete, zscores is not None) if options.summary else []
     return "".join(f"{line}\n" for line in lines)
+
+
+# --- trec_eval's names in ragtrack eval -----------------------------------------------------------
+
+REGISTRY_NAMES = {"P": "p", "recall": "recall", "ndcg_cut": "ndcg", "map_cut": "map", "success": "hit", "recip_rank": "mrr",
+                  "Rprec": "r-precision"}  # trec_eval's name -> the registry's, where they differ
+
+
+def registry_names(names: Sequence[str]) -> list[str]:
+    """trec_eval's spellings of measures as the metric registry's names, for ``ragtrack eval -m``:
+    ``P_5`` and ``P.5,10`` are ``p@5`` (and ``p@10``), ``P`` is P at trec_eval's default cutoffs,
+    ``iprec_at_recall_0.10`` is ``iprec_at_recall@0.1``, ``recip_rank`` is ``mrr``, ``official`` and
+    ``all_trec`` their measures. Any other name is returned as it is."""
+    result = []
+    for given in names:
+        name, dot, text = given.partition(".")
+        printed = re.fullmatch(r"(.+)_(\d+(?:\.\d*)?)", given)  # P_5, iprec_at_recall_0.10: a name as trec_eval prints it
+        if printed and printed[1] in BY_NAME and BY_NAME[printed[1]].params in ("cutoffs", "fractions"):
+            name, text = printed[1], printed[2]
+        measure = BY_NAME.get(name)
+        if name in NICKNAMES:
+            result += registry_names([part for part in NICKNAMES[name] if BY_NAME[part].style in ("mean", "sum", "geometric")])
+        elif measure is None or "@" in given or not (dot or text or measure.params != "none" or name in REGISTRY_NAMES):
+            result.append(given)
+        elif measure.params in ("cutoffs", "fractions"):
+            values = measure_params(measure, text or None)[1]
+            result += [f"{REGISTRY_NAMES.get(name, name)}@{value:g}" for value in values]
+        elif text and measure.params != "none":
+            raise RagtrackError(f"-m {given}: ragtrack eval takes trec_eval's cutoffs and recall levels, not other parameters; "
+                                f"ragtrack trec_eval -m {given} computes it")
+        else:
+            result.append(REGISTRY_NAMES.get(name, name))
+    return list(dict.fromkeys(result))

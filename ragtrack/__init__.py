@@ -14,18 +14,18 @@ The Python API (docs/api.md) is exported here: :func:`evaluate`, :func:`evaluate
 names load on first use, so ``import ragtrack`` stays cheap and imports none of the layers.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("ragtrack")
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
-
 API = ("evaluate", "evaluate_answers", "compare", "benchmark", "run_experiment", "Evaluation", "ExperimentResult")
 __all__ = ["__version__", *API]
 
 
 def __getattr__(name: str):
+    if name == "__version__":  # read on use: importlib.metadata costs ~40 ms at every start
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("ragtrack")
+        except PackageNotFoundError:  # imported from a source tree that was never installed
+            return "0+unknown"
     if name in API:
         from ragtrack.pipeline import api
 

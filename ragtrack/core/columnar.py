@@ -14,7 +14,9 @@ nan and infinity, which the finiteness check rejects; tests/unit/test_strict_par
 random strings) and no (query, document) pair appears twice. The ids are dictionary-encoded once: the
 duplicate check and the judged-document lookup work on the integer codes.
 
-pyarrow is imported when these functions run, so importing ``ragtrack.core`` stays cheap.
+pyarrow is imported when these functions run, so importing ``ragtrack.core`` stays cheap; the callers
+leave files under 256 KiB (:func:`is_small`) to the line reader, which reads them before Arrow would be
+imported.
 """
 
 from __future__ import annotations
@@ -169,6 +171,18 @@ def _encoded_ids(table: "pa.Table") -> "tuple[pa.Array, np.ndarray, pa.Array, np
 
 
 RUN_COLUMNS = ["qid", "q0", "docid", "rank", "score", "tag"]
+
+
+SMALL_FILE_BYTES = 256 * 1024  # the callers leave smaller files to the line reader: no Arrow to import (~0.1 s)
+
+
+def is_small(path: Path) -> bool:
+    """Whether ``path`` is a regular file below :data:`SMALL_FILE_BYTES` on disk, which the line reader
+    reads before Arrow could be imported (``load_qrels``, ``read_trec`` and ``read_run_scores`` do so)."""
+    try:
+        return path.stat().st_size < SMALL_FILE_BYTES and path.is_file()
+    except OSError:
+        return False  # the readers say what is wrong
 
 
 def read_run(path: Path) -> "tuple[pa.Array, np.ndarray, pa.Array, np.ndarray, np.ndarray] | None":

@@ -319,10 +319,10 @@ def load_qrels(path: Path) -> tuple[Qrels, str]:
     """Read BEIR qrels (``query-id corpus-id score``, tab-separated, the header optional and only as
     the first non-blank line) or TREC qrels (``qid iteration docid rel``); columns are separated by
     spaces and tabs; a line starting with ``#`` is a comment (as trec_eval 10 reads qrels); returns the
-    judgments and the content hash. Large files are read by the columnar reader; whatever it declines,
-    the line reader reads (and names the line of any defect)."""
+    judgments and the content hash. Large files are read by the columnar reader; small ones, and whatever
+    it declines, the line reader reads (and names the line of any defect)."""
     path = Path(path)
-    fast = columnar.read_qrels(path)
+    fast = None if columnar.is_small(path) else columnar.read_qrels(path)
     if fast is None:
         return load_qrels_lines(path)
     qids, doc_ids, grades, data = fast

@@ -216,14 +216,21 @@ def read_run_columns(path: str | Path) -> RunColumns:
     return RunColumns(*fast) if fast else RunColumns.from_run(read_trec_lines(path))
 
 
+def read_run_scores(path: str | Path) -> Mapping[str, Mapping[str, float]] | RunColumns:
+    """A run file as the ranking metrics read it: columns (:func:`read_run_columns`), or for a small
+    file its scores per query from the line reader, with no Arrow to import."""
+    path = Path(path)
+    return read_trec_lines(path).scores if columnar.is_small(path) else read_run_columns(path)
+
+
 def read_trec(path: str | Path, name: str | None = None) -> Run:
     """Read a TREC run file (gzip if it ends in ``.gz``); scores decide the order (the rank column is
     ignored, as in trec_eval; so are comment lines and columns after the sixth, as trec_eval 10 reads
     them: :func:`run_lines`). Encoding, NUL bytes and line length are checked as for every input;
     columns, ids and scores follow ``fields.py`` (scores: ASCII decimal numbers, finite). Large files
-    are read by the columnar reader; whatever it declines, the line reader reads."""
+    are read by the columnar reader; small ones, and whatever it declines, the line reader reads."""
     path = Path(path)
-    fast = columnar.read_run(path)
+    fast = None if columnar.is_small(path) else columnar.read_run(path)
     return RunColumns(*fast).to_run(name or path.stem) if fast else read_trec_lines(path, name)
 
 

@@ -86,6 +86,13 @@ CASES = {
     "run directory": ("run", "directory", None, "not a regular file (a directory)"),
 }
 
+@pytest.fixture(autouse=True)
+def columnar_reader_for_small_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The readers leave files under 256 KiB to the line reader; here every file goes to the columnar
+    reader first, so that its answers are checked against the line reader's on these small files."""
+    monkeypatch.setattr(columnar, "SMALL_FILE_BYTES", 0)
+
+
 READERS = {"corpus": load_corpus, "queries": lambda path: load_queries(path)[:3], "qrels": load_qrels, "run": read_trec}
 LINE_READERS = {"qrels": load_qrels_lines, "run": read_trec_lines}  # the references of the columnar reader
 NAMES = {"corpus": "corpus.jsonl", "queries": "queries.jsonl", "qrels": "qrels.tsv", "run": "run.trec"}

@@ -4,6 +4,8 @@ small cases checked against a trec_eval 10.0 build (-J, -M, -N, gains, parameter
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,17 @@ def test_run_comments_and_extra_fields_are_read_as_trec_eval_reads_them(tmp_path
     (tmp_path / "short").write_text("q1 Q0 a 1 2.0\n")
     with pytest.raises(Exception, match=r"short:1: expected 6 columns"):
         read_trec(tmp_path / "short")
+
+
+@pytest.mark.parametrize("command", [["eval", "{qrels}", "{run}"], ["eval", "{qrels}", "{run}", "-m", "P_5,map,infAP"],
+                                     ["trec_eval", "-c", "-m", "all_trec", "{qrels}", "{run}"], ["metrics"], None])
+def test_starts_without_pandas_hydra_mlflow_or_torch(command: list[str] | None, tmp_path: Path) -> None:
+    """``ragtrack eval``, ``ragtrack trec_eval``, ``ragtrack metrics`` and ``import ragtrack`` import none
+    of them, from the first line read to the last printed (small files are read without Arrow too)."""
+    qrels, run = write(tmp_path, QRELS, RUN)
+    arguments = [part.format(qrels=qrels, run=run) for part in command] if command else None
+    script = ("import contextlib, io, sys\nimport ragtrack\n" + (
+        f"from ragtrack.pipeline.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({arguments!r}) == 0\n"
+        if arguments else "") + "print(sorted(m for m in ('pandas', 'hydra', 'omegaconf', 'mlflow', 'torch', 'pyarrow') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stderr

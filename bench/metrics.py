@@ -9,7 +9,10 @@ Peak memory = the process's peak resident set during the call above its resident
 /proc, peak reset before each call). Cold start = a fresh interpreter importing ragtrack's metrics and
 scoring the SciFact-size case once (wall and CPU time, from a subprocess).
 
-Whole process: ``ragtrack eval QRELS RUN`` against a plain pytrec_eval script that reads the same
+Start-up: the best of 10 fresh processes of ``ragtrack eval`` and ``ragtrack trec_eval`` on a two-line
+qrels and run, ``ragtrack metrics`` and ``import ragtrack``.
+
+Whole process: ``ragtrack eval QRELS RUN`` (and ``ragtrack trec_eval -c``) against a plain pytrec_eval script that reads the same
 files (Python line splitting into dicts) and evaluates the same 5 measures, on 2,000 queries x 1,000
 documents (2M run lines, generated seeded in a temporary folder); the median wall time and CPU time
 (user + system, os.wait4) of 5 runs of each, alternating, their ratios, and the largest per-query
@@ -17,7 +20,7 @@ difference between ``ragtrack eval``'s values and pytrec_eval's on those files.
 
     python bench/metrics.py                  # both cases and the whole-process ratio (~4 GB, a few minutes)
     python bench/metrics.py --small          # 1,000 x 1,000 instead of 10,000 x 1,000
-    python bench/metrics.py --whole-process  # only the whole-process ratios (about half a minute)
+    python bench/metrics.py --whole-process  # only start-up and the whole-process ratios (about a minute)
 """
 
 from __future__ import annotations
@@ -166,6 +169,7 @@ def cold_start() -> tuple[float, float]:
 
 
 WHOLE_MEASURES = ("ndcg@10", "map", "recall@100", "p@10", "mrr")
+TREC_EVAL_MEASURES = ("-mndcg_cut.10", "-mmap", "-mrecall.100", "-mP.10", "-mrecip_rank")  # the same, as trec_eval names them
 PYTREC_SCRIPT = """
 import sys, pytrec_eval
 qrels = {}
@@ -234,6 +238,7 @@ def whole_process(repeats: int = 5) -> float:
         script = Path(folder) / "pytrec.py"
         script.write_text(PYTREC_SCRIPT)
         commands = {"ragtrack eval": [sys.executable, "-m", "ragtrack", "eval", str(qrels), str(run), *(f"-m{m}" for m in WHOLE_MEASURES)],
+                    "ragtrack trec_eval": [sys.executable, "-m", "ragtrack", "trec_eval", "-c", *TREC_EVAL_MEASURES, str(qrels), str(run)],
                     "pytrec_eval script": [sys.executable, str(script), str(qrels), str(run)]}
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for _ in range(repeats):
@@ -246,18 +251,39 @@ def whole_process(repeats: int = 5) -> float:
     print(f"\nwhole process, 2,000 queries x 1,000 documents (2M run lines), {len(WHOLE_MEASURES)} measures, median of {repeats}; {cpu_model()}")
     for name, values in times.items():
         print(f"  {name:<20} wall {walls[name]:.2f} s, CPU {cpus[name]:.2f} s   (runs, wall/CPU: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in values)})")
-    print(f"  ragtrack eval / pytrec_eval script: wall {ratio:.2f}x (target <= 0.5x), CPU {cpus['ragtrack eval'] / cpus['pytrec_eval script']:.2f}x; "
-          f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
+    for name in ("ragtrack eval", "ragtrack trec_eval"):
+        print(f"  {name} / pytrec_eval script: wall {walls[name] / walls['pytrec_eval script']:.2f}x (target <= 0.5x), "
+              f"CPU {cpus[name] / cpus['pytrec_eval script']:.2f}x")
+    print(f"  load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
     print(f"  max |ragtrack eval - pytrec_eval| per query over the {len(WHOLE_MEASURES)} measures: {difference:.1e}")
     return ratio
+
+
+def start_up(repeats: int = 10) -> None:
+    """Best-of wall time of short commands in a fresh process: ``ragtrack eval`` and ``ragtrack
+    trec_eval`` on a two-line qrels and run, ``ragtrack metrics``, ``import ragtrack`` (target for the
+    two-line eval: <= 0.25 s)."""
+    with tempfile.TemporaryDirectory(prefix="ragtrack-bench-start-") as folder:
+        qrels, run = Path(folder) / "qrels", Path(folder) / "run"
+        qrels.write_text("q1 0 d1 1\n")
+        run.write_text("q1 Q0 d1 1 1.0 tag\n")
+        commands = {"python -c pass": [sys.executable, "-c", "pass"], "import ragtrack": [sys.executable, "-c", "import ragtrack"],
+                    "ragtrack eval (2 lines)": [sys.executable, "-m", "ragtrack", "eval", str(qrels), str(run)],
+                    "ragtrack trec_eval (2 lines)": [sys.executable, "-m", "ragtrack", "trec_eval", str(qrels), str(run)],
+                    "ragtrack metrics": [sys.executable, "-m", "ragtrack", "metrics"]}
+        print(f"\nstart-up, best of {repeats} (wall / CPU s); {cpu_model()}, load average {os.getloadavg()[0]:.1f}")
+        for name, command in commands.items():
+            wall, cpu = min(timed(command) for _ in range(repeats))
+            print(f"  {name:<30} {wall:.3f} / {cpu:.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="1,000 x 1,000 instead of 10,000 x 1,000")
-    parser.add_argument("--whole-process", action="store_true", help="only the whole-process ratio of ragtrack eval to a pytrec_eval script")
+    parser.add_argument("--whole-process", action="store_true", help="only start-up and the whole-process ratio of ragtrack eval to a pytrec_eval script")
     args = parser.parse_args()
     if args.whole_process:
+        start_up()
         whole_process()
         return
     queries = 1_000 if args.small else 10_000
@@ -273,6 +299,7 @@ def main() -> None:
     for label, name, first, warm, cpu, memory in rows:
         base = next(r for r in rows if r[0] == label and r[1].startswith("ragtrack (trec"))
         print(f"| {label} | {name} | {first:.3f} | {warm:.3f} | {warm / base[3]:.2f}x | {cpu:.3f} | {cpu / base[4]:.2f}x | {memory:.0f} |")
+    start_up()
     whole_process()
 
 

@@ -3,11 +3,13 @@ qrels/run pairs (grades 0-3, ties, empty and short runs, judged non-relevant and
 queries without relevant judgments, queries absent from the run), at relevance thresholds 1 and 2;
 and with negative grades (-2..2), which trec_eval reads as "in the pool but unjudged", at 0, 1 and 2.
 Means are over every judged query, as trec_eval 10 averages: checked on its own test files
-(tests/data/trec_eval) and against pytrec_eval's per-query values."""
+(tests/data/trec_eval) and against pytrec_eval's per-query values. trec_eval's other all_trec measures
+equal pytrec_eval's too, except iprec_at_recall and 11pt_avg, whose recall cutoffs trec_eval 10 rounds."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import random
@@ -161,3 +163,41 @@ def test_means_equal_pytrec_eval_over_every_judged_query() -> None:
         assert len(without_relevant) > 10 and len(reference) < len(qrels)
         assert ours.aggregate == pytest.approx((reference.sum() / len(qrels)).to_dict(), rel=0, abs=1e-12)
         assert set(ours.summary["n"]) == {len(qrels)}
+
+
+TREC_EVAL_MEASURES = {  # ragtrack's names of trec_eval's other all_trec measures -> pytrec_eval's (trec_eval 9.0.8)
+    "gm_map": "gm_map", "gm_bpref": "gm_bpref", "infAP": "infAP", "utility": "utility", "binG": "binG", "G": "G", "ndcg_rel": "ndcg_rel",
+    "Rndcg": "Rndcg", "set_P": "set_P", "set_recall": "set_recall", "set_map": "set_map", "set_F": "set_F", "set_relative_P": "set_relative_P",
+    "num_ret": "num_ret", "num_rel": "num_rel", "num_nonrel_judged_ret": "num_nonrel_judged_ret", "relative_P@5": "relative_P_5",
+    "relative_P@100": "relative_P_100", "Rprec_mult@0.2": "Rprec_mult_0.20", "Rprec_mult@1.4": "Rprec_mult_1.40",
+}
+RECALL_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def pytrec_all(qrels: dict, run: dict, threshold: int) -> pd.DataFrame:
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, set(pytrec_eval.supported_measures), relevance_level=threshold)
+    return pd.DataFrame.from_dict(evaluator.evaluate({qid: docs for qid, docs in run.items() if docs}), orient="index")
+
+
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_trec_eval_measures_equal_pytrec_eval_per_query(threshold: int) -> None:
+    """The measures of trec_eval's all_trec that trec_eval 9.0.8 (pytrec_eval) computes as 10.0 does."""
+    qrels, run = random_pairs(range(750, 850))
+    ours, _ = score_ranking(run, qrels, list(TREC_EVAL_MEASURES), threshold=threshold)
+    reference = pytrec_all(qrels, run, threshold)[list(TREC_EVAL_MEASURES.values())].set_axis(list(TREC_EVAL_MEASURES), axis=1)
+    assert len(reference) > 1000 and (reference["infAP"] > 0).any() and (reference["Rndcg"] > 0).any()
+    assert_equal_per_query(ours, reference)
+
+
+def test_interpolated_precision_differs_from_trec_eval_9_only_by_its_rounding() -> None:
+    """trec_eval 10 turns recall level x into lround(x·R) relevant documents, 9.0.8 into (long)(x·R + 0.9):
+    where the two agree for every level, so do iprec_at_recall and 11pt_avg; elsewhere they may not."""
+    qrels, run = random_pairs(range(850, 950))
+    names = [f"iprec_at_recall@{level:g}" for level in RECALL_LEVELS]
+    ours, num_rel = score_ranking(run, qrels, [*names, "11pt_avg"])
+    reference = pytrec_all(qrels, run, 1)
+    same = [qid for qid, relevant in zip(ours.index, num_rel) if qid in reference.index and
+            all(math.floor(x * relevant + 0.5) == int(x * relevant + 0.9) for x in RECALL_LEVELS)]
+    assert 0 < len(same) < len(reference)
+    expected = reference.loc[same, [f"iprec_at_recall_{level:.2f}" for level in RECALL_LEVELS] + ["11pt_avg"]]
+    assert_equal_per_query(ours, expected.set_axis([*names, "11pt_avg"], axis=1))

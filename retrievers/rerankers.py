@@ -117,8 +117,13 @@ class CrossEncoderReranker(Reranker):
     raw output (for a one-label model its logit, whatever activation the model's config names).
 
     Pairs already in the scorer's :class:`~ragtrack.core.pairs.PairScores` are not scored again (a
-    depth sweep scores only the new ones); the rest go in batches of ``batch_size``, longest first,
-    each stored as it is done. The model is loaded only when a pair needs scoring."""
+    depth sweep scores only the new ones); the rest go in batches of pairs of one token length, in a
+    canonical order, each stored as it is done. Every batch has ``batch_size`` rows (a last one is
+    filled up with copies of its first pair) and no padding, so a pair is always scored in a batch of
+    the same shape: its score, and so the run file, does not depend on which other pairs were scored
+    with it, that is on what the store held before (a depth-5 store topped up to depth 10 gives a fresh
+    depth-10 run's bytes; padded batches differ in the last bits). The model is loaded only when a
+    pair needs scoring."""
 
     settings_schema = CrossEncoderSettings
     _model = None  # loaded on first use
@@ -135,7 +140,7 @@ class CrossEncoderReranker(Reranker):
 
     def scorer_identity(self) -> dict:
         return {"class": f"{type(self).__module__}.{type(self).__qualname__}", "weights": model_fingerprint(self.location),
-                "max_length": self.settings.max_length}
+                "max_length": self.settings.max_length, "batches": f"{self.batch_size} rows of one length"}  # the shape a score was computed in
 
     def rerank_scores(self, heads: Mapping[str, list[str]], queries: Mapping[str, str], texts: Mapping[str, str],
                       context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
@@ -151,22 +156,29 @@ class CrossEncoderReranker(Reranker):
         return {qid: {doc: known[queries[qid], texts[doc]] for doc in docs} for qid, docs in heads.items()}, efficiency
 
     def _score(self, pairs: list[Pair], store: PairScores) -> dict[Pair, float]:
-        """Scores of ``pairs`` in batches longest first (less padding), each stored once done."""
+        """Scores of ``pairs`` in full batches of one token length (class docstring), each stored once done."""
         if not pairs:
             return {}
         from torch.nn import Identity
 
         model = self._load()
-        longest_first = sorted(pairs, key=lambda pair: -len(pair[0]) - len(pair[1]))
+        by_length: dict[int, list[Pair]] = {}
+        for start in range(0, len(pairs), 1024):  # the model's own preprocessing: the lengths it will see
+            chunk = pairs[start:start + 1024]
+            for pair, length in zip(chunk, model.preprocess(chunk)["attention_mask"].sum(dim=1).tolist()):
+                by_length.setdefault(length, []).append(pair)
         scores = {}
         with Progress(f"{self.name}: score", len(pairs), "pairs") as progress:
-            for start in range(0, len(pairs), self.batch_size):
-                batch = longest_first[start:start + self.batch_size]
-                raw = model.predict(batch, batch_size=len(batch), activation_fn=Identity(), show_progress_bar=False, convert_to_numpy=True)
-                batch_scores = {pair: float(score) for pair, score in zip(batch, raw)}
-                store.store(batch_scores)
-                scores |= batch_scores
-                progress.update(len(batch))
+            for length in sorted(by_length, reverse=True):
+                same = sorted(by_length[length])
+                for start in range(0, len(same), self.batch_size):
+                    batch = same[start:start + self.batch_size]
+                    full = batch + [batch[0]] * (self.batch_size - len(batch))
+                    raw = model.predict(full, batch_size=self.batch_size, activation_fn=Identity(), show_progress_bar=False, convert_to_numpy=True)
+                    batch_scores = {pair: float(score) for pair, score in zip(batch, raw)}
+                    store.store(batch_scores)
+                    scores |= batch_scores
+                    progress.update(len(batch))
         return scores
 
     def _load(self):

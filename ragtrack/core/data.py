@@ -17,6 +17,7 @@ split are run.
 from __future__ import annotations
 
 import hashlib
+import html
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -224,12 +225,20 @@ TOPIC_FIELDS = ("title", "description", "narrative")
 TOPIC_TAG = re.compile(r"<(num|title|desc|narr)>|</top>", re.IGNORECASE)
 TOPIC_LABELS = {"num": re.compile(r"^\s*Number:\s*", re.IGNORECASE), "desc": re.compile(r"^\s*Description:\s*", re.IGNORECASE),
                 "narr": re.compile(r"^\s*Narrative:\s*", re.IGNORECASE), "title": re.compile(r"^\s*(?:Topic:)?\s*", re.IGNORECASE)}
+MARKUP = re.compile(r"</?[A-Za-z][^<>]*>")  # </title>, <i>, <br/>: markup, not query text
+
+
+def _topic_field(text: str, label: re.Pattern) -> str:
+    """A field's text without its markup (closing tags such as ``</title>``, inline tags such as
+    ``<i>``), its label (``Number:``) and entities (``&amp;`` is ``&``), single-spaced."""
+    return " ".join(html.unescape(label.sub("", MARKUP.sub("", text))).split())
 
 
 def load_topics(path: Path, field_name: str = "title") -> tuple[dict[str, str], str]:
     """Read TREC topics: ``qid<TAB>text`` lines (MS MARCO, TREC DL), or the classic SGML-like format
     (``<top> <num> Number: 301 <title> ... <desc> Description: ... <narr> Narrative: ... </top>``), whose
-    ``field_name`` (``title``, ``description`` or ``narrative``) is the query; returns texts and hash.
+    ``field_name`` (``title``, ``description`` or ``narrative``) is the query, its markup (closing tags,
+    ``<i>``) removed and its entities (``&amp;``) decoded; returns texts and hash.
     Tab-separated topics have one text, their title: another ``field_name`` is an error, and a header
     line (``qid<TAB>query``, :data:`~ragtrack.core.fields.TOPICS_HEADER`) is skipped."""
     digest = hashlib.sha256()
@@ -299,10 +308,10 @@ def _classic_topics(path: Path, lines: list[tuple[int, str]], field_name: str) -
             if match.group(0).lower() == "</top>":
                 if "num" not in fields:
                     raise InputError(path, "topic without <num>", number)
-                qid = TOPIC_LABELS["num"].sub("", fields["num"]).strip()
+                qid = _topic_field(fields["num"], TOPIC_LABELS["num"])
                 if wanted not in fields:
                     raise InputError(path, f"topic {qid!r} has no <{wanted}> field", start)
-                yield start, qid, " ".join(TOPIC_LABELS[wanted].sub("", fields[wanted]).split())
+                yield start, qid, _topic_field(fields[wanted], TOPIC_LABELS[wanted])
                 start, fields, current = 0, {}, None
                 break
             current = match.group(1).lower()

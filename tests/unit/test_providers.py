@@ -129,6 +129,15 @@ def test_classic_topics_give_each_field(tmp_path) -> None:
     assert load_topics(path, "narrative")[0]["302"] == "Anything about polio."
 
 
+def test_topic_markup_and_entities_are_not_query_text(tmp_path) -> None:
+    """Closing tags, inline tags and entities, as TREC Robust and Web track topics have them."""
+    path = tmp_path / "topics"
+    path.write_text("<top>\n<num> Number: 401 </num>\n<title> <i>Titanic</i> &amp; icebergs </title>\n"
+                    "<desc> Description: Ships &lt;1900&gt; and &#39;ice&#39;. </desc>\n</top>\n")
+    assert load_topics(path, "title")[0] == {"401": "Titanic & icebergs"}
+    assert load_topics(path, "description")[0] == {"401": "Ships <1900> and 'ice'."}
+
+
 def test_tsv_topics_and_corpus_gzip(tmp_path) -> None:
     topics = tmp_path / "queries.tsv.gz"
     with gzip.open(topics, "wt", encoding="utf-8") as out:

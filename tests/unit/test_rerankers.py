@@ -110,6 +110,15 @@ def test_depth_sweep_scores_each_pair_once(tiny_cross_encoder: Path, toy: Datase
     assert PairScores.scored - before == 8 * queries
 
 
+def test_scores_do_not_depend_on_what_the_store_held(tiny_cross_encoder: Path, toy: Dataset, tmp_path: Path) -> None:
+    """Depth 10 on a store holding depth 5's scores gives a fresh depth-10 run's bits (batches padded to
+    their longest pair changed the last bits of some scores)."""
+    fresh = rerank(cross_encoder(tiny_cross_encoder, depth=10), toy, tmp_path / "fresh")
+    rerank(cross_encoder(tiny_cross_encoder, depth=5), toy, tmp_path / "topped-up")
+    topped_up = rerank(cross_encoder(tiny_cross_encoder, depth=10), toy, tmp_path / "topped-up")
+    assert topped_up.efficiency["pairs_from_cache"] > 0 and topped_up.run.scores == fresh.run.scores
+
+
 def test_an_unloadable_model_is_one_line_naming_the_setting(toy: Dataset, tmp_path: Path) -> None:
     script = ("from tests.unit.test_rerankers import *\n"
               "from ragtrack.core.errors import RagtrackError\n"

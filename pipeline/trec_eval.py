@@ -16,8 +16,10 @@ trec_eval does, on a ranking of one unjudged document, ``num_ret``, ``utility``,
 
 from __future__ import annotations
 
+import functools
 import getopt
 import math
+import operator
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ragtrack.core.data import load_qrels
+from ragtrack.core.data import load_qrels, load_qrels_groups
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.files import read_lines
-from ragtrack.core.runs import read_run_scores, run_tag
+from ragtrack.core.runs import RunColumns, read_run_scores, run_tag
 from ragtrack.evaluators import ranking, trec_measures as trec
 from ragtrack.evaluators.ranking import RankedGrades
 
@@ -98,6 +100,20 @@ def _with_gains(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray
     return lambda m, params, context: function(m, None, _gains(params))
 
 
+def _group_mean(values: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """Per query the values of its rows (one per judgment group) summed in group order, divided by their
+    number (m_*_avgjg.c)."""
+    return np.array([functools.reduce(operator.add, values[rows].tolist(), 0.0) / max(len(rows), 1) for rows in groups])
+
+
+def _per_group(compute: Callable[..., np.ndarray | list]) -> Callable[..., np.ndarray | list]:
+    """A measure over judgment groups (``-R qrels_jg``): ``compute`` per query and group, averaged per query."""
+    def averaged(m: RankedGrades, params: tuple, context: Context) -> np.ndarray | list:
+        values = compute(m, params, context)
+        return [_group_mean(column, context.groups) for column in values] if isinstance(values, list) else _group_mean(values, context.groups)
+    return averaged
+
+
 CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
 MEASURES: tuple[Measure, ...] = (
     Measure("runid", "runid", "none", lambda m, params, context: np.zeros(len(m.qids))),
@@ -138,6 +154,10 @@ MEASURES: tuple[Measure, ...] = (
     Measure("set_map", "mean", "none", _fixed(trec.set_map)),
     Measure("set_F", "mean", "numbers", lambda m, params, context: trec.set_f(m, None, params[0]), (1.0,)),
     Measure("num_nonrel_judged_ret", "sum", "none", _fixed(trec.num_nonrel_judged_ret)),
+    Measure("map_avgjg", "mean", "none", _per_group(_fixed(ranking.average_precision))),
+    Measure("P_avgjg", "mean", "cutoffs", _per_group(_per_cutoff(ranking.precision)), CUTOFFS),
+    Measure("Rprec_mult_avgjg", "mean", "fractions", _per_group(_per_cutoff(trec.r_precision_multiple)),
+            (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)),
     Measure("rbp", "mean", "pairs", lambda m, params, context: trec.rbp(m, None, _persistence(params), _gains(params))),
     Measure("rbp_resid", "mean", "pairs", lambda m, params, context: trec.rbp_residual(m, None, _persistence(params))),
     Measure("unj", "mean", "cutoffs", _per_cutoff(trec.unjudged), (5, 10, 20)),
@@ -151,11 +171,12 @@ NICKNAMES = {
                  "ndcg", "relative_P", "Rprec_mult", "success", "map_cut", "ndcg_cut", "ndcg_rel", "Rndcg", "binG", "G", "set_P",
                  "set_recall", "set_relative_P", "set_map", "set_F", "num_nonrel_judged_ret"),
     "set": ("runid", "num_q", "num_ret", "num_rel", "num_rel_ret", "utility", "set_P", "set_recall", "set_relative_P", "set_map", "set_F"),
+    "qrels_jg": ("runid", "num_q", "map_avgjg", "P_avgjg", "Rprec_mult_avgjg"),
 }
-NOT_READ = {"prefs", "all_prefs", "qrels_jg", "yaap", "ndcg_p"} | {name for name in ("prefs_num_prefs_poss", "prefs_num_prefs_ful",
-            "prefs_num_prefs_ful_ret", "prefs_simp", "prefs_pair", "prefs_avgjg", "prefs_avgjg_Rnonrel", "prefs_simp_ret", "prefs_pair_ret",
-            "prefs_avgjg_ret", "prefs_avgjg_Rnonrel_ret", "prefs_simp_imp", "prefs_pair_imp", "prefs_avgjg_imp", "map_avgjg", "P_avgjg",
-            "Rprec_mult_avgjg")}
+GROUP_MEASURES = ("map_avgjg", "P_avgjg", "Rprec_mult_avgjg")  # measures of -R qrels_jg only
+NOT_READ = {"prefs", "all_prefs", "yaap", "ndcg_p", "prefs_num_prefs_poss", "prefs_num_prefs_ful", "prefs_num_prefs_ful_ret", "prefs_simp",
+            "prefs_pair", "prefs_avgjg", "prefs_avgjg_Rnonrel", "prefs_simp_ret", "prefs_pair_ret", "prefs_avgjg_ret", "prefs_avgjg_Rnonrel_ret",
+            "prefs_simp_imp", "prefs_pair_imp", "prefs_avgjg_imp"}
 
 
 # --- the command line ---------------------------------------------------------------------------
@@ -172,6 +193,7 @@ class Options:
     collection: int = 0
     max_docs: int = LONG_MAX
     zscores: str | None = None
+    rel_format: str = "qrels"  # -R: qrels, or qrels_jg (a judgment group in the second column)
     marked: set[str] = field(default_factory=set)
     params: dict[str, str] = field(default_factory=dict)  # the first ``-m name.params`` of each name
     files: list[str] = field(default_factory=list)
@@ -189,8 +211,8 @@ def parse_options(argv: Sequence[str]) -> Options | str:
                "-l": lambda value: setattr(options, "level", c_long(value)), "-N": lambda value: setattr(options, "collection", c_long(value)),
                "-M": lambda value: setattr(options, "max_docs", c_long(value)), "-Z": lambda value: setattr(options, "zscores", value),
                "-m": lambda value: mark_measure(options, value), "-o": lambda value: None,
-               "-R": lambda value: _supported("-R", value, "qrels"), "-T": lambda value: _supported("-T", value, "trec_results"),
-               "-D": lambda value: _supported("-D", value, "0")}
+               "-R": lambda value: setattr(options, "rel_format", _supported("-R", value, "qrels", "qrels_jg")),
+               "-T": lambda value: _supported("-T", value, "trec_results"), "-D": lambda value: _supported("-D", value, "0")}
     for flag, value in given:
         flag = LONG_TO_SHORT.get(flag, flag)
         if flag in ("-h", "-v"):
@@ -203,10 +225,12 @@ def parse_options(argv: Sequence[str]) -> Options | str:
     return options
 
 
-def _supported(flag: str, value: str, only: str) -> None:
-    if value != only:
-        raise RagtrackError(f"{flag} {value}: ragtrack trec_eval reads {flag} {only} only (trec_eval's prefs and qrels_jg formats, "
-                            "and its debug output, are not read)")
+def _supported(flag: str, value: str, *read: str) -> str:
+    """``value`` if ragtrack trec_eval reads it for ``flag``, else a one-line error."""
+    if value not in read:
+        raise RagtrackError(f"{flag} {value}: ragtrack trec_eval reads {flag} {' or '.join(read)} (trec_eval's prefs formats and its "
+                            "debug output are not read)")
+    return value
 
 
 def mark_measure(options: Options, given: str) -> None:
@@ -221,7 +245,7 @@ def mark_measure(options: Options, given: str) -> None:
     elif name in BY_NAME:
         options.marked.add(name)
     elif name in NOT_READ:
-        raise RagtrackError(f"-m {given}: the measure needs trec_eval's prefs or qrels_jg judgments, which ragtrack trec_eval does not read")
+        raise RagtrackError(f"-m {given}: the measure needs trec_eval's preference judgments (-R prefs), which ragtrack trec_eval does not read")
     else:
         raise RagtrackError(f"-m {given}: no such trec_eval measure{did_you_mean(name, [*BY_NAME, *NICKNAMES])}")
 
@@ -286,7 +310,7 @@ class Evaluated:
     """The values trec_eval prints: per measure its value names and per query values (rows in qrels
     order), the queries' print order, which queries had no results (``-c``), the run's tag."""
 
-    m: RankedGrades
+    qids: list[str]
     columns: list[tuple[Measure, list[tuple[str, np.ndarray | list]]]]
     order: list[int]
     missing: np.ndarray
@@ -294,29 +318,57 @@ class Evaluated:
     judged_relevant: int  # judgments with a grade > 0 over all queries (num_rel's ``all`` under -c)
 
 
+@dataclass(frozen=True)
+class Context:
+    """What a measure reads besides the grade matrix: ``-N``, and with ``-R qrels_jg`` per judged query
+    the rows of the matrix, one per judgment group (in ``strcmp`` order)."""
+
+    collection: int = 0
+    groups: list[np.ndarray] | None = None
+
+
+def read_grades(options: Options) -> tuple[RankedGrades, list[str], Context, int]:
+    """The grade matrix of the run against the qrels (a row per judged query, or with ``-R qrels_jg``
+    per query and judgment group), the judged queries, the context and the judgments with a grade > 0."""
+    qrels_path, run_path = map(Path, options.files)
+    threshold = ranking.checked_threshold(options.level, "-l")
+    if options.rel_format == "qrels":
+        qrels = load_qrels(qrels_path)[0]
+        m = ranking.rank_grades(read_run_scores(run_path), qrels, threshold)
+        return m, m.qids, Context(options.collection), sum(grade > 0 for judged in qrels.values() for grade in judged.values())
+    judgments = load_qrels_groups(qrels_path)
+    run = read_run_scores(run_path)
+    run = run.to_run("run").scores if isinstance(run, RunColumns) else run
+    rows = {f"{qid}\t{group}": (qid, judged) for qid, groups in judgments.items() for group, judged in sorted(groups.items())}
+    m = ranking.rank_grades({row: run[qid] for row, (qid, _) in rows.items() if qid in run}, {row: judged for row, (_, judged) in rows.items()},
+                            threshold)
+    owners = np.array([list(judgments).index(qid) for qid, _ in rows.values()])
+    groups = [np.flatnonzero(owners == index) for index in range(len(judgments))]
+    return m, list(judgments), Context(options.collection, groups), sum(grade > 0 for _, judged in rows.values() for grade in judged.values())
+
+
 def evaluate(options: Options) -> Evaluated:
     """Read the two files and compute every marked measure per judged query, as trec_eval does."""
     chosen = [(measure, *measure_params(measure, options.params.get(measure.name))) for measure in MEASURES if measure.name in options.marked]
-    qrels_path, run_path = map(Path, options.files)
-    qrels = load_qrels(qrels_path)[0]
-    threshold = ranking.checked_threshold(options.level, "-l")
-    m = ranking.rank_grades(read_run_scores(run_path), qrels, threshold)
-    order = sorted(range(len(m.qids)), key=m.qids.__getitem__)
-    missing = m.retrieved == 0
+    for measure, _, _ in chosen:
+        if measure.style not in ("runid", "num_q") and (measure.name in GROUP_MEASURES) != (options.rel_format == "qrels_jg"):
+            raise RagtrackError(f"-m {measure.name} needs -R {'qrels_jg' if measure.name in GROUP_MEASURES else 'qrels'} judgments")
+    m, qids, context, judged_relevant = read_grades(options)
+    missing = m.retrieved == 0 if context.groups is None else np.array([m.retrieved[rows[0]] == 0 for rows in context.groups], dtype=bool)
+    order = sorted(range(len(qids)), key=qids.__getitem__)
     if missing.any() and not options.complete:
-        qid = m.qids[next(row for row in order if missing[row])]
-        raise RagtrackError(f"judged query {qid!r} of {qrels_path} has no results in {run_path}; trec_eval 10 stops there too "
-                            "(exit 4); -c scores such queries (on an empty ranking)")
-    m = replace(m, retrieved=np.where(missing, 1, m.retrieved))  # trec_eval's one-document stand-in ranking
+        qid = qids[next(row for row in order if missing[row])]
+        raise RagtrackError(f"judged query {qid!r} of {options.files[0]} has no results in {options.files[1]}; trec_eval 10 stops there "
+                            "too (exit 4); -c scores such queries (on an empty ranking)")
+    m = replace(m, retrieved=np.where(m.retrieved == 0, 1, m.retrieved))  # trec_eval's one-document stand-in ranking
     m = at_most(m, options.max_docs) if options.max_docs < m.grades.shape[1] else m
     m = judged_only(m) if options.judged_only else m
     columns = []
     for measure, names, params in chosen:
-        values = measure.compute(m, params, options)
+        values = measure.compute(m, params, context)
         columns.append((measure, list(zip(names, values if measure.params in ("cutoffs", "fractions") else [values]))))
     _clear_stand_ins(columns, missing)
-    judged_relevant = sum(grade > 0 for judged in qrels.values() for grade in judged.values())
-    return Evaluated(m, columns, order, missing, run_tag(run_path), judged_relevant)
+    return Evaluated(qids, columns, order, missing, run_tag(options.files[1]), judged_relevant)
 
 
 def _clear_stand_ins(columns: list, missing: np.ndarray) -> None:
@@ -351,7 +403,7 @@ def to_zscores(evaluated: Evaluated, table: dict[tuple[str, str], tuple[float, f
         if measure.style in ("runid", "text"):
             continue
         for name, column in values:
-            for row, qid in enumerate(evaluated.m.qids):
+            for row, qid in enumerate(evaluated.qids):
                 mean, std = table.get((qid, name), (math.nan, math.nan))
                 if std:
                     column[row] = (column[row] - mean) / std if not math.isnan(std) else MISSING_ZSCORE
@@ -380,7 +432,7 @@ def query_lines(evaluated: Evaluated, zscores: bool) -> list[str]:
     """``-q``: every query's values, queries in ``strcmp`` order, measures in trec_eval's order."""
     lines = []
     for row in evaluated.order:
-        qid = evaluated.m.qids[row]
+        qid = evaluated.qids[row]
         for measure, values in evaluated.columns:
             for name, column in values if measure.style not in ("runid", "num_q", "geometric") else ():
                 if measure.style == "text":

@@ -367,6 +367,30 @@ def load_qrels_lines(path: Path) -> tuple[Qrels, str]:
     return qrels, digest.hexdigest()
 
 
+def load_qrels_groups(path: Path) -> dict[str, dict[str, Qrels]]:
+    """trec_eval's ``qrels_jg`` format: ``qid group docid rel`` lines, the second column naming a judgment
+    group (one assessor's judgments); ``#`` lines are comments. Per query, per group, its judgments."""
+    path = Path(path)
+    groups: dict[str, dict[str, Qrels]] = {}
+    for number, text in read_lines(path):
+        if text.startswith("#"):
+            continue
+        columns = split_columns(text)
+        if len(columns) != 4:
+            raise InputError(path, f"expected 4 columns 'qid group docid rel', got {len(columns)}", number)
+        qid, group, doc_id, grade = columns
+        value = parse_grade(grade, path, number)
+        check_id(qid, path, number, "query id")
+        check_id(doc_id, path, number, "document id")
+        judged = groups.setdefault(qid, {}).setdefault(group, {})
+        if doc_id in judged:
+            raise InputError(path, f"duplicate judgment for query {qid!r}, group {group!r} and document {doc_id!r}", number)
+        judged[doc_id] = value
+    if not groups:
+        raise InputError(path, "no judgments")
+    return groups
+
+
 def _judgment_place(qrels: Path | str, places: dict[str, dict[str, str]], qid: str, doc_id: str | None = None) -> tuple[Path | str, int | None]:
     """Where an error about the judgments of query ``qid`` (about document ``doc_id``, where given) points:
     the qrels file and the first line naming that id in its column, or the judgment's place in

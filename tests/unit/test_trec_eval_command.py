@@ -1,5 +1,5 @@
 """``ragtrack trec_eval`` against trec_eval 10.0 itself: every quicktest command of trec_eval's Makefile
-that reads qrels (tests/data/trec_eval, SOURCE.md there), every line of its expected output; and
+that reads qrels or qrels_jg (tests/data/trec_eval, SOURCE.md there), every line of its expected output; and
 small cases checked against a trec_eval 10.0 build (-J, -M, -N, gains, parameters, errors)."""
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ QUICKTEST = {  # expected output -> trec_eval's arguments, as its Makefile's qui
                             "-mutility.2,-1,0,0 -m 11pt_avg..25,.5,.75 -mndcg.1=3,2=9,4=4.5 -mndcg_cut.10,20,23.4 -msuccess.2,5,20 "
                             "qrels.test results.test",
     "out.test.aqZ": "-q -m all_trec -Z zscores_file qrels.test results.test",
+    "out.test.qrels_jg": "-m qrels_jg -q -R qrels_jg qrels.123 results.test",
+    "out.test.qrels_jg ": "-m qrels_jg -q -R qrels_jg qrels.comments.123 results.test",
 }
 
 
@@ -100,8 +102,9 @@ def test_runid_is_the_last_line_tag_and_num_q_counts_judged_queries(tmp_path: Pa
     ([], "judged query 'q2' of"),  # trec_eval 10 stops too (exit 4) when a judged query has no results and -c is not given
     (["-m", "P.0"], "cutoffs must be positive"),
     (["-m", "ndcgg"], "no such trec_eval measure"),
-    (["-m", "prefs_simp"], "needs trec_eval's prefs or qrels_jg judgments"),
-    (["-R", "qrels_jg"], "reads -R qrels only"),
+    (["-m", "prefs_simp"], "needs trec_eval's preference judgments"),
+    (["-R", "prefs"], "reads -R qrels or qrels_jg"),
+    (["-m", "map_avgjg"], "-m map_avgjg needs -R qrels_jg judgments"),
     (["-m", "utility.1,2"], "utility takes 4 coefficients"),
     (["-x"], "option -x not recognized"),
 ])

@@ -21,6 +21,7 @@ import numbers
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from ragtrack.pipeline.registry import metric_names
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant, counted_queries
 
+ONE_JOB_AT_A_TIME = threading.RLock()  # run_experiment's jobs in one process, whichever thread calls
 RunLike = Union[Run, Mapping[str, Mapping[str, float]], pd.DataFrame, str, Path]
 QrelsLike = Union[Mapping[str, Mapping[str, int]], pd.DataFrame, str, Path]
 
@@ -296,12 +298,14 @@ def run_experiment(overrides: Sequence[str] | str = (), config_dir: str | Path |
     answers=..., name=...)`` (:func:`ragtrack.providers.dataset_from_frames` checks them), instead of
     the one the config names. Outputs go to a new folder under ``paths.log_dir/runs`` unless an
     override sets ``paths.output_dir``. Sweeps (``-m``) are the CLI's. The process environment is as it
-    was afterwards (MLflow sets variables such as ``MLFLOW_TRACKING_URI`` while the job logs)."""
+    was afterwards (MLflow sets variables such as ``MLFLOW_TRACKING_URI`` while the job logs). Calls from
+    several threads run one at a time (a job sets process-wide state: the environment, Hydra's, logging);
+    each call reads the dataset's files and the MLflow store as they are then."""
     if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
         raise TypeError("run_experiment: overrides must be a list of strings, e.g. ['dataset=toy', 'retriever=[bm25]']")
     if dataset is not None and not isinstance(dataset, Mapping):
         raise TypeError("run_experiment: dataset must be a dict of DataFrames: corpus, queries, qrels (answers and name optional)")
-    with environment_kept():
+    with ONE_JOB_AT_A_TIME, environment_kept():
         return _run_experiment(list(overrides), config_dir, dataset)
 
 
@@ -360,13 +364,15 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
 # --------------------------------------------------------------------------- inputs
 
 def as_run(run: RunLike, name: str | None = None) -> Run:
-    """A :class:`Run` from a Run, a ``{qid: {docid: score}}`` dict, a DataFrame (qid, docid, score) or a TREC file."""
+    """A :class:`Run` from a Run, a ``{qid: {docid: score}}`` dict (or an iterable of its items), a DataFrame
+    (qid, docid, score) or a TREC file."""
     if isinstance(run, Run):
         return run
     if isinstance(run, (str, Path)):
         return read_trec(run, name=name)
     if isinstance(run, pd.DataFrame):
         run = _nested(run, "score", "run")
+    run = _mapping(run, "run", "score")
     scores: dict[str, dict[str, float]] = {}
     for qid, ranked in run.items():
         _require_ids(qid, ranked, "run")
@@ -380,11 +386,13 @@ def as_run(run: RunLike, name: str | None = None) -> Run:
 
 
 def as_qrels(qrels: QrelsLike) -> Qrels:
-    """Judgments from a ``{qid: {docid: grade}}`` dict, a DataFrame (qid, docid, grade) or a BEIR/TREC qrels file."""
+    """Judgments from a ``{qid: {docid: grade}}`` dict (or an iterable of its items), a DataFrame (qid, docid,
+    grade) or a BEIR/TREC qrels file."""
     if isinstance(qrels, (str, Path)):
         return load_qrels(Path(qrels))[0]
     if isinstance(qrels, pd.DataFrame):
         qrels = _nested(qrels, "grade", "qrels")
+    qrels = _mapping(qrels, "qrels", "grade")
     judged: Qrels = {}
     for qid, grades in qrels.items():
         _require_ids(qid, grades, "qrels")
@@ -399,6 +407,19 @@ def as_qrels(qrels: QrelsLike) -> Qrels:
     if not judged:
         raise RagtrackError("qrels: no judgments")
     return judged
+
+
+def _mapping(value: object, label: str, figure: str) -> Mapping:
+    """``value`` as a mapping: as it is, or the dict of an iterable of ``(qid, {docid: figure})`` pairs
+    (a generator of them, ``dict.items()``); anything else is a ``TypeError`` naming what is accepted."""
+    if isinstance(value, Mapping):
+        return value
+    try:
+        return dict(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{label}: expected a {{qid: {{docid: {figure}}}}} mapping or an iterable of (qid, {{docid: {figure}}}) pairs, "
+                        f"a DataFrame (qid, docid, {figure}){', a Run' if label == 'run' else ''} or a file path; "
+                        f"got {type(value).__name__}") from None
 
 
 def _missing(value: object) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import threading
 from collections.abc import Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
@@ -34,6 +35,7 @@ from ragtrack.pipeline.layout import file_uri, sqlite_uri
 
 CONFIG_MODULE = "ragtrack.conf"
 CONFIG_NAME = "config"
+HYDRA_STATE = threading.Lock()  # compose() from two threads: one after the other (GlobalHydra is one per process)
 
 
 def config_path() -> str:
@@ -80,7 +82,7 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None,
 
     register_resolvers()
     extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
-    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+    with HYDRA_STATE, initialize_config_module(CONFIG_MODULE, version_base="1.3"):  # Hydra's state is one per process
         try:
             return hydra_compose(CONFIG_NAME, overrides=[*extra, *overrides], return_hydra_config=hydra_node)
         except (ConfigCompositionException, OverrideParseException) as exc:  # one line, with a did-you-mean

@@ -59,15 +59,22 @@ CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD") 
 _credentials_set: dict[str, str] = {}  # what use_credentials put there, to take back for a URI without credentials
 
 
+POOL_VARIABLE = "MLFLOW_SQLALCHEMYSTORE_POOLCLASS"  # MLflow's documented setting of its SQLAlchemy connection pool
+
+
 def ensure_store(uri: str) -> None:
     """Make a SQLite store usable, under a file lock (concurrent first opens): a new store is created
     in a temporary file and renamed into place once MLflow has created and migrated its schema, so a
     kill at any moment leaves either no store or a complete one. A store without runs whose schema is
     unfinished (left by a killed MLflow, e.g. an older ragtrack) is set aside and created anew. The store
     then uses write-ahead logging: a commit syncs one file instead of a rollback journal and the
-    database (MLflow logging ~40% faster), and the MLflow UI can read while jobs write."""
+    database (MLflow logging ~40% faster), and the MLflow UI can read while jobs write. MLflow keeps one
+    store per URI for the life of the process; it opens a connection per operation (``NullPool``, unless
+    the user chose another pool), so a store deleted or replaced between two jobs of a long-lived process
+    is created or opened anew, never written through a connection to the deleted file."""
     if not uri.startswith("sqlite:///"):
         return
+    os.environ.setdefault(POOL_VARIABLE, "NullPool")  # before MLflow's first engine for the URI: no connection kept to a file deleted later
     database = sqlite_path(uri)
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock"):
@@ -278,11 +285,12 @@ def log_figures(client, run_id: str, figures: dict[str, float]) -> None:
         client.log_batch(run_id, metrics=logged[start:start + BATCH_ENTRIES])
 
 
-@functools.lru_cache(maxsize=8)
 def _open_experiment(uri: str, experiment: str, artifact_location: str | None, timeout: int = DEFAULT_TIMEOUT,
                      retries: int = DEFAULT_RETRIES) -> tuple[Any, str]:
-    """Client and experiment id, once per process (the jobs of a multirun share them); the first open
-    probes a tracking server, creates a SQLite store, and ends the runs of killed jobs (``mark_killed_runs``)."""
+    """Client and experiment id, checked anew for every job (a process that keeps running, a notebook or
+    a service, sees a store deleted or an experiment deleted in the UI since its last job): probes a
+    tracking server, creates a SQLite store that is not there, and ends the runs of killed jobs
+    (``mark_killed_runs``)."""
     from mlflow.tracking import MlflowClient
 
     given = prepare_connection(uri, timeout, retries)

@@ -125,6 +125,16 @@ def test_bad_input_fails_in_one_line(call, message: str) -> None:
     assert "\n" not in str(failure.value)
 
 
+def test_iterables_of_pairs_are_runs_and_qrels_and_anything_else_a_type_error() -> None:
+    qrels, run = {"q1": {"d1": 1, "d2": 0}, "q2": {"d3": 2}}, {"q1": {"d1": 0.5, "d2": 0.9}, "q2": {"d3": 1.0}}
+    expected = ragtrack.evaluate(qrels, run, metrics=["ndcg@10", "map"]).per_query
+    pairs = ragtrack.evaluate((item for item in qrels.items()), (item for item in run.items()), metrics=["ndcg@10", "map"]).per_query
+    assert pairs.equals(expected)
+    for given in ((row for row in [("q1", "d1", 0.5)]), 5):
+        with pytest.raises(TypeError, match=r"^run: expected a \{qid: \{docid: score\}\} mapping or an iterable of \(qid, \{docid: score\}\) pairs"):
+            ragtrack.evaluate(qrels, given)
+
+
 def test_compare_gives_the_statistics_of_ragtrack_compare() -> None:
     qrels, run = random_pairs(range(3))
     rng = np.random.default_rng(0)

@@ -136,12 +136,14 @@ def default_tracking_uri() -> str:
 
 def command_ui(args: argparse.Namespace) -> int:
     """The MLflow server in its own process group, ended whole (server, uvicorn, workers) on Ctrl-C
-    and on SIGTERM."""
+    and on SIGTERM. The store's URI, which may hold a password, goes in the server's environment
+    (MLflow's ``MLFLOW_BACKEND_STORE_URI``), never on its command line, which every user of the machine
+    can read (``ps``)."""
     uri = args.tracking_uri
     url = f"http://{args.host}:{args.port}"
     print(mask(f"MLflow UI on {uri}: {url}  (Ctrl-C stops it)"), flush=True)
-    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port), "--workers", "1"]
-    server = subprocess.Popen(command, start_new_session=True)
+    command = [sys.executable, "-m", "mlflow", "server", "--host", args.host, "--port", str(args.port), "--workers", "1"]
+    server = subprocess.Popen(command, start_new_session=True, env={**os.environ, "MLFLOW_BACKEND_STORE_URI": uri})
     with sigterm_interrupts():
         try:
             return server.wait()

@@ -88,6 +88,26 @@ def test_ui_listens_on_localhost_by_default() -> None:
     assert build_parser().parse_args(["ui"]).host == "127.0.0.1"
 
 
+def test_ui_keeps_the_store_password_off_the_server_command_line(monkeypatch) -> None:
+    """A command line is readable by every user of the machine (ps): the URI goes in the environment."""
+    from ragtrack.pipeline import cli
+
+    started = []
+
+    class Server:
+        def __init__(self, command, **options):
+            started.append((command, options))
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(cli.subprocess, "Popen", Server)
+    uri = "postgresql://alice:S3cret-Passw0rd@db.example/mlflow"
+    assert cli.main(["ui", "--tracking-uri", uri]) == 0
+    ((command, options),) = started
+    assert not any("S3cret" in part for part in command) and options["env"]["MLFLOW_BACKEND_STORE_URI"] == uri
+
+
 KEYS = ["sk-proj-Zx81QmT0aBcD", "AKIAIOSFODNN7EXAMPLE", "3f9c2a7e51d04b8c9e6a", "Bearer abc.def"]
 
 

@@ -10,8 +10,10 @@ the judged ones in ``strcmp`` order, a mean is the sum in that order divided by 
 Where trec_eval 10 stops, so does this, with one line: a judged query missing from the run without
 ``-c`` (trec_eval prints "result qid not found in qrels" and exits 4). ``-c`` scores such a query as
 trec_eval does, on a ranking of one unjudged document, ``num_ret``, ``utility``, ``relstring``,
-``unj_*`` and ``rbp_resid`` then set to 0. Not read here: ``-R prefs``, ``-R qrels_prefs`` and
-``-R qrels_jg`` and their measures, ``-T`` other than ``trec_results``, ``-D``.
+``unj_*`` and ``rbp_resid`` then set to 0. ``-R qrels_jg`` scores each judgment group on its own row
+of the grade matrix; ``-R prefs`` and ``-R qrels_prefs`` read preference judgments
+(``evaluators/trec_prefs.py``). Not done: ``-D`` (debug output), ``-T`` other than ``trec_results``,
+``yaap`` and ``ndcg_p`` (in none of trec_eval's nicknames).
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ragtrack.core.data import load_qrels, load_qrels_groups
+from ragtrack.core.data import load_preferences, load_qrels, load_qrels_groups
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.files import read_lines
 from ragtrack.core.runs import RunColumns, read_run_scores, run_tag
-from ragtrack.evaluators import ranking, trec_measures as trec
+from ragtrack.evaluators import ranking, trec_measures as trec, trec_prefs as prefs
 from ragtrack.evaluators.ranking import RankedGrades
 
 SHORT_OPTIONS = "hvqm:cl:nD:JN:M:R:T:oZ:"
@@ -114,6 +116,11 @@ def _per_group(compute: Callable[..., np.ndarray | list]) -> Callable[..., np.nd
     return averaged
 
 
+def _preferences(function: Callable[..., float], *arguments: object) -> Callable[..., np.ndarray]:
+    """A preference measure (``-R prefs``): ``function(query, *arguments)`` for each query's preferences."""
+    return lambda m, params, context: np.array([function(query, *arguments) for query in context.preferences])
+
+
 CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
 MEASURES: tuple[Measure, ...] = (
     Measure("runid", "runid", "none", lambda m, params, context: np.zeros(len(m.qids))),
@@ -154,6 +161,20 @@ MEASURES: tuple[Measure, ...] = (
     Measure("set_map", "mean", "none", _fixed(trec.set_map)),
     Measure("set_F", "mean", "numbers", lambda m, params, context: trec.set_f(m, None, params[0]), (1.0,)),
     Measure("num_nonrel_judged_ret", "sum", "none", _fixed(trec.num_nonrel_judged_ret)),
+    Measure("prefs_num_prefs_poss", "sum", "none", _preferences(prefs.num_possible)),
+    Measure("prefs_num_prefs_ful", "sum", "none", _preferences(prefs.num_fulfilled)),
+    Measure("prefs_num_prefs_ful_ret", "sum", "none", _preferences(prefs.num_fulfilled, "retrieved")),
+    Measure("prefs_simp", "mean", "none", _preferences(prefs.simple, "all")),
+    Measure("prefs_pair", "mean", "none", _preferences(prefs.pairs, "all")),
+    Measure("prefs_avgjg", "mean", "none", _preferences(prefs.average_over_groups, "all")),
+    Measure("prefs_avgjg_Rnonrel", "mean", "none", _preferences(prefs.average_over_groups_rnonrel, False)),
+    Measure("prefs_simp_ret", "mean", "none", _preferences(prefs.simple, "retrieved")),
+    Measure("prefs_pair_ret", "mean", "none", _preferences(prefs.pairs, "retrieved")),
+    Measure("prefs_avgjg_ret", "mean", "none", _preferences(prefs.average_over_groups, "retrieved")),
+    Measure("prefs_avgjg_Rnonrel_ret", "mean", "none", _preferences(prefs.average_over_groups_rnonrel, True)),
+    Measure("prefs_simp_imp", "mean", "none", _preferences(prefs.simple, "implied")),
+    Measure("prefs_pair_imp", "mean", "none", _preferences(prefs.pairs, "implied")),
+    Measure("prefs_avgjg_imp", "mean", "none", _preferences(prefs.average_over_groups, "implied")),
     Measure("map_avgjg", "mean", "none", _per_group(_fixed(ranking.average_precision))),
     Measure("P_avgjg", "mean", "cutoffs", _per_group(_per_cutoff(ranking.precision)), CUTOFFS),
     Measure("Rprec_mult_avgjg", "mean", "fractions", _per_group(_per_cutoff(trec.r_precision_multiple)),
@@ -172,11 +193,15 @@ NICKNAMES = {
                  "set_recall", "set_relative_P", "set_map", "set_F", "num_nonrel_judged_ret"),
     "set": ("runid", "num_q", "num_ret", "num_rel", "num_rel_ret", "utility", "set_P", "set_recall", "set_relative_P", "set_map", "set_F"),
     "qrels_jg": ("runid", "num_q", "map_avgjg", "P_avgjg", "Rprec_mult_avgjg"),
+    "all_prefs": ("runid", "num_q", "prefs_num_prefs_poss", "prefs_num_prefs_ful", "prefs_num_prefs_ful_ret", "prefs_simp", "prefs_pair",
+                  "prefs_avgjg", "prefs_avgjg_Rnonrel", "prefs_simp_ret", "prefs_pair_ret", "prefs_avgjg_ret", "prefs_avgjg_Rnonrel_ret",
+                  "prefs_simp_imp", "prefs_pair_imp", "prefs_avgjg_imp"),
+    "prefs": ("runid", "num_q", "prefs_num_prefs_poss", "prefs_num_prefs_ful", "prefs_num_prefs_ful_ret", "prefs_simp", "prefs_pair",
+              "prefs_avgjg"),
 }
-GROUP_MEASURES = ("map_avgjg", "P_avgjg", "Rprec_mult_avgjg")  # measures of -R qrels_jg only
-NOT_READ = {"prefs", "all_prefs", "yaap", "ndcg_p", "prefs_num_prefs_poss", "prefs_num_prefs_ful", "prefs_num_prefs_ful_ret", "prefs_simp",
-            "prefs_pair", "prefs_avgjg", "prefs_avgjg_Rnonrel", "prefs_simp_ret", "prefs_pair_ret", "prefs_avgjg_ret", "prefs_avgjg_Rnonrel_ret",
-            "prefs_simp_imp", "prefs_pair_imp", "prefs_avgjg_imp"}
+FORMAT_MEASURES = {"qrels_jg": ("map_avgjg", "P_avgjg", "Rprec_mult_avgjg"),  # the measures each -R format gives (qrels: the others;
+                   "prefs": NICKNAMES["all_prefs"][2:]}                     # qrels_prefs: those of prefs)
+NOT_READ = {"yaap", "ndcg_p"}  # in trec_eval's table, in none of its nicknames
 
 
 # --- the command line ---------------------------------------------------------------------------
@@ -211,7 +236,7 @@ def parse_options(argv: Sequence[str]) -> Options | str:
                "-l": lambda value: setattr(options, "level", c_long(value)), "-N": lambda value: setattr(options, "collection", c_long(value)),
                "-M": lambda value: setattr(options, "max_docs", c_long(value)), "-Z": lambda value: setattr(options, "zscores", value),
                "-m": lambda value: mark_measure(options, value), "-o": lambda value: None,
-               "-R": lambda value: setattr(options, "rel_format", _supported("-R", value, "qrels", "qrels_jg")),
+               "-R": lambda value: setattr(options, "rel_format", _supported("-R", value, "qrels", "qrels_jg", "prefs", "qrels_prefs")),
                "-T": lambda value: _supported("-T", value, "trec_results"), "-D": lambda value: _supported("-D", value, "0")}
     for flag, value in given:
         flag = LONG_TO_SHORT.get(flag, flag)
@@ -228,8 +253,8 @@ def parse_options(argv: Sequence[str]) -> Options | str:
 def _supported(flag: str, value: str, *read: str) -> str:
     """``value`` if ragtrack trec_eval reads it for ``flag``, else a one-line error."""
     if value not in read:
-        raise RagtrackError(f"{flag} {value}: ragtrack trec_eval reads {flag} {' or '.join(read)} (trec_eval's prefs formats and its "
-                            "debug output are not read)")
+        raise RagtrackError(f"{flag} {value}: ragtrack trec_eval reads {flag} {' or '.join(read)} (trec_eval's debug output is not "
+                            "written)")
     return value
 
 
@@ -245,7 +270,7 @@ def mark_measure(options: Options, given: str) -> None:
     elif name in BY_NAME:
         options.marked.add(name)
     elif name in NOT_READ:
-        raise RagtrackError(f"-m {given}: the measure needs trec_eval's preference judgments (-R prefs), which ragtrack trec_eval does not read")
+        raise RagtrackError(f"-m {given}: ragtrack trec_eval does not compute this measure of trec_eval's (in none of its nicknames)")
     else:
         raise RagtrackError(f"-m {given}: no such trec_eval measure{did_you_mean(name, [*BY_NAME, *NICKNAMES])}")
 
@@ -320,11 +345,13 @@ class Evaluated:
 
 @dataclass(frozen=True)
 class Context:
-    """What a measure reads besides the grade matrix: ``-N``, and with ``-R qrels_jg`` per judged query
-    the rows of the matrix, one per judgment group (in ``strcmp`` order)."""
+    """What a measure reads besides the grade matrix: ``-N``; with ``-R qrels_jg`` per judged query the
+    rows of the matrix, one per judgment group (in ``strcmp`` order); with ``-R prefs`` or
+    ``-R qrels_prefs`` per judged query its preferences."""
 
     collection: int = 0
     groups: list[np.ndarray] | None = None
+    preferences: list[prefs.QueryPreferences] | None = None
 
 
 def read_grades(options: Options) -> tuple[RankedGrades, list[str], Context, int]:
@@ -336,9 +363,14 @@ def read_grades(options: Options) -> tuple[RankedGrades, list[str], Context, int
         qrels = load_qrels(qrels_path)[0]
         m = ranking.rank_grades(read_run_scores(run_path), qrels, threshold)
         return m, m.qids, Context(options.collection), sum(grade > 0 for judged in qrels.values() for grade in judged.values())
-    judgments = load_qrels_groups(qrels_path)
     run = read_run_scores(run_path)
     run = run.to_run("run").scores if isinstance(run, RunColumns) else run
+    if options.rel_format in ("prefs", "qrels_prefs"):
+        preferences = load_preferences(qrels_path, options.rel_format == "qrels_prefs")
+        queries = [prefs.query_preferences(preferences[qid], run.get(qid, {}), options.max_docs) for qid in preferences]
+        m = ranking.rank_grades(run, dict.fromkeys(preferences, {}), threshold)  # what the run retrieved per query
+        return m, list(preferences), Context(options.collection, preferences=queries), 0
+    judgments = load_qrels_groups(qrels_path)
     rows = {f"{qid}\t{group}": (qid, judged) for qid, groups in judgments.items() for group, judged in sorted(groups.items())}
     m = ranking.rank_grades({row: run[qid] for row, (qid, _) in rows.items() if qid in run}, {row: judged for row, (_, judged) in rows.items()},
                             threshold)
@@ -351,8 +383,9 @@ def evaluate(options: Options) -> Evaluated:
     """Read the two files and compute every marked measure per judged query, as trec_eval does."""
     chosen = [(measure, *measure_params(measure, options.params.get(measure.name))) for measure in MEASURES if measure.name in options.marked]
     for measure, _, _ in chosen:
-        if measure.style not in ("runid", "num_q") and (measure.name in GROUP_MEASURES) != (options.rel_format == "qrels_jg"):
-            raise RagtrackError(f"-m {measure.name} needs -R {'qrels_jg' if measure.name in GROUP_MEASURES else 'qrels'} judgments")
+        needs = next((form for form, names in FORMAT_MEASURES.items() if measure.name in names), "qrels")
+        if measure.style not in ("runid", "num_q") and options.rel_format not in (needs, *(("qrels_prefs",) if needs == "prefs" else ())):
+            raise RagtrackError(f"-m {measure.name} needs -R {needs} judgments")
     m, qids, context, judged_relevant = read_grades(options)
     missing = m.retrieved == 0 if context.groups is None else np.array([m.retrieved[rows[0]] == 0 for rows in context.groups], dtype=bool)
     order = sorted(range(len(qids)), key=qids.__getitem__)

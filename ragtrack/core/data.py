@@ -28,7 +28,7 @@ import numpy as np
 
 from ragtrack.core import columnar
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.fields import CORPUS_HEADER, QRELS_HEADER, TOPICS_HEADER, check_id, check_text, is_header, parse_grade, split_columns
+from ragtrack.core.fields import CORPUS_HEADER, QRELS_HEADER, TOPICS_HEADER, check_id, check_text, is_header, parse_grade, parse_score, split_columns
 from ragtrack.core.words import counted
 from ragtrack.core.files import open_bytes, read_json_objects, read_lines
 from ragtrack.core.strings import JoinedTexts, Strings, StringsBuilder
@@ -389,6 +389,28 @@ def load_qrels_groups(path: Path) -> dict[str, dict[str, Qrels]]:
     if not groups:
         raise InputError(path, "no judgments")
     return groups
+
+
+def load_preferences(path: Path, qrels_form: bool = False) -> dict[str, list[tuple[str, str, str, float]]]:
+    """trec_eval's preference judgments: ``qid group subgroup docid level`` lines (``-R prefs``), or qrels
+    lines ``qid group docid level`` read as one subgroup per group (``-R qrels_prefs``); ``#`` lines
+    are comments. Per query, its (group, subgroup, document id, level) entries."""
+    path = Path(path)
+    width, form = (4, "'qid group docid level'") if qrels_form else (5, "'qid group subgroup docid level'")
+    preferences: dict[str, list[tuple[str, str, str, float]]] = {}
+    for number, text in read_lines(path):
+        if text.startswith("#"):
+            continue
+        columns = split_columns(text)
+        if len(columns) != width:
+            raise InputError(path, f"expected {width} columns {form}, got {len(columns)}", number)
+        qid, group, *subgroup, doc_id, level = columns
+        check_id(qid, path, number, "query id")
+        check_id(doc_id, path, number, "document id")
+        preferences.setdefault(qid, []).append((group, subgroup[0] if subgroup else "0", doc_id, parse_score(level, path, number)))
+    if not preferences:
+        raise InputError(path, "no judgments")
+    return preferences
 
 
 def _judgment_place(qrels: Path | str, places: dict[str, dict[str, str]], qid: str, doc_id: str | None = None) -> tuple[Path | str, int | None]:

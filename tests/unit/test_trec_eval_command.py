@@ -1,5 +1,5 @@
-"""``ragtrack trec_eval`` against trec_eval 10.0 itself: every quicktest command of trec_eval's Makefile
-that reads qrels or qrels_jg (tests/data/trec_eval, SOURCE.md there), every line of its expected output; and
+"""``ragtrack trec_eval`` against trec_eval 10.0 itself: every command of trec_eval's Makefile quicktest
+(tests/data/trec_eval, SOURCE.md there), every line of its expected output; and
 small cases checked against a trec_eval 10.0 build (-J, -M, -N, gains, parameters, errors)."""
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ QUICKTEST = {  # expected output -> trec_eval's arguments, as its Makefile's qui
     "out.test.aqZ": "-q -m all_trec -Z zscores_file qrels.test results.test",
     "out.test.qrels_jg": "-m qrels_jg -q -R qrels_jg qrels.123 results.test",
     "out.test.qrels_jg ": "-m qrels_jg -q -R qrels_jg qrels.comments.123 results.test",
+    "out.test.prefs": "-m all_prefs -q -R prefs prefs.test prefs.results.test",
+    "out.test.prefs ": "-m all_prefs -q -R prefs prefs.comment.test prefs.results.test",
+    "out.test.qrels_prefs": "-m all_prefs -q -R qrels_prefs qrels.test results.test",
 }
 
 
@@ -102,8 +105,9 @@ def test_runid_is_the_last_line_tag_and_num_q_counts_judged_queries(tmp_path: Pa
     ([], "judged query 'q2' of"),  # trec_eval 10 stops too (exit 4) when a judged query has no results and -c is not given
     (["-m", "P.0"], "cutoffs must be positive"),
     (["-m", "ndcgg"], "no such trec_eval measure"),
-    (["-m", "prefs_simp"], "needs trec_eval's preference judgments"),
-    (["-R", "prefs"], "reads -R qrels or qrels_jg"),
+    (["-m", "prefs_simp"], "-m prefs_simp needs -R prefs judgments"),
+    (["-R", "prefs_jg"], "reads -R qrels or qrels_jg or prefs or qrels_prefs"),
+    (["-m", "yaap"], "does not compute this measure"),
     (["-m", "map_avgjg"], "-m map_avgjg needs -R qrels_jg judgments"),
     (["-m", "utility.1,2"], "utility takes 4 coefficients"),
     (["-x"], "option -x not recognized"),

@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ragtrack.core.checksums import user_cache_dir
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
-from ragtrack.core.files import yaml_error
+from ragtrack.core.files import yaml_error, yaml_files
 from ragtrack.pipeline.layout import file_uri, sqlite_uri
 
 CONFIG_MODULE = "ragtrack.conf"
@@ -81,6 +81,8 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None,
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
     register_resolvers()
+    if config_dir:
+        yaml_files(Path(config_dir), "config file")  # checked before Hydra reads them: an alias bomb would hang it
     extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
     with HYDRA_STATE, initialize_config_module(CONFIG_MODULE, version_base="1.3"):  # Hydra's state is one per process
         try:

@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ragtrack.core.files import write_atomically, yaml_text
+from ragtrack.core.files import write_atomically, yaml_files
 from ragtrack.core.secrets import (check_variable_name, is_variable_name_key, known_secrets, looks_like_key, mask, masked, remember,
                                    remember_url_credentials)
 
@@ -155,8 +155,7 @@ def check_run_arguments(arguments: list[str]) -> None:
         if "_env" in argument.lower():
             check_variable_names_in(argument)
     for folder in config_dirs(arguments):
-        for path in sorted(folder.rglob("*.yaml")) if folder.is_dir() else []:
-            text = yaml_text(path, "config file")  # Hydra would hang on an alias bomb
+        for path, text in yaml_files(folder, "config file"):  # Hydra would hang on an alias bomb
             if "_env" in text.lower():
                 check_variable_names_in(text, path)
 

@@ -48,6 +48,7 @@ class Retriever(Stage):
     settings_schema = RetrieverSettings
 
     kind = "retriever"
+    searches_texts = True  # searches any query text (a rewriter's input must); a run file only replays its rankings
 
     def __init__(self, name: str):
         super().__init__(name)

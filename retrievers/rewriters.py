@@ -54,7 +54,7 @@ class Rewriter(SingleInputStage):
 
     @classmethod
     def input_problem(cls, given: type[Stage]) -> str | None:
-        return None if issubclass(given, Retriever) else "a retriever (a rewriter searches its input's index)"
+        return None if issubclass(given, Retriever) and given.searches_texts else "a retriever that searches query texts (a rewriter searches its input with the rewritten queries)"
 
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         first = inputs[self.input]

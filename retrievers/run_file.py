@@ -47,6 +47,7 @@ class RunFileRetriever(Retriever):
     """The run of a TREC file as a system; ``values`` are :class:`RunFileSettings`."""
 
     settings_schema = RunFileSettings
+    searches_texts = False
 
     def __init__(self, name: str = "run_file", **values):
         settings = validated(self.settings_schema, values, f"run file {name!r}")

@@ -167,6 +167,12 @@ def yaml_text(path: Path, what: str) -> str:
     return text
 
 
+def yaml_files(folder: Path, what: str) -> list[tuple[Path, str]]:
+    """Each ``*.yaml`` file under ``folder`` (none when it is not a folder), sorted, with its text checked
+    as :func:`yaml_text` checks it: the files of a ``--config-dir``, before Hydra reads them."""
+    return [(path, yaml_text(path, what)) for path in (sorted(Path(folder).rglob("*.yaml")) if Path(folder).is_dir() else [])]
+
+
 def _expanded_size(node: object, sizes: dict[int, int], open_nodes: set[int]) -> int:
     """Nodes of ``node`` with every alias expanded (each shared node counted once per use, computed
     once); ``ValueError`` beyond :data:`MAX_YAML_NODES` or for an alias inside its own anchor."""

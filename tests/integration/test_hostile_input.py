@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ragtrack.core import files
+from ragtrack.pipeline import api
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import InputError
@@ -121,6 +122,8 @@ def test_yaml_bombs_are_refused_wherever_ragtrack_reads_yaml_it_did_not_write(tm
             read(path) if read is not load_rubric else read(str(path))
     assert cli_main(["run", "--config-dir", str(tmp_path / "conf"), "dataset=mine"]) == 2
     assert capsys.readouterr().err == f"ragtrack: error: {path}: config file refused: {problem}\n"
+    with pytest.raises(InputError, match=problem):  # the Python API's config_dir too
+        api.run_experiment(["dataset=mine"], config_dir=tmp_path / "conf")
 
 
 def test_truncated_and_fake_gzip_corpus(tmp_path: Path) -> None:

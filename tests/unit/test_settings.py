@@ -196,8 +196,12 @@ HOSTILE = {
                                "rewriter.rm3.input: 'dense' is not allowed: a BM25 retriever (RM3 expands queries with its index's terms); "
                                "dense is a DenseRetriever"),
     "rewriter over a fusion": (["rewriter=[llm]", "rewriter.llm.model=m", "rewriter.llm.input=hybrid"],
-                               "rewriter.llm.input: 'hybrid' is not allowed: a retriever (a rewriter searches its input's index); "
-                               "hybrid is a RRF"),
+                               "rewriter.llm.input: 'hybrid' is not allowed: a retriever that searches query texts (a rewriter searches "
+                               "its input with the rewritten queries); hybrid is a RRF"),
+    "rewriter over a run file": (["retriever=[run_file]", "retriever.run_file.path=x.trec", "fusion=[]", "rewriter=[llm]", "rewriter.llm.model=m",
+                                  "rewriter.llm.input=run_file"],
+                                 "rewriter.llm.input: 'run_file' is not allowed: a retriever that searches query texts (a rewriter searches "
+                                 "its input with the rewritten queries); run_file is a RunFileRetriever"),
     "system name too long": (["fusion.rrf.system=" + "h" * 101],
                              f"fusion.rrf.system: {'h' * 101!r} is not allowed: a system name (letters, digits, _ . + -, starting with a "
                              "letter or digit; at most 100 characters)"),

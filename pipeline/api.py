@@ -285,7 +285,7 @@ def benchmark(jobs: Sequence[ExperimentResult], metrics: Sequence[str] | None = 
         for system, frame in job.per_query.groupby("system", sort=False):
             per_query = frame.drop(columns="system").set_index("qid")
             groups.setdefault(job.dataset, []).append(SystemRun(system, job.run_id or "", job.dataset, job.run_id or "", 0, per_query,
-                                                                label=labels.get(system, system)))
+                                                                label=labels.get(system, job.results.get("aliases", {}).get(system, system))))
     comparisons = {dataset: compare_systems(systems, metrics, find_baseline(systems, baseline), None, seed, resamples)
                    for dataset, systems in groups.items()}
     return build(comparisons, pooled, seed, resamples)

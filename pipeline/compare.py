@@ -57,7 +57,7 @@ from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMN
                                       TAG_BENCHMARK, TAG_COMPARISON, TAG_DATASET, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
 from ragtrack.pipeline.benchmark import Benchmark, benchmark, render_benchmark
-from ragtrack.pipeline.comparison import Comparison, DEFAULT_METRICS, SystemRun, compare_systems, find_baseline
+from ragtrack.pipeline.comparison import Comparison, DEFAULT_METRICS, SystemRun, alias_of, compare_systems, find_baseline
 from ragtrack.pipeline.comparison_plots import PLOT_SUFFIXES, plot
 from ragtrack.pipeline.comparison_report import REPORT_FILE, verdicts, write_comparison
 from ragtrack.pipeline.comparison_tables import FORMATS, TEXT_WIDTH, reference_section, render
@@ -151,7 +151,7 @@ def load_systems(client, jobs: dict, runs: list, folder: Path) -> list[SystemRun
         curves = {key: {m.step: m.value for m in client.get_metric_history(child.info.run_id, key)} for key in map(curve_key, CURVE_METRICS)}
         systems.append(SystemRun(system, child.info.run_id, job.info.run_name or job.info.run_id, job.info.run_id,
                                  child.info.start_time, per_query, curves={k: v for k, v in curves.items() if v},
-                                 params=settings))
+                                 params=settings, alias=alias_of(child.data.params)))
         seen[fingerprint] = systems[-1]
     if not systems:
         raise RagtrackError("no finished system runs (tag ragtrack.system) found for the selected runs")
@@ -202,16 +202,18 @@ def readable_settings(params: dict[str, str]) -> dict[str, str]:
 
 
 def _label(systems: list[SystemRun]) -> None:
-    """System name if unique, else the system and the settings that differ between the jobs
-    (``bm25 k1=0.6``), else the job's run name (prefixed by the system unless it starts with it)."""
+    """The system's name (its ``alias`` where it has one) if the system is unique, else that name and
+    the settings that differ between the jobs (``bm25 k1=0.6``), else the job's run name (prefixed by
+    the name unless it starts with it)."""
     counts = pd.Series([s.system for s in systems]).value_counts()
     for s in systems:
+        name = s.alias or s.system
         if counts[s.system] == 1:
-            s.label = s.system
-        elif settings := short_settings(s.params):
-            s.label = f"{s.system} {settings}"
+            s.label = name
+        elif settings := short_settings({k: v for k, v in s.params.items() if not k.endswith(".alias")}):
+            s.label = f"{name} {settings}"
         else:
-            s.label = s.job_name if s.job_name.split(" ")[0] == s.system else f"{s.system} {s.job_name}"
+            s.label = s.job_name if s.job_name.split(" ")[0] == name else f"{name} {s.job_name}"
     labels = pd.Series([s.label for s in systems])
     for s, duplicated in zip(systems, labels.duplicated(keep=False)):
         if duplicated:

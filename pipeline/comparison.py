@@ -22,7 +22,7 @@ of this size.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,6 +57,13 @@ class SystemRun:
     curves: dict[str, dict[int, float]] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)  # the job's settings that differ between compared jobs
     merged: dict[str, str] = field(default_factory=dict)  # run id -> job id of the identical rows shown as this one
+    alias: str | None = None  # the system's ``alias`` setting: its name in labels
+
+
+def alias_of(params: Mapping[str, object]) -> str | None:
+    """A system's ``alias`` setting from its (logged) parameters, if it has one."""
+    alias = params.get("alias")
+    return None if alias in (None, "", "None") else str(alias)
 
 
 @dataclass

@@ -41,7 +41,7 @@ from ragtrack.pipeline import layout, registry, robustness, usage
 from ragtrack.pipeline.agreement import pairwise_agreement, report_section, rubric_agreement, run_page_note
 from ragtrack.pipeline.agreement import summary_text as agreement_text
 from ragtrack.pipeline.csv_files import csv_text
-from ragtrack.pipeline.comparison import Comparison, SystemRun, compare_systems, find_baseline, is_best, per_query_differences, query_counts
+from ragtrack.pipeline.comparison import Comparison, SystemRun, alias_of, compare_systems, find_baseline, is_best, per_query_differences, query_counts
 from ragtrack.pipeline.comparison_report import REPORT_FILE, write_comparison
 from ragtrack.pipeline.comparison_tables import p_text
 from ragtrack.pipeline.inputs import load_dataset, relevance_threshold, without_relevant
@@ -464,6 +464,7 @@ def _write_outputs(cfg: DictConfig, resolved: dict, dataset: Dataset, results: d
         "queries_counted": {name: {str(m): int(n) for m, n in r.summary["n"].items()} for name, r in results.items()},
         "efficiency": {name: r.efficiency for name, r in results.items()},
         "search": {name: r.params["search"] for name, r in results.items()},  # exact, or approximate (see approximate_recall)
+        "aliases": {name: alias for name, r in results.items() if (alias := alias_of(r.params))},  # row labels across jobs (the alias setting)
         **({"usage": spent} if spent else {}),
         **(extra or {}),
     }

@@ -92,12 +92,13 @@ def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
         schema = getattr(load(group, kind), "settings_schema", None)
         if schema is not None:
             try:
-                settings = schema.model_validate(settings).model_dump(exclude={"type", "target"})
+                settings = schema.model_validate(settings).model_dump(exclude={"type", "target", "alias"})
             except ValidationError as exc:  # a caller that skipped pipeline.settings.validate: the first problem, one line
                 error = exc.errors()[0]
                 where = ".".join(map(str, error["loc"]))
                 raise RagtrackError(f"cannot construct {found[kind].value}: {where}: {error['msg']}") from None
         settings["_target_"] = found[kind].value.replace(":", ".")
+    settings.pop("alias", None)  # a system's label (ragtrack.core.settings.SystemSettings): the pipeline's, not the component's
     settings.setdefault("_convert_", "all")
     return instantiate(settings, **kwargs)
 

@@ -22,7 +22,7 @@ from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, c
 from ragtrack.core.words import counted
 
 log = logging.getLogger(__name__)
-from ragtrack.core.settings import ComponentSettings
+from ragtrack.core.settings import SystemSettings
 
 
 @dataclass
@@ -36,7 +36,7 @@ class IndexStats:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-class RetrieverSettings(ComponentSettings):
+class RetrieverSettings(SystemSettings):
     """A retriever plugin's common keys."""
 
 

@@ -36,7 +36,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, rank_documents
-from ragtrack.core.settings import ComponentSettings, Count, NonNegative, Normalization, SystemName, validated
+from ragtrack.core.settings import Count, NonNegative, Normalization, SystemName, SystemSettings, validated
 from ragtrack.core.stages import Stage, StageContext, StageOutput, chain_key
 
 
@@ -155,7 +155,7 @@ def linear_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str =
 
 
 # ----------------------------------------------------------------------------- fusion as a stage
-class FusionSettings(ComponentSettings):
+class FusionSettings(SystemSettings):
     """A fusion's common keys: the system it makes, the systems it fuses (any systems of the job:
     retrievers, rewriters, rerankers, other fusions), how deep each is read, one weight per member."""
 
@@ -205,7 +205,7 @@ class Fusion(Stage):
         super().__init__(self.settings.system, self.settings.members)
 
     def identity(self) -> dict:
-        return self.settings.model_dump(exclude={"type", "target"})
+        return self.settings.model_dump(exclude={"type", "target", "alias"})
 
     def fuse(self, runs: Mapping[str, Run]) -> Run:
         """The fused run of ``runs`` (by member name)."""

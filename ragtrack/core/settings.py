@@ -135,7 +135,15 @@ class ComponentSettings(Open):
     target: Text | None = Field(None, alias="_target_")
 
 
-class StageSettings(ComponentSettings):
+class SystemSettings(ComponentSettings):
+    """Keys of every stage that makes a system: ``alias``, the system's row label in comparisons and
+    benchmark tables (``BM25 (flat)``; default the system name). A label only: no result or cache
+    key changes with it."""
+
+    alias: Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH)] | None = None
+
+
+class StageSettings(SystemSettings):
     """A stage that reads one system (a reranker, a rewriter): ``input`` names it; ``system`` names the
     new system (default ``<input>+<config key>``, e.g. ``bm25+cross_encoder``)."""
 

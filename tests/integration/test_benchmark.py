@@ -132,10 +132,9 @@ def test_compare_two_datasets_from_mlflow(tmp_path: Path) -> None:
     qrels = (other / "qrels" / "test.tsv").read_text().splitlines()
     (other / "qrels" / "test.tsv").write_text("\n".join(qrels[:-1]) + "\n")  # one judgment fewer: another dataset (hash)
     for args in (["dataset=toy"], ["dataset=beir", f"dataset.path={other}", "dataset.name=toy2"]):
-        done = ragtrack_cli(tmp_path, "run", *args, "retriever=[bm25,bm25_multifield]", "fusion=[]")
+        done = ragtrack_cli(tmp_path, "run", *args, "retriever=[bm25,bm25_multifield]", "fusion=[]", "retriever.bm25_multifield.alias='BM25 (multifield)'")
         assert done.returncode == 0, done.stderr
-    done = ragtrack_cli(tmp_path, "compare", "--experiment", "ragtrack-toy,ragtrack-toy2", "--format", "markdown", "--pooled",
-                        "--label", "bm25_multifield=BM25 (multifield)")
+    done = ragtrack_cli(tmp_path, "compare", "--experiment", "ragtrack-toy,ragtrack-toy2", "--format", "markdown", "--pooled")  # rows by alias
     assert done.returncode == 0, done.stderr
     header = next(line for line in done.stdout.splitlines() if line.startswith("| ndcg@10"))
     assert header.split(" | ")[1:4] == ["toy", "toy2", "average"]
@@ -151,9 +150,9 @@ def test_compare_two_datasets_from_mlflow(tmp_path: Path) -> None:
     system_runs = [r for r in runs if TAG_SYSTEM in r.data.tags and TAG_PARENT in r.data.tags]
     assert len(system_runs) == 4 and {r.data.tags[TAG_DATASET] for r in system_runs} == {"toy", "toy2"}
     jobs = [r.info.run_id for r in runs if TAG_SYSTEM not in r.data.tags and TAG_BENCHMARK not in r.data.tags]
-    by_id = ragtrack_cli(tmp_path, "compare", "--run", ",".join(jobs), "--no-log", "--label", "bm25_multifield=BM25 (multifield)")
+    by_id = ragtrack_cli(tmp_path, "compare", "--run", ",".join(jobs), "--no-log", "--label", "bm25_multifield=multifield")
     assert by_id.returncode == 0, by_id.stderr
-    assert "toy2" in by_id.stdout and "BM25 (multifield)" in by_id.stdout
+    assert "toy2" in by_id.stdout and "multifield" in by_id.stdout and "BM25 (multifield)" not in by_id.stdout
     (tmp_path / "published.tsv").write_text("dataset\tsystem\tmetric\tvalue\ntoy\tbm25\tndcg@10\t0.5\ntoy2\tbm25\tndcg@10\t0.4\n")
     checked = ragtrack_cli(tmp_path, "compare", "--experiment", "ragtrack-toy,ragtrack-toy2", "--no-log", "--reference", "published.tsv",
                            "-m", "ndcg@10")
@@ -167,11 +166,13 @@ def test_python_benchmark_of_two_jobs(tmp_path: Path) -> None:
     other = tmp_path / "toy2"
     shutil.copytree(TOY, other)
     common = ["retriever=[bm25,bm25_multifield]", "fusion=[]", "tracking=none", f"paths.log_dir={tmp_path / 'logs'}",
-              f"paths.cache_dir={tmp_path / 'cache'}"]
+              f"paths.cache_dir={tmp_path / 'cache'}", "retriever.bm25_multifield.alias='BM25 (multifield)'"]
     jobs = [ragtrack.run_experiment(["dataset=toy", *common]),
             ragtrack.run_experiment(["dataset=beir", f"dataset.path={other}", "dataset.name=toy2", *common])]
     assert repr(jobs[0]).startswith("<ExperimentResult toy: bm25: ndcg@10 ") and "<table" in jobs[0]._repr_html_()
-    assert set(jobs[0].comparison["system"]) == {"bm25", "bm25_multifield"}
+    assert set(jobs[0].comparison["system"]) == {"bm25", "bm25_multifield"} and jobs[0].results["aliases"] == {"bm25_multifield": "BM25 (multifield)"}
+    means = ragtrack.benchmark(jobs, metrics="ndcg@10").means("ndcg@10")
+    assert list(means.index) == ["bm25", "BM25 (multifield)"]
     result = ragtrack.benchmark(jobs, metrics="ndcg@10", labels={"bm25_multifield": "multifield"})
     means = result.means("ndcg@10")
     assert list(means.columns) == ["toy", "toy2", "average"] and list(means.index) == ["bm25", "multifield"]

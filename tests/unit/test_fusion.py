@@ -133,3 +133,15 @@ def test_every_fusion_breaks_ties_by_document_id_descending() -> None:
     for fuse in (reciprocal_rank_fusion, combsum, combmnz, linear_fusion):
         fused = fuse(runs, ["a", "b"], depth=2)
         assert [d for d, _ in fused.ranking("q")] == ["d3", "d2"], fuse.__name__
+
+
+def test_an_alias_labels_a_system_and_changes_no_key() -> None:
+    """``alias`` (every system's setting) is the pipeline's row label: the stage never sees it, so
+    nothing it keys or makes changes with it."""
+    plain = {"type": "rrf", "system": "hybrid", "members": ["bm25", "dense"]}
+    named = registry.build("fusions", {**plain, "alias": "Hybrid (RRF)"})
+    assert named.identity() == registry.build("fusions", plain).identity() and "alias" not in named.identity()
+    bm25 = registry.build("retrievers", {"type": "bm25", "alias": "BM25 (flat)"}, name="bm25")
+    assert bm25.identity() == registry.build("retrievers", {"type": "bm25"}, name="bm25").identity()
+    with pytest.raises(RagtrackError, match="alias"):
+        registry.build("fusions", {**plain, "alias": ""})

@@ -98,7 +98,7 @@ HOSTILE = {
     "rrf weights negative": (["fusion.rrf.weights=[1.0,-0.5]"], "fusion.rrf.weights[1]: -0.5 is not allowed: a finite number >= 0"),
     "rrf weights count": (["fusion.rrf.weights=[1.0]"], "fusion.rrf.weights: [1.0] is not allowed: null or one weight per member (2: bm25, dense)"),
     "rrf misspelled key": (["+fusion.rrf.kk=3"], "fusion.rrf.kk: no such key; did you mean 'fusion.rrf.k'?"),
-    "rrf unknown key": (["+fusion.rrf.zzz=3"], "fusion.rrf.zzz: no such key; known: type, _target_, system, members, depth, weights, k"),
+    "rrf unknown key": (["+fusion.rrf.zzz=3"], "fusion.rrf.zzz: no such key; known: type, _target_, alias, system, members, depth, weights, k"),
     "rrf not a mapping": (["fusion.rrf=3"], "fusion.rrf: 3 is not allowed: a mapping"),
     "fusion member not retrieved": (["retriever=[bm25]"], "fusion.rrf.members[1]: 'dense' is not allowed: a system of this job (bm25)"),
     "fusion member misspelled": (["fusion.rrf.members=[bm25,dnese]"],

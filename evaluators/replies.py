@@ -26,9 +26,10 @@ _FLAT_LIST = re.compile(r"\[[^\[\]]*\]")
 
 def string_list(reply: str) -> list[str]:
     """The list of strings in a reply: JSON (``["a", "b"]``) or a Python literal (``['a', 'b']``),
-    alone, in a code fence or inside prose; ``ValueError`` says what is wrong."""
+    alone, in a code fence or inside prose (there, the last list: the model's own, after any it
+    quotes); ``ValueError`` says what is wrong."""
     text = reply.strip()
-    for candidate in [text, *_WHOLE_LIST.findall(text), *_FLAT_LIST.findall(text)]:
+    for candidate in [text, *_WHOLE_LIST.findall(text), *reversed(_FLAT_LIST.findall(text))]:
         for read in (json.loads, ast.literal_eval):
             try:
                 found = read(candidate)

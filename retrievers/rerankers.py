@@ -261,11 +261,16 @@ def sliding_windows(count: int, window: int, step: int) -> list[tuple[int, int]]
     return windows
 
 
+_RANKING = re.compile(r"\[\d+\](?:\s*>\s*\[\d+\])+")
+
+
 def parse_permutation(reply: str, count: int) -> list[int] | None:
-    """Positions (0-based) in the order of a reply such as ``[3] > [1] > [2]`` (bare numbers too when
-    no bracketed ones); repeated and out-of-range numbers are ignored and the missing positions
-    follow in their prior order; ``None`` when no number from 1 to ``count`` is found."""
-    named = re.findall(r"\[(\d+)\]", reply) or re.findall(r"\d+", reply)
+    """Positions (0-based) in the order of a reply such as ``[3] > [1] > [2]``: its last such chain (the
+    model's own ranking, after passages it quotes), else every bracketed number, else bare numbers;
+    repeated and out-of-range numbers are ignored and the missing positions follow in their prior
+    order; ``None`` when no number from 1 to ``count`` is found."""
+    chain = last_match(_RANKING, reply)
+    named = re.findall(r"\[(\d+)\]", chain.group(0) if chain else reply) or re.findall(r"\d+", reply)
     chosen = dict.fromkeys(int(number) - 1 for number in named if 1 <= int(number) <= count)
     return [*chosen, *(position for position in range(count) if position not in chosen)] if chosen else None
 

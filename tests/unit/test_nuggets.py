@@ -273,3 +273,10 @@ def test_a_prompts_file_that_is_not_yaml_is_one_line_at_its_line(tmp_path: Path,
     with pytest.raises(InputError, match=re.escape(str(path)) + problem) as raised:
         load_prompts(str(path))
     assert "\n" not in str(raised.value)
+
+
+def test_a_list_reply_is_read_for_the_models_own_list() -> None:
+    from ragtrack.evaluators.replies import string_list
+
+    assert string_list('The nuggets are ["a", "b"].\nLabels: ["support", "not_support"]') == ["support", "not_support"]
+    assert string_list("```json\n[\"x\", \"y\"]\n```") == ["x", "y"]

@@ -164,6 +164,7 @@ def test_windows_and_reply_parsing() -> None:
     assert sliding_windows(5, 20, 10) == [(0, 5)] and sliding_windows(1, 20, 10) == []
     assert parse_permutation("[3] > [1] > [3] > [9] > [0]", 4) == [2, 0, 1, 3]
     assert parse_permutation("Ranking: 2 > 1", 3) == [1, 0, 2] and parse_permutation("I cannot tell.", 3) is None
+    assert parse_permutation("[1] is about cats, [2] about dogs, [3] about both.\nRanking: [3] > [2] > [1]", 3) == [2, 1, 0]
     assert [parse_grade(reply) for reply in ("3", "Grade: 2.", "grade 1 of 3", "10", "2.5", "none")] == [3, 2, 1, None, None, None]
 
 

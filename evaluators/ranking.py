@@ -390,7 +390,7 @@ METRICS: dict[str, MetricSpec] = {
     "gm_map": MetricSpec(log_average_precision, "none", "log(max(AP, 1e-5)); exp of its mean is trec_eval's gm_map (geometric mean AP)"),
     "gm_bpref": MetricSpec(log_bpref, "none", "log(max(bpref, 1e-5)); exp of its mean is trec_eval's gm_bpref"),
     "infAP": MetricSpec(trec.infap, "none", "inferred AP (Yilmaz & Aslam 2006): AP estimated from a sampled pool"),
-    "iprec_at_recall": MetricSpec(trec.iprec_at_recall, "required", "interpolated precision at recall r, e.g. iprec_at_recall@0.1",
+    "iprec_at_recall": MetricSpec(trec.iprec_at_recall, "required", "interpolated precision at recall x, e.g. iprec_at_recall@0.1",
                                   parameter="fraction"),
     "11pt_avg": MetricSpec(trec.eleven_point_average, "none", "mean interpolated precision at recall 0, 0.1, ..., 1"),
     "Rprec_mult": MetricSpec(trec.r_precision_multiple, "required", "precision at x times R documents, e.g. Rprec_mult@0.2",

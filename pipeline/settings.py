@@ -313,7 +313,8 @@ def _known_types(group: str) -> str:
 
 
 def _check_metrics(evaluator: Mapping, path: str) -> None:
-    """Each metric an evaluator is given must be one it provides; a cutoff is an integer >= 1."""
+    """Each metric an evaluator is given must be one it provides; a cutoff is an integer >= 1 (unless the
+    evaluator lists the metric as ``name@x``, a number such as a recall level)."""
     kind = evaluator.get("type")
     if not isinstance(evaluator.get("metrics"), list) or kind not in registry.installed("evaluators"):
         return
@@ -323,7 +324,8 @@ def _check_metrics(evaluator: Mapping, path: str) -> None:
         if not plugin.handles(metric):
             raise InputError(f"{path}.metrics[{index}]", f"{_shown(metric)} is not allowed: a metric of the {kind!r} evaluator "
                                                          f"(ragtrack metrics lists them){did_you_mean(str(metric), plugin.provides())}")
-        if at and not (cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1):
+        number = f"{base}@x" in plugin.provides()  # a parameter that is a number (iprec_at_recall@0.25), checked by the plugin's settings
+        if at and not number and not (cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1):
             raise InputError(f"{path}.metrics[{index}]", f"{_shown(metric)} is not allowed: a cutoff that is an integer >= 1, e.g. {base}@10")
 
 

@@ -140,3 +140,23 @@ def test_starts_without_pandas_hydra_mlflow_or_torch(command: list[str] | None, 
         if arguments else "") + "print(sorted(m for m in ('pandas', 'hydra', 'omegaconf', 'mlflow', 'torch', 'pyarrow') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_every_all_trec_measure_is_in_the_metric_registry() -> None:
+    """trec_eval's all_trec (but runid, num_q and relstring, which are no per-query numbers) as registry
+    names: jobs, compare, the API and the MLflow scorers take each."""
+    from ragtrack.evaluators.ranking import RankingEvaluator, parse_metric
+    from ragtrack.pipeline.trec_eval import registry_names
+
+    names = registry_names(["all_trec"])
+    assert len(names) == 97 and all(RankingEvaluator.handles(name) and parse_metric(name) for name in names)
+
+
+def test_eval_reads_trec_eval_names_and_options(capsys) -> None:
+    """``ragtrack eval -q -l1 -c -m P.5,10 -m recip_rank,map -m iprec_at_recall_0.10``: the means trec_eval prints."""
+    qrels, run = shipped("qrels.test"), shipped("results.test")
+    assert cli_main(["eval", "-q", "-l1", "-c", "-m", "P.5,10", "-m", "recip_rank,map", "-m", "iprec_at_recall_0.10", qrels, run]) == 0
+    means = {line.split()[0]: line.split()[2] for line in capsys.readouterr().out.splitlines() if "\tall\t" in line}
+    assert means == {"p@5": "0.2667", "p@10": "0.3000", "mrr": "0.4064", "map": "0.1785", "iprec_at_recall@0.1": "0.3885"}
+    assert cli_main(["eval", "-m", "utility.2,-1,0,0", qrels, run]) == 2
+    assert "ragtrack trec_eval -m utility.2,-1,0,0 computes it" in capsys.readouterr().err

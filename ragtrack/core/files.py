@@ -138,13 +138,14 @@ def read_json_objects(path: Path, digest: "hashlib._Hash | None" = None) -> Iter
         yield number, record
 
 
-def yaml_text(path: Path, what: str) -> str:
+def yaml_text(path: Path, what: str, syntax: bool = True) -> str:
     """The text of a YAML file that ragtrack did not write (a rubric, a config from a shared store, a
     ``--config-dir`` file), checked before anything parses it into objects: at most
     :data:`MAX_YAML_BYTES` read, and aliases that expand to at most :data:`MAX_YAML_NODES` nodes, none
     referring to itself (a "billion laughs" document of a few hundred bytes would take all memory, or
     hang Hydra). :class:`InputError` when ``what`` (``"rubric file"``) is missing, unreadable, too
-    large, not valid YAML, or such a bomb."""
+    large, not valid YAML (unless ``syntax`` is false: the caller's parser names such mistakes), or such
+    a bomb."""
     import yaml
 
     if not path.is_file():
@@ -159,7 +160,8 @@ def yaml_text(path: Path, what: str) -> str:
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not valid UTF-8 (byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise yaml_error(path, exc) from None
+        if syntax:
+            raise yaml_error(path, exc) from None
     except RecursionError:
         raise InputError(path, f"{what} nested too deeply") from None
     except ValueError as exc:
@@ -169,8 +171,9 @@ def yaml_text(path: Path, what: str) -> str:
 
 def yaml_files(folder: Path, what: str) -> list[tuple[Path, str]]:
     """Each ``*.yaml`` file under ``folder`` (none when it is not a folder), sorted, with its text checked
-    as :func:`yaml_text` checks it: the files of a ``--config-dir``, before Hydra reads them."""
-    return [(path, yaml_text(path, what)) for path in (sorted(Path(folder).rglob("*.yaml")) if Path(folder).is_dir() else [])]
+    for size and aliases as :func:`yaml_text` checks it: the files of a ``--config-dir``, before Hydra
+    reads them (Hydra names the syntax mistakes of the files it uses)."""
+    return [(path, yaml_text(path, what, syntax=False)) for path in (sorted(Path(folder).rglob("*.yaml")) if Path(folder).is_dir() else [])]
 
 
 def _expanded_size(node: object, sizes: dict[int, int], open_nodes: set[int]) -> int:

@@ -64,9 +64,6 @@ def c_double(text: str) -> float:
 
 # --- the measures, in trec_eval's order (measures.c) ---------------------------------------------
 
-Columns = list[tuple[str, np.ndarray]]
-
-
 @dataclass(frozen=True)
 class Measure:
     """One trec_eval measure: ``style`` says how it is printed and summed (``mean``, ``sum``: a count
@@ -123,8 +120,8 @@ def _preferences(function: Callable[..., float], *arguments: object) -> Callable
 
 CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
 MEASURES: tuple[Measure, ...] = (
-    Measure("runid", "runid", "none", lambda m, params, context: np.zeros(len(m.qids))),
-    Measure("num_q", "num_q", "none", lambda m, params, context: np.ones(len(m.qids))),
+    Measure("runid", "runid", "none", lambda m, params, context: np.zeros(context.queries)),
+    Measure("num_q", "num_q", "none", lambda m, params, context: np.ones(context.queries)),
     Measure("num_ret", "sum", "none", _fixed(trec.num_ret)),
     Measure("num_rel", "sum", "none", _fixed(trec.num_rel)),
     Measure("num_rel_ret", "sum", "none", _fixed(ranking.num_rel_ret)),
@@ -345,10 +342,11 @@ class Evaluated:
 
 @dataclass(frozen=True)
 class Context:
-    """What a measure reads besides the grade matrix: ``-N``; with ``-R qrels_jg`` per judged query the
-    rows of the matrix, one per judgment group (in ``strcmp`` order); with ``-R prefs`` or
-    ``-R qrels_prefs`` per judged query its preferences."""
+    """What a measure reads besides the grade matrix: the number of judged queries, ``-N``; with
+    ``-R qrels_jg`` per judged query the rows of the matrix, one per judgment group (in ``strcmp``
+    order); with ``-R prefs`` or ``-R qrels_prefs`` per judged query its preferences."""
 
+    queries: int
     collection: int = 0
     groups: list[np.ndarray] | None = None
     preferences: list[prefs.QueryPreferences] | None = None
@@ -362,21 +360,21 @@ def read_grades(options: Options) -> tuple[RankedGrades, list[str], Context, int
     if options.rel_format == "qrels":
         qrels = load_qrels(qrels_path)[0]
         m = ranking.rank_grades(read_run_scores(run_path), qrels, threshold)
-        return m, m.qids, Context(options.collection), sum(grade > 0 for judged in qrels.values() for grade in judged.values())
+        return m, m.qids, Context(len(m.qids), options.collection), sum(grade > 0 for judged in qrels.values() for grade in judged.values())
     run = read_run_scores(run_path)
     run = run.to_run("run").scores if isinstance(run, RunColumns) else run
     if options.rel_format in ("prefs", "qrels_prefs"):
         preferences = load_preferences(qrels_path, options.rel_format == "qrels_prefs")
         queries = [prefs.query_preferences(preferences[qid], run.get(qid, {}), options.max_docs) for qid in preferences]
         m = ranking.rank_grades(run, dict.fromkeys(preferences, {}), threshold)  # what the run retrieved per query
-        return m, list(preferences), Context(options.collection, preferences=queries), 0
+        return m, list(preferences), Context(len(queries), options.collection, preferences=queries), 0
     judgments = load_qrels_groups(qrels_path)
     rows = {f"{qid}\t{group}": (qid, judged) for qid, groups in judgments.items() for group, judged in sorted(groups.items())}
     m = ranking.rank_grades({row: run[qid] for row, (qid, _) in rows.items() if qid in run}, {row: judged for row, (_, judged) in rows.items()},
                             threshold)
     owners = np.array([list(judgments).index(qid) for qid, _ in rows.values()])
     groups = [np.flatnonzero(owners == index) for index in range(len(judgments))]
-    return m, list(judgments), Context(options.collection, groups), sum(grade > 0 for _, judged in rows.values() for grade in judged.values())
+    return m, list(judgments), Context(len(groups), options.collection, groups), sum(grade > 0 for _, judged in rows.values() for grade in judged.values())
 
 
 def evaluate(options: Options) -> Evaluated:

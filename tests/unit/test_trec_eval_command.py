@@ -4,6 +4,7 @@ small cases checked against a trec_eval 10.0 build (-J, -M, -N, gains, parameter
 
 from __future__ import annotations
 
+import gzip
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,18 @@ def test_eval_reads_trec_eval_names_and_options(capsys) -> None:
     assert means == {"p@5": "0.2667", "p@10": "0.3000", "mrr": "0.4064", "map": "0.1785", "iprec_at_recall@0.1": "0.3885"}
     assert cli_main(["eval", "-m", "utility.2,-1,0,0", qrels, run]) == 2
     assert "ragtrack trec_eval -m utility.2,-1,0,0 computes it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arguments, expected", [
+    ("-c -q -m qrels_jg -R qrels_jg qrels.123", "map_avgjg 303 0.0000|P_avgjg_5 303 0.0000"),
+    ("-c -q -m prefs_simp -m prefs_num_prefs_poss -R qrels_prefs qrels.test", "prefs_num_prefs_poss 303 9020|prefs_simp 303 0.0000"),
+])
+def test_judged_query_missing_from_the_run_with_c_in_the_other_formats(arguments: str, expected: str, tmp_path: Path, capsys) -> None:
+    """-R qrels_jg and -R qrels_prefs score a judged query the run lacks as trec_eval does under -c
+    (its values checked against trec_eval 10.0's output for this run, results.test without topic 303)."""
+    run = tmp_path / "run"
+    run.write_text("".join(line for line in gzip.open(DATA / "results.test.gz", "rt") if not line.startswith("303")))
+    *options, qrels = arguments.split()
+    code, out, _ = trec_eval(capsys, *options, shipped(qrels), str(run))
+    lines = [" ".join(line.split()) for line in out.splitlines() if "\t303\t" in line]
+    assert code == 0 and "|".join(lines[:2]) == expected

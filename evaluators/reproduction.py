@@ -7,7 +7,9 @@ and the per-query improvements Δx = x_adv − x_base, Δy = y_adv − y_base ov
 - RMSE = √(Σ_i (x_i − y_i)² / n)  (0: every query reproduced exactly);
 - effect ratio ER = mean(Δy) / mean(Δx)  (1: the same improvement; < 1 smaller; < 0 reversed);
 - delta relative improvement ΔRI = RI_x − RI_y, RI = (mean(adv) − mean(base)) / mean(base)  (0: the same
-  relative improvement; > 0 a smaller one).
+  relative improvement; > 0 a smaller one);
+- equivalence within a margin δ (:func:`equivalence_p`): two one-sided paired t-tests (TOST), whose
+  small p says the mean difference lies within ±δ (not only that no difference was found).
 
 Per query, between the original ranking A and the reproduced ranking B:
 
@@ -73,6 +75,21 @@ def delta_relative_improvement(original, original_baseline, reproduced, reproduc
         return float((x.mean() - x_base.mean()) / np.float64(x_base.mean()) - (y.mean() - y_base.mean()) / np.float64(y_base.mean()))
 
 
+def equivalence_p(original, reproduced, margin: float) -> float:
+    """TOST (Schuirmann 1987), paired: H0 |mean(d)| ≥ δ against H1 −δ < mean(d) < δ, d = y − x per query,
+    δ = ``margin``. With se = sd(d) / √n (n − 1 degrees of freedom), p = max(P(T ≥ (d̄ + δ) / se),
+    P(T ≤ (d̄ − δ) / se)), as statsmodels' ``ttost_paired``. Every d equal (se = 0): p = 0 where
+    |d̄| < δ, else 1; fewer than two queries: NaN."""
+    x, y = _pair(original, reproduced)
+    d = y - x
+    if len(d) < 2:
+        return math.nan
+    mean, se = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(len(d))
+    if se == 0:
+        return 0.0 if abs(mean) < margin else 1.0
+    return float(max(stats.t.sf((mean + margin) / se, len(d) - 1), stats.t.cdf((mean - margin) / se, len(d) - 1)))
+
+
 def kendall_tau_union(original: Sequence[str], reproduced: Sequence[str], depth: int = KTU_DEPTH) -> float:
     """KTU between two rankings (document ids, best first) as repro_eval computes it (module docstring);
     NaN when fewer than two ranks are compared."""
@@ -123,13 +140,14 @@ def _mean_defined(values: list[float]) -> float:
     return float(np.mean(defined)) if defined else float("nan")
 
 
-MEASURE_COLUMNS = ["system", "metric", "queries", "rmse", "effect_ratio", "delta_ri"]
+MEASURE_COLUMNS = ["system", "metric", "queries", "rmse", "effect_ratio", "delta_ri", "equivalence_p"]
 RANKING_COLUMNS = ["system", "ktu", "kendall_tau_b", "rbo"]
 
 
-def measures_table(pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]], metrics: Sequence[str], baseline: str | None) -> pd.DataFrame:
-    """Per system and metric (columns :data:`MEASURE_COLUMNS`): RMSE over the queries both tables scored
-    (non-blank), and effect ratio and ΔRI against the pair labelled ``baseline`` over the queries all four
+def measures_table(pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]], metrics: Sequence[str], baseline: str | None,
+                   margin: float | None = None) -> pd.DataFrame:
+    """Per system and metric (columns :data:`MEASURE_COLUMNS`): RMSE and, given a ``margin``, the
+    equivalence test's p over the queries both tables scored (non-blank), and effect ratio and ΔRI against the pair labelled ``baseline`` over the queries all four
     tables scored (NaN for the baseline itself, or without it). ``pairs``: (label, original per-query
     table, reproduced per-query table), tables indexed by query id with a column per metric."""
     base = next(((original, reproduced) for label, original, reproduced in pairs if label == baseline), None)
@@ -143,7 +161,8 @@ def measures_table(pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]], metr
             against = four.shape[1] > 0
             rows.append({"system": label, "metric": metric, "queries": pair.shape[1], "rmse": rmse(*pair) if pair.shape[1] else math.nan,
                          "effect_ratio": effect_ratio(*four) if against else math.nan,
-                         "delta_ri": delta_relative_improvement(*four) if against else math.nan})
+                         "delta_ri": delta_relative_improvement(*four) if against else math.nan,
+                         "equivalence_p": equivalence_p(*pair, margin) if margin is not None and pair.shape[1] else math.nan})
     return pd.DataFrame(rows, columns=MEASURE_COLUMNS)
 
 

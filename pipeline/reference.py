@@ -23,7 +23,8 @@ row and compared metric (:func:`check_reference`):
 - the difference (the row's mean minus the reference's) and whether it is within ``tolerance``
   (Pyserini's 2cr check: OK when equal, OKish within 0.0005, else FAIL);
 - with per-query values on both sides, the reproduction measures of ``evaluators.reproduction`` over
-  the compared queries: RMSE, and effect ratio and ΔRI against the comparison's baseline row and its
+  the compared queries: RMSE, the equivalence test (TOST: p small where the mean difference lies
+  within ±``tolerance``), and effect ratio and ΔRI against the comparison's baseline row and its
   reference; with a table only, effect ratio and ΔRI from the means (the per-query definition gives
   the same figures when both sides average over the same queries) and no RMSE;
 - with run files on both sides, KTU (Kendall's tau union, as repro_eval), Kendall's τ_b and RBO between the
@@ -53,6 +54,7 @@ from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
 from ragtrack.core.files import read_bytes, read_lines, yaml_error, yaml_text
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, RANKING_COLUMNS, delta_relative_improvement, effect_ratio, measures_table, rankings_table
+from ragtrack.pipeline.comparison_tables import p_text
 from ragtrack.pipeline.config import datasets_dir
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, RESULTS_FILE
@@ -340,10 +342,11 @@ class ReferenceCheck:
             within_tolerance=self.differences["within_tolerance"].map({True: "yes", False: "no"}))
         shown = [(f"against the reference {self.source}: Δ = value − reference value", differences.rename(
             columns={"reference_value": "reference value", "difference": "Δ", "within_tolerance": f"±{self.tolerance:g}"}))]
-        measured = self.measures.dropna(subset=["rmse", "effect_ratio", "delta_ri"], how="all")
+        measured = self.measures.dropna(subset=["rmse", "effect_ratio", "delta_ri", "equivalence_p"], how="all")
         if not measured.empty:
             columns = ["system", "metric", "effect_ratio", "delta_ri"] if self.kind == "table" else MEASURE_COLUMNS
-            what = "from the means" if self.kind == "table" else "RMSE over the queries both scored"
+            what = ("from the means" if self.kind == "table" else
+                    f"RMSE over the queries both scored; equivalence_p: TOST p that the mean difference lies within ±{self.tolerance:g} (small: equivalent)")
             shown.append((f"reproduction measures (docs/metrics.md): effect ratio and ΔRI against {self.baseline}; {what}",
                           _strings(measured[columns])))
         if not self.rankings.empty:
@@ -358,9 +361,13 @@ def _as_given(value: float) -> str:
 
 
 def _strings(frame: pd.DataFrame) -> pd.DataFrame:
-    """Numbers to 4 decimals (counts as integers), blank where there is none."""
-    return frame.apply(lambda column: column.map(lambda v: "" if pd.isna(v) else f"{int(v)}" if column.name == "queries" else f"{v:.4f}")
-                       if pd.api.types.is_numeric_dtype(column) else column)
+    """Numbers to 4 decimals (counts as integers, p-values as :func:`p_text`), blank where there is none."""
+    def shown(column: pd.Series) -> pd.Series:
+        if column.name == "equivalence_p":
+            return column.map(p_text)
+        return column.map(lambda v: "" if pd.isna(v) else f"{int(v)}" if column.name == "queries" else f"{v:.4f}")
+
+    return frame.apply(lambda column: shown(column) if pd.api.types.is_numeric_dtype(column) else column)
 
 
 def match(systems: Sequence[SystemRun], names: Sequence[str], pairs: Sequence[str]) -> list[tuple[SystemRun, str]]:
@@ -431,7 +438,7 @@ def check_reference(comparison: Comparison, reference: Reference, pairs: Sequenc
         notes.append(f"per-query measures (RMSE, Kendall's tau, RBO) are not computable: {reference.source} is a table of means")
         measures = _measures_from_means(differences, comparison.baseline.label if base else None)
     else:
-        measures = _per_query_measures(comparison, reference, matched, base, notes)
+        measures = _per_query_measures(comparison, reference, matched, base, notes, tolerance)
     return ReferenceCheck(reference.source, reference.kind, tolerance, comparison.baseline.label, differences, measures,
                           _rankings(comparison, reference, matched, row_run, notes), notes)
 
@@ -455,12 +462,15 @@ def _measures_from_means(differences: pd.DataFrame, baseline: str | None) -> pd.
         base = by.loc[(baseline, metric)] if baseline is not None and (baseline, metric) in by.index and system != baseline else None
         four = ([row["reference_value"]], [base["reference_value"]], [row["value"]], [base["value"]]) if base is not None else None
         rows.append({"system": system, "metric": metric, "queries": math.nan, "rmse": math.nan,
-                     "effect_ratio": effect_ratio(*four) if four else math.nan, "delta_ri": delta_relative_improvement(*four) if four else math.nan})
+                     "effect_ratio": effect_ratio(*four) if four else math.nan, "delta_ri": delta_relative_improvement(*four) if four else math.nan,
+                     "equivalence_p": math.nan})
     return pd.DataFrame(rows, columns=MEASURE_COLUMNS)
 
 
-def _per_query_measures(comparison: Comparison, reference: Reference, matched: list, base: str | None, notes: list[str]) -> pd.DataFrame:
-    """RMSE, effect ratio and ΔRI (``evaluators.reproduction.measures_table``) over the compared queries."""
+def _per_query_measures(comparison: Comparison, reference: Reference, matched: list, base: str | None, notes: list[str],
+                        tolerance: float) -> pd.DataFrame:
+    """RMSE, the equivalence test within ±``tolerance``, effect ratio and ΔRI (``evaluators.reproduction.measures_table``)
+    over the compared queries."""
     with_values = [(s, name) for s, name in matched if name in reference.per_query]
     if not with_values:
         notes.append(f"per-query measures (RMSE, effect ratio, ΔRI) are not computable: {reference.source} has no per-query values "
@@ -473,7 +483,8 @@ def _per_query_measures(comparison: Comparison, reference: Reference, matched: l
     queries = pd.Index(comparison.queries)
     pairs = [(s.label, _numbers(reference, name, metrics), s.per_query.loc[queries, metrics]) for s, name in with_values]
     baseline = comparison.baseline.label if base is not None and base in reference.per_query else None
-    return measures_table([(label, original[original.index.isin(queries)], ours) for label, original, ours in pairs], metrics, baseline)
+    return measures_table([(label, original[original.index.isin(queries)], ours) for label, original, ours in pairs], metrics, baseline,
+                          tolerance)
 
 
 def _numbers(reference: Reference, system: str, metrics: Sequence[str]) -> pd.DataFrame:

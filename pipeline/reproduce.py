@@ -15,7 +15,7 @@ logging (outputs in a temporary folder, indexes from the shared cache) and every
 
 Then how close it came (``evaluators.reproduction``: :func:`measures_table`, :func:`rankings_table`, Breuer et al. 2020):
 per system and metric against the original per-query values (the job's ``per_query.csv``), the RMSE over
-queries, and against a baseline row (as ``ragtrack compare --baseline``; default bm25, else the first
+queries and the equivalence test (TOST p within ±0.0005, ``reference.TOLERANCE``), and against a baseline row (as ``ragtrack compare --baseline``; default bm25, else the first
 system) the effect ratio and the delta relative improvement; per system, KTU, Kendall's τ_b and RBO between the
 original rankings (each system run's ``run.trec``) and the reproduced ones, averaged over queries.
 """
@@ -52,7 +52,7 @@ RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # ${name:...}: a resolver call 
 class Reproduction:
     run_id: str
     table: pd.DataFrame  # system, metric, logged, reproduced, difference
-    measures: pd.DataFrame  # system, metric, queries, rmse, effect_ratio, delta_ri (against ``baseline``)
+    measures: pd.DataFrame  # system, metric, queries, rmse, effect_ratio, delta_ri (against ``baseline``), equivalence_p (within ±TOLERANCE)
     rankings: pd.DataFrame  # system, ktu, kendall_tau_b, rbo
     baseline: str
 
@@ -180,6 +180,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
     from ragtrack.pipeline.compare import download_artifact
     from ragtrack.pipeline.comparison import SystemRun, find_baseline
     from ragtrack.pipeline.csv_files import read_csv
+    from ragtrack.pipeline.reference import TOLERANCE
     from ragtrack.pipeline.inputs import load_dataset
     from ragtrack.pipeline.job import JobInfo
     from ragtrack.pipeline.reference import by_system
@@ -221,7 +222,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
     reproduced_tables = by_system(results["per_query_table"])
     originals = [logged[name] for name in results["systems"] if name in logged]
     metrics = [m for m in dict.fromkeys(m for values in results["systems"].values() for m in values) if m in logged_per_query.columns]
-    measures = (measures_table([(s.label, s.per_query, reproduced_tables[s.system]) for s in originals], metrics, base.label)
+    measures = (measures_table([(s.label, s.per_query, reproduced_tables[s.system]) for s in originals], metrics, base.label, TOLERANCE)
                 if base else pd.DataFrame(columns=MEASURE_COLUMNS))
     rankings = rankings_table([(name, run, reproduced_runs[name]) for name, run in original_runs.items()])
     rows = []

@@ -250,7 +250,7 @@ def test_reproduce_reports_identical_metrics_or_each_mismatch(toy_sweep, tmp_pat
     assert len(table) == 54 and set(table["rmse"]) == {0.0} and table[table["system"] == "bm25"][["effect_ratio", "delta_ri"]].isna().all().all()
     assert set(map(str, zip(others["effect_ratio"], others["delta_ri"]))) <= {"(1.0, 0.0)", "(nan, 0.0)", "(nan, nan)"}  # ER 0/0 where no improvement
     assert "NaN" not in measures
-    assert [line.split()[1:] for line in rankings.splitlines()[2:]] == [["1", "1"]] * 3
+    assert [line.split()[1:] for line in rankings.splitlines()[2:]] == [["1", "1", "1"]] * 3  # KTU, tau_b, RBO
     original = job.data.metrics["hybrid/ndcg_at_10"]
     client.log_metric(job.info.run_id, "hybrid/ndcg_at_10", original + 0.25, step=1)
     try:

@@ -174,6 +174,7 @@ def test_a_job_folder_gives_the_reproduction_measures(tmp_path, seed: int) -> No
     queries = QIDS[1:]
     from repro_eval.measure.effectiveness import RMSE  # the reference implementation
     from repro_eval.measure.overall_effects import DRI, ER
+    from statsmodels.stats.weightstats import ttost_paired  # the reference for the equivalence test
 
     def topics(table, metric):
         return {q: {metric: float(table.loc[q, metric])} for q in queries}
@@ -184,6 +185,7 @@ def test_a_job_folder_gives_the_reproduction_measures(tmp_path, seed: int) -> No
             got = measures.loc[(r.label, metric)]
             assert got["queries"] == len(queries) and got["rmse"] == pytest.approx(rmse(x, y), rel=1e-12)
             assert got["rmse"] == pytest.approx(RMSE(topics(original[r.system], metric), topics(r.per_query, metric))[metric], rel=1e-12)
+            assert got["equivalence_p"] == pytest.approx(ttost_paired(y, x, -check.tolerance, check.tolerance)[0], rel=1e-9)
             row_diff = check.differences.set_index(["system", "metric"]).loc[(r.label, metric)]
             assert row_diff["difference"] == pytest.approx(r.per_query.loc[queries, metric].mean() - original[r.system][metric].mean(), abs=1e-15)
             if r is rows[0]:

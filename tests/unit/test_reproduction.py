@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import kendalltau
 
 from ragtrack.core.runs import Run
-from ragtrack.evaluators.reproduction import (delta_relative_improvement, effect_ratio, kendall_tau_b, kendall_tau_union, measures_table,
+from ragtrack.evaluators.reproduction import (delta_relative_improvement, effect_ratio, equivalence_p, kendall_tau_b, kendall_tau_union, measures_table,
                                               rank_biased_overlap, ranking_agreement, rankings_table, rmse)
 
 repro_eval = pytest.importorskip("repro_eval")
@@ -129,3 +129,22 @@ def test_measures_table_per_system_and_metric() -> None:
     rankings = rankings_table([("x", run, other)], queries={"q1"}).set_index("system")
     assert rankings.loc["x"].tolist() == pytest.approx([kendall_tau_union(list("abc"), list("bad")), kendall_tau_b(list("abc"), list("bad")),
                                                         rank_biased_overlap(list("abc"), list("bad"))])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_equivalence_p_equals_statsmodels_tost(seed: int) -> None:
+    """The paired TOST p against statsmodels' ttost_paired, on differences near, inside and beyond the margin."""
+    from statsmodels.stats.weightstats import ttost_paired
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 300))
+    x = rng.uniform(0, 1, n)
+    y = x + rng.normal(rng.choice([0.0, 1e-4, 1e-3, 0.05]), rng.choice([1e-5, 1e-3, 0.05]), n)
+    margin = float(rng.choice([5e-4, 1e-2, 0.1]))
+    assert equivalence_p(x, y, margin) == pytest.approx(ttost_paired(y, x, -margin, margin)[0], rel=1e-9, abs=1e-300)
+
+
+def test_equivalence_p_without_spread_or_queries() -> None:
+    assert equivalence_p([0.5, 0.7], [0.5, 0.7], 5e-4) == 0.0  # reproduced exactly: equivalent
+    assert equivalence_p([0.5, 0.75], [0.625, 0.875], 5e-4) == 1.0  # every query 0.125 higher: not within ±0.0005
+    assert np.isnan(equivalence_p([0.5], [0.5], 5e-4))

@@ -56,7 +56,7 @@ QUERIES = 1_000
 QUERY_WORDS = 6
 MSMARCO_WORDS = (56.3, 22.5)  # mean (published) and standard deviation (assumed) of a passage's words
 EXPONENT_TARGET = 1.15
-STAGE_LINE = re.compile(r"\] - (?P<stage>.+?) (?:\.\.\.|done in (?P<seconds>[\d.]+) s)$")
+STAGE_LINE = re.compile(r"\](?: -)? (?P<stage>[^\]]+?) (?:\.\.\.|done in (?P<seconds>[\d.]+) s)$")  # "[10:00:00][INFO] bm25: retriever done in 1.2 s"
 
 
 def pseudo_words(count: int) -> list[str]:

@@ -142,6 +142,23 @@ def term_idf(indptr: np.ndarray, doc_count: int) -> np.ndarray:
     return by_document_frequency(np.diff(indptr), lambda df: idf(df, doc_count))
 
 
+UNIT_STEP = 1 << 24  # postings per step of save_unit_scores: bounds its working memory (about 200 MB)
+
+
+def save_unit_scores(path: Path, data: np.ndarray, indptr: np.ndarray, term_weights: np.ndarray) -> None:
+    """Per posting the score of a clause of boost 1, idf − idf / r (float32), written into the
+    ``.npy`` file ``path`` a few whole term rows (about :data:`UNIT_STEP` postings) at a time, so the
+    build never holds a second copy of the postings."""
+    unit = np.lib.format.open_memmap(path, mode="w+", dtype=F32, shape=data.shape)
+    cuts = np.unique(np.concatenate([np.searchsorted(indptr, np.arange(0, len(data), UNIT_STEP), side="right") - 1, [len(indptr) - 1]]))
+    for first, last in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        begin, end = int(indptr[first]), int(indptr[last])
+        weights = np.repeat(term_weights[first:last], np.diff(indptr[first:last + 1]))
+        unit[begin:end] = weights - weights / data[begin:end]
+    unit.flush()
+    del unit
+
+
 def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dict:
     """The postings of one field (``encoded``: its tokens per document) saved in ``folder`` (r as the
     CSR data, the boost-1 clause scores as ``unit.npy``); returns its statistics (N, Σ|d|, avgdl),
@@ -156,10 +173,10 @@ def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dic
         return lambda terms, tf, documents: (F32(1) + tf.astype(F32) * norm_inverse[documents]).astype(F32)
 
     terms = encoded.terms
-    rows = term_rows(encoded, folder / "pairs", normalized_frequency)
-    save_rows(folder, rows, terms)
-    weights = np.repeat(term_idf(rows[2], doc_count), np.diff(rows[2]))
-    np.save(folder / UNIT_FILE, (weights - weights / rows[0]).astype(F32), allow_pickle=False)
+    data, indices, indptr = term_rows(encoded, folder / "pairs", normalized_frequency)
+    save_rows(folder, (data, indices, indptr), terms)
+    del indices  # saved; not needed for the clause scores
+    save_unit_scores(folder / UNIT_FILE, data, indptr, term_idf(indptr, doc_count))
     stats = {"documents": doc_count, "tokens": total, "avgdl": float(avgdl)}
     (folder / "stats.json").write_text(json.dumps(stats))
     return stats

@@ -301,3 +301,17 @@ def test_pyserini_runs_are_reproduced(system: str, fields: dict | None, tmp_path
         for qid, expected in reference.items():
             top = run.ranking(qid)[:100] if ties == "anserini" else sorted(run.scores[qid].items(), key=lambda item: (-item[1], item[0]))[:100]
             assert [(doc, shown(score)) for doc, score in top] == expected, qid
+
+
+def test_clause_scores_written_in_steps_equal_one_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boost-1 clause scores are written a few term rows at a time (bounded memory): the same as in one pass."""
+    rng = np.random.default_rng(3)
+    df = rng.integers(0, 12, 50)
+    indptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int32)
+    data = (1 + rng.uniform(0, 3, indptr[-1])).astype(F32)
+    weights = rng.uniform(0.1, 5, 50).astype(F32)
+    expected = np.repeat(weights, df) - np.repeat(weights, df) / data
+    for step in (1, 7, 1 << 24):
+        monkeypatch.setattr(bm25_lucene, "UNIT_STEP", step)
+        bm25_lucene.save_unit_scores(tmp_path / f"{step}.npy", data, indptr, weights)
+        assert np.load(tmp_path / f"{step}.npy").tobytes() == expected.astype(F32).tobytes()

@@ -147,6 +147,8 @@ def read_job(results: Path, source: str, runs: Mapping[str, Callable[[], Run]] |
         payload = json.loads(read_bytes(results).decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(results, f"invalid JSON: {exc.msg}", exc.lineno) from None
+    except RecursionError:
+        raise InputError(results, "invalid JSON: nesting too deep") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(results, f"cannot read it: {exc}") from None
     systems = payload.get("systems") if isinstance(payload, dict) else None

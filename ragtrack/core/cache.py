@@ -203,7 +203,7 @@ def _manifest(final: Path, kind: str) -> dict:
         files = manifest.get("files", {})
         if not isinstance(files, dict) or not all(isinstance(f, dict) and {"sha256", "size", "mtime_ns"} <= f.keys() for f in files.values()):
             raise ValueError("its manifest's files are not a table of sha256, size and mtime_ns")
-    except (OSError, ValueError, UnicodeError) as exc:
+    except (OSError, ValueError, UnicodeError, RecursionError) as exc:
         raise RagtrackError(f"{final}: not a ragtrack cache entry ({exc}); it is left as it is: remove it or use another cache_dir") from None
     return manifest
 

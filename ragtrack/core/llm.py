@@ -284,7 +284,7 @@ class ChatClient:
         try:
             entry = json.loads(cached.read_text(encoding="utf-8"))
             return _checked(entry["reply"]), _usage(entry)
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             log.warning("unreadable cached reply %s is replaced", cached)
             return None
 
@@ -304,7 +304,7 @@ class ChatClient:
                     try:
                         payload = json.loads(raw)
                         return _reply_text(payload), _usage(payload)
-                    except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:  # RecursionError: nested too deep
                         problem = f"malformed reply ({type(exc).__name__}: {self._excerpt(str(exc))[:80]}): {self._excerpt(text)}"
                 elif status == 429 or status >= 500:
                     problem = f"HTTP {status}: {self._excerpt(text)}"

@@ -358,3 +358,19 @@ def test_a_generator_after_an_unknown_llm_stage_is_counted_as_an_upper_bound(tmp
         assert len(server.requests) - sent <= planned.to_send and planned.upper_bound
     finally:
         server.stop()
+
+
+def test_a_reply_nested_too_deep_is_a_malformed_reply(tmp_path: Path) -> None:
+    from tests.support import LocalServer
+
+    class Nested(LocalServer):
+        def handle(self, handler, body: bytes) -> None:
+            self.send(handler, 200, b"[" * 200_000 + b"]" * 200_000)
+
+    server = Nested(("POST",))
+    try:
+        client = ChatClient(base_url=f"http://127.0.0.1:{server.port}/v1", model="m", cache_dir=str(tmp_path), max_retries=0)
+        replies, failures = client.complete_all({"q1": "hello"})
+        assert not replies and "malformed reply (RecursionError" in failures["q1"]
+    finally:
+        server.stop()

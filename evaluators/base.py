@@ -4,7 +4,8 @@ An evaluator declares the metric names it provides (``provides()``: name -> one-
 ``@k`` marks a cutoff), says whether it applies to the data (``applies_to``) and scores one run per
 query (``evaluate`` -> DataFrame indexed by query id, one column per metric). ``counted`` says which
 queries enter the mean. Built-ins are registered in the ``ragtrack.evaluators`` entry-point group
-exactly like third-party evaluators.
+exactly like third-party evaluators. The qrels type, cutoffs, the bootstrap and :func:`summarize` are
+in ``common.py`` (no pydantic: ``ragtrack eval`` imports only them) and are exported here too.
 """
 
 from __future__ import annotations
@@ -12,11 +13,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-import unicodedata
 
 from typing import Annotated, TYPE_CHECKING
-
-import numpy as np
 
 from pydantic import Field
 
@@ -24,30 +22,10 @@ from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run
 from ragtrack.core.settings import ComponentSettings, MetricName
+from ragtrack.evaluators.common import BOOTSTRAP_BLOCK_CELLS, Qrels, bootstrap_means, divide, parse_cutoff, summarize  # noqa: F401  (the plugin API)
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where a table is built: `ragtrack eval` scores without pandas
-
-Qrels = dict[str, dict[str, int]]
-
-
-def divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """Element-wise ratio that is 0 where the denominator is 0 (the rank metrics' convention)."""
-    denominator = np.asarray(denominator, dtype=float)
-    return np.divide(numerator, denominator, out=np.zeros(np.broadcast(numerator, denominator).shape), where=denominator > 0)
-
-
-def parse_cutoff(metric: str) -> int:
-    """The cutoff k of a metric name ``name@k``: a positive integer in ASCII digits. Anything else
-    (``ndcg@0``, ``ndcg@x``, a superscript ``ndcg@¹⁰``, a full-width ``ndcg@１０``) fails in one line,
-    suggesting the ASCII spelling when the cutoff is made of other digits."""
-    base, _, cutoff = metric.partition("@")
-    if cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1:
-        return int(cutoff)
-    digits = [unicodedata.digit(ch, None) for ch in cutoff]
-    ascii_cutoff = "".join(map(str, digits)) if cutoff and None not in digits else ""
-    hint = did_you_mean(f"{base}@{ascii_cutoff}", [f"{base}@k"]) if ascii_cutoff.strip("0") else f", e.g. {base}@10"
-    raise RagtrackError(f"metric {metric!r}: the cutoff must be a positive integer in ASCII digits{hint}")
 
 
 @dataclass
@@ -121,27 +99,6 @@ class Evaluator(ABC):
         return pd.Series(True, index=per_query.index)
 
 
-BOOTSTRAP_BLOCK_CELLS = 1 << 21  # resample × query draws held at once: ~16 MiB of draws, as much again of counts
-
-
-def bootstrap_means(values: np.ndarray, resamples: int = 1000, seed: int = 0, block_cells: int = BOOTSTRAP_BLOCK_CELLS) -> np.ndarray:
-    """(resamples, metrics): column means of ``resamples`` seeded samples of the n rows of ``values``,
-    drawn with replacement; mean_r = c_r · values / n with c_r[i] = how often row i is drawn in
-    resample r. Drawn in blocks of ⌊block_cells / n⌋ resamples (at least 1), so memory is
-    O(block_cells), not O(resamples × n); the generator yields the same draws in blocks as in one
-    (resamples, n) call, so the means do not depend on the block size."""
-    n = values.shape[0]
-    rng = np.random.default_rng(seed)
-    block = max(1, block_cells // n)
-    means = np.empty((resamples, values.shape[1]))
-    for start in range(0, resamples, block):
-        rows = min(block, resamples - start)
-        cells = np.arange(rows)[:, None] * n + rng.integers(0, n, size=(rows, n))
-        counts = np.bincount(cells.ravel(), minlength=rows * n).reshape(rows, n).astype(float)
-        means[start:start + rows] = counts @ values / n
-    return means
-
-
 def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Mean, standard deviation (ddof=1) and percentile-bootstrap 95% CI of each column.
 
@@ -157,18 +114,3 @@ def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resampl
     if frame.isna().to_numpy().any():
         return pd.concat([aggregate(frame[[column]].dropna(), None, resamples, seed) for column in frame.columns])
     return pd.DataFrame(summarize(frame.to_numpy(dtype=float), resamples, seed), index=frame.columns)
-
-
-def summarize(values: np.ndarray, resamples: int = 1000, seed: int = 0) -> dict[str, np.ndarray | int]:
-    """:func:`aggregate` on a (queries, metrics) array: ``mean std ci_low ci_high`` per column and ``n``.
-    Sums run over column-major data (as pandas hands a frame over), so every caller gets the same bits."""
-    values = np.asfortranarray(values, dtype=float)
-    n = values.shape[0]
-    if n == 0:
-        nan = np.full(values.shape[1], np.nan)
-        return {"mean": nan, "std": nan, "ci_low": nan, "ci_high": nan, "n": 0}
-    means = values.mean(axis=0)
-    std = values.std(axis=0, ddof=1) if n > 1 else np.zeros(values.shape[1])
-    boot = bootstrap_means(values, resamples, seed)
-    low, high = np.percentile(boot, [2.5, 97.5], axis=0)
-    return {"mean": means, "std": std, "ci_low": low, "ci_high": high, "n": n}

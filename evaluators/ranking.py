@@ -28,18 +28,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
-
-from pydantic import ValidationError, field_validator
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import RunColumns
 from ragtrack.evaluators import trec_measures as trec
-from ragtrack.evaluators.base import EvalInput, Evaluator, Qrels, divide, parse_cutoff
-from ragtrack.core.settings import Count, ItemError, NonNegativeInt
-from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.evaluators.common import Qrels, divide, parse_cutoff
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where a table is built: `ragtrack eval` scores without pandas
@@ -495,88 +491,34 @@ def counted_queries(qrels: Qrels, threshold: int = 1, without_relevant: WithoutR
     return [qid for qid, counted in zip(qrels, counted_rows(num_rel, without_relevant)) if counted]
 
 
-class RankingSettings(EvaluatorSettings, extra="forbid"):
-    """The rank metrics (metrics.md); ``without_relevant``: whether a judged query without a relevant
-    document counts in the means (``count``, trec_eval's rule) or is left out (``exclude``)."""
-
-    relevance_threshold: NonNegativeInt = 1
-    max_grade: Count | None = None
-    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT
-
-    @field_validator("metrics")
-    @classmethod
-    def _parsed(cls, metrics: list[str] | None) -> list[str] | None:
-        from ragtrack.evaluators.ranking import parse_metric
-
-        for index, metric in enumerate(metrics or ()):
-            try:
-                parse_metric(metric)
-            except RagtrackError as exc:
-                raise ItemError(index, str(exc)) from None
-        return metrics
-
-
-def _checked(key: str, value: object, name: str) -> object:
-    """``value`` if the setting ``evaluator.ranking.<key>`` allows it (its type in :class:`RankingSettings`),
-    else a one-line error naming ``name``."""
-    try:
-        return getattr(RankingSettings(**{key: value}), key)
-    except ValidationError as exc:
-        message = exc.errors()[0]["msg"]
-        raise RagtrackError(f"{name}: {value!r} is not allowed: {message[:1].lower()}{message[1:]}") from None
-
-
 def checked_threshold(value: object, name: str = "relevance_threshold") -> int:
     """``value`` if ``relevance_threshold`` allows it: an integer >= 0, as trec_eval's ``-l``; so a
-    negative grade, trec_eval's "in the pool but unjudged", is relevant at no threshold."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = int(value)  # numpy's integers too
-    return _checked("relevance_threshold", value, name)
+    negative grade, trec_eval's "in the pool but unjudged", is relevant at no threshold. Anything else
+    is the setting's one-line error (``RankingSettings``, loaded only then)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0:
+        return int(value)  # numpy's integers too
+    from ragtrack.evaluators.ranking_evaluator import checked_setting
+
+    return checked_setting("relevance_threshold", value, name)
 
 
 def checked_without_relevant(value: object, name: str = "without_relevant") -> WithoutRelevant:
-    """``value`` if ``without_relevant`` allows it: ``count`` or ``exclude``."""
-    return _checked("without_relevant", value, name)
+    """``value`` if ``without_relevant`` allows it: ``count`` or ``exclude``; else the setting's error."""
+    if isinstance(value, str) and value in get_args(WithoutRelevant):
+        return value
+    from ragtrack.evaluators.ranking_evaluator import checked_setting
+
+    return checked_setting("without_relevant", value, name)
 
 
-class RankingEvaluator(Evaluator):
-    """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``;
-    ``max_grade`` is ERR's g_max (default: the largest grade in the qrels); ``without_relevant``: which
-    judged queries enter the means (:func:`counted_rows`)."""
-    settings_schema = RankingSettings
+def __getattr__(name: str) -> object:
+    """``RankingEvaluator`` and ``RankingSettings`` are in ``ranking_evaluator.py`` (pydantic models),
+    loaded when first asked for here, so scoring with the functions above imports no pydantic."""
+    if name in ("RankingEvaluator", "RankingSettings"):
+        from ragtrack.evaluators import ranking_evaluator
 
-    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1, max_grade: int | None = None,
-                 without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT):
-        super().__init__(metrics)
-        self.relevance_threshold = checked_threshold(relevance_threshold)
-        self.max_grade = int(max_grade) if max_grade is not None else None
-        self.without_relevant = checked_without_relevant(without_relevant)
-        for name in self.metrics:
-            parse_metric(name)
-
-    @classmethod
-    def provides(cls) -> dict[str, str]:
-        return describe_metrics()
-
-    @classmethod
-    def handles(cls, metric: str) -> bool:
-        return metric.partition("@")[0] in METRICS
-
-    def default_metrics(self) -> list[str]:
-        return list(DEFAULT_METRICS)
-
-    def applies_to(self, data: EvalInput) -> bool:
-        return bool(data.qrels)
-
-    def evaluate(self, data: EvalInput) -> pd.DataFrame:
-        return score_ranking(data.run.scores, data.qrels, self.metrics, self.relevance_threshold, self.max_grade)[0]
-
-    def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
-        """The judged queries :func:`counted_queries` counts (a query missing from the run scores 0)."""
-        import pandas as pd
-
-        counted = set(counted_queries(data.qrels, self.relevance_threshold, self.without_relevant))
-        return pd.Series([qid in counted for qid in per_query.index], index=per_query.index)
+        return getattr(ranking_evaluator, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 CURVE_CUTOFFS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ragtrack.evaluators.base import divide
+from ragtrack.evaluators.common import divide
 
 if TYPE_CHECKING:
     from ragtrack.evaluators.ranking import RankedGrades

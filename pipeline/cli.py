@@ -95,7 +95,6 @@ def _evaluate_run_file(args: argparse.Namespace):
     from ragtrack.core.words import counted
     from ragtrack.evaluators.ranking import checked_threshold
     from ragtrack.pipeline.run_files import evaluate_files
-    from ragtrack.pipeline.trec_eval import registry_names
 
     if not (args.qrels and args.run):
         raise RagtrackError("use: ragtrack eval QRELS RUN, or ragtrack eval --answers GOLD --predictions PRED")
@@ -103,8 +102,11 @@ def _evaluate_run_file(args: argparse.Namespace):
         raise RagtrackError(f"the arguments look swapped: {args.qrels} is a run file and {args.run} a qrels file; "
                             "use: ragtrack eval QRELS RUN")
     threshold = checked_threshold(args.relevance_threshold, "--relevance-threshold")
-    metrics = registry_names(args.metric) if args.metric else None  # trec_eval's names too: P_5, P.5,10, recip_rank, official
-    result = evaluate_files(Path(args.qrels), Path(args.run), metrics, threshold, args.seed, args.without_relevant)
+    if args.metric:  # trec_eval's names too: P_5, P.5,10, recip_rank, official
+        from ragtrack.pipeline.trec_eval import registry_names
+
+        args.metric = registry_names(args.metric)
+    result = evaluate_files(Path(args.qrels), Path(args.run), args.metric, threshold, args.seed, args.without_relevant)
     if result.no_relevant:
         rule = ("left out of the means (--without-relevant exclude; trec_eval counts them)" if args.without_relevant == "exclude" else
                 "counted in the means, as in trec_eval (--without-relevant exclude leaves them out)")

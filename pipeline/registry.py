@@ -15,15 +15,14 @@ import functools
 import logging
 import sys
 from collections.abc import Mapping, Sequence
-from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig  # Hydra and OmegaConf are imported where a plugin is built: listing needs neither
+    from importlib.metadata import EntryPoint
+
+    from omegaconf import DictConfig  # Hydra, OmegaConf and pydantic are imported where a plugin is built: listing needs none
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +38,8 @@ def installed(group: str) -> dict[str, EntryPoint]:
 def _scan(search_path: tuple[str, ...]) -> dict[str, dict[str, EntryPoint]]:
     """One scan of the distributions on ``search_path`` (``sys.path``) per process: a scan costs ~20 ms
     and a multirun builds its plugins in every job."""
+    from importlib.metadata import entry_points  # ~10 ms: imported where plugins are scanned
+
     return {group: {ep.name: ep for ep in entry_points(group=f"ragtrack.{group}")} for group in GROUPS}
 
 
@@ -80,6 +81,7 @@ def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
     """Construct the plugin a config names by ``type`` (entry point) unless it gives a ``_target_``;
     where the plugin declares ``settings_schema``, from that model's validated values."""
     from omegaconf import DictConfig, OmegaConf
+    from pydantic import ValidationError
 
     settings = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
     kind = settings.pop("type", None)
@@ -107,14 +109,14 @@ def metric_names(metrics: str | Sequence[str] | None, parameter: str = "metrics"
     """Metric names as given: one name or a list of them; a name that differs from ragtrack's only in
     case is read as ragtrack's (``NDCG@10`` is ``ndcg@10``, ``ROUGEL`` is ``rougeL``). Names the ranking
     evaluator takes as they are need no plugin loaded (``ragtrack eval`` starts without them)."""
-    from ragtrack.evaluators.ranking import RankingEvaluator
+    from ragtrack.evaluators.ranking import METRICS
 
     if metrics is None:
         return None
     names = [metrics] if isinstance(metrics, str) else metrics
     if not isinstance(names, Sequence) or not all(isinstance(name, str) for name in names):
         raise TypeError(f"{parameter}: a metric name or a list of them, e.g. ['ndcg@10', 'mrr'], got {metrics!r}")
-    if all(RankingEvaluator.handles(name) for name in names):
+    if all(name.partition("@")[0] in METRICS for name in names):  # the ranking evaluator's: no plugin (nor pydantic) to load
         return list(names)
     classes = load_all("evaluators")
     bases = {name.partition("@")[0].rstrip("[") for cls in classes.values() for name in cls.provides()}

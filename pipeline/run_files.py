@@ -22,7 +22,7 @@ from ragtrack.core.data import load_qrels
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_ready
 from ragtrack.core.runs import read_run_scores
-from ragtrack.evaluators.base import summarize
+from ragtrack.evaluators.common import summarize
 from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, WithoutRelevant, counted_rows, parse_metric, ranking_values
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ragtrack.core import columnar
 from ragtrack.core.errors import InputError
 from ragtrack.core.fields import check_id, parse_score, split_columns
-from ragtrack.core.files import read_bytes, read_lines, write_atomically
+from ragtrack.core.files import open_regular, read_bytes, read_lines, write_atomically
 
 if TYPE_CHECKING:
     import numpy as np
@@ -248,18 +248,34 @@ def run_lines(path: Path) -> Iterator[tuple[int, list[str]]]:
         yield number, columns[:6]
 
 
-def run_tag(path: str | Path) -> str:
-    """The tag (sixth column) of the last result line of a run file that reads without error: the
-    ``runid`` trec_eval prints. Lines are taken from the end of the file."""
-    data = read_bytes(Path(path))
+def _last_tag(data: bytes, whole: bool) -> str | None:
+    """The sixth field of the last line of ``data`` that is no comment; ``None`` when ``data`` is the tail
+    of a file (not ``whole``) and holds no such line in full."""
     end = len(data)
     while end > 0:
         start = data.rfind(b"\n", 0, end) + 1
+        if start == 0 and not whole:
+            return None  # the line may begin before the tail
         fields = data[start:end].split()
         if fields and not fields[0].startswith(b"#"):
             return fields[5].decode("utf-8")
         end = start - 1
-    raise InputError(path, "no results: the run file is empty")
+    return None
+
+
+def run_tag(path: str | Path, tail_bytes: int = 1 << 16) -> str:
+    """The tag (sixth column) of the last result line of a run file that reads without error: the
+    ``runid`` trec_eval prints. An uncompressed file is read from its last ``tail_bytes`` (the whole
+    file where they hold no whole result line)."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        with open_regular(path) as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(size - tail_bytes, 0))
+            tag = _last_tag(handle.read(), size <= tail_bytes)
+        if tag is not None:
+            return tag
+    return _last_tag(read_bytes(path), True) or ""
 
 
 def read_trec_lines(path: Path, name: str | None = None) -> Run:

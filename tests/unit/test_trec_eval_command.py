@@ -133,12 +133,14 @@ def test_run_comments_and_extra_fields_are_read_as_trec_eval_reads_them(tmp_path
                                      ["trec_eval", "-c", "-m", "all_trec", "{qrels}", "{run}"], ["metrics"], None])
 def test_starts_without_pandas_hydra_mlflow_or_torch(command: list[str] | None, tmp_path: Path) -> None:
     """``ragtrack eval``, ``ragtrack trec_eval``, ``ragtrack metrics`` and ``import ragtrack`` import none
-    of them, from the first line read to the last printed (small files are read without Arrow too)."""
+    of them, from the first line read to the last printed (small files are read without Arrow too, and
+    scoring needs no pydantic, which only ``metrics`` loads, for the plugins' settings models)."""
     qrels, run = write(tmp_path, QRELS, RUN)
     arguments = [part.format(qrels=qrels, run=run) for part in command] if command else None
+    heavy = ("pandas", "hydra", "omegaconf", "mlflow", "torch", "pyarrow") + (("pydantic",) if command != ["metrics"] else ())
     script = ("import contextlib, io, sys\nimport ragtrack\n" + (
         f"from ragtrack.pipeline.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({arguments!r}) == 0\n"
-        if arguments else "") + "print(sorted(m for m in ('pandas', 'hydra', 'omegaconf', 'mlflow', 'torch', 'pyarrow') if m in sys.modules))")
+        if arguments else "") + f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stderr
 
@@ -176,3 +178,12 @@ def test_judged_query_missing_from_the_run_with_c_in_the_other_formats(arguments
     code, out, _ = trec_eval(capsys, *options, shipped(qrels), str(run))
     lines = [" ".join(line.split()) for line in out.splitlines() if "\t303\t" in line]
     assert code == 0 and "|".join(lines[:2]) == expected
+
+
+def test_runid_read_from_the_tail_of_a_run(tmp_path: Path) -> None:
+    """The run's last result line, from the file's tail where it holds that line whole, else from the whole file."""
+    from ragtrack.core.runs import run_tag
+
+    run = tmp_path / "run"
+    run.write_text("q1 Q0 a 1 2.0 first\nq1 Q0 b 2 1.0 last\n# a comment at the end\n")
+    assert {run_tag(run, tail_bytes) for tail_bytes in (1, 8, 30, 1000)} == {"last"}

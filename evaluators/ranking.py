@@ -495,8 +495,10 @@ def checked_threshold(value: object, name: str = "relevance_threshold") -> int:
     """``value`` if ``relevance_threshold`` allows it: an integer >= 0, as trec_eval's ``-l``; so a
     negative grade, trec_eval's "in the pool but unjudged", is relevant at no threshold. Anything else
     is the setting's one-line error (``RankingSettings``, loaded only then)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0:
-        return int(value)  # numpy's integers too
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)  # numpy's integers too
+        if value >= 0:
+            return value
     from ragtrack.evaluators.ranking_evaluator import checked_setting
 
     return checked_setting("relevance_threshold", value, name)

@@ -13,7 +13,7 @@ trec_eval does, on a ranking of one unjudged document, ``num_ret``, ``utility``,
 ``unj_*`` and ``rbp_resid`` then set to 0. ``-R qrels_jg`` scores each judgment group on its own row
 of the grade matrix; ``-R prefs`` and ``-R qrels_prefs`` read preference judgments
 (``evaluators/trec_prefs.py``). Not done: ``-D`` (debug output), ``-T`` other than ``trec_results``,
-``yaap`` and ``ndcg_p`` (in none of trec_eval's nicknames).
+``yaap`` and ``ndcg_p`` (in none of trec_eval's nicknames). A run file ``-`` is read from standard input.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import getopt
 import math
 import operator
 import re
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -496,12 +498,18 @@ def summary_lines(evaluated: Evaluated, complete: bool, zscores: bool) -> list[s
 
 
 def run(argv: Sequence[str]) -> str:
-    """What ``trec_eval argv`` prints, as one text."""
+    """What ``trec_eval argv`` prints, as one text; a run file ``-`` is read from standard input."""
     options = parse_options(argv)
     if isinstance(options, str):
         return options + "\n"
     zscores = read_zscores(Path(options.zscores)) if options.zscores else None
-    evaluated = evaluate(options)
+    if options.files[1] != "-":
+        evaluated = evaluate(options)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ragtrack-trec_eval-") as folder:
+            options.files[1] = str(Path(folder) / "stdin")
+            Path(options.files[1]).write_bytes(sys.stdin.buffer.read())
+            evaluated = evaluate(options)
     if zscores is not None:
         to_zscores(evaluated, zscores)
     lines = query_lines(evaluated, zscores is not None) if options.query else []

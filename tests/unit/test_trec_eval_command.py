@@ -187,3 +187,12 @@ def test_runid_read_from_the_tail_of_a_run(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.write_text("q1 Q0 a 1 2.0 first\nq1 Q0 b 2 1.0 last\n# a comment at the end\n")
     assert {run_tag(run, tail_bytes) for tail_bytes in (1, 8, 30, 1000)} == {"last"}
+
+
+def test_run_read_from_standard_input(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """``trec_eval QRELS -``: the run from standard input, as trec_eval 10 reads it."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(gzip.open(DATA / "results.test.gz").read())))
+    code, out, _ = trec_eval(capsys, shipped("qrels.test"), "-")
+    assert code == 0 and out.splitlines() == (DATA / "out.test").read_text().splitlines()

@@ -183,13 +183,15 @@ class SweepSummary(Callback):
             print(mask(f"\nSweep summary ({folder}):\n{text}"))
         if text and config.tracking.get("enabled"):
             try:
-                print(mask("\n".join(sweep_page(config.tracking, str(config.hydra.sweep.dir), key_metrics))))
+                print(mask("\n".join(sweep_page(config.tracking, str(config.hydra.sweep.dir), key_metrics,
+                                                 lambda key: OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)))))
             except RagtrackError as exc:
                 print(mask(f"ragtrack: no sweep page: {exc}"), file=sys.stderr)
 
 
-def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str]) -> list[str]:
-    """The sweep compared as ``ragtrack compare --sweep`` does (logged as its comparison run: tables,
+def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str], default_of=None) -> list[str]:
+    """The sweep compared as ``ragtrack compare --sweep`` does, against its default row (a setting's
+    default: ``default_of(key)``, the sweep's own config) (logged as its comparison run: tables,
     report.html, the key metrics against each swept numeric setting), then a line per job (its swept
     settings, the first key metric of a system that varies with its CI, its run page) and a runs view of
     the sweep's jobs with the swept settings (job params) and those systems' key metrics as columns."""
@@ -202,7 +204,7 @@ def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str]) -> list
 
     uri, experiment, *_ = tracking_target(tracking)
     uri = use_credentials(uri)  # MLflow gets the URI's credentials as its variables, never in a URI it prints
-    comparison, _ = run_compare(uri, experiment, sweep, key_metrics)
+    comparison, _ = run_compare(uri, experiment, sweep, key_metrics, default_of=default_of)
     name = Path(sweep).name
     counts = pd.Series([s.system for s in comparison.systems]).value_counts()
     swept = [s for s in comparison.systems if counts[s.system] > 1] or comparison.systems

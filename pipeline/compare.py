@@ -317,7 +317,7 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
                 resamples: int = 10_000, failures: int = 10, log_to_mlflow: bool = True,
                 width: int | None = TEXT_WIDTH, allow_mixed: bool = False, reference: str | None = None,
                 reference_map: Sequence[str] = (), tolerance: float = TOLERANCE, runs: Sequence[str] = (),
-                labels: Sequence[str] = (), pooled: bool = False) -> tuple[Comparison | Benchmark, str]:
+                labels: Sequence[str] = (), pooled: bool = False, default_of: Callable[[str], object] | None = None) -> tuple[Comparison | Benchmark, str]:
     """Load, compare, render; write the plot; log everything as a comparison run. Returns (comparison, text).
     ``experiment``: one name or several (their jobs together); ``runs``: jobs picked by run id (a job's
     or one of its system runs') instead. Jobs of several datasets are a benchmark (``pipeline.benchmark``):
@@ -326,7 +326,9 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
     ``reference``: a path, ``beir`` (the shipped published figures) or an MLflow run id the rows are
     checked against (``pipeline.reference``; a table with a dataset column is matched by dataset), its
     systems paired by name or by ``reference_map`` (``ROW=REFERENCE``), differences within ``tolerance``.
-    ``labels``: ``ROW=NAME`` renames a row (label or system name); ``pooled``: a benchmark's pooled tests."""
+    ``labels``: ``ROW=NAME`` renames a row (label or system name); ``pooled``: a benchmark's pooled tests.
+    Without ``baseline``, a sweep's rows are judged against its default row (``default_of``: a setting's
+    default value, else the config the jobs' shared overrides compose to; :func:`compare_jobs`)."""
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if plot_file and Path(plot_file).suffix.lower() not in PLOT_SUFFIXES:
@@ -361,7 +363,8 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
             original = original or load_logged_reference(client, reference, folder)
         compared = {}
         for dataset, group in groups.items():
-            compared[dataset] = compare_jobs(client, group, every_run, folder, metrics, baseline, seed, resamples, allow_mixed, renames)
+            compared[dataset] = compare_jobs(client, group, every_run, folder, metrics, baseline, seed, resamples, allow_mixed, renames,
+                                             default_of)
             if reference:
                 check_against(compared[dataset], original.for_dataset(dataset), reference_map, tolerance, allow_mixed)
         if len(compared) > 1 or pooled:
@@ -450,10 +453,49 @@ class Compared:
     row_run: Callable[[SystemRun], Run]
 
 
+def _same_setting(given: str, default: object) -> bool:
+    """A job's logged setting (text) equals a default (any value): as numbers where both are numbers."""
+    try:
+        return float(given) == float(default)  # "60" and 60, "0.50" and 0.5
+    except (TypeError, ValueError):
+        return given == str(default)
+
+
+def composed_default(jobs: dict) -> Callable[[str], object] | None:
+    """A setting's default in a sweep: its value in the config its jobs' shared overrides compose to
+    (the jobs' common command line, without the swept keys); None where that config does not compose
+    here (e.g. a job run with configs of its own, ``--config-dir``)."""
+    from ragtrack.pipeline.config import compose
+
+    swept = {key for values in differing_settings(jobs).values() for key in values}
+    tags = next(iter(jobs.values())).data.tags.get(TAG_OVERRIDES, "").split()
+    try:
+        config = compose([o for o in tags if o.split("=", 1)[0].lstrip("+~") not in swept and o.split("=", 1)[0] != "hydra.run.dir"])
+    except RagtrackError:
+        return None
+    return lambda key: OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)
+
+
+def default_row(systems: list[SystemRun], default_of: Callable[[str], object] | None) -> SystemRun | None:
+    """The sweep's default: of the system whose rows differ between jobs (the first such), the row whose
+    swept settings all equal their defaults (``default_of(key)``); None without such a row."""
+    if default_of is None:
+        return None
+    counts = pd.Series([s.system for s in systems]).value_counts()
+    swept = [s for s in systems if counts[s.system] > 1 and s.params]
+    return next((s for s in swept if s.system == swept[0].system
+                 and all((default := default_of(key)) is not None and _same_setting(value, default) for key, value in s.params.items())), None)
+
+
 def compare_jobs(client, jobs: dict, runs: list, folder: Path, metrics: Sequence[str] | None, baseline: str | None, seed: int,
-                 resamples: int, allow_mixed: bool, renames: dict[str, str]) -> Compared:
-    """The systems of ``jobs`` (one dataset) compared (module docstring)."""
+                 resamples: int, allow_mixed: bool, renames: dict[str, str], default_of: Callable[[str], object] | None = None) -> Compared:
+    """The systems of ``jobs`` (one dataset) compared (module docstring). Without a ``baseline`` a sweep's
+    rows are judged against its default (:func:`default_row`, labelled ``(default)``; ``default_of``:
+    a setting's default, else :func:`composed_default`)."""
     systems = load_systems(client, jobs, runs, folder)
+    default = default_row(systems, default_of or composed_default(jobs)) if baseline is None and len(jobs) > 1 else None
+    if default is not None:
+        default.label = f"{default.label} (default)"
     relabel(systems, renames)
     shown = {s.job_id for s in systems} | {job_id for s in systems for job_id in s.merged.values()}
     scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items() if job_id in shown}
@@ -466,7 +508,7 @@ def compare_jobs(client, jobs: dict, runs: list, folder: Path, metrics: Sequence
     dataset = next(iter(scopes.values())).dataset
     shared = set.intersection(*(set(scope.counted) for scope in scopes.values()))
     judged = [q for q in next(iter(scopes.values())).counted if q in shared] if dataset is not None or difference else None
-    comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), find_baseline(systems, baseline), None, seed, resamples,
+    comparison = compare_systems(systems, list(metrics or DEFAULT_METRICS), default or find_baseline(systems, baseline), None, seed, resamples,
                                  judged=judged)
     downloaded: dict[str, Run] = {}
 

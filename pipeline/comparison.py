@@ -16,7 +16,7 @@ randomization-test p-values (``evaluators.significance``), both Holm-corrected a
 with the baseline, per-query win/tie/loss counts, and the effect sizes of ``significance.effect_size``:
 the t-interval of the difference (``delta_ci_low``, ``delta_ci_high``), ``cohens_d`` (d_z),
 ``rank_biserial``, the minimal detectable difference ``mdd`` at 80% power, and ``underpowered``:
-|delta| < mdd and p_ttest (uncorrected) > alpha, i.e. this query set could have missed a difference
+|delta| < mdd and p_ttest_holm > alpha (every p of a report is the Holm-corrected one), i.e. this query set could have missed a difference
 of this size.
 """
 
@@ -132,8 +132,7 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
                 row |= {"delta": delta, "p_ttest": p_ttest,
                         "p_randomization": randomization_test(values, base, resamples=resamples, seed=seed).p_value,
                         "wins": wins, "ties": ties, "losses": losses, "delta_ci_low": effect.ci_low, "delta_ci_high": effect.ci_high,
-                        "cohens_d": effect.cohens_d, "rank_biserial": effect.rank_biserial, "mdd": effect.mdd,
-                        "underpowered": bool(abs(delta) < effect.mdd and p_ttest > ALPHA)}
+                        "cohens_d": effect.cohens_d, "rank_biserial": effect.rank_biserial, "mdd": effect.mdd}
             rows.append(row)
     table = pd.DataFrame(rows)
     for column in ("delta", "p_ttest", "p_randomization", "wins", "ties", "losses", "delta_ci_low", "delta_ci_high", "cohens_d",
@@ -142,6 +141,8 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
             table[column] = np.nan
     for test in ("p_ttest", "p_randomization"):
         table[f"{test}_holm"] = table.groupby("metric")[test].transform(lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
+    compared = table["delta"].notna()  # underpowered: as every p of a report, the Holm-corrected one
+    table["underpowered"] = ((table["delta"].abs() < table["mdd"]) & (table["p_ttest_holm"] > ALPHA)).astype(object).where(compared)
     table["best"] = table.groupby("metric")["mean"].transform(is_best).astype(bool)
     return Comparison(table, systems, baseline, list(metrics), list(queries), paired)
 

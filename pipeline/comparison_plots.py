@@ -89,51 +89,69 @@ def numeric_params(systems: Sequence[SystemRun]) -> list[str]:
             and all(_number(s.params[name]) is not None for s in systems if name in s.params)]
 
 
-def against_param(axis, comparison: Comparison, metric: str, param: str) -> None:
-    """``metric`` (mean, 95% CI) against the numeric ``param`` on a numeric axis (log when it spans
-    two decades), a line per system; rows without the parameter as dotted horizontal lines."""
+def _swept_rows(comparison: Comparison, metric: str, param: str) -> dict[str, list[tuple[float, pd.Series]]]:
+    """Per system, its rows that set ``param`` as (value, the row of ``metric``), by value."""
     rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
     by_system: dict[str, list[tuple[float, pd.Series]]] = {}
     for s in comparison.systems:
-        row = rows.loc[s.label]
         if param in s.params:
-            by_system.setdefault(s.system, []).append((float(s.params[param]), row))
-        else:
-            axis.axhline(row["mean"], linestyle=":", linewidth=1, color="gray")
-            axis.annotate(s.label, (0, row["mean"]), xycoords=("axes fraction", "data"), fontsize=7, color="gray")
+            by_system.setdefault(s.system, []).append((float(s.params[param]), rows.loc[s.label]))
+    return {system: sorted(points, key=lambda point: point[0]) for system, points in by_system.items()}
+
+
+def varies(comparison: Comparison, metric: str, param: str) -> bool:
+    """Whether ``metric`` takes more than one value over the rows that set ``param`` (a panel worth drawing)."""
+    return len({row["mean"] for points in _swept_rows(comparison, metric, param).values() for _, row in points}) > 1
+
+
+def against_param(axis, comparison: Comparison, metric: str, param: str) -> None:
+    """``metric``'s paired difference to the baseline (Δ and its 95% t-interval; the baseline itself at
+    0) against the numeric ``param`` (log axis when it spans two decades), a line per system; the
+    right axis reads the same points as absolute means (baseline mean + Δ); rows without the
+    parameter as dotted lines at their Δ, named in the legend (no label drawn over another)."""
     values = []
-    for system, points in by_system.items():
-        points.sort(key=lambda point: point[0])
-        xs, means = [x for x, _ in points], np.array([r["mean"] for _, r in points])
-        errors = [means - [r["ci_low"] for _, r in points], [r["ci_high"] for _, r in points] - means]
-        axis.errorbar(xs, means, yerr=errors, marker="o", capsize=4, label=system)
+    for system, points in _swept_rows(comparison, metric, param).items():
+        xs = [x for x, _ in points]
+        delta = np.array([0.0 if r["baseline"] else r["delta"] for _, r in points])
+        low = np.array([0.0 if r["baseline"] else r["delta_ci_low"] for _, r in points])
+        high = np.array([0.0 if r["baseline"] else r["delta_ci_high"] for _, r in points])
+        axis.errorbar(xs, delta, yerr=[np.nan_to_num(delta - low), np.nan_to_num(high - delta)], marker="o", capsize=4, label=f"{system}: Δ")
         values += xs
+    rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
+    for s in comparison.systems:
+        if param not in s.params and s is not comparison.baseline:
+            axis.axhline(rows.loc[s.label, "delta"], linestyle=":", linewidth=1, color="gray", label=f"{s.label} (Δ, not swept)")
+    axis.axhline(0, color="black", linewidth=0.6)
     if min(values) > 0 and max(values) / min(values) >= 100:
         axis.set_xscale("log")
     axis.set_xlabel(param)
-    axis.set_ylabel(f"{metric}: mean and 95% CI")
+    axis.set_ylabel(f"Δ {metric} vs {comparison.baseline.label} (95% CI)")
+    base = float(rows.loc[comparison.baseline.label, "mean"])
+    axis.secondary_yaxis("right", functions=(lambda delta: delta + base, lambda mean: mean - base)).set_ylabel(f"{metric} mean")
     axis.set_title(f"{metric} against {param}")
-    axis.legend(fontsize=7)
+    axis.legend(fontsize=7, loc="best")
 
 
 def sweep_plot(comparison: Comparison, path: Path, title: str = "") -> Path | None:
-    """Each metric against each swept numeric setting (:func:`against_param`), one panel each; None
-    (nothing written) without such a setting."""
+    """Each metric against each swept numeric setting (:func:`against_param`), one panel each where the
+    metric varies (the first metric's alone where none does, titled so); None (nothing written) without
+    a swept numeric setting."""
     params = numeric_params(comparison.systems)
     if not params:
         return None
+    panels = [(metric, param) for metric in comparison.metrics for param in params if varies(comparison, metric, param)]
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(len(comparison.metrics), len(params), figsize=(6 * len(params), 4 * len(comparison.metrics)),
-                                squeeze=False)
-    for row, metric in zip(axes, comparison.metrics):
-        for axis, param in zip(row, params):
-            against_param(axis, comparison, metric, param)
-    if title:
-        figure.suptitle(title)
+    constant = not panels
+    panels = panels or [(comparison.metrics[0], params[0])]
+    figure, axes = plt.subplots(len(panels), 1, figsize=(7, 4 * len(panels)), squeeze=False)
+    for axis, (metric, param) in zip(axes[:, 0], panels):
+        against_param(axis, comparison, metric, param)
+    if title or constant:
+        figure.suptitle("\n".join(filter(None, [title, "(every metric the same at every setting)" if constant else ""])))
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)

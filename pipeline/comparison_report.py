@@ -103,7 +103,8 @@ def _p_phrase(p: float) -> str:
 
 
 def verdicts(comparison: Comparison) -> list[str]:
-    """One sentence per metric: the best row (:func:`is_best`; the baseline where it ties) with its mean,
+    """One sentence per metric: every row equal (``all 4 systems equal on recall@100``), else the best
+    row (:func:`is_best`; the baseline where it ties, and the rows tied with it named) with its mean,
     difference to the baseline and Holm-corrected paired t-test p (for the best non-baseline row when the
     baseline is best)."""
     sentences = []
@@ -112,33 +113,38 @@ def verdicts(comparison: Comparison) -> list[str]:
         if not rows["best"].any():
             sentences.append(f"{metric}: no value, defined on none of the compared queries for every system")
             continue
+        if len(rows) > 1 and rows["best"].all():
+            sentences.append(f"all {len(rows)} systems equal on {metric}: {rows['mean'].iloc[0]:.4f}")
+            continue
         best = rows[rows["best"]].sort_values("baseline", ascending=False, kind="stable").iloc[0]
-        others = rows[~rows["baseline"]]
+        tied = rows[rows["best"] & (rows["system"] != best["system"])]["system"].tolist()
+        with_ties = f" (tied with {', '.join(tied)})" if tied else ""
+        others = rows[~rows["baseline"] & ~rows["best"]]
         if not best["baseline"]:
-            sentences.append(f"{best['system']} best on {metric}: {best['mean']:.4f}, {best['delta']:+.4f} over "
+            sentences.append(f"{best['system']} best on {metric}{with_ties}: {best['mean']:.4f}, {best['delta']:+.4f} over "
                              f"{comparison.baseline.label}, {_p_phrase(best['p_ttest_holm'])} (paired t-test, Holm)")
         elif others.empty:
-            sentences.append(f"{best['system']} on {metric}: {best['mean']:.4f} (no other system)")
+            sentences.append(f"{best['system']} on {metric}{with_ties}: {best['mean']:.4f} (no other system below it)")
         else:
             runner = others.loc[others["mean"].fillna(-np.inf).idxmax()]
-            sentences.append(f"{best['system']} (the baseline) best on {metric}: {best['mean']:.4f}; next {runner['system']}, "
+            sentences.append(f"{best['system']} (the baseline) best on {metric}{with_ties}: {best['mean']:.4f}; next {runner['system']}, "
                              f"{runner['delta']:+.4f}, {_p_phrase(runner['p_ttest_holm'])} (paired t-test, Holm)")
     return sentences
 
 
 def detectability(row: pd.Series) -> str:
     """Whether the query set could have seen the difference of one comparison row: significant
-    (uncorrected paired t-test p ≤ α), or underpowered (|Δ| below the minimal detectable difference at
+    (paired t-test p ≤ α, Holm-corrected as every p of the report), or underpowered (|Δ| below the minimal detectable difference at
     80% power and not significant), or neither (not significant although |Δ| ≥ MDD); no difference at
     all where the two systems tie on every query."""
     if row["n"] < 2:
         return f"cannot tell ({int(row['n'])} paired queries)"
     if row["wins"] == 0 and row["losses"] == 0:
         return "no difference: tied on every query"
-    if pd.isna(row["p_ttest"]) or pd.isna(row["mdd"]):
+    if pd.isna(row["p_ttest_holm"]) or pd.isna(row["mdd"]):
         return "cannot tell (no variance)"
-    if row["p_ttest"] <= ALPHA:
-        return f"detected: p = {row['p_ttest']:.3g} ≤ {ALPHA:g}"
+    if row["p_ttest_holm"] <= ALPHA:
+        return f"detected: {_p_phrase(row['p_ttest_holm'])} ≤ {ALPHA:g} (Holm)"
     if row["underpowered"]:
         return f"underpowered: |Δ| {abs(row['delta']):.4f} < MDD {row['mdd']:.4f}; this query set could miss a difference this small"
     return f"not significant, although |Δ| ≥ MDD {row['mdd']:.4f}"
@@ -228,8 +234,8 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
     sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
                 ("metrics", "Systems and metrics",
                  f'<p class="note">{query_counts(comparison)}; '
-                 f'{html.escape(coverage_note(comparison) + "; " if coverage_note(comparison) else "")}mean [95% bootstrap CI]; Δ and p-values (paired t-test, '
-                 f"randomization test, Holm-corrected) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
+                 f'{html.escape(coverage_note(comparison) + "; " if coverage_note(comparison) else "")}mean [95% bootstrap CI]; Δ [95% t-interval of the paired difference] and p-values (paired t-test, '
+                 f"randomization test, Holm-corrected; every p in this report) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
                  "per-query wins/ties/losses; best value highlighted.</p>"
                  + "".join(_metric_block(comparison, wide, m) for m in comparison.metrics)),
                 ("power", "Effect size and power",

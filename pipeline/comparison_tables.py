@@ -28,14 +28,16 @@ def p_text(value: float) -> str:
 
 
 def wide_table(comparison: Comparison, bold: tuple[str, str] = ("", "*")) -> pd.DataFrame:
-    """One row per system; per metric: mean [CI] (best marked), Δ, Holm-corrected p-values, W/T/L."""
+    """One row per system; per metric: mean [CI] (best marked), Δ [its 95% CI], Holm-corrected p-values, W/T/L."""
     open_mark, close_mark = bold
     out = pd.DataFrame(index=pd.Index([s.label for s in comparison.systems], name="system"))
     for metric in comparison.metrics:
         rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
         cell = rows.apply(lambda r: "" if pd.isna(r["mean"]) else f"{r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]", axis=1)
         out[metric] = [f"{open_mark}{c}{close_mark}" if best else c for c, best in zip(cell, rows["best"])]
-        out[f"Δ {metric}"] = [("baseline" if r["baseline"] else "" if pd.isna(r["delta"]) else f"{r['delta']:+.4f}") for _, r in rows.iterrows()]
+        out[f"Δ {metric}"] = [("baseline" if r["baseline"] else "" if pd.isna(r["delta"]) else f"{r['delta']:+.4f}"
+                               + ("" if pd.isna(r["delta_ci_low"]) else f" [{r['delta_ci_low']:+.4f}, {r['delta_ci_high']:+.4f}]"))
+                              for _, r in rows.iterrows()]
         out[f"p t-test {metric}"] = rows["p_ttest_holm"].map(p_text)
         out[f"p rand. {metric}"] = rows["p_randomization_holm"].map(p_text)
         out[f"W/T/L {metric}"] = rows.apply(lambda r: "" if pd.isna(r["wins"]) else f"{int(r['wins'])}/{int(r['ties'])}/{int(r['losses'])}", axis=1)
@@ -64,8 +66,8 @@ def render(comparison: Comparison, fmt: str, width: int | None = TEXT_WIDTH) -> 
         reference = {"reference": comparison.reference.summary()} if comparison.reference else {}
         return json_text({"baseline": comparison.baseline.label, "metrics": comparison.metrics, "queries": len(comparison.queries),
                            "rows": json.loads(comparison.table.to_json(orient="records")), **reference}, indent=2)
-    footer = (f"{query_counts(comparison)}; mean [95% bootstrap CI]; p: paired t-test and randomization test "
-              f"against {comparison.baseline.label}, Holm-corrected; W/T/L: per-query wins/ties/losses; best marked")
+    footer = (f"{query_counts(comparison)}; mean [95% bootstrap CI]; Δ [95% t-interval of the paired difference]; p: paired t-test "
+              f"and randomization test against {comparison.baseline.label}, Holm-corrected (every p in this report); W/T/L: per-query wins/ties/losses; best marked")
     coverage = f". {coverage_note(comparison)}" if coverage_note(comparison) else ""
     if fmt == "markdown":
         wide = wide_table(comparison, ("**", "**"))

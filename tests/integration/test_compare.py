@@ -88,11 +88,13 @@ def test_means_equal_but_for_float_rounding_tie_for_the_best_mark() -> None:
     assert render(comparison, "table").count("]*") == 2 and render(comparison, "markdown").count("| **0.4000") == 2
     assert render(comparison, "latex").count(r"\textbf{0.4000") == 2
     assert html_report(comparison, "t", []).count('<tr class="best">') == 2
-    assert verdicts(comparison)[0].startswith("dense best on p@5: 0.4000, +0.2000 over bm25")
+    assert verdicts(comparison)[0].startswith("dense best on p@5 (tied with hybrid): 0.4000, +0.2000 over bm25")
     job_table = report_table(pd.DataFrame({"bm25": [0.2], "dense": [means[1]], "hybrid": [means[2]]}, index=["p@5"]))
     assert job_table.count("0.4000*") == 2
     tied = compare_systems([rows[1], rows[2]], ["p@5"], rows[2], resamples=100)  # the baseline ties: it is the verdict's best
-    assert verdicts(tied)[0].startswith("hybrid (the baseline) best on p@5: 0.4000; next dense, +0.0000")
+    assert verdicts(tied)[0] == "all 2 systems equal on p@5: 0.4000"  # ties are named, never "next ..., +0.0000"
+    with_bm25 = compare_systems(rows[::-1], ["p@5"], rows[2], resamples=100)
+    assert verdicts(with_bm25)[0].startswith("hybrid (the baseline) best on p@5 (tied with dense): 0.4000; next bm25, -0.2000")
     rng = np.random.default_rng(0)  # against the rule written out: max - v <= 1e-12 * |max|
     for _ in range(200):
         values = pd.Series(rng.choice([0.0, 1 / 3, 2 / 3, 1.0, -0.5], size=5) * (1 + rng.choice([0, 1e-13, 1e-11], size=5)))
@@ -203,6 +205,8 @@ def test_failure_report_shows_why() -> None:
 
 def test_compare_over_a_real_sweep(toy_sweep, tmp_path) -> None:
     client = MlflowClient(toy_sweep.uri)
+    judged, _ = run_compare(toy_sweep.uri, sweep="latest", metrics=["ndcg@10"], log_to_mlflow=False)  # no --baseline: the sweep's default
+    assert judged.baseline.label == "hybrid k=60 (default)" and judged.table.set_index("system").loc["hybrid k=10", "delta"] == 0.0
     comparison, text = run_compare(toy_sweep.uri, sweep="latest", metrics=["ndcg@10", "map"], baseline="bm25",
                                    fmt="markdown", plot_file=str(tmp_path / "plot.png"), failures=3)
     labels = [s.label for s in comparison.systems]
@@ -221,7 +225,7 @@ def test_compare_over_a_real_sweep(toy_sweep, tmp_path) -> None:
     assert logged[0].data.metrics["hybrid_k_30/ndcg_at_10"] == pytest.approx(float(comparison.table.query(
         "system == 'hybrid k=30' and metric == 'ndcg@10'")["mean"].iloc[0]))  # each row's metrics name it
     note = logged[0].data.tags["mlflow.note.content"]
-    assert note.startswith("- ") and " best on ndcg@10: " in note and "| hybrid k=30 |" in note and "artifacts/report.html)" in note
+    assert note.startswith("- ") and " best on ndcg@10 (tied with hybrid k=1, " in note and "| hybrid k=30 |" in note and "artifacts/report.html)" in note
     artifacts = {f.path for f in client.list_artifacts(logged[0].info.run_id)} | {f.path for f in client.list_artifacts(logged[0].info.run_id, "failures")}
     assert {"comparison.md", "comparison.csv", "comparison.json", "comparison.png", "failures/dense.md", "failures/hybrid_k=30.md"} <= artifacts
 

@@ -96,7 +96,7 @@ def test_eval_computes_the_plugin_metric(job: Path, with_plugin: Path, capsys) -
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[:2] for line in lines] == [["best_grade@5".ljust(16), "all"], ["ndcg@10".ljust(16), "all"]]
     mean = results["best_grade@5"]
-    assert lines[0].split("\t")[2:] == [f"{mean['mean']:.4f}", f"(std {mean['std']:.4f}, 95% CI {mean['ci_low']:.4f}-{mean['ci_high']:.4f}, n=6)"]
+    assert lines[0].split("\t")[2:] == [f"{mean['mean']:.4f}", f"(std {mean['std']:.4f}, 95% CI {mean['ci_low']:.4f}-{mean['ci_high']:.4f}, n=6 judged queries (trec_eval))"]
 
 
 def test_metrics_lists_every_metric_with_a_description(with_plugin: Path, capsys) -> None:

@@ -58,7 +58,7 @@ def test_report_fits_1280_px_with_verdict_contents_and_wins_table(tmp_path) -> N
             power = page.locator("#power ~ table").first.inner_text()
             rows = comparison.table[~comparison.table["baseline"]]
             assert power.count("underpowered: |Δ|") == int(rows["underpowered"].sum()) >= 1  # dense vs bm25 (6 queries) is one
-            assert power.count("detected: p = ") == int((rows["p_ttest"] <= 0.05).sum()) >= 1
+            assert power.count("detected: p") == int((rows["p_ttest_holm"] <= 0.05).sum()) >= 1
             assert "no slices in this dataset" in page.content()
             summary = page.locator("summary").filter(has_text="hybrid fusion.rrf.k=60").first
             summary.click()

@@ -1,28 +1,23 @@
-"""Rank and score fusion: pure functions over runs.
+"""Rank and score fusion as stages: every method of :mod:`ragtrack.retrievers.fusion_methods` (the
+formulas and references are there; ranx's 25 methods and normalizations), plus linear fusion.
 
 Every function fuses the ``members`` of ``runs`` (each member cut at its top ``depth`` documents in
 trec_eval order) into the run ``system``, keeping the top ``depth``; ``weights`` give one weight per
-member (default 1).
+member (default 1). The RRF, CombSUM and CombMNZ of ragtrack's first releases are those methods:
 
-Reciprocal Rank Fusion (Cormack, Clarke & Büttcher, SIGIR 2009):
-score(d) = Σ_{runs r ∋ d} w_r / (k + rank_r(d)), ranks 1-based.
-
-Score fusion (Fox & Shaw, TREC-2 1994; normalizations after Lee, SIGIR 1997) first normalizes each
-member's scores per query over its top ``depth`` list, s' = norm(s):
-
-- ``none``:   s' = s
-- ``minmax``: s' = (s − min) / (max − min); a list whose scores are all equal gets s' = 1
-- ``zscore``: s' = (s − mean) / std (population std); a list with std 0 gets s' = 0
-- ``max``:    s' = s / max(max, 1e-9) (ranx's ``max_norm``): a list whose maximum is ≤ 1e-9 (all scores
-  negative: reranker logits, log-probabilities) is divided by 1e-9, so its order is kept, never reversed
-
-then combines them:
-
-- CombSUM: score(d) = Σ_{r ∋ d} w_r · s'_r(d)
+- RRF (Cormack, Clarke & Büttcher, SIGIR 2009): score(d) = Σ_{runs r ∋ d} w_r / (k + rank_r(d))
+- CombSUM (Fox & Shaw, TREC-2 1994): score(d) = Σ_{r ∋ d} w_r · s'_r(d), s' = norm(s) per query over
+  each member's top ``depth`` (normalizations after Lee, SIGIR 1997: none, minmax, zscore, max, sum,
+  rank, borda, minmax-inverted); ``max`` is s / max(max, 1e-9) (ranx's ``max_norm``): a list whose
+  maximum is ≤ 1e-9 (all scores negative) is divided by 1e-9, so its order is kept, never reversed
 - CombMNZ: score(d) = |{r ∋ d}| · Σ_{r ∋ d} w_r · s'_r(d)
-- linear (convex combination, Bruch, Gai & Ingber, TOIS 2023): score(d) = Σ_r α_r · s'_r(d) with
-  α_r = w_r / Σ w; a document missing from member r takes r's lowest normalized score for that
-  query (the most it could have had without being retrieved), not 0.
+
+Linear (convex combination, Bruch, Gai & Ingber, TOIS 2023): score(d) = Σ_r α_r · s'_r(d) with
+α_r = w_r / Σ w; a document missing from member r takes r's lowest normalized score for that query
+(the most it could have had without being retrieved), not 0.
+
+The learned methods (:class:`LearnedFusion`) fit on the runs and judgments of training queries named by
+``train`` and refuse to fuse a query they were trained on.
 """
 
 from __future__ import annotations
@@ -30,23 +25,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, Strict, ValidationInfo, field_validator
 
+from ragtrack.core.checksums import file_sha256
+from ragtrack.core.data import load_qrels
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.runs import Run, rank_documents
-from ragtrack.core.settings import Count, NonNegative, Normalization, SystemName, SystemSettings, validated
+from ragtrack.core.runs import Run, read_trec
+from ragtrack.core.settings import (Count, Fraction, InputPath, NonNegative, NonNegativeInt, Normalization, Section, SystemName,
+                                    SystemSettings, validated)
 from ragtrack.core.stages import Stage, StageContext, StageOutput, chain_key
+from ragtrack.retrievers.fusion_methods import Trained, members_of, condorcet, fuse, normalize, top
 
-
-def _members(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None) -> list[tuple[Run, float]]:
-    missing = [name for name in members if name not in runs]
-    if missing:
-        raise RagtrackError(f"fusion members {missing} are not among the systems of this job ({', '.join(runs)})")
-    if weights is not None and len(weights) != len(members):
-        raise RagtrackError(f"fusion has {len(members)} members but {len(weights)} weights")
-    return [(runs[name], 1.0 if weights is None else float(w)) for name, w in zip(members, weights or [None] * len(members))]
+__all__ = ["combmnz", "combsum", "condorcet", "fuse", "linear_fusion", "normalize", "reciprocal_rank_fusion"]
 
 
 def reciprocal_rank_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str = "hybrid",
@@ -54,53 +47,19 @@ def reciprocal_rank_fusion(runs: Mapping[str, Run], members: Sequence[str], syst
     """Fuse ``members`` of ``runs`` into the run ``system`` with RRF (see module docstring)."""
     if k < 0:
         raise RagtrackError(f"RRF k must be >= 0, got {k}")
-    fused: dict[str, dict[str, float]] = {}
-    for run, weight in _members(runs, members, weights):
-        contributions = [weight / (k + rank) for rank in range(1, depth + 1)]
-        for qid, ranked in run.rankings():
-            scores = fused.setdefault(qid, {})
-            seen = scores.get
-            for (doc_id, _), contribution in zip(ranked, contributions):
-                scores[doc_id] = seen(doc_id, 0.0) + contribution
-    return _top(system, fused, depth)
+    return fuse(runs, members, "rrf", system, depth, weights, k=k)
 
 
-def _top(system: str, fused: dict[str, dict[str, float]], depth: int) -> Run:
-    """The fused run, each query cut at its top ``depth`` documents in trec_eval order."""
-    return Run.from_rankings(system, {qid: rank_documents(scores)[:depth] for qid, scores in fused.items()})
+def combsum(runs: Mapping[str, Run], members: Sequence[str], system: str = "combsum", depth: int = 100,
+            weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
+    """CombSUM of normalized scores (see module docstring); with weights, ranx's weighted sum."""
+    return fuse(runs, members, "combsum", system, depth, weights, normalization)
 
 
-def _minmax(scores: list[float]) -> list[float]:
-    low, high = min(scores), max(scores)
-    return [1.0] * len(scores) if high == low else [(s - low) / (high - low) for s in scores]
-
-
-def _zscore(scores: list[float]) -> list[float]:
-    mean = sum(scores) / len(scores)
-    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
-    return [0.0] * len(scores) if std == 0 else [(s - mean) / std for s in scores]
-
-
-MAX_NORM_FLOOR = 1e-9  # ranx's: the least ``max`` divides by, so a non-positive maximum never flips the signs
-
-
-def _max(scores: list[float]) -> list[float]:
-    high = max(max(scores), MAX_NORM_FLOOR)
-    return [s / high for s in scores]
-
-
-NORMALIZATIONS: dict[str, Callable[[list[float]], list[float]]] = {
-    "none": list, "minmax": _minmax, "zscore": _zscore, "max": _max,
-}
-
-
-def normalize(ranked: Sequence[tuple[str, float]], method: str) -> dict[str, float]:
-    """Normalized scores of one ranked list (see module docstring for the formulas)."""
-    if method not in NORMALIZATIONS:
-        raise RagtrackError(f"unknown score normalization {method!r}; known: {', '.join(NORMALIZATIONS)}")
-    if not ranked:
-        return {}
-    return dict(zip([doc_id for doc_id, _ in ranked], NORMALIZATIONS[method]([float(s) for _, s in ranked])))
+def combmnz(runs: Mapping[str, Run], members: Sequence[str], system: str = "combmnz", depth: int = 100,
+            weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
+    """CombMNZ: CombSUM times the number of members that retrieved the document."""
+    return fuse(runs, members, "combmnz", system, depth, weights, normalization)
 
 
 def _normalized_members(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None,
@@ -108,34 +67,7 @@ def _normalized_members(runs: Mapping[str, Run], members: Sequence[str], weights
     """Per member: {qid: {doc: normalized score}} over its top ``depth``, with its weight."""
     normalize([], normalization)  # unknown names fail before any work
     return [({qid: normalize(ranked[:depth], normalization) for qid, ranked in run.rankings()}, weight)
-            for run, weight in _members(runs, members, weights)]
-
-
-def _comb(runs: Mapping[str, Run], members: Sequence[str], system: str, depth: int,
-          weights: Sequence[float] | None, normalization: str, multiply_by_hits: bool) -> Run:
-    fused: dict[str, dict[str, float]] = {}
-    hits: dict[str, dict[str, int]] = {}
-    for scores_by_query, weight in _normalized_members(runs, members, weights, depth, normalization):
-        for qid, scores in scores_by_query.items():
-            total, count = fused.setdefault(qid, {}), hits.setdefault(qid, {})
-            for doc_id, score in scores.items():
-                total[doc_id] = total.get(doc_id, 0.0) + weight * score
-                count[doc_id] = count.get(doc_id, 0) + 1
-    if multiply_by_hits:
-        fused = {qid: {d: s * hits[qid][d] for d, s in scores.items()} for qid, scores in fused.items()}
-    return _top(system, fused, depth)
-
-
-def combsum(runs: Mapping[str, Run], members: Sequence[str], system: str = "combsum", depth: int = 100,
-            weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
-    """CombSUM of normalized scores (see module docstring)."""
-    return _comb(runs, members, system, depth, weights, normalization, multiply_by_hits=False)
-
-
-def combmnz(runs: Mapping[str, Run], members: Sequence[str], system: str = "combmnz", depth: int = 100,
-            weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
-    """CombMNZ: CombSUM times the number of members that retrieved the document."""
-    return _comb(runs, members, system, depth, weights, normalization, multiply_by_hits=True)
+            for run, weight in members_of(runs, members, weights)]
 
 
 def linear_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str = "linear", depth: int = 100,
@@ -151,7 +83,7 @@ def linear_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str =
         documents = dict.fromkeys(doc_id for scores, _ in lists for doc_id in scores)
         fused[qid] = {doc_id: sum(alpha * scores.get(doc_id, min(scores.values(), default=0.0)) for scores, alpha in lists)
                       for doc_id in documents}
-    return _top(system, fused, depth)
+    return top(system, fused, depth)
 
 
 # ----------------------------------------------------------------------------- fusion as a stage
@@ -188,6 +120,62 @@ class LinearSettings(CombSettings, extra="forbid"):
         if weights is not None and not sum(weights) > 0:
             raise ValueError("weights >= 0 with a positive sum")
         return weights
+
+    @field_validator("normalization")
+    @classmethod
+    def _one_list_at_a_time(cls, normalization: str) -> str:
+        if normalization == "borda":
+            raise ValueError("borda reads every member's documents; linear fusion normalizes each list alone")
+        return normalization
+
+
+class GMNZSettings(CombSettings, extra="forbid"):
+    gamma: NonNegative = 0.5  # CombGMNZ's exponent of the number of members: 0 is CombSUM, 1 CombMNZ
+
+
+class RankSettings(FusionSettings, extra="forbid"):
+    """A rank method: reads each member's order only."""
+
+
+class LogNISRSettings(FusionSettings, extra="forbid"):
+    sigma: Fraction = 0.01
+
+
+class RBCSettings(FusionSettings, extra="forbid"):
+    phi: Annotated[float, Strict(), Field(gt=0, lt=1)] = 0.8
+
+
+class TrainSettings(Section):
+    """Where a learned fusion learns: judgments (BEIR or TREC qrels) of training queries, and each
+    member's TREC run on those queries (``{member: path}``); none of them may be fused."""
+
+    qrels: InputPath
+    runs: dict[SystemName, InputPath]
+
+
+class LearnedSettings(FusionSettings, extra="forbid"):
+    train: TrainSettings | None = None
+    relevance_threshold: Count = 1
+
+    @field_validator("train")
+    @classmethod
+    def _a_run_per_member(cls, train: TrainSettings | None, info: ValidationInfo) -> TrainSettings | None:
+        members = info.data.get("members") or []
+        if train is not None and sorted(train.runs) != sorted(members):
+            raise ValueError(f"one training run per member ({', '.join(members)}), got {', '.join(train.runs) or 'none'}")
+        return train
+
+
+class SegFuseSettings(LearnedSettings, extra="forbid"):
+    normalization: Normalization = "minmax"
+
+
+class ProbFuseSettings(LearnedSettings, extra="forbid"):
+    segments: Count = 10
+
+
+class SlideFuseSettings(LearnedSettings, extra="forbid"):
+    window: NonNegativeInt = 5
 
 
 class Fusion(Stage):
@@ -247,3 +235,79 @@ class LinearFusion(Fusion):
 
     settings_schema = LinearSettings
     method = staticmethod(linear_fusion)
+
+
+def _method_stage(method: str, settings: type[FusionSettings], title: str) -> type[Fusion]:
+    """The stage of a method of :func:`fuse` (its formula: :mod:`ragtrack.retrievers.fusion_methods`)."""
+    def fuse_by(self: Fusion, runs: Mapping[str, Run]) -> Run:
+        return fuse(runs, method=method, **self.identity())
+    return type(title, (Fusion,), {"__doc__": f"{title} (:func:`ragtrack.retrievers.fusion_methods.fuse`, ``{method}``).",
+                                   "settings_schema": settings, "fuse": fuse_by, "__module__": __name__})
+
+
+CombMIN = _method_stage("combmin", CombSettings, "CombMIN")
+CombMAX = _method_stage("combmax", CombSettings, "CombMAX")
+CombMED = _method_stage("combmed", CombSettings, "CombMED")
+CombANZ = _method_stage("combanz", CombSettings, "CombANZ")
+CombGMNZ = _method_stage("combgmnz", GMNZSettings, "CombGMNZ")
+WMNZ = _method_stage("wmnz", CombSettings, "WMNZ")
+Mixed = _method_stage("mixed", CombSettings, "Mixed")
+ISR = _method_stage("isr", RankSettings, "ISR")
+LogISR = _method_stage("log_isr", RankSettings, "LogISR")
+LogNISR = _method_stage("logn_isr", LogNISRSettings, "LogNISR")
+RBC = _method_stage("rbc", RBCSettings, "RBC")
+Borda = _method_stage("borda", RankSettings, "Borda")
+
+
+class Condorcet(Fusion):
+    """Condorcet fusion, weighted with ``weights`` (:func:`ragtrack.retrievers.fusion_methods.condorcet`)."""
+
+    settings_schema = RankSettings
+    method = staticmethod(condorcet)
+
+
+class LearnedFusion(Fusion):
+    """A fusion that learns from judged training queries (:class:`ragtrack.retrievers.fusion_methods.Trained`):
+    fitted on ``train`` (the qrels and each member's run on the training queries) when it first fuses,
+    and refusing any query it was trained on. A subclass names its ``learned`` method."""
+
+    settings_schema: type[LearnedSettings] = LearnedSettings
+    learned: str
+
+    def __init__(self, name: str | None = None, **values):
+        super().__init__(name, **values)
+        if self.settings.train is None:
+            raise RagtrackError(f"fusion {self.settings.system!r} ({self.learned}) learns from judged training queries: set its "
+                                "train.qrels and train.runs ({member: run file on those queries}); never the reported queries")
+        self.trained: Trained | None = None
+
+    def identity(self) -> dict:
+        identity = super().identity()
+        train = self.settings.train
+        identity["train"] = {"qrels": file_sha256(Path(train.qrels)), "runs": {m: file_sha256(Path(p)) for m, p in sorted(train.runs.items())}}
+        return identity
+
+    def fit(self, runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]]) -> "LearnedFusion":
+        """Learn from the members' ``runs`` on training queries and their judgments ``qrels``."""
+        values = self.settings.model_dump(exclude={"type", "target", "alias", "train", "relevance_threshold"})
+        self.trained = Trained(self.learned, threshold=self.settings.relevance_threshold, **values).fit(runs, dict(qrels))
+        return self
+
+    def fuse(self, runs: Mapping[str, Run]) -> Run:
+        if self.trained is None:
+            train = self.settings.train
+            self.fit({m: read_trec(path, m) for m, path in train.runs.items()}, load_qrels(Path(train.qrels))[0])
+        return self.trained.fuse(runs)
+
+
+def _learned_stage(method: str, settings: type[LearnedSettings], title: str) -> type[LearnedFusion]:
+    return type(title, (LearnedFusion,), {"__doc__": f"{title}, learned on training queries (``{method}``).",
+                                          "settings_schema": settings, "learned": method, "__module__": __name__})
+
+
+PosFuse = _learned_stage("posfuse", LearnedSettings, "PosFuse")
+ProbFuse = _learned_stage("probfuse", ProbFuseSettings, "ProbFuse")
+SegFuse = _learned_stage("segfuse", SegFuseSettings, "SegFuse")
+SlideFuse = _learned_stage("slidefuse", SlideFuseSettings, "SlideFuse")
+BayesFuse = _learned_stage("bayesfuse", LearnedSettings, "BayesFuse")
+MAPFuse = _learned_stage("mapfuse", LearnedSettings, "MAPFuse")

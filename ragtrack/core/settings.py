@@ -36,7 +36,7 @@ SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$", max
                                   description=f"a system name (letters, digits, _ . + -, starting with a letter or digit; "
                                               f"at most {MAX_NAME_LENGTH} characters)")]
 MetricName = Annotated[str, Field(min_length=1, description="a metric name (ragtrack metrics lists them)")]
-Normalization = Literal["none", "minmax", "zscore", "max"]
+Normalization = Literal["none", "minmax", "zscore", "max", "sum", "rank", "borda", "minmax-inverted"]
 REGEX_TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # the regex analyzer's token: a run of 2+ word characters (scikit-learn's default)
 
 

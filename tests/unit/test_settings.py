@@ -108,7 +108,7 @@ HOSTILE = {
                            "fusion.rrf.system: '../x' is not allowed: a system name (letters, digits, _ . + -, starting with a letter or digit; at most 100 characters)"),
     "linear weights zero sum": (["fusion=[linear]", "fusion.linear.weights=[0,0]"], "fusion.linear.weights: [0, 0] is not allowed: weights >= 0 with a positive sum"),
     "normalization unknown": (["fusion=[combsum]", "fusion.combsum.normalization=l2"],
-                              "fusion.combsum.normalization: 'l2' is not allowed: one of none, minmax, zscore, max"),
+                              "fusion.combsum.normalization: 'l2' is not allowed: one of none, minmax, zscore, max, sum, rank, borda, minmax-inverted"),
     "bm25 k1 negative": (["retriever.bm25.k1=-3"], "retriever.bm25.k1: -3 is not allowed: a finite number >= 0"),
     "bm25 b above 1": (["retriever.bm25.b=1.5"], "retriever.bm25.b: 1.5 is not allowed: a finite number in [0, 1]"),
     "bm25 b nan": (["retriever.bm25.b=nan"], "retriever.bm25.b: nan is not allowed: a finite number in [0, 1]"),

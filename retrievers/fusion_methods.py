@@ -1,0 +1,436 @@
+"""The fusion methods of the literature, after ranx (Bassani & Romelli, CIKM 2022): one scoring core.
+
+Per query, each member's top ``depth`` list (trec_eval order, rank p = 1, 2, ...) is normalized,
+s' = norm(s), then every method is a value per member and document, v_r(d), and a combination of the
+values of the members that retrieved d (M(d), |M(d)| of them), with one weight w_r per member
+(default 1; ``weighted sum``, weighted Borda and weighted Condorcet are CombSUM, Borda and Condorcet
+with ``weights``). A method with a fill gives a document missing from member r that value instead.
+
+Normalizations (per member list of n scores; Lee, SIGIR 1997; Montague & Aslam, CIKM 2001; ranx):
+
+- ``none``: s;  ``max``: s / max(max s, 1e-9);  ``zscore``: (s − mean) / std, 0 when std = 0
+- ``minmax``: (s − min) / (max − min), 1 when all equal;  ``minmax-inverted``: minmax(−s), re-ranked
+  (for distances: the lowest score first)
+- ``sum``: (s − min) / max(Σ s − n·min, 1e-9);  ``rank``: 1 − (p − 1) / n
+- ``borda``: 1 − (p − 1) / N, N the candidates (documents of any member) of the query; a document the
+  member did not retrieve gets 0.5 − (n − 1) / (2N), so every member then holds every candidate
+
+Score methods (v_r = w_r · s'_r unless said; Fox & Shaw, TREC-2 1994; Lee 1997; Wu & Crestani, CIKM 2002):
+
+- CombSUM Σ_{M(d)} v;  CombMNZ |M(d)| · Σ v;  CombGMNZ |M(d)|^γ · Σ v;  CombANZ Σ v / |M(d)|
+- CombMIN min_{M(d)} v;  CombMAX max_{M(d)} v;  CombMED the median of {v_r : r ∈ M(d)}
+- WMNZ Σ_{M(d)} s' · Σ_{M(d)} w;  Mixed |M(d)|^½ · Σ_{M(d)} w · s' (ranx's ``mixed``)
+
+Rank methods (the member's order only; v_r = w_r · f(p)):
+
+- RRF 1 / (k + p) (Cormack et al., SIGIR 2009), combined by CombSUM
+- ISR 1 / p², by CombMNZ; log-ISR 1 / p², Σ v · ln |M(d)|; logN-ISR Σ v · ln(|M(d)| + σ)
+  (Mourão, Martins & Magalhães, CMIG 2015)
+- RBC (1 − φ) · φ^(p−1), by CombSUM (Bailey et al., SIGIR 2017)
+- Borda N − p + 1, fill (N − n + 1) / 2, by CombSUM (Aslam & Montague, SIGIR 2001)
+- Condorcet (Montague & Aslam, CIKM 2002): candidates sorted by pairwise majority, d before e when
+  Σ w over the members ranking d above e exceeds Σ w over those ranking e above d (a member that
+  ranked neither votes for neither), by a stable merge sort starting from the Borda order (the sum of
+  ranks, a missing one counted N + 1; ties in trec_eval order), which equal votes keep; the i-th
+  (from 0) scores N − i. ranx's ``condorcet`` differs (a documented bug here): its candidates start in
+  a Python set's order, which changes with PYTHONHASHSEED, and a member that ranked neither d nor e
+  votes for whichever is compared second, so its output is not reproducible; on judgments without
+  ties or cycles both are the unique Condorcet order (tested).
+
+Learned methods (fitted on training queries only: :class:`Trained`; h_q(p) = 1 if the document at rank
+p of query q is relevant, T the training queries):
+
+- PosFuse: v = P(p), P(p) = mean over q ∈ T with a rank p of h_q(p) (Lillis et al., SIGIR 2006)
+- ProbFuse: S segments of ⌈n/S⌉ ranks; v = P_k / k for rank p in segment k (from 1), P_k the mean
+  over T of the relevant fraction of segment k (Lillis et al., SIGIR 2006)
+- SegFuse: segments with bounds 0, 5, 15, 35, 75, ... (10 · 2^(k−1) − 5, ranx's reading of
+  Shokouhi, ECIR 2007); v = P_k · (s' + 1), P_k the mean over T of hits in segment k / its size; 0
+  below rank 5115
+- SlideFuse: v = mean of P over ranks max(p − w, 1) .. min(p + w, n) (Lillis et al., ECIR 2008)
+- BayesFuse: v = ln(P_k / (1 − P_k)) on the segments 0-5-10-15-20-30-100-200-500-1000, P_k the mean
+  precision over T of segment k (0 and 1 moved 0.001 inward); fill ln(0.001 / 0.999), which also
+  scores ranks past 1000 (ranx reads past its array there) (Aslam & Montague, SIGIR 2001)
+- MAPFuse: v = MAP_r / p, MAP_r the member's mean average precision over T (Lillis et al., 2010)
+
+All learned methods combine by CombSUM, BayesFuse over every member (with the fill). Equal fused
+scores are ranked in trec_eval order, and the fused run keeps the top ``depth``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cmp_to_key
+
+import numpy as np
+
+from ragtrack.core.data import Qrels
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import Run, rank_documents
+
+# ----------------------------------------------------------------------------- normalizations
+MAX_NORM_FLOOR = 1e-9  # ranx's: the least ``max``, ``sum`` and the inverted min-max divide by
+
+
+def _minmax(s: np.ndarray) -> np.ndarray:
+    low, high = s.min(), s.max()
+    return np.ones_like(s) if high == low else (s - low) / (high - low)
+
+
+def _zscore(s: np.ndarray) -> np.ndarray:
+    std = s.std()
+    return np.zeros_like(s) if std == 0 else (s - s.mean()) / std
+
+
+NORMALIZATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "none": lambda s: s,
+    "minmax": _minmax,
+    "zscore": _zscore,
+    "max": lambda s: s / max(s.max(), MAX_NORM_FLOOR),
+    "sum": lambda s: (s - s.min()) / max(s.sum() - s.min() * len(s), MAX_NORM_FLOOR),
+    "rank": lambda s: 1 - np.arange(len(s)) / len(s),
+    "minmax-inverted": lambda s: _minmax(-s),
+    "borda": lambda s: s,  # needs the query's candidates: set in :func:`_candidates`
+}
+REORDERING = {"minmax-inverted", "borda"}
+
+
+def check_normalization(method: str) -> None:
+    if method not in NORMALIZATIONS:
+        raise RagtrackError(f"unknown score normalization {method!r}; known: {', '.join(NORMALIZATIONS)}")
+
+
+def normalize(ranked: Sequence[tuple[str, float]], method: str) -> dict[str, float]:
+    """Normalized scores of one ranked list (see the module docstring for the formulas)."""
+    check_normalization(method)
+    if method == "borda":
+        raise RagtrackError("the borda normalization reads every member's documents: a fusion method applies it, not a single list")
+    if not ranked:
+        return {}
+    values = NORMALIZATIONS[method](np.array([s for _, s in ranked], dtype=float))
+    return dict(zip([doc_id for doc_id, _ in ranked], values.tolist()))
+
+
+# ----------------------------------------------------------------------------- the scoring core
+@dataclass
+class Member:
+    """One member's list for one query: documents in rank order, their normalized scores, and the
+    value of a document it did not retrieve (NaN: none; ``borda`` normalization sets one)."""
+
+    docs: list[str]
+    scores: np.ndarray
+    fill: float = math.nan
+
+    @classmethod
+    def of(cls, ranked: Sequence[tuple[str, float]], normalization: str) -> "Member":
+        if not ranked:
+            return cls([], np.zeros(0))
+        member = cls([d for d, _ in ranked], NORMALIZATIONS[normalization](np.array([s for _, s in ranked], dtype=float)))
+        if normalization == "minmax-inverted":
+            reranked = rank_documents(dict(zip(member.docs, member.scores.tolist())))
+            member = cls([d for d, _ in reranked], np.array([s for _, s in reranked]))
+        return member
+
+
+Values = Callable[[Member, int, int], np.ndarray]  # (member, its index, candidates N) -> a value per document
+Combine = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (values m × N, present m × N, weights) -> fused
+
+
+@dataclass(frozen=True)
+class Method:
+    """A fusion method: each member's values, the value of a missing document (``fill``; None: the
+    normalization's) and how the values of one document combine."""
+
+    values: Values
+    combine: Combine
+    fill: Callable[[Member, int, int], float] | None = None
+
+
+def scores_of(member: Member, index: int, n: int) -> np.ndarray:
+    return member.scores
+
+
+def ranks(member: Member) -> np.ndarray:
+    return np.arange(1, len(member.docs) + 1, dtype=float)
+
+
+def _masked(values: np.ndarray, present: np.ndarray, absent: float) -> np.ndarray:
+    return np.where(present, values, absent)
+
+
+def weighted_sum(values, present, w):
+    return (w[:, None] * values * present).sum(axis=0)
+
+
+def _times_hits(power: float) -> Combine:
+    return lambda values, present, w: weighted_sum(values, present, w) * present.sum(axis=0) ** power
+
+
+def _times_log_hits(sigma: float) -> Combine:
+    return lambda values, present, w: weighted_sum(values, present, w) * np.log(present.sum(axis=0) + sigma)
+
+
+COMBINE: dict[str, Combine] = {
+    "sum": weighted_sum,
+    "mnz": _times_hits(1.0),
+    "anz": _times_hits(-1.0),
+    "min": lambda values, present, w: _masked(w[:, None] * values, present, math.inf).min(axis=0),
+    "max": lambda values, present, w: _masked(w[:, None] * values, present, -math.inf).max(axis=0),
+    "med": lambda values, present, w: np.nanmedian(_masked(w[:, None] * values, present, math.nan), axis=0),
+    "wmnz": lambda values, present, w: (values * present).sum(axis=0) * (w[:, None] * present).sum(axis=0),
+    "mixed": _times_hits(0.5),
+}
+
+
+def members_of(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None) -> list[tuple[Run, float]]:
+    missing = [name for name in members if name not in runs]
+    if missing:
+        raise RagtrackError(f"fusion members {missing} are not among the systems of this job ({', '.join(runs)})")
+    if weights is not None and len(weights) != len(members):
+        raise RagtrackError(f"fusion has {len(members)} members but {len(weights)} weights")
+    return [(runs[name], 1.0 if weights is None else float(w)) for name, w in zip(members, weights or [None] * len(members))]
+
+
+def query_lists(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None, depth: int,
+                normalization: str) -> tuple[np.ndarray, dict[str, list[Member]]]:
+    """The weights and, per query (of any member), each member's normalized top ``depth``."""
+    check_normalization(normalization)
+    chosen = members_of(runs, members, weights)
+    qids = dict.fromkeys(qid for run, _ in chosen for qid in run.scores)
+    lists = {qid: [Member.of(run.ranking(qid)[:depth], normalization) for run, _ in chosen] for qid in qids}
+    return np.array([w for _, w in chosen]), lists
+
+
+def _candidates(lists: list[Member], normalization: str) -> tuple[dict[str, int], list[np.ndarray]]:
+    """The query's candidates (first-seen order) and each member's columns; sets the ``borda`` normalization."""
+    index: dict[str, int] = {}
+    columns = [np.fromiter((index.setdefault(d, len(index)) for d in m.docs), np.intp, len(m.docs)) for m in lists]
+    if normalization == "borda":
+        n = len(index)
+        for m in lists:
+            m.scores, m.fill = 1 - np.arange(len(m.docs)) / n, 0.5 - (len(m.docs) - 1) / (2 * n)
+    return index, columns
+
+
+def fuse_queries(runs: Mapping[str, Run], members: Sequence[str], system: str, depth: int, weights: Sequence[float] | None,
+                 normalization: str, method: Method) -> Run:
+    """The run ``system``: per query, ``method`` over the members' normalized top ``depth`` lists."""
+    w, lists = query_lists(runs, members, weights, depth, normalization)
+    fused: dict[str, dict[str, float]] = {}
+    for qid, members_lists in lists.items():
+        index, columns = _candidates(members_lists, normalization)
+        n = len(index)
+        values, present = np.zeros((len(w), n)), np.zeros((len(w), n), dtype=bool)
+        for i, (member, cols) in enumerate(zip(members_lists, columns)):
+            fill = member.fill if method.fill is None else method.fill(member, i, n)
+            if not math.isnan(fill):
+                values[i], present[i] = fill, True
+            values[i, cols], present[i, cols] = method.values(member, i, n), True
+        fused[qid] = dict(zip(index, method.combine(values, present, w).tolist()))
+    return top(system, fused, depth)
+
+
+def top(system: str, fused: dict[str, dict[str, float]], depth: int) -> Run:
+    """The fused run, each query cut at its top ``depth`` documents in trec_eval order."""
+    return Run.from_rankings(system, {qid: rank_documents(scores)[:depth] for qid, scores in fused.items()})
+
+
+# ----------------------------------------------------------------------------- the methods
+def score_method(combine: str | Combine) -> Method:
+    return Method(scores_of, COMBINE[combine] if isinstance(combine, str) else combine)
+
+
+def rank_method(value: Callable[[np.ndarray], np.ndarray], combine: str | Combine = "sum") -> Method:
+    return Method(lambda member, index, n: value(ranks(member)), COMBINE[combine] if isinstance(combine, str) else combine)
+
+
+def rank_methods(k: float = 60, gamma: float = 1.0, sigma: float = 0.01, phi: float = 0.8) -> dict[str, Method]:
+    """Every unsupervised method by name, with its parameters."""
+    return {
+        "rrf": rank_method(lambda p: 1 / (k + p)),
+        "combsum": score_method("sum"), "combmnz": score_method("mnz"), "combanz": score_method("anz"),
+        "combgmnz": score_method(_times_hits(gamma)), "combmin": score_method("min"), "combmax": score_method("max"),
+        "combmed": score_method("med"), "wmnz": score_method("wmnz"), "mixed": score_method("mixed"),
+        "isr": rank_method(lambda p: 1 / p**2, "mnz"), "log_isr": rank_method(lambda p: 1 / p**2, _times_log_hits(0.0)),
+        "logn_isr": rank_method(lambda p: 1 / p**2, _times_log_hits(sigma)),
+        "rbc": rank_method(lambda p: (1 - phi) * phi ** (p - 1)),
+        "borda": Method(lambda member, index, n: n - ranks(member) + 1, weighted_sum,
+                        fill=lambda member, index, n: (n - len(member.docs) + 1) / 2),
+    }
+
+
+def fuse(runs: Mapping[str, Run], members: Sequence[str], method: str, system: str | None = None, depth: int = 100,
+         weights: Sequence[float] | None = None, normalization: str = "none", **parameters: float) -> Run:
+    """Fuse ``members`` of ``runs`` by the unsupervised ``method`` (a key of :func:`rank_methods`, or
+    ``condorcet``) with its ``parameters`` (k, gamma, sigma, phi)."""
+    if method == "condorcet":
+        return condorcet(runs, members, system or method, depth, weights)
+    methods = rank_methods(**parameters)
+    if method not in methods:
+        raise RagtrackError(f"unknown fusion method {method!r}; known: {', '.join([*methods, 'condorcet'])}")
+    return fuse_queries(runs, members, system or method, depth, weights, normalization, methods[method])
+
+
+# ----------------------------------------------------------------------------- Condorcet
+def _majority(weights: Sequence[float], positions: list[tuple[float, ...]]) -> Callable[[int, int], int]:
+    def compare(x: int, y: int) -> int:
+        margin = 0.0
+        for w, a, b in zip(weights, positions[x], positions[y]):
+            margin += w if a < b else -w if b < a else 0.0
+        return -1 if margin > 0 else 1 if margin < 0 else 0
+    return compare
+
+
+def condorcet(runs: Mapping[str, Run], members: Sequence[str], system: str = "condorcet", depth: int = 100,
+              weights: Sequence[float] | None = None) -> Run:
+    """Condorcet fusion (see the module docstring): a stable sort by pairwise weighted majority."""
+    w, lists = query_lists(runs, members, weights, depth, "none")
+    fused: dict[str, dict[str, float]] = {}
+    for qid, members_lists in lists.items():
+        index, columns = _candidates(members_lists, "none")
+        n = len(index)
+        position = np.full((len(w), n), math.inf)
+        for i, (member, cols) in enumerate(zip(members_lists, columns)):
+            position[i, cols] = ranks(member)
+        docs = list(index)
+        by_borda = rank_documents(dict(zip(docs, (-np.minimum(position, n + 1)).sum(axis=0).tolist())))
+        start = [index[d] for d, _ in by_borda]
+        order = sorted(start, key=cmp_to_key(_majority(w.tolist(), list(map(tuple, position.T.tolist())))))
+        fused[qid] = {docs[j]: float(n - i) for i, j in enumerate(order)}
+    return top(system, fused, depth)
+
+
+# ----------------------------------------------------------------------------- learned methods
+def hit_lists(run: Run, qrels: Qrels, depth: int, threshold: int = 1) -> list[np.ndarray]:
+    """Per judged query of ``qrels``: 1.0 where the run's document at that rank (to ``depth``) is relevant."""
+    return [np.array([float(judged.get(d, 0) >= threshold) for d, _ in run.ranking(qid)[:depth]]) for qid, judged in qrels.items()]
+
+
+def position_probabilities(hits: list[np.ndarray]) -> np.ndarray:
+    """P(p): the mean of h_q(p) over the training queries with a rank p."""
+    longest = max((len(h) for h in hits), default=0)
+    numerators, counts = np.zeros(longest), np.zeros(longest)
+    for h in hits:
+        numerators[: len(h)] += h
+        counts[: len(h)] += 1
+    return numerators / np.maximum(counts, 1)
+
+
+def _segment_means(hits: list[np.ndarray], bounds: Callable[[int], list[int]], divide_by_size: bool) -> np.ndarray:
+    """Per segment, the mean over training queries of its relevant fraction (``bounds(n)``: a query's
+    segment boundaries; ``divide_by_size``: by the nominal size, else by the ranks it has)."""
+    total: np.ndarray | None = None
+    for h in hits:
+        edges = bounds(len(h))
+        part = np.array([h[a:b].sum() / ((b - a) if divide_by_size else max(len(h[a:b]), 1)) for a, b in zip(edges, edges[1:])])
+        total = part if total is None else total + part
+    return np.zeros(len(bounds(0)) - 1) if total is None else total / len(hits)
+
+
+SEGFUSE_BOUNDS = [0] + [10 * 2 ** (k - 1) - 5 for k in range(1, 11)]
+BAYESFUSE_BOUNDS = [0, 5, 10, 15, 20, 30, 100, 200, 500, 1000]
+MIN_LOG_ODDS = math.log(0.001 / 0.999)
+
+
+def _probfuse_bounds(segments: int) -> Callable[[int], list[int]]:
+    return lambda n: [k * math.ceil(n / segments) for k in range(segments + 1)]
+
+
+def _in_segments(bounds: list[int], per_segment: np.ndarray, p: np.ndarray, beyond: float = 0.0) -> np.ndarray:
+    """The value of the segment of each rank p (1-based), ``beyond`` past the last bound."""
+    segment = np.searchsorted(bounds, p - 1, side="right") - 1
+    return np.where(p <= bounds[-1], per_segment[np.minimum(segment, len(per_segment) - 1)], beyond)
+
+
+def average_precision(run: Run, qrels: Qrels, depth: int, threshold: int = 1) -> float:
+    """MAP over the judged queries of ``qrels`` (trec_eval's AP: Σ P@p over relevant ranks / relevant judged)."""
+    total = 0.0
+    for h, judged in zip(hit_lists(run, qrels, depth, threshold), qrels.values()):
+        relevant = sum(grade >= threshold for grade in judged.values())
+        total += float((np.cumsum(h) / np.arange(1, len(h) + 1) * h).sum() / relevant) if relevant else 0.0
+    return total / max(len(qrels), 1)
+
+
+@dataclass
+class Trained:
+    """A learned fusion: ``fit(train_runs, train_qrels)`` on training queries, then ``fuse(runs)`` on others.
+
+    ``method``: posfuse, probfuse, segfuse, slidefuse, bayesfuse or mapfuse; ``segments`` (ProbFuse),
+    ``window`` (SlideFuse); what ``fit`` learned is ``learned`` (one array or number per member)."""
+
+    method: str
+    members: Sequence[str]
+    system: str | None = None
+    depth: int = 100
+    weights: Sequence[float] | None = None
+    normalization: str = "minmax"
+    segments: int = 10
+    window: int = 5
+    threshold: int = 1
+    learned: list = field(default_factory=list)
+    trained_on: frozenset[str] = frozenset()
+
+    def fit(self, runs: Mapping[str, Run], qrels: Qrels) -> "Trained":
+        if self.method not in LEARNERS:
+            raise RagtrackError(f"unknown learned fusion {self.method!r}; known: {', '.join(LEARNERS)}")
+        if not qrels:
+            raise RagtrackError(f"{self.method}: no judged training queries to learn from")
+        members_of(runs, self.members, self.weights)
+        self.learned = [LEARNERS[self.method](self, runs[name], qrels) for name in self.members]
+        self.trained_on = frozenset(qrels)
+        return self
+
+    def fuse(self, runs: Mapping[str, Run]) -> Run:
+        if not self.learned:
+            raise RagtrackError(f"{self.method}: fit it on training queries before fusing")
+        reported = {qid for name in self.members if name in runs for qid in runs[name].scores}
+        if reported & self.trained_on:
+            raise RagtrackError(f"{self.method} was trained on {len(reported & self.trained_on)} of the queries it would fuse "
+                                f"(e.g. {min(reported & self.trained_on)!r}): train on other queries than the reported ones")
+        return fuse_queries(runs, self.members, self.system or self.method, self.depth, self.weights, self.normalization,
+                            APPLIERS[self.method](self))
+
+
+LEARNERS: dict[str, Callable[[Trained, Run, Qrels], object]] = {
+    "posfuse": lambda t, run, qrels: position_probabilities(hit_lists(run, qrels, t.depth, t.threshold)),
+    "slidefuse": lambda t, run, qrels: position_probabilities(hit_lists(run, qrels, t.depth, t.threshold)),
+    "probfuse": lambda t, run, qrels: _segment_means(hit_lists(run, qrels, t.depth, t.threshold), _probfuse_bounds(t.segments), False),
+    "segfuse": lambda t, run, qrels: _segment_means(hit_lists(run, qrels, t.depth, t.threshold), lambda n: SEGFUSE_BOUNDS, True),
+    "bayesfuse": lambda t, run, qrels: _log_odds(_segment_means(hit_lists(run, qrels, t.depth, t.threshold), lambda n: BAYESFUSE_BOUNDS, True)),
+    "mapfuse": lambda t, run, qrels: average_precision(run, qrels, t.depth, t.threshold),
+}
+
+
+def _log_odds(precision: np.ndarray) -> np.ndarray:
+    precision = np.where(precision == 0, 0.001, precision)
+    return np.log(precision / np.where(precision == 1, 0.001, 1 - precision))
+
+
+def _probfuse_values(t: Trained) -> Values:
+    def values(member: Member, index: int, n: int) -> np.ndarray:
+        bounds = _probfuse_bounds(t.segments)(len(member.docs))
+        per_segment = t.learned[index] / np.arange(1, t.segments + 1)
+        return _in_segments(bounds, per_segment, ranks(member))
+    return values
+
+
+def _slidefuse_values(t: Trained) -> Values:
+    def values(member: Member, index: int, n: int) -> np.ndarray:
+        probabilities = t.learned[index]
+        cumulative = np.concatenate([[0.0], np.cumsum(probabilities)])
+        p = np.arange(len(member.docs))
+        a, b = np.maximum(p - t.window, 0), np.minimum(p + t.window, len(member.docs) - 1)
+        return (cumulative[np.minimum(b + 1, len(probabilities))] - cumulative[np.minimum(a, len(probabilities))]) / (b - a + 1)
+    return values
+
+
+APPLIERS: dict[str, Callable[[Trained], Method]] = {
+    "posfuse": lambda t: Method(lambda m, i, n: np.concatenate([t.learned[i], np.zeros(len(m.docs))])[: len(m.docs)], weighted_sum),
+    "slidefuse": lambda t: Method(_slidefuse_values(t), weighted_sum),
+    "probfuse": lambda t: Method(_probfuse_values(t), weighted_sum),
+    "segfuse": lambda t: Method(lambda m, i, n: _in_segments(SEGFUSE_BOUNDS, t.learned[i], ranks(m)) * (m.scores + 1), weighted_sum),
+    "bayesfuse": lambda t: Method(lambda m, i, n: _in_segments(BAYESFUSE_BOUNDS, t.learned[i], ranks(m), MIN_LOG_ODDS), weighted_sum,
+                                  fill=lambda m, i, n: MIN_LOG_ODDS),
+    "mapfuse": lambda t: Method(lambda m, i, n: t.learned[i] / ranks(m), weighted_sum),
+}

@@ -1,0 +1,143 @@
+"""Every fusion method and normalization equals ranx's (ranx.fuse and its ``*_train`` functions) on
+random runs: per query the same scores (1e-9) and the ranking in trec_eval order; Condorcet where
+ranx's answer is unique (its documented bug otherwise); learned methods only from training queries."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ragtrack.core.errors import RagtrackError
+from ragtrack.core.runs import Run, rank_documents
+from ragtrack.retrievers.fusion_methods import Trained, condorcet, fuse
+
+ranx = pytest.importorskip("ranx")
+from ranx import Qrels as RanxQrels, Run as RanxRun  # noqa: E402
+from ranx import fusion as ranx_fusion  # noqa: E402
+
+
+def random_runs(seed: int, members: int = 2, queries: int = 25, prefix: str = "q") -> dict[str, Run]:
+    """Members over the same queries, 2-40 documents each (minmax of one score is 1 here, 0 in ranx) from a pool of 60 (some shared), distinct scores."""
+    rng = random.Random(seed)
+    return {f"m{i}": Run(f"m{i}", {f"{prefix}{q}": {f"d{d}": rng.uniform(-3, 5) for d in rng.sample(range(60), rng.randint(2, 40))}
+                                   for q in range(queries)}) for i in range(members)}
+
+
+def as_ranx(runs: dict[str, Run]) -> list:
+    return [RanxRun({qid: dict(scores) for qid, scores in run.scores.items()}) for run in runs.values()]
+
+
+def assert_same(ours: Run, reference: dict[str, dict[str, float]]) -> None:
+    assert set(ours.scores) == set(reference)
+    for qid, scores in reference.items():
+        assert ours.scores[qid] == pytest.approx(scores, rel=1e-9, abs=1e-9), qid
+        ranked = [d for d, _ in ours.ranking(qid)]  # ranx's order, equal scores (to 1e-9) in trec_eval order
+        assert all(scores[a] >= scores[b] - 1e-9 for a, b in zip(ranked, ranked[1:])), qid
+        assert ranked == [d for d, _ in rank_documents(ours.scores[qid])]
+
+
+NORMS = {"none": None, "minmax": "min-max", "zscore": "zmuv", "max": "max", "sum": "sum", "rank": "rank",
+         "borda": "borda", "minmax-inverted": "min-max-inverted"}
+WEIGHTS = [0.7, 1.6]
+UNSUPERVISED = [  # ours, its parameters, ranx's name, ranx's parameters
+    ("combsum", {}, "sum", {}), ("combsum", {"weights": WEIGHTS}, "wsum", {"weights": WEIGHTS}),
+    ("combmnz", {}, "mnz", {}), ("combanz", {}, "anz", {}), ("combgmnz", {"gamma": 0.3}, "gmnz", {"gamma": 0.3}),
+    ("combmin", {}, "min", {}), ("combmax", {}, "max", {}), ("combmed", {}, "med", {}),
+    ("wmnz", {"weights": WEIGHTS}, "wmnz", {"weights": WEIGHTS}), ("mixed", {"weights": WEIGHTS}, "mixed", {"weights": WEIGHTS}),
+    ("rrf", {"k": 10}, "rrf", {"k": 10}), ("isr", {}, "isr", {}), ("log_isr", {}, "log_isr", {}),
+    ("logn_isr", {"sigma": 0.2}, "logn_isr", {"sigma": 0.2}), ("rbc", {"phi": 0.7}, "rbc", {"phi": 0.7}),
+    ("borda", {}, "bordafuse", {}), ("borda", {"weights": WEIGHTS}, "w_bordafuse", {"weights": WEIGHTS}),
+]
+
+
+@pytest.mark.parametrize("method, ours, name, theirs", UNSUPERVISED, ids=[f"{m}-{n}" for m, _, n, _ in UNSUPERVISED])
+def test_every_unsupervised_method_equals_ranx(method: str, ours: dict, name: str, theirs: dict) -> None:
+    runs = random_runs(sum(map(ord, name + method)))
+    reference = ranx.fuse(as_ranx(runs), norm="min-max", method=name, params=theirs).to_dict()
+    assert_same(fuse(runs, list(runs), method, depth=1000, normalization="minmax", **ours), reference)
+
+
+@pytest.mark.parametrize("normalization", sorted(NORMS))
+@pytest.mark.parametrize("method, name", [("combsum", "sum"), ("combmnz", "mnz"), ("combmed", "med")])
+def test_every_normalization_equals_ranx(normalization: str, method: str, name: str) -> None:
+    runs = random_runs(7, members=3)
+    reference = ranx.fuse(as_ranx(runs), norm=NORMS[normalization], method=name).to_dict()
+    assert_same(fuse(runs, list(runs), method, depth=1000, normalization=normalization), reference)
+
+
+def test_rank_methods_read_the_inverted_order() -> None:
+    """min-max-inverted re-ranks a member (distances: lowest first), as ranx does before a rank method."""
+    runs = random_runs(3)
+    reference = ranx.fuse(as_ranx(runs), norm="min-max-inverted", method="sum").to_dict()
+    assert_same(fuse(runs, list(runs), "combsum", depth=1000, normalization="minmax-inverted"), reference)
+
+
+def acyclic_runs(seed: int) -> dict[str, Run]:
+    """Three members ranking the same 12 documents: small perturbations of one order, so a strict majority
+    decides every pair; kept only when the majority relation is transitive (the Condorcet order is unique)."""
+    rng = random.Random(seed)
+    base = [f"d{i}" for i in range(12)]
+    while True:
+        orders = []
+        for _ in range(3):
+            order = base[:]
+            for _ in range(3):
+                i = rng.randrange(11)
+                order[i], order[i + 1] = order[i + 1], order[i]
+            orders.append(order)
+        position = [{d: p for p, d in enumerate(order)} for order in orders]
+        wins = {d: sum(sum(p[d] < p[e] for p in position) >= 2 for e in base if e != d) for d in base}
+        if sorted(wins.values()) == list(range(12)):
+            return {f"m{i}": Run(f"m{i}", {"q": {d: 100.0 - p for p, d in enumerate(order)}}) for i, order in enumerate(orders)}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_condorcet_equals_ranx_where_its_order_is_unique(seed: int) -> None:
+    runs = acyclic_runs(seed)
+    assert_same(condorcet(runs, list(runs), depth=100), ranx.fuse(as_ranx(runs), norm=None, method="condorcet").to_dict())
+    weights = [1.0, 1.0, 3.0]  # the third member outvotes the other two: its order
+    fused = condorcet(runs, list(runs), depth=100, weights=weights)
+    assert [d for d, _ in fused.ranking("q")] == [d for d, _ in runs["m2"].ranking("q")]
+    assert_same(fused, ranx.fuse(as_ranx(runs), norm=None, method="w_condorcet", params={"weights": weights}).to_dict())
+
+
+def test_condorcet_unranked_pairs_get_no_vote() -> None:
+    """The documented difference: x (ranked 2nd by a) against z (ranked 1st by b): one vote each, a
+    tie kept in Borda order; ranx lets each member that ranked neither vote for the second argument."""
+    runs = {"a": Run("a", {"q": {"w": 3.0, "x": 2.0}}), "b": Run("b", {"q": {"z": 3.0, "y": 2.0}})}
+    fused = condorcet(runs, ["a", "b"])
+    assert [d for d, _ in fused.ranking("q")] == ["z", "w", "y", "x"]  # Borda order (rank sums 1+3, 2+3 each), ties by id
+    assert fused.scores["q"] == {"z": 4.0, "w": 3.0, "y": 2.0, "x": 1.0}
+
+
+LEARNED = [("posfuse", {}, {}), ("probfuse", {"segments": 4}, {"n_segments": 4}), ("segfuse", {}, {}),
+           ("slidefuse", {"window": 3}, {"w": 3}), ("bayesfuse", {}, {}), ("mapfuse", {}, {})]
+
+
+@pytest.mark.parametrize("method, ours, theirs", LEARNED, ids=[m for m, _, _ in LEARNED])
+def test_every_learned_method_equals_ranx_trained_on_other_queries(method: str, ours: dict, theirs: dict) -> None:
+    train, test = random_runs(11, prefix="train"), random_runs(12, prefix="test")
+    rng = random.Random(5)
+    qrels = {qid: {f"d{d}": rng.choice([1, 1, 2]) for d in rng.sample(range(60), 12)} for qid in train["m0"].scores}
+    norm = "min-max" if method == "segfuse" else None
+    train_params = {"n_segments": theirs["n_segments"]} if "n_segments" in theirs else {}
+    learned = getattr(ranx_fusion, f"{method}_train")(RanxQrels(qrels), as_ranx(train), **train_params)
+    apply = {"w": theirs["w"]} if "w" in theirs else {}
+    key = {"mapfuse": "map_scores", "bayesfuse": "log_odds"}.get(method, "probs")
+    normed = [ranx.normalization.min_max_norm(r) for r in as_ranx(test)] if norm else as_ranx(test)
+    reference = getattr(ranx_fusion, method)(normed, **{key: learned}, **apply).to_dict()
+    fusion = Trained(method, list(test), depth=1000, normalization="minmax" if norm else "none", **ours).fit(train, qrels)
+    assert_same(fusion.fuse(test), reference)
+
+
+def test_learned_methods_refuse_the_queries_they_were_trained_on() -> None:
+    runs = random_runs(1)
+    qrels = {"q0": {"d1": 1}}
+    fusion = Trained("posfuse", list(runs)).fit(runs, qrels)
+    with pytest.raises(RagtrackError, match="posfuse was trained on 1 of the queries it would fuse .e.g. 'q0'."):
+        fusion.fuse(runs)
+    with pytest.raises(RagtrackError, match="fit it on training queries before fusing"):
+        Trained("mapfuse", list(runs)).fuse(runs)
+    with pytest.raises(RagtrackError, match="unknown fusion method 'magic'"):
+        fuse(runs, list(runs), "magic")

@@ -209,7 +209,8 @@ def command_compare(args: argparse.Namespace) -> int:
         print(f"ragtrack: wrote the comparison plot to {args.plot}", file=sys.stderr)
     print(textwrap.fill(mask(f"ragtrack: compared {comparison.scope}"), TEXT_WIDTH, subsequent_indent="  "), file=sys.stderr)
     if comparison.logged:
-        for name, link in {"MLflow run": comparison.logged, **comparison.links}.items():
+        print(textwrap.fill(mask(f"MLflow run:  {comparison.logged}"), TEXT_WIDTH, subsequent_indent=" " * 13), file=sys.stderr)
+        for name, link in comparison.links.items():  # links whole, however long
             print(mask(f"{name + ':':<13}{link}"), file=sys.stderr)
     return 0
 

@@ -62,6 +62,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cmp_to_key
+from itertools import chain, count
 
 import numpy as np
 
@@ -126,7 +127,8 @@ class Member:
     def of(cls, ranked: Sequence[tuple[str, float]], normalization: str) -> "Member":
         if not ranked:
             return cls([], np.zeros(0))
-        member = cls([d for d, _ in ranked], NORMALIZATIONS[normalization](np.array([s for _, s in ranked], dtype=float)))
+        docs, scores = zip(*ranked)
+        member = cls(list(docs), NORMALIZATIONS[normalization](np.array(scores, dtype=float)))
         if normalization == "minmax-inverted":
             reranked = rank_documents(dict(zip(member.docs, member.scores.tolist())))
             member = cls([d for d, _ in reranked], np.array([s for _, s in reranked]))
@@ -204,8 +206,8 @@ def query_lists(runs: Mapping[str, Run], members: Sequence[str], weights: Sequen
 
 def _candidates(lists: list[Member], normalization: str) -> tuple[dict[str, int], list[np.ndarray]]:
     """The query's candidates (first-seen order) and each member's columns; sets the ``borda`` normalization."""
-    index: dict[str, int] = {}
-    columns = [np.fromiter((index.setdefault(d, len(index)) for d in m.docs), np.intp, len(m.docs)) for m in lists]
+    index = dict(zip(dict.fromkeys(chain.from_iterable(m.docs for m in lists)), count()))
+    columns = [np.fromiter(map(index.__getitem__, m.docs), np.intp, len(m.docs)) for m in lists]
     if normalization == "borda":
         n = len(index)
         for m in lists:
@@ -217,7 +219,7 @@ def fuse_queries(runs: Mapping[str, Run], members: Sequence[str], system: str, d
                  normalization: str, method: Method) -> Run:
     """The run ``system``: per query, ``method`` over the members' normalized top ``depth`` lists."""
     w, lists = query_lists(runs, members, weights, depth, normalization)
-    fused: dict[str, dict[str, float]] = {}
+    ranked: dict[str, list[tuple[str, float]]] = {}
     for qid, members_lists in lists.items():
         index, columns = _candidates(members_lists, normalization)
         n = len(index)
@@ -227,8 +229,25 @@ def fuse_queries(runs: Mapping[str, Run], members: Sequence[str], system: str, d
             if not math.isnan(fill):
                 values[i], present[i] = fill, True
             values[i, cols], present[i, cols] = method.values(member, i, n), True
-        fused[qid] = dict(zip(index, method.combine(values, present, w).tolist()))
-    return top(system, fused, depth)
+        ranked[qid] = top_documents(list(index), method.combine(values, present, w), depth)
+    return Run.from_rankings(system, ranked)
+
+
+def top_documents(docs: list[str], scores: np.ndarray, depth: int) -> list[tuple[str, float]]:
+    """The top ``depth`` of ``docs`` by ``scores`` in trec_eval order (equal scores: id descending)."""
+    order = np.argsort(-scores, kind="stable")
+    ordered = scores[order]
+    cut = min(depth, len(order))
+    while cut < len(order) and ordered[cut] == ordered[cut - 1]:  # a tie across the cut: keep it whole to order it
+        cut += 1
+    ranked = list(zip(map(docs.__getitem__, order[:cut].tolist()), ordered[:cut].tolist()))
+    ties = np.flatnonzero(ordered[1:cut] == ordered[: cut - 1])
+    if len(ties):
+        starts = ties[np.concatenate([[True], np.diff(ties) > 1])]
+        ends = ties[np.concatenate([np.diff(ties) > 1, [True]])] + 2
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            ranked[a:b] = sorted(ranked[a:b], reverse=True)
+    return ranked[:depth]
 
 
 def top(system: str, fused: dict[str, dict[str, float]], depth: int) -> Run:

@@ -77,7 +77,7 @@ def main() -> None:
         if chosen and method not in chosen:
             continue
         norm = None if method in RANK_ONLY else "min-max"
-        name = method.split()[-1]
+        name = {"weighted sum": "combsum"}.get(method, method.split()[-1])
         ranx.fuse(ranx_test, norm=norm, method=theirs_name, params=theirs)  # compiles ranx's numba functions
         theirs_s = best(lambda: ranx.fuse(ranx_test, norm=norm, method=theirs_name, params=theirs), args.repeats)
         ours_s = best(lambda: fuse(test, members, name, depth=keep, normalization="minmax", **ours), args.repeats)

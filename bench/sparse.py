@@ -28,7 +28,7 @@ from machine import cpu_model  # bench/ scripts share the machine line
 
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
-from ragtrack.core.porter import stem
+from ragtrack.core.porter import lucene_stem, stem
 from ragtrack.core.runs import Run
 from ragtrack.core.settings import TokenizerSettings
 from ragtrack.retrievers.bm25 import BM25Retriever
@@ -55,6 +55,7 @@ def ragtrack_system(ids: list[str], texts: list[str], **settings):
 
     def build():
         stem.cache_clear()  # each build stems its words anew, as one job does
+        lucene_stem.cache_clear()
         retriever = BM25Retriever(**settings)
         with tempfile.TemporaryDirectory() as folder:
             retriever.index(corpus, Cache(folder))

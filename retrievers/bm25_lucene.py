@@ -27,6 +27,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass
+from itertools import chain, repeat
 from pathlib import Path
 
 import numpy as np
@@ -116,14 +117,16 @@ class FieldIndex:
         figures as summing clause by clause (a document whose every clause scores exactly 0 is left out)."""
         from scipy import sparse
 
-        vocabulary = self.vocabulary
-        found = [(number, row, weight) for number, weights in enumerate(queries) for term, weight in weights.items()
-                 if (row := vocabulary.get(term)) is not None]
-        number, row, boost = (np.array(column) for column in zip(*found)) if found else (np.empty(0, dtype=np.int64),) * 3
-        boost = boost.astype(F32) if self.boost == 1.0 else boost.astype(F32) * F32(self.boost)
+        lengths = [len(weights) for weights in queries]
+        row = np.fromiter(map(self.vocabulary.get, chain.from_iterable(queries), repeat(-1)), dtype=np.int64, count=sum(lengths))
+        boost = np.fromiter(chain.from_iterable(weights.values() for weights in queries), dtype=np.float64, count=len(row)).astype(F32)
+        known = row >= 0  # terms of the index
+        number, row, boost = np.repeat(np.arange(len(queries)), lengths)[known], row[known], boost[known]
+        if self.boost != 1.0:
+            boost = boost * F32(self.boost)
         unit = boost == F32(1)
         used, clause = np.unique(row[unit], return_inverse=True)
-        clauses, columns = [self.unit[used]], np.empty(len(found), dtype=np.int64)
+        clauses, columns = [self.unit[used]], np.empty(len(row), dtype=np.int64)
         columns[unit] = clause
         if not unit.all():
             spans = [(self.indptr[term], self.indptr[term + 1], weight * self.idf[term]) for term, weight in zip(row[~unit], boost[~unit])]
@@ -133,7 +136,7 @@ class FieldIndex:
             clauses.append(sparse.csr_matrix((values, indices, indptr), shape=(len(spans), self.n_docs)))
             columns[~unit] = len(used) + np.arange(len(spans))
         stacked = sparse.vstack(clauses, format="csr", dtype=np.float64)
-        pick = sparse.csr_matrix((np.ones(len(found)), (number, columns)), shape=(len(queries), stacked.shape[0]))
+        pick = sparse.csr_matrix((np.ones(len(row)), (number, columns)), shape=(len(queries), stacked.shape[0]))
         return (pick @ stacked).tocsr()
 
 

@@ -184,15 +184,18 @@ def departs_from_snowball(word: str) -> bool:
     return len(word) <= 2 or _DEPARTURE.search(word) is not None
 
 
-class PorterStemmer:
-    """Lucene's Porter stemmer with PyStemmer's ``stemWords`` interface (ragtrack.core.text): Snowball's
-    ``porter`` in C where it cannot differ (:func:`departs_from_snowball`), :func:`stem` elsewhere."""
+_SNOWBALL = Stemmer.Stemmer("porter", 0)  # uncached: lucene_stem caches
 
-    def __init__(self) -> None:
-        self._snowball = Stemmer.Stemmer("porter", 0)  # no cache: each word comes once (ragtrack.core.text)
+
+@lru_cache(maxsize=1 << 18)  # queries repeat words: each stemmed once per process (bounded memory)
+def lucene_stem(word: str) -> str:
+    """``word`` stemmed as Lucene's PorterStemFilter stems it: Snowball's ``porter`` in C where the two
+    cannot differ (:func:`departs_from_snowball`), :func:`stem` elsewhere."""
+    return stem(word) if departs_from_snowball(word) else _SNOWBALL.stemWord(word)
+
+
+class PorterStemmer:
+    """Lucene's Porter stemmer with PyStemmer's ``stemWords`` interface (ragtrack.core.text)."""
 
     def stemWords(self, words: list[str]) -> list[str]:  # noqa: N802 (PyStemmer's name)
-        stems = self._snowball.stemWords(words)
-        for position in [i for i, word in enumerate(words) if departs_from_snowball(word)]:
-            stems[position] = stem(words[position])
-        return stems
+        return list(map(lucene_stem, words))

@@ -45,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.files import yaml_text
+from ragtrack.core.files import json_text, yaml_text
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
 from ragtrack.evaluators.ranking import counted_queries
@@ -53,6 +53,7 @@ from ragtrack.evaluators.reproduction import RANKING_COLUMNS
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset, relevance_threshold, without_relevant
 from ragtrack.pipeline.tracking import log_figures, reading_client, run_and_job, ui_base
+from ragtrack.pipeline.tuning import TUNING_FILE, tune_sweep
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMNS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS,
                                       TAG_BENCHMARK, TAG_COMPARISON, TAG_DATASET, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
@@ -317,7 +318,8 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
                 resamples: int = 10_000, failures: int = 10, log_to_mlflow: bool = True,
                 width: int | None = TEXT_WIDTH, allow_mixed: bool = False, reference: str | None = None,
                 reference_map: Sequence[str] = (), tolerance: float = TOLERANCE, runs: Sequence[str] = (),
-                labels: Sequence[str] = (), pooled: bool = False, default_of: Callable[[str], object] | None = None) -> tuple[Comparison | Benchmark, str]:
+                labels: Sequence[str] = (), pooled: bool = False, default_of: Callable[[str], object] | None = None,
+                folds: int | None = None) -> tuple[Comparison | Benchmark, str]:
     """Load, compare, render; write the plot; log everything as a comparison run. Returns (comparison, text).
     ``experiment``: one name or several (their jobs together); ``runs``: jobs picked by run id (a job's
     or one of its system runs') instead. Jobs of several datasets are a benchmark (``pipeline.benchmark``):
@@ -328,7 +330,9 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
     systems paired by name or by ``reference_map`` (``ROW=REFERENCE``), differences within ``tolerance``.
     ``labels``: ``ROW=NAME`` renames a row (label or system name); ``pooled``: a benchmark's pooled tests.
     Without ``baseline``, a sweep's rows are judged against its default row (``default_of``: a setting's
-    default value, else the config the jobs' shared overrides compose to; :func:`compare_jobs`)."""
+    default value, else the config the jobs' shared overrides compose to; :func:`compare_jobs`). ``folds``:
+    the swept setting tuned by k-fold cross-validation on the first metric, against the baseline
+    (``pipeline.tuning``: printed, ``tuning.json``, a report section, the comparison run's metrics)."""
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if plot_file and Path(plot_file).suffix.lower() not in PLOT_SUFFIXES:
@@ -367,6 +371,8 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
                                              default_of)
             if reference:
                 check_against(compared[dataset], original.for_dataset(dataset), reference_map, tolerance, allow_mixed)
+        if folds is not None and (len(compared) > 1 or pooled):
+            raise RagtrackError("--folds tunes a sweep on one dataset: compare one dataset's jobs (--experiment, --sweep)")
         if len(compared) > 1 or pooled:
             result = benchmark({dataset: c.comparison for dataset, c in compared.items()}, pooled, seed, resamples)
             result.scope = scope
@@ -383,14 +389,27 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
         comparison.scope = scope
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"
+        tuning = None
+        if folds is not None:
+            metric = comparison.metrics[0]
+            tuning = tune_sweep(comparison.systems, comparison.baseline, metric, comparison.paired.get(metric, comparison.queries), folds,
+                                seed, resamples)
+            text += ("\n" + tuning.text()) if fmt in ("table", "markdown", "latex") else ""
+            outputs.mkdir(parents=True, exist_ok=True)
+            (outputs / TUNING_FILE).write_text(json_text(tuning.summary(), indent=2), encoding="utf-8")
         trec = {s.run_id: only.row_run(s) for s in comparison.systems} if only.dataset is not None and failures > 0 else None
         experiment_name = found[0].name if len(found) == 1 else shown_names
         title = f"{experiment_name}: {counted(len(comparison.systems), 'system')} vs {comparison.baseline.label}"
-        write_comparison(comparison, outputs, title, only.dataset, trec, failures)
+        write_comparison(comparison, outputs, title, only.dataset, trec, failures,
+                         sections=[("tuning", "Tuned on other folds", tuning.html())] if tuning else ())
         if plot_file:  # the format of its suffix; plot() makes a missing folder
             plot(comparison, Path(plot_file), title)
         if log_to_mlflow:
             run_id, name = _log_comparison(client, experiment_id, comparison, jobs, sweep, outputs)
+            if tuning is not None:
+                log_figures(client, run_id, {f"tuning/{metric_key(tuning.metric)}/{key}": value for key, value in
+                                             (("cross_validated", tuning.scores.mean()), ("default", tuning.default_scores.mean()),
+                                              ("delta", tuning.delta), ("p_ttest", tuning.p_ttest))})
             comparison.logged = f"{run_id} ({name})"
             base = ui_base(tracking_uri)
             comparison.links = {"Run page": f"{base}/{run_page(experiment_id, run_id)}",

@@ -207,6 +207,11 @@ def test_compare_over_a_real_sweep(toy_sweep, tmp_path) -> None:
     client = MlflowClient(toy_sweep.uri)
     judged, _ = run_compare(toy_sweep.uri, sweep="latest", metrics=["ndcg@10"], log_to_mlflow=False)  # no --baseline: the sweep's default
     assert judged.baseline.label == "hybrid k=60 (default)" and judged.table.set_index("system").loc["hybrid k=10", "delta"] == 0.0
+    tuned, tuned_text = run_compare(toy_sweep.uri, sweep="latest", metrics=["ndcg@10"], folds=3, resamples=100)  # k-fold tuning, logged
+    assert "Tuned on other folds (3-fold cross-validation on ndcg@10" in tuned_text and tuned_text.count("  fold ") == 3
+    logged_tuning = client.get_run(tuned.logged.split()[0])
+    assert logged_tuning.data.metrics["tuning/ndcg_at_10/cross_validated"] == pytest.approx(float(tuned.table.set_index("system").loc["hybrid k=60 (default)", "mean"]))
+    assert "tuning.json" in {a.path for a in client.list_artifacts(logged_tuning.info.run_id)}
     comparison, text = run_compare(toy_sweep.uri, sweep="latest", metrics=["ndcg@10", "map"], baseline="bm25",
                                    fmt="markdown", plot_file=str(tmp_path / "plot.png"), failures=3)
     labels = [s.label for s in comparison.systems]

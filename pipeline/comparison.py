@@ -204,15 +204,15 @@ def per_query_differences(comparison: Comparison, texts: dict[str, str], decimal
     """One row per compared query: qid, its text (``texts``), each row's metrics and, for every row but
     the baseline, the difference to it (``<row> Δ <metric>``), rounded to ``decimals``."""
     rows = [q for q in comparison.queries if any(q in set(comparison.paired.get(m, ())) for m in comparison.metrics)]
-    frame = pd.DataFrame({"qid": rows, "query": [texts.get(q, "") for q in rows]})
+    columns: dict[str, object] = {"qid": rows, "query": [texts.get(q, "") for q in rows]}
     for metric in comparison.metrics:
         base = comparison.baseline.per_query.loc[rows, metric].to_numpy(float)
         for s in comparison.systems:
             values = s.per_query.loc[rows, metric].to_numpy(float)
-            frame[f"{s.label} {metric}"] = values.round(decimals)
+            columns[f"{s.label} {metric}"] = values.round(decimals)
             if s is not comparison.baseline:
-                frame[f"{s.label} Δ {metric}"] = (values - base).round(decimals)
-    return frame
+                columns[f"{s.label} Δ {metric}"] = (values - base).round(decimals)
+    return pd.DataFrame(columns)  # built at once: a frame grown column by column warns past 100 columns
 
 
 # --------------------------------------------------------------------------- rendering

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
 
 import ranx
-from machine import cpu_model  # bench/ scripts share the machine line
+from machine import best_of, cpu_model  # bench/ scripts share the machine line and the timer
 from ranx import fusion as ranx_fusion
 
 from ragtrack.core.runs import Run
@@ -48,15 +47,6 @@ def runs(queries: int, depth: int, seed: int, prefix: str) -> dict[str, Run]:
     return made
 
 
-def best(call, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return min(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=300)
@@ -79,8 +69,8 @@ def main() -> None:
         norm = None if method in RANK_ONLY else "min-max"
         name = {"weighted sum": "combsum"}.get(method, method.split()[-1])
         ranx.fuse(ranx_test, norm=norm, method=theirs_name, params=theirs)  # compiles ranx's numba functions
-        theirs_s = best(lambda: ranx.fuse(ranx_test, norm=norm, method=theirs_name, params=theirs), args.repeats)
-        ours_s = best(lambda: fuse(test, members, name, depth=keep, normalization="minmax", **ours), args.repeats)
+        theirs_s = best_of(lambda: ranx.fuse(ranx_test, norm=norm, method=theirs_name, params=theirs), args.repeats)
+        ours_s = best_of(lambda: fuse(test, members, name, depth=keep, normalization="minmax", **ours), args.repeats)
         print(f"{method:<20}{ours_s:>12.3f}{theirs_s:>10.3f}{ours_s / theirs_s:>8.2f}")
     for method, (ours, theirs) in LEARNED.items():
         if chosen and method not in chosen:
@@ -92,8 +82,8 @@ def main() -> None:
         apply = {"w": theirs["w"]} if "w" in theirs else {}
         normed = (lambda: [ranx.normalization.min_max_norm(r) for r in ranx_test]) if method == "segfuse" else (lambda: ranx_test)
         getattr(ranx_fusion, method)(normed(), **{key: learned}, **apply)
-        theirs_s = best(lambda: getattr(ranx_fusion, method)(normed(), **{key: learned}, **apply), args.repeats)
-        ours_s = best(lambda: trained.fuse(test), args.repeats)
+        theirs_s = best_of(lambda: getattr(ranx_fusion, method)(normed(), **{key: learned}, **apply), args.repeats)
+        ours_s = best_of(lambda: trained.fuse(test), args.repeats)
         print(f"{method:<20}{ours_s:>12.3f}{theirs_s:>10.3f}{ours_s / theirs_s:>8.2f}")
 
 

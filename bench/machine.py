@@ -1,5 +1,5 @@
 """The machine line every benchmark prints with its figures (machines here differ: some AVX2 only,
-some AVX-512 with VNNI), and the CPU's measured float32 peak."""
+some AVX-512 with VNNI), the CPU's measured float32 peak, and the best-of-N timer they share."""
 
 from __future__ import annotations
 
@@ -8,6 +8,16 @@ import time
 from pathlib import Path
 
 ISA = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")  # the flags that pick kernels
+
+
+def best_of(step, repeats: int) -> float:
+    """The fewest seconds of ``repeats`` calls of ``step`` (a busy spell of a shared machine slows some)."""
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - started)
+    return min(seconds)
 
 
 def cpu_model() -> str:

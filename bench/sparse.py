@@ -24,11 +24,11 @@ from rank_bm25 import BM25Okapi
 
 from ragtrack.evaluators.base import EvalInput
 from ragtrack.evaluators.ranking import RankingEvaluator
-from machine import cpu_model  # bench/ scripts share the machine line
+from machine import best_of, cpu_model  # bench/ scripts share the machine line and the timer
 
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
-from ragtrack.core.porter import lucene_stem, stem
+from ragtrack.core.porter import lucene_stem
 from ragtrack.core.runs import Run
 from ragtrack.core.settings import TokenizerSettings
 from ragtrack.retrievers.bm25 import BM25Retriever
@@ -54,8 +54,7 @@ def ragtrack_system(ids: list[str], texts: list[str], **settings):
     corpus = Corpus(ids=list(ids), titles=[""] * len(ids), texts=list(texts), hash="bench-sparse")  # as loaded, before the timing
 
     def build():
-        stem.cache_clear()  # each build stems its words anew, as one job does
-        lucene_stem.cache_clear()
+        lucene_stem.cache_clear()  # each build stems its words anew, as one job does
         retriever = BM25Retriever(**settings)
         with tempfile.TemporaryDirectory() as folder:
             retriever.index(corpus, Cache(folder))
@@ -99,16 +98,6 @@ def rank_bm25_system(ids: list[str], texts: list[str]):
         return Run("rank_bm25", scores)
 
     return build, search
-
-
-def best_of(step: Callable[[], object], repeats: int) -> float:
-    """The fewest seconds of ``repeats`` calls of ``step`` (a busy spell of a shared machine slows some)."""
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        step()
-        seconds.append(time.perf_counter() - started)
-    return min(seconds)
 
 
 def compare(systems: dict, ids: list[str], texts: list[str], queries: dict[str, str], qrels=None, query_limits=None,

@@ -480,13 +480,12 @@ def _same_setting(given: str, default: object) -> bool:
         return given == str(default)
 
 
-def composed_default(jobs: dict) -> Callable[[str], object] | None:
+def composed_default(jobs: dict, swept: set[str]) -> Callable[[str], object] | None:
     """A setting's default in a sweep: its value in the config its jobs' shared overrides compose to
-    (the jobs' common command line, without the swept keys); None where that config does not compose
-    here (e.g. a job run with configs of its own, ``--config-dir``)."""
+    (the jobs' common command line, without the ``swept`` keys); None where that config does not
+    compose here (e.g. a job run with configs of its own, ``--config-dir``)."""
     from ragtrack.pipeline.config import compose
 
-    swept = {key for values in differing_settings(jobs).values() for key in values}
     tags = next(iter(jobs.values())).data.tags.get(TAG_OVERRIDES, "").split()
     try:
         config = compose([o for o in tags if o.split("=", 1)[0].lstrip("+~") not in swept and o.split("=", 1)[0] != "hydra.run.dir"])
@@ -512,7 +511,8 @@ def compare_jobs(client, jobs: dict, runs: list, folder: Path, metrics: Sequence
     rows are judged against its default (:func:`default_row`, labelled ``(default)``; ``default_of``:
     a setting's default, else :func:`composed_default`)."""
     systems = load_systems(client, jobs, runs, folder)
-    default = default_row(systems, default_of or composed_default(jobs)) if baseline is None and len(jobs) > 1 else None
+    swept = {key for s in systems for key in s.params}  # the settings that differ between the jobs: none, no sweep
+    default = default_row(systems, default_of or composed_default(jobs, swept)) if baseline is None and swept else None
     if default is not None:
         default.label = f"{default.label} (default)"
     relabel(systems, renames)

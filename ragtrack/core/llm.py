@@ -378,10 +378,8 @@ def json_objects(reply: str) -> list[dict]:
 
 def last_match(pattern: re.Pattern, reply: str) -> re.Match | None:
     """The last match of ``pattern`` in a reply: the model's own verdict, after any it quotes."""
-    match = None
-    for match in pattern.finditer(reply):
-        pass
-    return match
+    matches = list(pattern.finditer(reply))
+    return matches[-1] if matches else None
 
 
 def normalized_reply(text: str) -> str:

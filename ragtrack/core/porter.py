@@ -162,7 +162,6 @@ class _Word:
         return self.b[:self.k + 1]
 
 
-@lru_cache(maxsize=1 << 18)  # queries repeat words: each stemmed once per process (bounded memory)
 def stem(word: str) -> str:
     """``word`` stemmed as Lucene's PorterStemFilter stems a lower-cased token."""
     if len(word) <= 2:

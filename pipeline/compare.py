@@ -45,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.files import json_text, yaml_text
+from ragtrack.core.files import yaml_text
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
 from ragtrack.evaluators.ranking import counted_queries
@@ -53,7 +53,7 @@ from ragtrack.evaluators.reproduction import RANKING_COLUMNS
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset, relevance_threshold, without_relevant
 from ragtrack.pipeline.tracking import log_figures, reading_client, run_and_job, ui_base
-from ragtrack.pipeline.tuning import TUNING_FILE, tune_sweep
+from ragtrack.pipeline.tuning import tuned_comparison
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMNS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS,
                                       TAG_BENCHMARK, TAG_COMPARISON, TAG_DATASET, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
@@ -333,14 +333,7 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
     default value, else the config the jobs' shared overrides compose to; :func:`compare_jobs`). ``folds``:
     the swept setting tuned by k-fold cross-validation on the first metric, against the baseline
     (``pipeline.tuning``: printed, ``tuning.json``, a report section, the comparison run's metrics)."""
-    if fmt not in FORMATS:
-        raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
-    if plot_file and Path(plot_file).suffix.lower() not in PLOT_SUFFIXES:
-        raise RagtrackError(f"--plot {plot_file}: name a {', '.join(PLOT_SUFFIXES)} file (the suffix picks the format)")
-    if reference_map and not reference:
-        raise RagtrackError("--reference-map pairs rows with a reference's systems: give the reference with --reference RUN_OR_TABLE")
-    if reference and not tolerance >= 0:
-        raise RagtrackError(f"--tolerance {tolerance}: give a difference >= 0 (Pyserini's: {TOLERANCE})")
+    check_arguments(fmt, plot_file, reference, reference_map, tolerance)
     renames = label_pairs(labels)
     original = read_reference(reference) if reference else None  # a file or folder: a bad one fails before MLflow is read
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -376,27 +369,19 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
         if len(compared) > 1 or pooled:
             result = benchmark({dataset: c.comparison for dataset, c in compared.items()}, pooled, seed, resamples)
             result.scope = scope
-            text = render_benchmark(result, fmt)
-            if fmt in ("table", "markdown", "latex"):
-                text += "".join(reference_section(c.comparison, fmt, width) for c in compared.values())
-            outputs = folder / "comparison"
-            write_benchmark(result, outputs)
+            text = render_benchmark(result, fmt) + ("".join(reference_section(c.comparison, fmt, width) for c in compared.values())
+                                                    if fmt in ("table", "markdown", "latex") else "")
+            write_benchmark(result, folder / "comparison")
             if log_to_mlflow:
-                _log_benchmark(client, experiment_id, result, jobs, outputs, tracking_uri)
+                _log_benchmark(client, experiment_id, result, jobs, folder / "comparison", tracking_uri)
             return result, text
         only = next(iter(compared.values()))
         comparison = only.comparison
         comparison.scope = scope
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"
-        tuning = None
-        if folds is not None:
-            metric = comparison.metrics[0]
-            tuning = tune_sweep(comparison.systems, comparison.baseline, metric, comparison.paired.get(metric, comparison.queries), folds,
-                                seed, resamples)
-            text += ("\n" + tuning.text()) if fmt in ("table", "markdown", "latex") else ""
-            outputs.mkdir(parents=True, exist_ok=True)
-            (outputs / TUNING_FILE).write_text(json_text(tuning.summary(), indent=2), encoding="utf-8")
+        tuning = tuned_comparison(comparison, folds, seed, resamples, outputs) if folds is not None else None
+        text += ("\n" + tuning.text()) if tuning and fmt in ("table", "markdown", "latex") else ""
         trec = {s.run_id: only.row_run(s) for s in comparison.systems} if only.dataset is not None and failures > 0 else None
         experiment_name = found[0].name if len(found) == 1 else shown_names
         title = f"{experiment_name}: {counted(len(comparison.systems), 'system')} vs {comparison.baseline.label}"
@@ -405,16 +390,30 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
         if plot_file:  # the format of its suffix; plot() makes a missing folder
             plot(comparison, Path(plot_file), title)
         if log_to_mlflow:
-            run_id, name = _log_comparison(client, experiment_id, comparison, jobs, sweep, outputs)
-            if tuning is not None:
-                log_figures(client, run_id, {f"tuning/{metric_key(tuning.metric)}/{key}": value for key, value in
-                                             (("cross_validated", tuning.scores.mean()), ("default", tuning.default_scores.mean()),
-                                              ("delta", tuning.delta), ("p_ttest", tuning.p_ttest))})
-            comparison.logged = f"{run_id} ({name})"
-            base = ui_base(tracking_uri)
-            comparison.links = {"Run page": f"{base}/{run_page(experiment_id, run_id)}",
-                                "report.html": f"{base}/{run_page(experiment_id, run_id, REPORT_FILE)}"}
+            _log_and_link(client, experiment_id, comparison, jobs, sweep, outputs, tuning.figures() if tuning else {}, ui_base(tracking_uri))
     return comparison, text
+
+
+def _log_and_link(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path, figures: dict[str, float],
+                  base: str) -> None:
+    """The comparison logged as its run (with extra ``figures``, e.g. the tuning's), its run id and the
+    UI links (``base``: the UI's address) kept on the comparison for the terminal."""
+    run_id, name = _log_comparison(client, experiment_id, comparison, jobs, sweep, outputs)
+    log_figures(client, run_id, figures)
+    comparison.logged = f"{run_id} ({name})"
+    comparison.links = {"Run page": f"{base}/{run_page(experiment_id, run_id)}", "report.html": f"{base}/{run_page(experiment_id, run_id, REPORT_FILE)}"}
+
+
+def check_arguments(fmt: str, plot_file: str | None, reference: str | None, reference_map: Sequence[str], tolerance: float) -> None:
+    """:func:`run_compare`'s arguments that need nothing read: each mistake one line, before MLflow is asked."""
+    if fmt not in FORMATS:
+        raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if plot_file and Path(plot_file).suffix.lower() not in PLOT_SUFFIXES:
+        raise RagtrackError(f"--plot {plot_file}: name a {', '.join(PLOT_SUFFIXES)} file (the suffix picks the format)")
+    if reference_map and not reference:
+        raise RagtrackError("--reference-map pairs rows with a reference's systems: give the reference with --reference RUN_OR_TABLE")
+    if reference and not tolerance >= 0:
+        raise RagtrackError(f"--tolerance {tolerance}: give a difference >= 0 (Pyserini's: {TOLERANCE})")
 
 
 def label_pairs(labels: Sequence[str]) -> dict[str, str]:

@@ -18,14 +18,17 @@ import html
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.files import json_text
 from ragtrack.evaluators.significance import effect_size, paired_t_test, randomization_test, win_tie_loss
-from ragtrack.pipeline.comparison import SystemRun
+from ragtrack.pipeline.comparison import Comparison, SystemRun
 from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
+from ragtrack.pipeline.layout import metric_key
 
 TUNING_FILE = "tuning.json"  # the comparison's artifact: each fold's choice and the cross-validated score against the default
 
@@ -67,6 +70,11 @@ class Tuning:
                      f"Δ {self.delta:+.4f} [{low:+.4f}, {high:+.4f}], p = {self.p_ttest:.4f} (paired t-test), "
                      f"{self.p_randomization:.4f} (randomization), W/T/L {wins}/{ties}/{losses}")
         return "\n".join(textwrap.fill(line, TEXT_WIDTH, subsequent_indent="    ") for line in lines) + "\n"
+
+    def figures(self) -> dict[str, float]:
+        """The comparison run's metrics ``tuning/<metric>/<figure>``."""
+        return {f"tuning/{metric_key(self.metric)}/{key}": float(value) for key, value in
+                (("cross_validated", self.scores.mean()), ("default", self.default_scores.mean()), ("delta", self.delta), ("p_ttest", self.p_ttest))}
 
     def html(self) -> str:
         """report.html's section."""
@@ -113,3 +121,13 @@ def tune_sweep(systems: Sequence[SystemRun], baseline: SystemRun, metric: str, q
         raise RagtrackError(f"--folds tunes the settings of one swept system against its default: the baseline {baseline.label!r} is not "
                             f"one of a sweep's settings; name the default row with --baseline (swept systems: {', '.join(swept) or 'none'})")
     return kfold_tune(rows, baseline, metric, queries, folds, seed, resamples)
+
+
+def tuned_comparison(comparison: Comparison, folds: int, seed: int, resamples: int, folder: Path) -> Tuning:
+    """:func:`tune_sweep` on a comparison's first metric over its paired queries, written as
+    :data:`TUNING_FILE` into ``folder`` (the comparison's outputs)."""
+    metric = comparison.metrics[0]
+    tuning = tune_sweep(comparison.systems, comparison.baseline, metric, comparison.paired.get(metric, comparison.queries), folds, seed, resamples)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / TUNING_FILE).write_text(json_text(tuning.summary(), indent=2), encoding="utf-8")
+    return tuning

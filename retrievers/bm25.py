@@ -30,6 +30,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from typing import Literal
 
@@ -40,13 +41,14 @@ import numpy as np
 from ragtrack.core.cache import Cache, folder_size
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.processes import physical_cores
 from ragtrack.core.progress import bars_shown, track
 from ragtrack.core.runs import Run
 from ragtrack.core.text import EncodedTexts, Tokenizer
 from ragtrack.core.words import counted
 from ragtrack.retrievers.base import Retriever, top_documents
 from ragtrack.retrievers.postings import PairCounts, PostingValue, by_document_frequency, load_rows, save_rows, term_rows
-from ragtrack.core.settings import Flag, Fraction, NonNegative, Positive, TokenizerSettings, validated
+from ragtrack.core.settings import Count, Flag, Fraction, NonNegative, Positive, TokenizerSettings, validated
 from ragtrack.retrievers import bm25_lucene as lucene_bm25
 from ragtrack.retrievers.base import RetrieverSettings
 
@@ -66,7 +68,8 @@ ANSERINI_ANALYZER = TokenizerSettings(analyzer="lucene", normalize="none", stopw
 class BM25Settings(RetrieverSettings, extra="forbid"):
     """BM25; the defaults are Anserini/Pyserini's BEIR "flat" run: Lucene's BM25 with k1=0.9, b=0.4
     over title and text as one field, Lucene's English analyzer, Anserini's tie adjustment, the
-    query's own id removed. ``fields`` (lucene backend): title and text as separate fields with these
+    query's own id removed; ``threads`` (lucene backend) the threads a search of many queries runs
+    on (null: one per physical core; the results do not depend on it). ``fields`` (lucene backend): title and text as separate fields with these
     boosts (Anserini's "multifield"); ``method``: the bm25s backend's BM25 variant."""
 
     backend: Literal["lucene", "bm25s", "rank_bm25"] = "lucene"
@@ -76,6 +79,7 @@ class BM25Settings(RetrieverSettings, extra="forbid"):
     fields: dict[Literal["title", "text"], Positive] | None = None
     score_ties: Literal["anserini", "raw"] = "anserini"
     remove_query: Flag = True
+    threads: Count | None = None
     tokenizer: TokenizerSettings = ANSERINI_ANALYZER
 
     @field_validator("tokenizer", mode="before")
@@ -90,6 +94,8 @@ class BM25Settings(RetrieverSettings, extra="forbid"):
             raise ValueError(f"fields needs backend lucene (this retriever: backend {self.backend})")
         if self.backend != "bm25s" and self.method != "lucene":
             raise ValueError(f"method {self.method} is a variant of the bm25s backend (this retriever: backend {self.backend})")
+        if self.backend != "lucene" and self.threads is not None:
+            raise ValueError(f"threads needs backend lucene (this retriever: backend {self.backend}; the others search on one thread)")
         if self.fields is not None and not self.fields:
             raise ValueError("fields: name title, text or both (or null: one field of title and text)")
         return self
@@ -105,10 +111,12 @@ class BM25Retriever(Retriever):
         settings = validated(self.settings_schema, values, f"BM25 retriever {name!r}")
         self.backend, self.k1, self.b, self.method = settings.backend, settings.k1, settings.b, settings.method
         self.fields, self.score_ties, self.remove_query = settings.fields, settings.score_ties, settings.remove_query
+        self.threads = settings.threads
         self.tokenizer = Tokenizer(**settings.tokenizer.model_dump())
         self._fields: list[lucene_bm25.FieldIndex] = []  # lucene backend
-        self._id_ranks = np.empty(0, dtype=np.int64)
+        self._tie_keys = np.empty(0, dtype=np.uint64)  # lucene backend: lucene_bm25.tie_keys
         self._doc_ids = np.empty(0, dtype=object)
+        self._ids_by_rank = self._doc_ids  # lucene backend: the ids in string order
         self._model = None
         self._term_scores = None  # scipy.sparse.csr_matrix of terms × documents (bm25s backend)
         self._vocabulary: dict[str, int] = {}
@@ -191,7 +199,10 @@ class BM25Retriever(Retriever):
         if self.backend == "lucene":
             boosts = self.fields or {"contents": 1.0}
             self._fields = [lucene_bm25.load_field(folder / field, boosts[field], len(self._doc_ids)) for field in sorted(boosts)]
-            self._id_ranks = np.asarray(np.load(folder / lucene_bm25.ID_RANKS, mmap_mode="r", allow_pickle=False))  # mapped; slices as plain arrays (cheaper)
+            ranks = np.load(folder / lucene_bm25.ID_RANKS, mmap_mode="r", allow_pickle=False)
+            self._tie_keys = lucene_bm25.tie_keys(ranks)
+            self._ids_by_rank = np.empty_like(self._doc_ids)
+            self._ids_by_rank[ranks] = self._doc_ids
             return
         if self.method in OWN_BUILD:
             (data, indices, indptr), terms = load_rows(folder)
@@ -229,25 +240,35 @@ class BM25Retriever(Retriever):
             for qid, query in zip(qids, track(tokens, f"{self.name}: search", "queries"))
         })
 
-    def _lucene_search(self, queries: dict[str, dict[str, float]], k: int, batch: int = 1024) -> Run:
-        """Top ``k`` per query of weighted terms with the lucene backend (ragtrack.retrievers.bm25_lucene),
-        the scores of a batch of queries computed together."""
-        qids, results = list(queries), {}
-        for start in range(0, len(qids), batch):
-            chunk = qids[start:start + batch]
-            scores = lucene_bm25.document_scores(self._fields, [queries[qid] for qid in chunk])
-            top = [lucene_bm25.ranked(self._doc_ids, self._id_ranks, scores.indices[begin:end], scores.data[begin:end], k)
-                   for begin, end in zip(scores.indptr[:-1].tolist(), scores.indptr[1:].tolist())]
-            found = np.zeros((len(top), max((len(ids) for ids, _ in top), default=0)), dtype=np.float32)  # a row per query, padded with 0
-            for row, (_, values) in enumerate(top):
-                found[row, :len(values)] = values
-            if self.score_ties == "anserini":
-                found = lucene_bm25.adjust_ties(found)
-            for qid, (ids, _), values in zip(chunk, top, found.astype(float).tolist()):
-                results[qid] = dict(zip(ids, values))
+    def _lucene_search(self, queries: dict[str, dict[str, float]], k: int) -> Run:
+        """Top ``k`` per query of weighted terms with the lucene backend (ragtrack.retrievers.bm25_lucene):
+        the scores of a batch of queries computed together, batches on ``threads`` threads (each query's
+        figures are the same whichever batch it is in)."""
+        qids = list(queries)
+        weights = [queries[qid] for qid in qids]
+        threads = self.threads or physical_cores()
+        batches = lucene_bm25.query_batches(self._fields, weights, threads)
+        with ThreadPoolExecutor(min(threads, len(batches) or 1)) as pool:  # scipy and numpy let go of the GIL
+            tops = list(pool.map(lambda batch: self._lucene_top(weights[batch[0]:batch[1]], k), batches))
+        results = {}
+        for (begin, _), (ids, values, ends) in zip(batches, tops):
+            for qid, first, last in zip(qids[begin:], [0] + ends, ends):
+                results[qid] = dict(zip(ids[first:last], values[first:last]))
                 if self.remove_query:
                     results[qid].pop(qid, None)
         return Run(self.name, results)
+
+    def _lucene_top(self, queries: list[dict[str, float]], k: int) -> tuple[list[str], list[float], list[int]]:
+        """The top ``k`` of each of ``queries`` (one batch): ids and scores, one query after the other,
+        and where each query's end."""
+        scores = lucene_bm25.document_scores(self._fields, queries)
+        ranks, values, lengths = lucene_bm25.ranked(scores, self._tie_keys, k)
+        if self.score_ties == "anserini":  # a row per query, padded at its end
+            filled = np.arange(lengths.max(initial=0)) < lengths[:, None]
+            padded = np.zeros(filled.shape, dtype=np.float32)
+            padded[filled] = values
+            values = lucene_bm25.adjust_ties(padded)[filled]
+        return self._ids_by_rank[ranks].tolist(), values.astype(float).tolist(), np.cumsum(lengths).tolist()
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:
         """Top ``k`` of Q · S per query (see module docstring), in batches of queries to bound memory."""

@@ -140,6 +140,23 @@ class FieldIndex:
         return (pick @ stacked).tocsr()
 
 
+BATCH_POSTINGS = 1 << 19  # postings a batch of queries reads, about: bounds its scores (≈ 12 bytes a matched document)
+
+
+def query_batches(fields: list[FieldIndex], queries: list[dict[str, float]], parts: int) -> list[tuple[int, int]]:
+    """Runs of consecutive queries, (begin, end), that each read about 1/``parts`` of the postings all
+    of them read (a query's: the document frequencies of its terms in every field), and no more than
+    about :data:`BATCH_POSTINGS` (a query alone may read more)."""
+    if not queries:
+        return []
+    postings = np.array([sum(int(field.indptr[row + 1] - field.indptr[row]) for field in fields for term in weights
+                             if (row := field.vocabulary.get(term)) is not None) for weights in queries], dtype=np.int64)
+    size = max(1, min(BATCH_POSTINGS, -(-int(postings.sum()) // parts)))
+    batch = (np.cumsum(postings) - postings) // size  # each query goes with the batch where its postings begin
+    cuts = [0, *(np.flatnonzero(np.diff(batch)) + 1).tolist(), len(queries)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 def term_idf(indptr: np.ndarray, doc_count: int) -> np.ndarray:
     """idf per term row of a field (df: the entries of its row), float32."""
     return by_document_frequency(np.diff(indptr), lambda df: idf(df, doc_count))
@@ -221,15 +238,35 @@ def id_ranks(doc_ids: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def ranked(doc_ids: np.ndarray, ranks: np.ndarray, documents: np.ndarray, scores: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:
-    """The top ``k`` of ``documents`` (positions into ``doc_ids``) by float32 score, ties by id
-    ascending (``ranks``: :func:`id_ranks`), as (ids, scores) in rank order."""
-    if len(scores) > k:
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        keep = np.flatnonzero(scores >= kth)
-        documents, scores = documents[keep], scores[keep]
-    order = np.lexsort((ranks[documents], -scores))[:k]
-    return doc_ids[documents[order]].tolist(), scores[order]
+LOW_HALF = (1 << 32) - 1
+
+
+def tie_keys(ranks: np.ndarray) -> np.ndarray:
+    """Per document 2³² − 1 − the rank of its id (``ranks``: :func:`id_ranks`), the low half of its
+    ranking key (:func:`ranked`): higher for ids earlier in string order."""
+    return np.uint64(LOW_HALF) - ranks.astype(np.uint64)
+
+
+def ranked(scores, ties: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The top ``k`` of each row of ``scores`` (queries × documents, scipy CSR, float32 data ≥ 0, as
+    Lucene's scores are) by score, ties by id ascending (``ties``: :func:`tie_keys`): the id ranks and
+    scores of every row's top in rank order, one row after the other, and the length of each row's top.
+    Each document is ranked by one uint64, its score's bits (which order as non-negative floats do) in
+    the high half and its tie key in the low half."""
+    keys = scores.data.astype(F32).view(np.uint32).astype(np.uint64)
+    keys <<= np.uint64(32)
+    keys |= ties[scores.indices]
+    tops = []
+    for begin, end in zip(scores.indptr[:-1].tolist(), scores.indptr[1:].tolist()):
+        row = keys[begin:end]
+        if end - begin > k:
+            row.partition(end - begin - k)  # in place: the keys are this call's own
+            row = row[end - begin - k:]
+        tops.append(np.sort(row)[::-1])
+    lengths = np.fromiter(map(len, tops), dtype=np.int64, count=len(tops))
+    top = np.concatenate(tops) if tops else np.empty(0, dtype=np.uint64)
+    id_ranks = (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64)
+    return id_ranks, (top >> np.uint64(32)).astype(np.uint32).view(F32), lengths
 
 
 def query_weights(tokens: list[str]) -> dict[str, float]:

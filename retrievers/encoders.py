@@ -20,11 +20,9 @@ says which device, backend and precision encode; the dense retriever records it 
 from __future__ import annotations
 
 from typing import Literal
-import functools
 import inspect
 import json
 import logging
-import os
 import warnings
 import zlib
 from abc import ABC, abstractmethod
@@ -39,6 +37,7 @@ from pydantic import Field
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_loading, resolve_model
+from ragtrack.core.processes import physical_cores
 from ragtrack.core.progress import Progress
 from ragtrack.core.text import Tokenizer
 from ragtrack.core.settings import Count, NameOrPath, Open, Text
@@ -159,24 +158,6 @@ def torch_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-@functools.cache
-def physical_cores() -> int:
-    """Cores this process may run on, each counted once however many hardware threads it has (from
-    /proc/cpuinfo; elsewhere the logical CPUs)."""
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    cores, fields = set(), {}
-    info = Path("/proc/cpuinfo")
-    for line in [*(info.read_text().splitlines() if info.exists() else []), ""]:
-        key, _, value = line.partition(":")
-        if key.strip():
-            fields[key.strip()] = value.strip()
-        elif fields:
-            if int(fields.get("processor", -1)) in allowed:
-                cores.add((fields.get("physical id"), fields.get("core id", fields.get("processor"))))
-            fields = {}
-    return len(cores) or len(allowed) or 1
 
 
 def longest_first(lengths: Sequence[int]) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Which process owns a run or a half-built index: ``host:pid:start`` tags and a liveness check.
+"""Which process owns a run or a half-built index: ``host:pid:start`` tags and a liveness check; and
+the cores a process may use (:func:`physical_cores`, the default of every ``threads`` setting).
 
 A job killed with SIGKILL cannot clean up. What it started carries the tag of its process, so the
 next job on the same host can tell a builder that still runs from one that is gone. The start time
@@ -7,6 +8,7 @@ next job on the same host can tell a builder that still runs from one that is go
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from pathlib import Path
@@ -38,3 +40,21 @@ def process_alive(tag: str) -> bool:
     except PermissionError:
         return True
     return not start or _start_ticks(int(pid_text)) == start
+
+
+@functools.cache
+def physical_cores() -> int:
+    """Cores this process may run on, each counted once however many hardware threads it has (from
+    /proc/cpuinfo; elsewhere the logical CPUs)."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cores, fields = set(), {}
+    info = Path("/proc/cpuinfo")
+    for line in [*(info.read_text().splitlines() if info.exists() else []), ""]:
+        key, _, value = line.partition(":")
+        if key.strip():
+            fields[key.strip()] = value.strip()
+        elif fields:
+            if int(fields.get("processor", -1)) in allowed:
+                cores.add((fields.get("physical id"), fields.get("core id", fields.get("processor"))))
+            fields = {}
+    return len(cores) or len(allowed) or 1

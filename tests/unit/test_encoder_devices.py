@@ -19,7 +19,8 @@ from ragtrack.core.cache import Cache
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.retrievers.dense import ENCODED_BY, DenseRetriever
-from ragtrack.retrievers.encoders import (GPU_BATCH, HashingEncoder, OnnxEncoder, SentenceTransformerEncoder, physical_cores,
+from ragtrack.core.processes import physical_cores
+from ragtrack.retrievers.encoders import (GPU_BATCH, HashingEncoder, OnnxEncoder, SentenceTransformerEncoder,
                                           torch_device)
 from tests.support import TOY
 

@@ -16,6 +16,7 @@ import pytest
 from ragtrack.core import lucene
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
+from ragtrack.core.errors import RagtrackError
 from ragtrack.core.porter import PorterStemmer, stem
 from ragtrack.core.text import Tokenizer
 from ragtrack.pipeline.config import datasets_dir
@@ -315,3 +316,30 @@ def test_clause_scores_written_in_steps_equal_one_pass(tmp_path: Path, monkeypat
         monkeypatch.setattr(bm25_lucene, "UNIT_STEP", step)
         bm25_lucene.save_unit_scores(tmp_path / f"{step}.npy", data, indptr, weights)
         assert np.load(tmp_path / f"{step}.npy").tobytes() == expected.astype(F32).tobytes()
+
+
+@pytest.mark.parametrize("fields", [None, {"title": 1.0, "text": 1.0}, {"title": 2.0, "text": 0.5}])
+def test_batches_and_threads_change_no_figure(fields: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search of many queries, in batches of any size on any number of threads, gives each query the
+    ranking and the written scores of that query searched alone (SciFact, repeated query terms and
+    field boosts included)."""
+    dataset = load_beir(datasets_dir() / "scifact")
+    queries = dict(list(dataset.queries.items())[:60]) | {"twice": "cell cell membrane", "unknown": "zzzqqq"}
+    cache = Cache(tmp_path)
+    alone = BM25Retriever(fields=fields, threads=1)
+    alone.index(dataset.corpus, cache)
+    expected = {qid: alone.search({qid: text}, depth=100).scores[qid] for qid, text in queries.items()}
+    for postings, threads in ((1 << 12, 1), (1 << 12, 3), (1 << 30, 2)):
+        monkeypatch.setattr(bm25_lucene, "BATCH_POSTINGS", postings)
+        retriever = BM25Retriever(fields=fields, threads=threads)
+        retriever.index(dataset.corpus, cache)
+        batches = bm25_lucene.query_batches(retriever._fields, [bm25_lucene.query_weights(t) for t in retriever.tokenizer(queries.values())], threads)
+        assert len(batches) > (1 if postings < 1 << 30 else 0) and batches[0][0] == 0 and batches[-1][1] == len(queries)
+        found = retriever.search(queries, depth=100).scores
+        assert {qid: list(scores.items()) for qid, scores in found.items()} == {qid: list(scores.items()) for qid, scores in expected.items()}
+
+
+def test_threads_is_a_lucene_backend_setting() -> None:
+    with pytest.raises(RagtrackError, match="threads needs backend lucene"):
+        BM25Retriever(backend="bm25s", threads=2)
+    assert BM25Retriever(threads=None).identity() == BM25Retriever(threads=3).identity()  # the same run, one cache entry

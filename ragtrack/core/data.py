@@ -7,7 +7,8 @@ file and line. Decisions: blank lines (spaces and tabs only) are not records and
 and CRLF line endings are accepted; documents with an empty title *and* text are rejected, as are
 empty query texts; ids and texts must be valid Unicode text and ids may not contain whitespace (a TREC
 run could not represent them; ``fields.py`` has the rules for ids, grades and columns); qrels may not
-name unknown queries or documents or repeat a (query, document) pair; grades must be ASCII integers
+name unknown queries or documents or repeat a (query, document) pair; a repeated document id is
+looked for once the corpus is read, so another defect of the file is reported first; grades must be ASCII integers
 (negative grades count as non-relevant and, in bpref, as unjudged, as in trec_eval); a header (the BEIR
 qrels header ``query-id corpus-id score``, ``docid<TAB>text`` in a tsv corpus, ``qid<TAB>query`` in tsv
 topics: ``fields.is_header``) is allowed only as the first non-blank line. Only queries judged in the
@@ -20,6 +21,8 @@ import hashlib
 import html
 import logging
 import re
+from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,21 +121,24 @@ class CorpusBuilder:
     """A corpus read document by document into compact columns, with the checks every reader makes: a
     title or a text, no id twice, at least one document. ``first_place(doc_id)`` says where a repeated
     id was first (``line 3``), looked up only then; ``records_hash``: hash the documents as added
-    (readers of files hash their bytes instead)."""
+    (readers of files hash their bytes instead). Repeated ids are looked for once every document is
+    read (:func:`first_repeat`, with 16 bytes per document rather than a set of every id), so a defect
+    on a later line is reported before them."""
 
     def __init__(self, first_place: Callable[[str], str] | None = None, records_hash: bool = False):
         self.first_place = first_place
         self.ids, self.titles, self.texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
-        self.seen: set[str] = set()
+        self.keys, self.lines = array("q"), array("q")  # per document: hash of its id, its line (-1: none)
+        self.wheres: list[tuple[int, str | Path]] = []  # (position, where) of each document whose where differs from the one before
         self.digest = hashlib.sha256() if records_hash else None
 
     def add(self, doc_id: str, title: str, text: str, where: str | Path, line: int | None = None) -> None:
         if not text.strip() and not title.strip():
             raise InputError(where, f"document {doc_id!r} has an empty title and text", line)
-        if doc_id in self.seen:
-            first = f" (first on {self.first_place(doc_id)})" if self.first_place else ""
-            raise InputError(where, f"duplicate document id {doc_id!r}{first}", line)
-        self.seen.add(doc_id)
+        if not self.wheres or where is not self.wheres[-1][1] and where != self.wheres[-1][1]:
+            self.wheres.append((len(self.keys), where))
+        self.keys.append(hash(doc_id))
+        self.lines.append(-1 if line is None else line)
         if self.digest is not None:
             self.digest.update(f"{doc_id}\t{title}\t{text}\n".encode())
         self.ids.append(doc_id)
@@ -141,10 +147,31 @@ class CorpusBuilder:
 
     def corpus(self, where: str | Path, content_hash: str | None = None) -> Corpus:
         """The corpus, hashed by ``content_hash`` (a file's) or by its records."""
-        if not self.seen:
+        if not self.keys:
             raise InputError(where, "corpus is empty")
-        return Corpus(ids=Strings.from_builder(self.ids), titles=Strings.from_builder(self.titles), texts=Strings.from_builder(self.texts),
+        ids = Strings.from_builder(self.ids)
+        repeat = first_repeat(np.frombuffer(self.keys, dtype=np.int64), ids)
+        if repeat is not None:
+            doc_id, line = ids[repeat], self.lines[repeat]
+            first = f" (first on {self.first_place(doc_id)})" if self.first_place else ""
+            raise InputError(self.wheres[bisect_right(self.wheres, repeat, key=lambda entry: entry[0]) - 1][1],
+                             f"duplicate document id {doc_id!r}{first}", None if line < 0 else line)
+        return Corpus(ids=ids, titles=Strings.from_builder(self.titles), texts=Strings.from_builder(self.texts),
                       hash=content_hash or self.digest.hexdigest())
+
+
+def first_repeat(keys: np.ndarray, ids: Sequence[str]) -> int | None:
+    """The first position whose id an earlier position holds, or ``None``. ``keys[i]`` is a hash of
+    ``ids[i]``: one sort finds the keys that occur more than once, and only the positions holding
+    those are compared by id, in order (equal ids have equal keys; different ids rarely do)."""
+    ordered = np.sort(keys)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    seen = set()
+    for position in np.flatnonzero(np.isin(keys, repeated)).tolist():
+        if ids[position] in seen:
+            return position
+        seen.add(ids[position])
+    return None
 
 
 def load_corpus(path: Path) -> Corpus:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ragtrack.core.data import load_beir, load_qrels
+import numpy as np
+
+from ragtrack.core.data import CorpusBuilder, first_repeat, load_beir, load_qrels
 from ragtrack.core.errors import InputError
 from tests.support import TOY
 
@@ -60,6 +62,8 @@ BAD_INPUTS = [
     ("corpus.jsonl", CORPUS_OK + '{"_id": "d1", "text": "y"}\n', "corpus.jsonl:2: duplicate document id 'd1' (first on line 1)"),
     ("corpus.jsonl", '\n{"_id": "d0", "text": "w"}\n' + CORPUS_OK + '{"_id": "d2", "text": "z"}\n{"_id": "d1", "text": "y"}\n',
      "corpus.jsonl:5: duplicate document id 'd1' (first on line 3)"),
+    ("corpus.jsonl", CORPUS_OK + '{"_id": "d2", "text": "y"}\n{"_id": "d2", "text": "z"}\n{"_id": "d1", "text": "w"}\n',
+     "corpus.jsonl:3: duplicate document id 'd2' (first on line 2)"),  # the first repeat in file order, not the first id repeated
     ("corpus.jsonl", '{"_id": "d 1", "text": "y"}\n', "corpus.jsonl:1: id 'd 1' contains whitespace"),
     ("corpus.jsonl", '{"_id": 7, "text": "y"}\n', "corpus.jsonl:1: '_id' must be a non-empty string, got 7"),
     ("corpus.jsonl", '{"_id": "d1", "title": "", "text": "  "}\n', "corpus.jsonl:1: document 'd1' has an empty title and text"),
@@ -111,3 +115,29 @@ def test_trec_qrels_with_negative_grades(tmp_path: Path) -> None:
     path.write_text("q1 0 d1 -1\nq1 0 d2 3\n")
     qrels, digest = load_qrels(path)
     assert qrels == {"q1": {"d1": -1, "d2": 3}} and len(digest) == 64
+
+
+def test_first_repeat_compares_ids_where_keys_collide() -> None:
+    ids = ["a", "b", "c", "b", "a"]
+    assert first_repeat(np.zeros(5, dtype=np.int64), ids) == 3  # every key equal: the ids decide
+    assert first_repeat(np.array([hash(i) for i in ids], dtype=np.int64), ids) == 3
+    assert first_repeat(np.zeros(3, dtype=np.int64), ["a", "b", "c"]) is None
+    assert first_repeat(np.arange(3, dtype=np.int64), ["a", "b", "c"]) is None
+
+
+@pytest.mark.parametrize("buckets", [3, 1 << 62])
+def test_first_repeat_equals_a_set_of_every_id(buckets: int) -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        ids = [f"d{n}" for n in rng.integers(0, 400, size=int(rng.integers(1, 300)))]
+        expected = next((position for position, doc in enumerate(ids) if doc in ids[:position]), None)
+        assert first_repeat(np.array([hash(doc) % buckets for doc in ids], dtype=np.int64), ids) == expected
+
+
+def test_a_repeated_id_is_named_where_its_document_was_added() -> None:
+    builder = CorpusBuilder(lambda doc_id: f"row {doc_id}")
+    for doc_id, where, line in [("a", "first", 1), ("b", "first", 2), ("c", "second", None), ("b", "second", None), ("d", "third", 9)]:
+        builder.add(doc_id, "", "text", where, line)
+    with pytest.raises(InputError) as raised:
+        builder.corpus("all")
+    assert str(raised.value) == "second: duplicate document id 'b' (first on row b)"

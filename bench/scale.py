@@ -5,6 +5,7 @@ and how they grow with the corpus.
     python bench/scale.py --sizes 100000,1000000 --root DIR     # the 1M case
     python bench/scale.py --sizes 100000,1000000 --root DIR retriever.dense.chroma.build=always   # with Chroma's HNSW build
     python bench/scale.py --lengths msmarco --queries 200 --sizes 1000000,8841823 --root DIR 'retriever=[bm25]' 'fusion=[]'
+    python bench/scale.py --bm25s --lengths msmarco --queries 200 --sizes 1000000,8841823 --root DIR   # BM25 against bm25s
 
 Each corpus is synthetic and seeded (the same bytes on every machine): a Zipf(1.1) vocabulary of
 200,000 pseudo-words, document lengths drawn from SciFact's (title + abstract, in words; ``--lengths
@@ -25,11 +26,23 @@ n1 < n2 is log(c2 / c1) / log(n2 / n1) of its CPU seconds c (1.0 is linear): CPU
 time, hardly changes with what else a shared machine runs. ``--json`` merges the measures into a file
 and reports every size it holds, so a 1M run adds to an earlier 10k + 100k run; the file records the
 jobs' overrides and takes no job run with others.
+
+``--bm25s`` runs no job: at each size it compares ragtrack's BM25 (the default, Lucene's) with bm25s
+(``BM25(k1=0.9, b=0.4, method="lucene")``, its tokenizer with English stopwords and PyStemmer, as its
+README indexes MS MARCO), sampled as the jobs are. Each builds in its own process after loading the
+corpus (``load_beir``): bm25s tokenizes, indexes and saves; ragtrack builds into its cache. The ragtrack
+process then searches all queries in one call per system (``BM25Retriever.search`` with ``threads`` 1
+and 2; bm25s's ``retrieve`` with ``n_threads`` 1 and 2 and its numpy and numba backends over its index
+memory-mapped; queries tokenized inside the timing), ``--repeats`` rounds with the systems taking
+turns, and each system's fastest round gives its queries/s. Pyserini is not compared (not installed
+where this was written).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import gzip
 import json
 import math
@@ -41,12 +54,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from machine import cpu_model  # bench/ scripts share the machine line
+from ragtrack.core.cache import Cache
+from ragtrack.core.data import Corpus, load_beir
+from ragtrack.core.words import counted
+from ragtrack.retrievers.bm25 import BM25Retriever
 
 REPO = Path(__file__).resolve().parent.parent
 SCIFACT_CORPUS = REPO / "data" / "scifact" / "corpus.jsonl.gz"
@@ -170,19 +188,16 @@ class Sampler(threading.Thread):
         return max((cpu for t, _, cpu in self.samples if t <= moment), default=0.0)
 
 
-def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tuple[dict[str, Measure], Measure]:
-    """Stage -> its measure, and the whole job's (CPU and peak from os.wait4). ``cache`` is emptied
-    before the job, so every index is built, and removed after it."""
-    shutil.rmtree(cache, ignore_errors=True)
-    command = [sys.executable, "-m", "ragtrack", "run", "dataset=beir", f"dataset.path={corpus}", "encoder=hashing",
-               f"paths.cache_dir={cache}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
-               f"hydra.run.dir={root / 'outputs' / corpus.name}", *overrides]
+def measured(command: list[str], cwd: Path) -> tuple[list[tuple[str, Measure]], Measure, list[str]]:
+    """Run ``command`` as a child process: each stage its output announces (``<stage> ...``, then
+    ``<stage> done in X s``) with its measure, in order; the whole process's measure (CPU and peak
+    from os.wait4); its output lines. A failed child ends this script with the end of its output."""
     env = {**os.environ, "TQDM_DISABLE": "1"}
     started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=root)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
     sampler = Sampler(child.pid)
     sampler.start()
-    stages, opened, log = {}, {}, []
+    stages, opened, log = [], {}, []
     for line in child.stdout:
         log.append(line)
         match = STAGE_LINE.search(line.rstrip())
@@ -192,13 +207,26 @@ def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tupl
         if match["seconds"] is None:
             opened[match["stage"]] = now
         else:
-            stages[stage_name(match["stage"])] = sampler.measure(opened.pop(match["stage"], now - float(match["seconds"])), now)
+            stages.append((match["stage"], sampler.measure(opened.pop(match["stage"], now - float(match["seconds"])), now)))
     _, status, usage = os.wait4(child.pid, 0)
     sampler.done.set()
-    shutil.rmtree(cache, ignore_errors=True)
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"failed: {' '.join(command)}\n{''.join(log[-40:])}")
-    return stages, Measure(time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+    return stages, Measure(time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024), log
+
+
+def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tuple[dict[str, Measure], Measure]:
+    """Stage -> its measure, and the whole job's. ``cache`` is emptied before the job, so every index
+    is built, and removed after it."""
+    shutil.rmtree(cache, ignore_errors=True)
+    command = [sys.executable, "-m", "ragtrack", "run", "dataset=beir", f"dataset.path={corpus}", "encoder=hashing",
+               f"paths.cache_dir={cache}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
+               f"hydra.run.dir={root / 'outputs' / corpus.name}", *overrides]
+    try:
+        stages, job, _ = measured(command, root)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return {stage_name(stage): measure for stage, measure in stages}, job
 
 
 def stage_name(stage: str) -> str:
@@ -274,6 +302,142 @@ def plot(results: Results, path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+# ----------------------------------------------------------------------------- BM25 against bm25s
+
+SIDES = ("bm25s", "ragtrack")  # each builds in its own process, in this order; the ragtrack one then searches with every system
+SYSTEMS = ("ragtrack", "bm25s numpy", "bm25s numba")  # bm25s's retrieval backends: numpy (its default), numba
+THREADS = (1, 2)
+RESULT = "RESULT "  # a side's output line with its figures, as JSON
+K1, B = 0.9, 0.4  # ragtrack's default BM25 (Anserini's), given to bm25s too
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Announce a stage as a job's log does (``[bench] name ...``, then ``... done in X s``), for the
+    parent's sampler (:func:`measured`)."""
+    print(f"[bench] {name} ...", flush=True)
+    started = time.perf_counter()
+    yield
+    print(f"[bench] {name} done in {time.perf_counter() - started:.3f} s", flush=True)
+
+
+def bm25s_tokens(texts: Sequence[str]):
+    """bm25s's own tokenizer as its README indexes MS MARCO: English stopwords, PyStemmer's English stemmer."""
+    import bm25s
+    import Stemmer
+
+    return bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
+
+
+def bm25s_search(model, corpus: Corpus, depth: int, threads: int, queries: dict[str, str]) -> dict[str, list[str]]:
+    """Each query's top ``depth`` ids from a bm25s model (its queries tokenized inside the timing, as
+    ragtrack's are)."""
+    documents, _ = model.retrieve(bm25s_tokens(list(queries.values())), k=depth, n_threads=threads, show_progress=False)
+    return {qid: [corpus.ids[doc] for doc in row.tolist()] for qid, row in zip(queries, documents)}
+
+
+def ragtrack_search(retriever: BM25Retriever, depth: int, queries: dict[str, str]) -> dict[str, list[str]]:
+    """Each query's top ``depth`` ids from one call of ``BM25Retriever.search`` with every query."""
+    run = retriever.search(queries, depth)
+    return {qid: [doc for doc, _ in run.ranking(qid)] for qid in queries}
+
+
+def searches(corpus: Corpus, cache: Cache, bm25s_folder: Path, depth: int) -> dict[str, Callable[[dict[str, str]], dict[str, list[str]]]]:
+    """Per system and thread count (``ragtrack, 2 threads``), a search of all queries at once: ragtrack's
+    BM25 loaded from ``cache``; bm25s's index memory-mapped from ``bm25s_folder``, searched by each of
+    its backends."""
+    import bm25s
+
+    found = {}
+    for threads in THREADS:
+        retriever = BM25Retriever(threads=threads)
+        retriever.index(corpus, cache)  # loaded: one cache entry for every thread count
+        found[f"ragtrack, {counted(threads, 'thread')}"] = functools.partial(ragtrack_search, retriever, depth)
+    for system in SYSTEMS[1:]:
+        model = bm25s.BM25.load(str(bm25s_folder), mmap=True, backend=system.split()[1])
+        for threads in THREADS:
+            found[f"{system}, {counted(threads, 'thread')}"] = functools.partial(bm25s_search, model, corpus, depth, threads)
+    return found
+
+
+def run_side(side: str, corpus_folder: Path, work: Path, depth: int, repeats: int) -> None:
+    """One side of the comparison, in a child process whose stages :func:`measured` samples: load the
+    corpus, build the side's index and save it in ``work``. The ragtrack side then searches every query
+    with each system, ``repeats`` rounds with the systems taking turns, and prints per system its
+    recall@10 (each query's relevant documents found in its top 10)."""
+    with stage(f"{side}: load corpus"):
+        dataset = load_beir(corpus_folder)
+    cache, bm25s_folder = Cache(work / "cache"), work / "bm25s"
+    with stage(f"{side}: index"):
+        if side == "bm25s":
+            import bm25s
+
+            model = bm25s.BM25(k1=K1, b=B, method="lucene")
+            model.index(bm25s_tokens(dataset.corpus.full_texts()), show_progress=False)
+            model.save(str(bm25s_folder), show_progress=False)
+        else:
+            BM25Retriever(threads=1).index(dataset.corpus, cache)
+    if side == "bm25s":
+        return
+    systems = searches(dataset.corpus, cache, bm25s_folder, depth)
+    first = dict([next(iter(dataset.queries.items()))])
+    for search in systems.values():
+        search(first)  # warm: numba compiles, thread pools start
+    recall = {}
+    for _ in range(repeats):
+        for name, search in systems.items():
+            with stage(f"{name}: search"):
+                ranked = search(dataset.queries)
+            recall[name] = sum(len(dataset.qrels[qid].keys() & set(docs[:10])) / len(dataset.qrels[qid]) for qid, docs in ranked.items()) / len(ranked)
+    print(RESULT + json.dumps({"queries": len(dataset.queries), "recall@10": recall}), flush=True)
+
+
+def side_by_side(corpus: Path, work: Path, depth: int, repeats: int) -> tuple[dict[str, Measure], dict]:
+    """Both sides run on ``corpus`` (:func:`run_side`), ``work`` emptied before and removed after: every
+    stage's measure (a search's: its fastest round), each side's whole process (``bm25s: process``),
+    and the figures the ragtrack side printed."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    stages, figures = {}, {}
+    try:
+        for side in SIDES:
+            command = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--work", str(work), "--depth", str(depth),
+                       "--repeats", str(repeats), str(corpus)]
+            found, whole, log = measured(command, work)
+            for name, measure in found:
+                if name not in stages or measure.seconds < stages[name].seconds:
+                    stages[name] = measure
+            stages[f"{side}: process"] = whole
+            figures |= next((json.loads(line[len(RESULT):]) for line in log if line.startswith(RESULT)), {})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return stages, figures
+
+
+def side_table(stages: dict[str, Measure], figures: dict) -> str:
+    """Markdown: per system its build (seconds, CPU seconds, peak MB, the loaded corpus included),
+    queries/s on each thread count (CPU seconds), the two-thread speed-up and recall@10; then the
+    ratios of ragtrack's queries/s to each bm25s backend's."""
+    speed = {name[:-len(": search")]: figures["queries"] / m.seconds for name, m in stages.items() if name.endswith(": search")}
+    lines = [["system", "index: s / CPU s / peak MB", *(f"{counted(n, 'thread')}: q/s (CPU s)" for n in THREADS), "2 threads ÷ 1", "recall@10"]]
+    lines.append(["---"] * len(lines[0]))
+    for system in SYSTEMS:
+        build = stages[f"{system.split()[0]}: index"]
+        names = [f"{system}, {counted(n, 'thread')}" for n in THREADS]
+        lines.append([system, f"{build.seconds:.1f} / {build.cpu:.1f} / {build.peak:,.0f}",
+                      *(f"{speed[name]:.2f} ({stages[name + ': search'].cpu:.1f})" for name in names),
+                      f"{speed[names[1]] / speed[names[0]]:.2f}", f"{figures['recall@10'][names[0]]:.3f}"])
+    text = "\n".join("| " + " | ".join(row) + " |" for row in lines)
+
+    def per_second(system: str, threads: int) -> float:
+        return speed[f"{system}, {counted(threads, 'thread')}"]
+
+    ratios = [f"ragtrack ÷ {system}: {per_second('ragtrack', 1) / per_second(system, 1):.2f} on 1 thread each; ragtrack on 2 threads ÷ "
+              f"{system} on 1: {per_second('ragtrack', 2) / per_second(system, 1):.2f}; {per_second('ragtrack', 2) / per_second(system, 2):.2f} "
+              f"on 2 threads each" for system in SYSTEMS[1:]]
+    return text + "\n\n" + "\n".join(f"- {line}" for line in ratios)
+
+
 OVERRIDES = "overrides"  # the JSON file's one key that is not a size: the jobs' extra overrides
 
 
@@ -294,7 +458,7 @@ def load(path: Path) -> Results:
             for size, entry in json.loads(path.read_text()).items() if size != OVERRIDES}
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000", help="corpus sizes, comma-separated (add 1000000 for the 1M case); empty: only report --json")
     parser.add_argument("--lengths", choices=sorted(LENGTHS), default="scifact", help="document lengths: SciFact's or MS MARCO passages'")
@@ -304,8 +468,22 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="merge the measures into this file and report every size it holds")
     parser.add_argument("--table", type=Path, help="also write the markdown table here")
     parser.add_argument("--plot", type=Path, help="also draw the log-log plot here")
-    parser.add_argument("overrides", nargs="*", help="extra ragtrack run overrides")
+    parser.add_argument("--bm25s", action="store_true", help="instead of the job: ragtrack's BM25 against bm25s, side by side")
+    parser.add_argument("--depth", type=int, default=100, help="--bm25s: documents retrieved per query")
+    parser.add_argument("--repeats", type=int, default=2, help="--bm25s: rounds of searches (each system's fastest is reported)")
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a side of --bm25s, in its own process
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("overrides", nargs="*", help="extra ragtrack run overrides (--side: the corpus folder)")
     args = parser.parse_args()
+    if args.bm25s and (args.json or args.plot or args.overrides):
+        parser.error("--bm25s runs no job: --json, --plot and overrides are for the jobs")
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    if args.side:
+        return run_side(args.side, Path(args.overrides[0]), args.work, args.depth, args.repeats)
     sizes = sorted(int(size) for size in args.sizes.split(",") if size)
     corpus_flags = [f"--{flag}={value}" for flag, value, default in (("lengths", args.lengths, "scifact"), ("queries", args.queries, QUERIES))
                     if value != default]
@@ -316,13 +494,20 @@ def main() -> None:
                  f"{settings or 'no overrides'}; measure them into another --json file")
     with tempfile.TemporaryDirectory(prefix="ragtrack-scale-") as scratch:
         root = (args.root or Path(scratch)).resolve()
-        results = {}
+        results, texts = {}, []
         for size in sizes:
             corpus = corpus_folder(root, size, args.lengths, args.queries)
             if not (corpus / "qrels" / "test.tsv").is_file():
                 started = time.perf_counter()
                 write_corpus(corpus, size, args.lengths, args.queries)
                 print(f"{size:,} documents written in {time.perf_counter() - started:.1f} s", flush=True)
+            if args.bm25s:
+                before = os.getloadavg()[0]
+                stages, figures = side_by_side(corpus, root / "bm25s-side-by-side", args.depth, args.repeats)
+                texts.append(f"{size:,} documents ({corpus.name}), {figures['queries']} queries, top {args.depth}; load average "
+                             f"{before:.1f} before, {os.getloadavg()[0]:.1f} after.\n\n{side_table(stages, figures)}")
+                print(texts[-1], flush=True)
+                continue
             results[size] = run_job(corpus, root, (args.cache or root / "cache").resolve(), args.overrides)
             job = results[size][1]
             print(f"{size:,} documents: job {job.seconds:.1f} s ({job.cpu:.1f} CPU s), peak {job.peak:,.0f} MB", flush=True)
@@ -332,7 +517,7 @@ def main() -> None:
     if args.json:
         results, overrides = load(args.json), stored_overrides(args.json) or []
     setting = f" Overrides: {' '.join(overrides)}." if overrides else ""
-    text = f"Machine: {cpu_model()}.{setting}\n\n{table(results)}\n"
+    text = f"Machine: {cpu_model()}.{setting}\n\n" + ("\n\n".join(texts) if args.bm25s else table(results)) + "\n"
     print(text)
     if args.table:
         args.table.write_text(text)

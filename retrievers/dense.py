@@ -73,8 +73,10 @@ ENCODED_BY = "encoded_by.json"
 COMPLETE = "ragtrack.complete"
 BUILDER = "ragtrack.process"
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
-ROWS_PER_BLOCK = 65_536  # vectors read, normalized and scored per numpy call
-SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): queries per block = this / rows per block
+ROWS_PER_BLOCK = 65_536  # vectors read, normalized and scored per numpy call, at most
+SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): rows per block = this / queries per pass
+QUERIES_PER_PASS = 4_096  # queries scored in one pass over the vectors
+POOL_FACTOR = 4  # a query's candidates are cut back to the margin of its k-th best past this many times k
 
 
 def _chroma_settings():
@@ -138,17 +140,18 @@ class DenseSettings(RetrieverSettings, extra="forbid"):
 class ExactIndex:
     """Exhaustive cosine search whose scores are the same bits however it is run.
 
-    The vectors are read :data:`ROWS_PER_BLOCK` rows at a time (a memory-mapped embeddings file is
-    never held whole); their norms are computed once. BLAS is fast but sums in an order that depends
-    on matrix shapes and threads, so it only picks candidates: per block, the queries' dot products
-    divided by the norms. The reported score of a candidate is ``(x * q).sum()`` of the normalized
-    vectors (numpy: exact products rounded to float32, then a pairwise sum whose order depends on
-    the dimension only). Any float32 dot product of length d is within γ·Σ|x_j q_j| of the real one,
-    γ = (d+1)u/(1 − (d+1)u), u = 2⁻²⁴, and Σ|x_j q_j| ≤ ‖x‖‖q‖ ≈ 1; so BLAS and fixed-order
-    scores differ by at most e = 2γ·1.01 and every document of the fixed-order top k has a BLAS
-    score within 2e of the BLAS k-th best. Each query keeps, block after block, the documents within
-    2e of the k-th best seen so far (a superset of those within 2e of the final k-th best); they are
-    rescored, and ``top_documents`` picks the top k (ties by document id)."""
+    The vectors are read in blocks of at most ``rows`` rows (a memory-mapped embeddings file is never
+    held whole); their norms are computed once. A batch of queries is scored against each block by
+    one BLAS product of the normalized vectors (:meth:`unit_blocks`), which is fast but sums in an
+    order that depends on matrix shapes and threads, so it only picks candidates. The reported score
+    of a candidate is ``(x * q).sum()`` of the same normalized vectors (numpy: exact products
+    rounded to float32, then a pairwise sum whose order depends on the dimension only). Any float32
+    dot product of length d is within γ·Σ|x_j q_j| of the real one, γ = (d+1)u/(1 − (d+1)u),
+    u = 2⁻²⁴, and Σ|x_j q_j| ≤ ‖x‖‖q‖ ≈ 1; so BLAS and fixed-order scores differ by at most
+    e = 2γ·1.01 and every document of the fixed-order top k has a BLAS score within 2e of the BLAS
+    k-th best. Each query keeps, block after block, the documents within 2e of the k-th best seen so
+    far (a superset of those within 2e of the final k-th best); they are rescored, and
+    ``top_documents`` picks the top k (ties by document id)."""
 
     def __init__(self, vectors: np.ndarray, doc_ids: np.ndarray, rows: int = ROWS_PER_BLOCK):
         self.vectors, self.doc_ids, self.rows = vectors, doc_ids, rows
@@ -158,39 +161,78 @@ class ExactIndex:
         self.margin = 2 * (2 * dimension * UNIT_ROUNDOFF / (1 - dimension * UNIT_ROUNDOFF) * 1.01)
 
     def search(self, queries: np.ndarray, k: int) -> list[dict[str, float]]:
+        """The top ``k`` of every query (rows of ``queries``), one pass over the vectors per
+        :data:`QUERIES_PER_PASS` queries."""
         queries = normalized(np.array(queries, dtype=np.float32))
-        per_block = max(1, SCORES_PER_BLOCK // max(min(self.rows, len(self.vectors)), 1))
+        if k <= 0:
+            return [{} for _ in queries]
         results = []
-        for start in range(0, len(queries), per_block):
-            batch = queries[start:start + per_block]
+        for start in range(0, len(queries), QUERIES_PER_PASS):
+            batch = queries[start:start + QUERIES_PER_PASS]
             for query, candidates in zip(batch, self._candidates(batch, k)):
                 results.append(top_documents(self.doc_ids[candidates], (self._unit_rows(candidates) * query).sum(axis=1), k))
         return results
 
+    def unit_blocks(self, queries: int) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, normalized rows)`` over the vectors, in blocks sized so that ``queries``
+        queries' scores of a block hold :data:`SCORES_PER_BLOCK` floats (at most ``rows`` rows)."""
+        rows = max(1, min(self.rows, SCORES_PER_BLOCK // max(queries, 1)))
+        for first in range(0, len(self.vectors), rows):
+            yield first, self._unit_rows(slice(first, first + rows))
+
     def _candidates(self, queries: np.ndarray, k: int) -> list[np.ndarray]:
         """Per query, the ascending positions of the documents whose BLAS estimate is within the
         margin of the k-th best (all documents when there are at most k)."""
-        kept = [(np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64), -np.inf) for _ in queries]
-        for first in range(0, len(self.vectors), self.rows):
-            block_norms = self.norms[first:first + self.rows, 0]
-            estimates = queries @ np.asarray(self.vectors[first:first + self.rows]).T
-            np.divide(estimates, block_norms, out=estimates, where=block_norms > 0)
-            for number, estimate in enumerate(estimates):
-                scores, positions, floor = kept[number]  # floor: the k-th best so far less the margin
-                fresh = np.flatnonzero(estimate >= floor)
-                scores, positions = np.concatenate([scores, estimate[fresh]]), np.concatenate([positions, fresh + first])
-                if len(scores) > k > 0:
-                    floor = np.partition(scores, len(scores) - k)[len(scores) - k] - self.margin
-                    keep = scores >= floor
-                    scores, positions = scores[keep], positions[keep]
-                kept[number] = (scores, positions, floor)
-        return [np.sort(positions) for _, positions, _ in kept]
+        pools = [Pool() for _ in queries]
+        floors = np.full(len(queries), -np.inf, dtype=np.float32)  # per query: the k-th best so far less the margin
+        for first, block in self.unit_blocks(len(queries)):
+            estimates = queries @ block.T
+            unset = np.flatnonzero(floors == -np.inf)
+            if len(unset) and 0 < k <= len(block):  # the block's own k-th best bounds the final one from below
+                floors[unset] = np.partition(estimates[unset], len(block) - k, axis=1)[:, len(block) - k] - self.margin
+            numbers, columns = np.divmod(np.flatnonzero(estimates >= floors[:, None]), len(block))
+            bounds = np.searchsorted(numbers, np.arange(len(queries) + 1))
+            scores = estimates[numbers, columns]
+            for number in np.flatnonzero(np.diff(bounds)):
+                start, end = bounds[number], bounds[number + 1]
+                floors[number] = pools[number].add(scores[start:end], columns[start:end] + first, k, self.margin, floors[number])
+        return [pool.positions(k, self.margin) for pool in pools]
 
-    def _unit_rows(self, positions: np.ndarray) -> np.ndarray:
+    def _unit_rows(self, positions: np.ndarray | slice) -> np.ndarray:
         """The normalized vectors at ``positions``: the same bits as :func:`normalized` gives them."""
         rows = np.array(self.vectors[positions], dtype=np.float32)
         lengths = self.norms[positions]
         return np.divide(rows, lengths, out=rows, where=lengths > 0)
+
+
+class Pool:
+    """One query's candidates: BLAS estimates and document positions, added block by block and cut
+    back to those within the margin of the k-th best whenever they grow past ``POOL_FACTOR`` · k."""
+
+    def __init__(self):
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.size = 0
+
+    def add(self, scores: np.ndarray, positions: np.ndarray, k: int, margin: float, floor: np.float32) -> np.float32:
+        """Add candidates; returns the query's floor (raised when the pool was cut back)."""
+        self.parts.append((scores, positions))
+        self.size += len(scores)
+        return self.cut(k, margin, floor) if self.size > POOL_FACTOR * k else floor
+
+    def cut(self, k: int, margin: float, floor: np.float32) -> np.float32:
+        """Keep the candidates within ``margin`` of the k-th best estimate; returns the new floor."""
+        scores, positions = (np.concatenate(part) for part in zip(*self.parts)) if self.parts else (np.empty(0, np.float32), np.empty(0, np.int64))
+        if len(scores) > k > 0:
+            floor = max(floor, np.partition(scores, len(scores) - k)[len(scores) - k] - margin)
+            keep = scores >= floor
+            scores, positions = scores[keep], positions[keep]
+        self.parts, self.size = [(scores, positions)], len(scores)
+        return floor
+
+    def positions(self, k: int, margin: float) -> np.ndarray:
+        """The final candidates, ascending."""
+        self.cut(k, margin, np.float32(-np.inf))
+        return np.sort(self.parts[0][1])
 
 
 class DenseRetriever(Retriever):

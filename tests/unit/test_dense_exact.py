@@ -13,6 +13,7 @@ from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import rank_documents
 from ragtrack.retrievers.base import top_documents
+from ragtrack.retrievers import dense
 from ragtrack.retrievers.dense import DenseRetriever, ExactIndex, normalized, row_blocks
 from ragtrack.retrievers.encoders import HashingEncoder
 from tests.support import TOY
@@ -48,6 +49,33 @@ def test_top_k_equals_scoring_every_document() -> None:
         assert found == top_documents(index.doc_ids, every, 10)
         cosine = documents.astype(np.float64) @ query / np.linalg.norm(documents, axis=1) / np.linalg.norm(query)
         assert np.allclose([found[d] for d in found], cosine[[int(d[1:]) for d in found]], atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [1, 2, None])
+def test_every_block_shape_and_thread_count_gives_the_top_k_of_every_document(threads, monkeypatch) -> None:
+    """The batched path jobs use (one BLAS product per block of rows and pass of queries, candidates
+    cut back block after block) against the fixed-order score of every document: block sizes from
+    seven rows to the whole array, passes of 1, 7 and all queries, k below and above a block's rows and
+    the corpus size, ties across blocks, with 1, 2 and all BLAS threads."""
+    documents, queries = vectors(800, seed=5), vectors(23, seed=6)
+    documents[400:460] = documents[3]  # ties of document 3, spread over blocks
+    queries[0] = documents[3]
+    ids = np.array([f"d{i:05d}" for i in range(len(documents))], dtype=object)
+    every = normalized(documents.copy())
+    for pass_size in (1, 7, 4096):
+        monkeypatch.setattr(dense, "QUERIES_PER_PASS", pass_size)
+        monkeypatch.setattr(dense, "POOL_FACTOR", 1 if pass_size == 7 else 4)  # the pool cut back at every block
+        for rows in (7, 50, 333, 65_536):
+            index = ExactIndex(documents.copy(), ids, rows=rows)
+            for k in (1, 10, 61, 1000):
+                with threadpool_limits(threads):
+                    found = index.search(queries, k)
+                assert found == [top_documents(ids, (every * query).sum(axis=1), k) for query in normalized(queries.copy())]
+    assert [d for d, _ in rank_documents(found[0])][:61] == [f"d{i:05d}" for i in range(459, 399, -1)] + ["d00003"]
+
+
+def test_no_documents_asked_for_none_returned() -> None:
+    assert index_of(vectors(10)).search(vectors(3, seed=1), 0) == [{}, {}, {}]
 
 
 def test_equal_vectors_tie_by_document_id_descending() -> None:

@@ -227,3 +227,11 @@ def test_labels_that_cannot_be_compared_are_counted_and_warned(tmp_path: Path, c
     csv = (tmp_path / "systems" / "bm25" / "judge_correctness_confusion.csv").read_text().splitlines()
     assert csv[0] == "judge \\ human,1,2,3,4,5" and csv[2] == "2,0,1,0,0,0" and csv[5] == "5,0,0,0,1,0"
 
+
+def test_a_label_whose_criterion_is_not_a_name_is_one_line(tmp_path: Path) -> None:
+    """Each was a TypeError or ValueError traceback."""
+    for number, criterion in enumerate(('["correctness"]', '{"a": 1}', "3")):
+        labels = tmp_path / f"labels{number}.jsonl"
+        labels.write_text(f'{{"qid": "q1", "system": "bm25", "criterion": {criterion}, "label": 3}}\n')
+        with pytest.raises(InputError, match=rf"labels{number}\.jsonl:1: 'criterion' must be a rubric's name, got "):
+            read_human_labels(labels, {"correctness": [1, 2, 3], "relevance": [1, 2, 3]}, "system")

@@ -176,3 +176,21 @@ def test_the_extractive_generator_cites_its_passage() -> None:
     assert answers == {"q": "The Eiffel Tower is in Paris [3]"}
     plain = ExtractiveGenerator(top_k=3, unit="sentence").generate({"q": "Where is the Eiffel Tower?"}, {"q": PASSAGES[::-1]})
     assert plain == {"q": "The Eiffel Tower is in Paris"}
+
+
+def test_a_dry_run_of_llm_citations_bounds_the_later_rounds() -> None:
+    """Offline, the joint checks failed as not sent and the single-passage checks after them went
+    uncounted: 2 planned where the real run asks 4 (ANSWER: [1][3] jointly, then each alone)."""
+    server = SupportServer()
+    try:
+        settings = {"mode": "llm", "prompt": "Q: {question}\nPASSAGES:\n{passages}\nSTATEMENT: {statement}\nyes or no?", "top_k": 3,
+                    "base_url": server.url, "model": "m", "timeout": 5, "max_retries": 0}
+        dry, real = CitationEvaluator(**settings), CitationEvaluator(**settings)
+        dry.client.offline = True
+        dry.evaluate(data_for({"q": ANSWER}))
+        planned = dry.client.take_calls()
+        assert len(planned) == 2 and dry.unsent_followups() == 4  # (1, 3) and (2) jointly; then ≤ 2 checks per citation of (1, 3)
+        real.evaluate(data_for({"q": ANSWER}))
+        assert len(server.requests) == 4 <= len(planned) + dry.unsent_followups()
+    finally:
+        server.stop()

@@ -102,3 +102,13 @@ def test_the_evaluator_reads_the_top_k_passages() -> None:
 def test_bad_settings_fail_in_one_line(settings: dict, message: str) -> None:
     with pytest.raises(RagtrackError, match=message):
         FaithfulnessEvaluator(**settings)
+
+
+def test_citing_changes_no_faithfulness_metric() -> None:
+    """docs/answers.md: the answer metrics take citation markers out, so citing changes none of them;
+    k_precision and sentence_support counted the marker's number as an unsupported token (and a marker
+    after the full stop as a sentence of its own)."""
+    passages = {"q": ["The Denver Broncos won Super Bowl 50.", "Carolina lost."]}
+    scores = [FaithfulnessEvaluator(top_k=2).evaluate(_data({"q": answer}, {"q": ["Denver Broncos"]}, passages)).loc["q"].to_dict()
+              for answer in ("The Denver Broncos won. Carolina lost.", "The Denver Broncos won [1]. Carolina lost. [2]")]
+    assert scores[0] == scores[1] == {"k_precision": 1.0, "answer_recall": 1.0, "sentence_support": 1.0}

@@ -280,3 +280,34 @@ def test_a_list_reply_is_read_for_the_models_own_list() -> None:
 
     assert string_list('The nuggets are ["a", "b"].\nLabels: ["support", "not_support"]') == ["support", "not_support"]
     assert string_list("```json\n[\"x\", \"y\"]\n```") == ["x", "y"]
+
+
+def test_a_prompts_file_with_other_keys_is_one_line(tmp_path: Path) -> None:
+    """Was a TypeError traceback."""
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text("1: a\ncreate: b\n")
+    with pytest.raises(InputError, match=r"prompts\.yaml: nugget prompts are a mapping with exactly the keys create, importance, "
+                                         r"assign; found \['1', 'create'\]$"):
+        load_prompts(str(prompts))
+
+
+def test_a_dry_run_of_the_nuggets_evaluator_bounds_the_requests_of_the_real_run(tmp_path: Path) -> None:
+    """Offline, creation's first window failed as not sent and nothing after it was counted: 2 planned
+    requests where the real run sends 12 (3 creation, 3 importance, 3 assignments per system)."""
+    server = NuggetServer()
+    try:
+        settings = {"base_url": server.url, "model": "judge", "timeout": 5, "max_retries": 0, "max_passages": 6, "passages_per_request": 4,
+                    "max_nuggets": 5, "nuggets_per_request": 2, "cache_dir": str(tmp_path / "cache")}
+        dry, real = NuggetEvaluator(**settings), NuggetEvaluator(**settings)
+        dry.client.offline = True
+        planned = 0
+        for system in ("bm25", "dense"):
+            data = toy_data({qid: f"{system} {qid}" for qid in ("q1", "q2", "q3", "q4")}, system)
+            dry.evaluate(data)
+            planned += len(dry.client.take_calls()) + dry.unsent_followups()
+            real.evaluate(data)
+        assert real.client.requests_sent == 12
+        # upper bound: q1 1 more window + 3 importance + 3 assignments per system, q3 3 importance + 3 per system
+        assert planned == 2 + (1 + 3 + 3) + (3 + 3) + (3 + 3) >= real.client.requests_sent
+    finally:
+        server.stop()

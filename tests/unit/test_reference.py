@@ -284,3 +284,14 @@ def test_the_documented_data_path_finds_the_shipped_table_from_any_folder(tmp_pa
     (tmp_path / "data" / "scifact" / "published.tsv").write_text("system\tmetric\tvalue\nbm25\tndcg@10\t0.5\n")
     assert read_reference("data/scifact/published.tsv").values == {"bm25": {"ndcg@10": 0.5}}
     assert read_reference("data/scifact/absent.tsv") is None and read_reference("data/nfcorpus/published.tsv") is None
+
+
+def test_a_reference_per_query_table_with_a_repeated_or_blank_query_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"systems": {"bm25": {"ndcg@10": 0.5}}}))
+    for rows, problem in ((["bm25,q1,0.5", "bm25,q2,0.25", "bm25,q1,0.5"], r":4: query 'q1' of bm25 is given twice \(first on line 2\)$"),
+                          (["bm25,q1,0.5", "bm25,,0.25"], r":3: empty qid$"), (["bm25,q1,0.5", ",q2,0.25"], r":3: empty system$")):
+        (folder / "per_query.csv").write_text("\r\n".join(["system,qid,ndcg@10", *rows]) + "\r\n")
+        with pytest.raises(InputError, match=r"per_query\.csv" + problem):
+            read_reference(str(folder))

@@ -20,7 +20,8 @@ from ragtrack.pipeline.layout import file_uri, sqlite_path, sqlite_uri
 from ragtrack.pipeline.redaction import (SecretFilter, check_run_arguments, check_variable_names, flatten, redact, redact_everywhere,
                                          redact_overrides, redact_text, remember_argument_secrets, remember_config_secrets)
 from ragtrack.pipeline.tracking import CREDENTIAL_VARIABLES, probe_server, use_credentials
-from tests.support import BasicAuthServer, free_port, package_sources, ragtrack
+from tests.support import BasicAuthServer, ChatServer, free_port, package_sources, ragtrack
+from ragtrack.core.llm import ChatClient
 
 SECRET = "sk-test-4f9c2e7d-never-written"
 
@@ -272,3 +273,15 @@ def test_llm_stage_identities_hold_no_credentials(chat_server, tmp_path: Path) -
     reranker = LLMReranker(input="bm25", base_url=url, model="m", cache_dir=str(tmp_path))
     rewriter = LLMRewriter(input="bm25", type="llm", base_url=url, model="m", prompt="{query}")
     assert reranker.scorer_identity()["base_url"] == rewriter.rewrite_identity()["base_url"] == chat_server.url
+
+
+def test_a_refused_request_names_the_endpoint_without_its_credentials(chat_server: ChatServer) -> None:
+    """An HTTP 4xx error named ``base_url`` with its ``user:password@``: the error text goes to
+    judge.jsonl, nugget_scores.jsonl, citations.jsonl, generation.json and the log."""
+    password = "pw-0123"  # shorter than the secrets registry's minimum: only the URL's own stripping hides it
+    url = chat_server.url.replace("http://", f"http://alice:{password}@")
+    client = ChatClient(base_url=url, model="m", backoff=0.01, max_retries=0)
+    replies, failures = client.complete_all({"a": "[401] refused", "b": "[down] broken"})
+    assert not replies and set(failures) == {"a", "b"}
+    assert "HTTP 401" in failures["a"] and "HTTP 500" in failures["b"]
+    assert all(password not in text and "alice" not in text for text in failures.values()), failures

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -374,3 +375,48 @@ def test_a_reply_nested_too_deep_is_a_malformed_reply(tmp_path: Path) -> None:
         assert not replies and "malformed reply (RecursionError" in failures["q1"]
     finally:
         server.stop()
+
+
+class _SlowFirst(ChatClient):
+    """Answers at once, except the prompt "first", whose reply arrives last."""
+
+    def _request(self, prompt: str, http):
+        if prompt == "first":
+            time.sleep(0.3)
+        return f"reply to {prompt}", (len(prompt), 1)
+
+
+def test_calls_are_recorded_in_prompt_order_however_the_replies_arrive() -> None:
+    """Calls were recorded as replies arrived, so the usage rows (and float sums of cost over them)
+    depended on thread timing."""
+    client = _SlowFirst(base_url="http://127.0.0.1:9/v1", model="m", concurrency=4)
+    prompts = {"q0": "first", "q1": "second", "q2": "third"}
+    replies, failures = client.complete_all(prompts)
+    assert not failures and list(replies) == list(prompts)
+    assert [call.prompt_id for call in client.take_calls()] == list(prompts)
+
+
+def _calls(rows: list[tuple]) -> pd.DataFrame:
+    """Meter rows (system, stage, qid, cached, prompt_tokens, completion_tokens, cost)."""
+    meter = usage.Meter()
+    meter.rows = [dict(zip(usage.COLUMNS, (system, stage, qid, False, cached, False, False, prompt, completion, cost, 0.0 if cached else 0.5)))
+                  for system, stage, qid, cached, prompt, completion, cost in rows]
+    return meter.table()
+
+
+def test_token_sums_of_calls_without_usage_are_unknown_not_zero() -> None:
+    """A server that reports no usage gave prompt_tokens 0 (results.json, MLflow) and 0 in usage.csv;
+    the sent calls' new_cost was 0 when only cached calls had a cost."""
+    calls = _calls([("bm25", "generator", "q1", False, None, None, None), ("bm25", "generator", "q2", False, None, None, None),
+                    ("bm25", "llm_judge", "q1", True, 10, 2, 0.5), ("bm25", "llm_judge", "q1", False, None, None, None)])
+    generator = usage.figures(calls[calls["stage"] == "generator"])
+    assert generator["calls"] == 2 and generator["unknown_usage"] == 2
+    assert "prompt_tokens" not in generator and "new_completion_tokens" not in generator
+    everything = usage.figures(calls)
+    assert everything["prompt_tokens"] == 10 and everything["cost"] == 0.5  # lower bounds: unknown_usage says so
+    assert "new_prompt_tokens" not in everything and "new_cost" not in everything  # the sent calls' usage is all unknown
+    assert usage.figures(calls[calls["cached"]])["new_prompt_tokens"] == 0  # nothing sent: truly 0
+    assert all(key.rsplit("/", 1)[-1] != "prompt_tokens" for key in usage.metrics({"generator": generator}))
+    table = usage.per_query(calls).set_index(["stage", "qid"])
+    assert pd.isna(table.loc[("generator", "q1"), "prompt_tokens"]) and table.loc[("llm_judge", "q1"), "prompt_tokens"] == 10
+    assert "\r\ngenerator,q1,1,0,1,,,,0.5\r\n" in usage.usage_csv(calls)

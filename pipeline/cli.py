@@ -188,6 +188,10 @@ def command_compare(args: argparse.Namespace) -> int:
         raise RagtrackError("--reference-map and --tolerance check against a reference: give it with --reference RUN_OR_TABLE")
     if args.folds is not None and args.folds < 2:
         raise RagtrackError(f"--folds {args.folds}: give 2 or more folds")
+    if args.folds is not None and args.tune_on is not None:
+        raise RagtrackError("--folds and --tune-on are two ways to tune: cross-validate over the reported queries, or choose on another split; give one")
+    if args.tune_on is not None and not args.tune_on.rpartition("=")[2].strip():
+        raise RagtrackError(f"--tune-on {args.tune_on!r}: give the tuning split as VALUE or KEY=VALUE of a setting that differs between the jobs, e.g. --tune-on train")
     if args.resamples < 1 or args.failures < 0:
         raise RagtrackError(f"--resamples {args.resamples}, --failures {args.failures}: give --resamples >= 1 and --failures >= 0")
     if args.plot:
@@ -201,7 +205,8 @@ def command_compare(args: argparse.Namespace) -> int:
                                    args.format, args.plot, args.seed, args.resamples, args.failures, not args.no_log,
                                    width=None if args.wide else TEXT_WIDTH, allow_mixed=args.allow_mixed, reference=args.reference,
                                    reference_map=args.reference_map or (), tolerance=TOLERANCE if args.tolerance is None else args.tolerance,
-                                   runs=args.run or (), labels=args.label or (), pooled=args.pooled, folds=args.folds)
+                                   runs=args.run or (), labels=args.label or (), pooled=args.pooled, folds=args.folds,
+                                   tune_on=args.tune_on)
     print(text, end="")
     if comparison.reference and args.format == "csv":  # the other formats carry the notes in their text
         for note in comparison.reference.notes:
@@ -271,6 +276,15 @@ def run_hydra(overrides: list[str]) -> int:
     return 0
 
 
+def add_tuning_arguments(compare: argparse.ArgumentParser) -> None:
+    """``compare --folds K`` and ``--tune-on SPLIT``: a sweep's setting chosen without the reported queries."""
+    compare.add_argument("--folds", type=int, metavar="K", help="a sweep's setting tuned by K-fold cross-validation on the first metric "
+                         "(each fold scored by the setting chosen on the others), against the default (docs/ablations.md)")
+    compare.add_argument("--tune-on", metavar="SPLIT", help="a sweep's setting chosen on the first metric over the jobs of this split (a value, "
+                         "or KEY=VALUE, of a setting the jobs differ in: train for dataset.split=train) and reported on the other jobs, "
+                         "against the default (docs/ablations.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from typing import get_args
 
@@ -307,8 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="pick jobs by run id (a job's or one of its system runs'; repeatable, or a comma list) instead of an experiment")
     compare.add_argument("--label", action="append", metavar="ROW=NAME", help="show a row (label or system name) as NAME (repeatable)")
     compare.add_argument("--pooled", action="store_true", help="a benchmark's paired tests also over every dataset's queries together")
-    compare.add_argument("--folds", type=int, metavar="K", help="a sweep's setting tuned by K-fold cross-validation on the first metric "
-                         "(each fold scored by the setting chosen on the others), against the default (docs/ablations.md)")
+    add_tuning_arguments(compare)
     compare.add_argument("--sweep", help="only the jobs of this sweep (its tag, the sweep folder name, or 'latest'; without --experiment: "
                                          "in every experiment, so a sweep over datasets is one benchmark)")
     compare.add_argument("-m", "--metric", action=_CommaList, help="metric such as ndcg@10 (repeatable, or a comma list: -m ndcg@10,mrr; default ndcg@10, recall@100)")

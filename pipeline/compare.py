@@ -31,6 +31,7 @@ relevance threshold is refused as jobs are, unless ``allow_mixed``.
 from __future__ import annotations
 
 import html
+import json
 import logging
 import os
 import re
@@ -45,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.files import yaml_text
+from ragtrack.core.files import json_text, yaml_text
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
 from ragtrack.evaluators.ranking import counted_queries
@@ -53,12 +54,12 @@ from ragtrack.evaluators.reproduction import RANKING_COLUMNS
 from ragtrack.pipeline.csv_files import read_csv
 from ragtrack.pipeline.inputs import load_dataset, relevance_threshold, without_relevant
 from ragtrack.pipeline.tracking import log_figures, reading_client, run_and_job, ui_base
-from ragtrack.pipeline.tuning import tuned_comparison
+from ragtrack.pipeline.tuning import Tuning, log_tuning, same_setting, split_tune, swept_rows, tune_sweep, write_tuning
 from ragtrack.pipeline.layout import (CONFIG_FILE, CURVE_METRICS, LATENCY_COLUMNS, PER_QUERY_FILE, RESULTS_FILE, RUN_FILE, TAG_COMPARED_RUNS,
                                       TAG_BENCHMARK, TAG_COMPARISON, TAG_DATASET, TAG_DATASET_HASH, TAG_NOTE, TAG_OVERRIDES, TAG_PARENT, TAG_SWEEP, TAG_SYSTEM, curve_key, key_part,
                                       metric_key, reference_key, run_page)
 from ragtrack.pipeline.benchmark import Benchmark, benchmark, render_benchmark
-from ragtrack.pipeline.comparison import Comparison, DEFAULT_METRICS, SystemRun, alias_of, compare_systems, find_baseline
+from ragtrack.pipeline.comparison import Comparison, DEFAULT_METRICS, SystemRun, alias_of, compare_systems, defined_queries, find_baseline
 from ragtrack.pipeline.comparison_plots import PLOT_SUFFIXES, plot
 from ragtrack.pipeline.comparison_report import REPORT_FILE, verdicts, write_comparison
 from ragtrack.pipeline.comparison_tables import FORMATS, TEXT_WIDTH, reference_section, render
@@ -311,6 +312,64 @@ def reference_scope_difference(reference: Reference, scope: JobScope) -> str | N
     return None
 
 
+# --------------------------------------------------------------------------- tuning on another split
+
+def split_jobs(jobs: dict, tune_on: str) -> tuple[dict, dict, tuple[str, str]]:
+    """``--tune-on SPLIT``: the jobs to choose on, those where a setting that differs between the jobs
+    has the value SPLIT (``KEY=VALUE`` or ``VALUE``: ``train`` for ``dataset.split=train``), the jobs to
+    report on (the others, which must share one value of that setting), and both splits as words
+    (``dataset.split=train``, ``dataset.split=test``)."""
+    settings = differing_settings(jobs)
+    wanted, _, value = tune_on.rpartition("=")
+    keys = sorted({key for values in settings.values() for key, given in values.items() if given == value and wanted in ("", key)})
+    if len(keys) != 1:
+        varying = dict.fromkeys(key for values in settings.values() for key in values)
+        shown = "; ".join(f"{key}: {', '.join(dict.fromkeys(v[key] for v in settings.values() if key in v))}" for key in varying) or "none"
+        problem = "no setting that differs between the jobs has this value" if not keys else \
+            "several settings that differ between the jobs have this value: give KEY=VALUE"
+        raise RagtrackError(f"--tune-on {tune_on}: {problem}; the settings that differ: {shown}")
+    key = keys[0]
+    tuning = {job_id: job for job_id, job in jobs.items() if settings[job_id].get(key) == value}
+    reported = {job_id: job for job_id, job in jobs.items() if job_id not in tuning}
+    others = {settings[job_id].get(key, "its default") for job_id in reported}
+    if len(others) != 1:
+        raise RagtrackError(f"--tune-on {tune_on}: the other jobs have {len(others)} values of {key} ({', '.join(sorted(others))}); "
+                            "report on one: pick its jobs and the tuning jobs with --run")
+    return tuning, reported, (f"{key}={value}", f"{key}={others.pop()}")
+
+
+def tune_on_split(client, tuning_jobs: dict, reported_jobs: dict, splits: tuple[str, str], runs: list, folder: Path, comparison: Comparison,
+                  seed: int, resamples: int, default_of: Callable[[str], object] | None) -> Tuning:
+    """``--tune-on``: the swept setting chosen on the rows of ``tuning_jobs`` over their judged queries,
+    reported by the comparison's row of the same settings (``pipeline.tuning.split_tune``). Rows meet
+    across the splits by the settings that differ between the jobs, the split's aside; a setting a job
+    does not override has its default (``default_of``, else the config the reported jobs compose to)."""
+    metric, rows = comparison.metrics[0], swept_rows(comparison.systems, comparison.baseline, "--tune-on")
+    systems = load_systems(client, tuning_jobs, runs, folder)
+    scopes = [job_scope(client, job, systems, folder) for job in tuning_jobs.values()]
+    if difference := scope_difference(scopes):
+        raise RagtrackError(f"on {splits[0]}, {difference}")
+    candidates = [s for s in systems if s.system == comparison.baseline.system]
+    if any(metric not in s.per_query for s in candidates):
+        raise RagtrackError(f"{metric!r} is not a logged metric of {comparison.baseline.system} on {splits[0]}")
+    shared = set.intersection(*(set(scope.counted) for scope in scopes))
+    queries = defined_queries(candidates, metric, [q for q in scopes[0].counted if q in shared and all(q in s.per_query.index for s in candidates)])
+    settings = differing_settings({**tuning_jobs, **reported_jobs})
+    keys = {key for values in settings.values() for key in values} - {splits[0].split("=", 1)[0]}
+    every = [job_id for s in (*candidates, *rows) for job_id in (s.job_id, *s.merged.values())]
+    fallback = default_of or composed_default(reported_jobs, keys) if any(k not in settings[j] for j in every for k in keys) else None
+
+    def setting(job_id: str, key: str) -> object:
+        return settings[job_id][key] if key in settings[job_id] else fallback(key) if fallback else None
+
+    def counterpart(candidate: SystemRun) -> SystemRun | None:
+        return next((row for row in rows if any(all(same_setting(setting(candidate.job_id, k), setting(job_id, k)) for k in keys)
+                                                for job_id in (row.job_id, *row.merged.values()))), None)
+
+    return split_tune(candidates, queries, rows, comparison.baseline, metric, comparison.paired.get(metric, comparison.queries), counterpart,
+                      splits, seed, resamples)
+
+
 # --------------------------------------------------------------------------- the command
 
 def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None, sweep: str | None = None, metrics: Sequence[str] | None = None,
@@ -319,7 +378,7 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
                 width: int | None = TEXT_WIDTH, allow_mixed: bool = False, reference: str | None = None,
                 reference_map: Sequence[str] = (), tolerance: float = TOLERANCE, runs: Sequence[str] = (),
                 labels: Sequence[str] = (), pooled: bool = False, default_of: Callable[[str], object] | None = None,
-                folds: int | None = None) -> tuple[Comparison | Benchmark, str]:
+                folds: int | None = None, tune_on: str | None = None) -> tuple[Comparison | Benchmark, str]:
     """Load, compare, render; write the plot; log everything as a comparison run. Returns (comparison, text).
     ``experiment``: one name or several (their jobs together); ``runs``: jobs picked by run id (a job's
     or one of its system runs') instead. Jobs of several datasets are a benchmark (``pipeline.benchmark``):
@@ -331,8 +390,9 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
     ``labels``: ``ROW=NAME`` renames a row (label or system name); ``pooled``: a benchmark's pooled tests.
     Without ``baseline``, a sweep's rows are judged against its default row (``default_of``: a setting's
     default value, else the config the jobs' shared overrides compose to; :func:`compare_jobs`). ``folds``:
-    the swept setting tuned by k-fold cross-validation on the first metric, against the baseline
-    (``pipeline.tuning``: printed, ``tuning.json``, a report section, the comparison run's metrics)."""
+    the swept setting tuned by k-fold cross-validation on the first metric, against the baseline;
+    ``tune_on``: chosen on the jobs of that split (:func:`split_jobs`), reported on the others
+    (``pipeline.tuning``: printed, ``tuning.json``, a report section, the tuning run with a child per fold)."""
     check_arguments(fmt, plot_file, reference, reference_map, tolerance)
     renames = label_pairs(labels)
     original = read_reference(reference) if reference else None  # a file or folder: a bad one fails before MLflow is read
@@ -340,19 +400,11 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
     client = reading_client(tracking_uri)
     names = [experiment] if isinstance(experiment, str) else list(experiment or [])
     found, every_run = experiments_and_runs(client, names, bool(sweep or runs))
-    shown_names = ", ".join(e.name for e in found) if names or not (sweep or runs) else "every experiment"
-    if runs:
-        jobs, scope = jobs_by_id(client, runs), f"the jobs of runs {', '.join(r[:8] for r in runs)}"
-    else:
-        jobs, scope = select_jobs(every_run, sweep, shown_names)
-        if sweep and not names:  # found in every experiment: the scope names the experiments that hold it, and their sweeps
-            holding = {job.info.experiment_id for job in jobs.values()}
-            found = [e for e in found if e.experiment_id in holding]
-            shown_names = ", ".join(e.name for e in found)
-            jobs, scope = select_jobs([r for r in every_run if r.info.experiment_id in holding], sweep, shown_names)
-    if not jobs:
-        raise RagtrackError(f"experiment {shown_names} has no finished runs")
-    groups = by_dataset(jobs)
+    jobs, scope, found, shown_names = find_jobs(client, every_run, found, bool(names), sweep, runs)
+    reported_jobs, tuning_jobs, splits = jobs, {}, ("", "")
+    if tune_on:
+        tuning_jobs, reported_jobs, splits = split_jobs(jobs, tune_on)
+    groups = by_dataset(reported_jobs)
     experiment_id = found[0].experiment_id if found else next(iter(jobs.values())).info.experiment_id  # where a comparison run is logged
     with tempfile.TemporaryDirectory(prefix="ragtrack-compare-") as scratch:
         folder = Path(scratch)
@@ -364,8 +416,9 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
                                              default_of)
             if reference:
                 check_against(compared[dataset], original.for_dataset(dataset), reference_map, tolerance, allow_mixed)
-        if folds is not None and (len(compared) > 1 or pooled):
-            raise RagtrackError("--folds tunes a sweep on one dataset: compare one dataset's jobs (--experiment, --sweep)")
+        if (folds is not None or tune_on) and (len(compared) > 1 or pooled):
+            raise RagtrackError(f"{'--folds' if folds is not None else '--tune-on'} tunes a sweep on one dataset: compare one dataset's jobs "
+                                "(--experiment, --sweep)")
         if len(compared) > 1 or pooled:
             result = benchmark({dataset: c.comparison for dataset, c in compared.items()}, pooled, seed, resamples)
             result.scope = scope
@@ -380,26 +433,59 @@ def run_compare(tracking_uri: str, experiment: str | Sequence[str] | None = None
         comparison.scope = scope
         text = render(comparison, fmt, width)
         outputs = folder / "comparison"
-        tuning = tuned_comparison(comparison, folds, seed, resamples, outputs) if folds is not None else None
-        text += ("\n" + tuning.text()) if tuning and fmt in ("table", "markdown", "latex") else ""
+        tuning = (tune_sweep(comparison, folds, seed, resamples) if folds is not None else
+                  tune_on_split(client, tuning_jobs, reported_jobs, splits, every_run, folder / "tuning", comparison, seed, resamples, default_of)
+                  if tune_on else None)
+        text = with_tuning(text, fmt, tuning, outputs) if tuning else text
         trec = {s.run_id: only.row_run(s) for s in comparison.systems} if only.dataset is not None and failures > 0 else None
         experiment_name = found[0].name if len(found) == 1 else shown_names
         title = f"{experiment_name}: {counted(len(comparison.systems), 'system')} vs {comparison.baseline.label}"
         write_comparison(comparison, outputs, title, only.dataset, trec, failures,
-                         sections=[("tuning", "Tuned on other folds", tuning.html())] if tuning else ())
+                         sections=[("tuning", "Tuned without the reported queries", tuning.html())] if tuning else ())
         if plot_file:  # the format of its suffix; plot() makes a missing folder
             plot(comparison, Path(plot_file), title)
         if log_to_mlflow:
-            _log_and_link(client, experiment_id, comparison, jobs, sweep, outputs, tuning.figures() if tuning else {}, ui_base(tracking_uri))
+            _log_and_link(client, experiment_id, comparison, reported_jobs, sweep, outputs, tuning, ui_base(tracking_uri))
     return comparison, text
 
 
-def _log_and_link(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path, figures: dict[str, float],
+def find_jobs(client, every_run: list, found: list, named: bool, sweep: str | None, runs: Sequence[str]) -> tuple[dict, str, list, str]:
+    """The jobs to compare: picked by run id (``runs``), else of the sweep or of the ``found``
+    experiments (``named``: by the user); what was searched (for messages); the experiments that hold
+    them; their names."""
+    shown_names = ", ".join(e.name for e in found) if named or not (sweep or runs) else "every experiment"
+    if runs:
+        jobs, scope = jobs_by_id(client, runs), f"the jobs of runs {', '.join(r[:8] for r in runs)}"
+    else:
+        jobs, scope = select_jobs(every_run, sweep, shown_names)
+        if sweep and not named:  # found in every experiment: the scope names the experiments that hold it, and their sweeps
+            holding = {job.info.experiment_id for job in jobs.values()}
+            found = [e for e in found if e.experiment_id in holding]
+            shown_names = ", ".join(e.name for e in found)
+            jobs, scope = select_jobs([r for r in every_run if r.info.experiment_id in holding], sweep, shown_names)
+    if not jobs:
+        raise RagtrackError(f"experiment {shown_names} has no finished runs")
+    return jobs, scope, found, shown_names
+
+
+def with_tuning(text: str, fmt: str, tuning: Tuning, outputs: Path) -> str:
+    """The comparison's ``text`` with the tuning (json: a ``tuning`` key; table, markdown, latex: its
+    section; csv: nothing), the tuning written into ``outputs`` (``tuning.json``)."""
+    write_tuning(tuning, outputs)
+    if fmt == "json":
+        return json_text({**json.loads(text), "tuning": tuning.summary()}, indent=2)
+    return text + ("\n" + tuning.text() if fmt in ("table", "markdown", "latex") else "")
+
+
+def _log_and_link(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path, tuning: Tuning | None,
                   base: str) -> None:
-    """The comparison logged as its run (with extra ``figures``, e.g. the tuning's), its run id and the
-    UI links (``base``: the UI's address) kept on the comparison for the terminal."""
-    run_id, name = _log_comparison(client, experiment_id, comparison, jobs, sweep, outputs)
-    log_figures(client, run_id, figures)
+    """The comparison logged as its run (with a ``tuning``: the tuning run, a child per fold,
+    ``pipeline.tuning.log_tuning``), its run id and the UI links (``base``: the UI's address) kept on
+    the comparison for the terminal."""
+    name = f"tuning {comparison.baseline.system} ({tuning.protocol}) vs {comparison.baseline.label}" if tuning else None
+    run_id, name = _log_comparison(client, experiment_id, comparison, jobs, sweep, outputs, name)
+    if tuning:
+        log_tuning(client, experiment_id, run_id, tuning)
     comparison.logged = f"{run_id} ({name})"
     comparison.links = {"Run page": f"{base}/{run_page(experiment_id, run_id)}", "report.html": f"{base}/{run_page(experiment_id, run_id, REPORT_FILE)}"}
 
@@ -471,14 +557,6 @@ class Compared:
     row_run: Callable[[SystemRun], Run]
 
 
-def _same_setting(given: str, default: object) -> bool:
-    """A job's logged setting (text) equals a default (any value): as numbers where both are numbers."""
-    try:
-        return float(given) == float(default)  # "60" and 60, "0.50" and 0.5
-    except (TypeError, ValueError):
-        return given == str(default)
-
-
 def composed_default(jobs: dict, swept: set[str]) -> Callable[[str], object] | None:
     """A setting's default in a sweep: its value in the config its jobs' shared overrides compose to
     (the jobs' common command line, without the ``swept`` keys); None where that config does not
@@ -501,7 +579,7 @@ def default_row(systems: list[SystemRun], default_of: Callable[[str], object] | 
     counts = pd.Series([s.system for s in systems]).value_counts()
     swept = [s for s in systems if counts[s.system] > 1 and s.params]
     return next((s for s in swept if s.system == swept[0].system
-                 and all((default := default_of(key)) is not None and _same_setting(value, default) for key, value in s.params.items())), None)
+                 and all((default := default_of(key)) is not None and same_setting(value, default) for key, value in s.params.items())), None)
 
 
 def compare_jobs(client, jobs: dict, runs: list, folder: Path, metrics: Sequence[str] | None, baseline: str | None, seed: int,
@@ -519,7 +597,8 @@ def compare_jobs(client, jobs: dict, runs: list, folder: Path, metrics: Sequence
     scopes = {job_id: job_scope(client, job, systems, folder) for job_id, job in jobs.items() if job_id in shown}
     difference = scope_difference(list(scopes.values()))
     if difference and not allow_mixed:
-        raise RagtrackError(f"{difference}; compare them apart (--sweep, --experiment) or pass --allow-mixed to keep them, each row labelled with its threshold")
+        raise RagtrackError(f"{difference}; compare them apart (--sweep, --experiment), choose on one and report on the other (--tune-on), "
+                           "or pass --allow-mixed to keep them, each row labelled with its threshold")
     if difference:
         for s in systems:
             s.label = f"{s.label} [threshold {scopes[s.job_id].threshold}]"
@@ -598,15 +677,16 @@ def _log_benchmark(client, experiment_id: str, result: Benchmark, jobs: dict, ou
                     "report.html": f"{base}/{run_page(experiment_id, run.info.run_id, REPORT_FILE)}"}
 
 
-def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path) -> tuple[str, str]:
-    """A run named ``comparison ...`` holding the tables, the plot and the failure analyses, each row's
+def _log_comparison(client, experiment_id: str, comparison: Comparison, jobs: dict, sweep: str | None, outputs: Path,
+                    name: str | None = None) -> tuple[str, str]:
+    """A run named ``name`` (default ``comparison vs <baseline>``, and the sweep) holding the tables, the plot and the failure analyses, each row's
     mean as ``<row label>/<metric>`` and a description (verdicts, the table, the report's link): its id
     and name."""
     sweeps = {job.data.tags.get(TAG_SWEEP) for job in jobs.values()} - {None}
     tags = {TAG_COMPARISON: "true", TAG_COMPARED_RUNS: ",".join(s.run_id for s in comparison.systems)[:5000]}
     if sweep and len(sweeps) == 1:
         tags[TAG_SWEEP] = sweeps.pop()
-    name = f"comparison vs {comparison.baseline.label}" + (f" ({Path(tags[TAG_SWEEP]).name})" if TAG_SWEEP in tags else "")
+    name = (name or f"comparison vs {comparison.baseline.label}") + (f" ({Path(tags[TAG_SWEEP]).name})" if TAG_SWEEP in tags else "")
     run = client.create_run(experiment_id, run_name=name, tags=tags)
     client.log_param(run.info.run_id, "baseline", comparison.baseline.label)
     client.log_param(run.info.run_id, "metrics", ",".join(comparison.metrics))

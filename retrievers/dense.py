@@ -187,9 +187,9 @@ class ExactIndex:
         floors = np.full(len(queries), -np.inf, dtype=np.float32)  # per query: the k-th best so far less the margin
         for first, block in self.unit_blocks(len(queries)):
             estimates = queries @ block.T
-            unset = np.flatnonzero(floors == -np.inf)
-            if len(unset) and 0 < k <= len(block):  # the block's own k-th best bounds the final one from below
-                floors[unset] = np.partition(estimates[unset], len(block) - k, axis=1)[:, len(block) - k] - self.margin
+            unset, seen = np.flatnonzero(floors == -np.inf), min(len(block), POOL_FACTOR * k)
+            if len(unset) and 0 < k <= seen:  # the k-th best of any columns bounds the final one from below
+                floors[unset] = np.partition(estimates[unset, :seen], seen - k, axis=1)[:, seen - k] - self.margin
             numbers, columns = np.divmod(np.flatnonzero(estimates >= floors[:, None]), len(block))
             bounds = np.searchsorted(numbers, np.arange(len(queries) + 1))
             scores = estimates[numbers, columns]

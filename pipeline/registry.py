@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ragtrack.core.errors import RagtrackError, did_you_mean
+from ragtrack.core.stage_kinds import STAGE_KINDS
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("datasets", "retrievers", "rewriters", "fusions", "rerankers", "evaluators", "generators", "chunkers")
+GROUPS = ("datasets", *(kind.group for kind in STAGE_KINDS), "evaluators", "generators", "chunkers")  # stage kinds: their table
 
 
 def installed(group: str) -> dict[str, EntryPoint]:

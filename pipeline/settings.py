@@ -21,6 +21,7 @@ stopped at validation. ``python -m ragtrack.pipeline.settings`` prints the table
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -33,24 +34,23 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import annotated_types
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from pydantic import BaseModel, Field, Strict, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, Strict, ValidationError, ValidationInfo, create_model, field_validator
 from pydantic.fields import FieldInfo
 
+from ragtrack.core import stage_kinds
 from ragtrack.core.errors import InputError, did_you_mean
+from ragtrack.core.stage_kinds import StageKind
 from ragtrack.chunking import ChunkerSettings, NoChunkingSettings
-from ragtrack.core.settings import (Count, Flag, InputLocation, ItemError, MetricName, NonNegative, NonNegativeInt, Normalization, Positive, Section, StageSettings,
+from ragtrack.core.settings import (Count, Flag, InputLocation, ItemError, MetricName, NonNegative, NonNegativeInt, Normalization, Positive, Section,
                                     SystemName, Text)
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.generation import GeneratorSettings
 from ragtrack.providers import DatasetSettings
 from ragtrack.pipeline import registry
 from ragtrack.pipeline.redaction import SECRET_KEY
-from ragtrack.pipeline.systems import STAGE_SECTIONS, PlannedSystem, plan_systems
-from ragtrack.retrievers.base import RetrieverSettings
+from ragtrack.pipeline.systems import PlannedSystem, plan_systems
 from ragtrack.retrievers.dense import DenseSettings
 from ragtrack.retrievers.encoders import Encoder, EncoderSettings
-from ragtrack.retrievers.fusion import FusionSettings
-from ragtrack.retrievers.rerankers import RerankerSettings
 
 # ----------------------------------------------------------------------------- top-level blocks
 class PathsSettings(Section):
@@ -92,8 +92,9 @@ class RobustnessSettings(Section):
 
 
 class JobSettings(Section):
-    """The top level (conf/config.yaml) and the helper keys of the shipped presets. Component blocks
-    are mappings here and are checked one by one against their own models."""
+    """The top level (conf/config.yaml) and the helper keys of the shipped presets, less the stage
+    sections (:func:`job_model` adds one per stage kind). Component blocks are mappings here and are
+    checked one by one against their own models."""
 
     depth: Count
     seed: NonNegativeInt
@@ -108,10 +109,6 @@ class JobSettings(Section):
     paths: PathsSettings
     dataset: dict[str, Any]
     encoder: dict[str, Any] | None = None
-    retriever: dict[SystemName, dict[str, Any]] | None = None
-    rewriter: dict[Text, dict[str, Any]] | None = None
-    fusion: dict[SystemName, dict[str, Any]] | None = None
-    reranker: dict[Text, dict[str, Any]] | None = None
     evaluator: dict[Text, dict[str, Any]] | None = None
     generator: dict[str, Any] | None = None
     chunking: dict[str, Any] | None = None
@@ -121,10 +118,22 @@ class JobSettings(Section):
 
 
 
-# The common keys of each group: what a plugin without its own ``settings_schema`` is checked on.
-COMMON: dict[str, type[Section]] = {"datasets": DatasetSettings, "retrievers": RetrieverSettings, "rewriters": StageSettings, "fusions": FusionSettings,
-                                    "rerankers": RerankerSettings, "evaluators": EvaluatorSettings, "generators": GeneratorSettings,
+@functools.cache
+def job_model(kinds: tuple[StageKind, ...]) -> type[JobSettings]:
+    """:class:`JobSettings` with a section per stage kind: config keys (system names, where a kind
+    names its system by the key) to component blocks."""
+    sections: dict[str, Any] = {kind.section: (dict[SystemName if kind.named == "key" else Text, dict[str, Any]] | None, None) for kind in kinds}
+    return create_model("JobSettings", __base__=JobSettings, **sections)
+
+
+# The common keys of the groups that are no stage kind (a stage kind's: its table's ``settings``).
+COMMON: dict[str, type[Section]] = {"datasets": DatasetSettings, "evaluators": EvaluatorSettings, "generators": GeneratorSettings,
                                     "chunkers": ChunkerSettings}
+
+
+def common_model(group: str) -> type[Section]:
+    """The keys every plugin of ``group`` has: what a plugin without its own ``settings_schema`` is checked on."""
+    return next((kind.settings_model() for kind in stage_kinds.STAGE_KINDS if kind.group == group), None) or COMMON[group]
 
 
 # ----------------------------------------------------------------------------- validation
@@ -140,14 +149,14 @@ def validate(cfg: DictConfig | Mapping) -> list[tuple[str, type[Section]]]:
 
     settings = _plain(cfg, "") if isinstance(cfg, DictConfig) else dict(cfg)
     settings.pop("hydra", None)
-    _check(JobSettings, settings, "")
+    _check(job_model(stage_kinds.STAGE_KINDS), settings, "")
     _check(_component_model("datasets", settings["dataset"], "dataset"), settings["dataset"], "dataset")
     if settings.get("encoder") is not None:
         _check(_encoder_model(settings["encoder"], "encoder"), settings["encoder"], "encoder")
-    for section, group in STAGE_SECTIONS.items():
-        for name, component in (settings.get(section) or {}).items():
-            path = f"{section}.{name}"
-            _check(_component_model(group, component, path), component, path)
+    for kind in stage_kinds.STAGE_KINDS:
+        for name, component in (settings.get(kind.section) or {}).items():
+            path = f"{kind.section}.{name}"
+            _check(_component_model(kind.group, component, path), component, path)
             if isinstance(component.get("encoder"), Mapping):
                 _check(_encoder_model(component["encoder"], f"{path}.encoder"), component["encoder"], f"{path}.encoder")
     _check_chains(plan_systems(settings))
@@ -291,20 +300,21 @@ def _encoder_model(settings: Mapping, path: str) -> type[Section]:
 def _component_model(group: str, settings: Any, path: str) -> type[Section]:
     """The model of a component: the ``settings_schema`` its plugin class declares, else the group's
     common keys (a plugin without one, or a ``_target_``). An unknown ``type`` is an error here."""
+    common = common_model(group)
     if not isinstance(settings, Mapping):
-        return COMMON[group]
+        return common
     kind = settings.get("type")
     if group == "chunkers" and kind == "none":
         return NoChunkingSettings
     if kind is None or settings.get("_target_") is not None:
         if kind is None and settings.get("_target_") is None:
             raise InputError(f"{path}.type", f"a value is required: {_known_types(group)}")
-        return COMMON[group]
+        return common
     installed = registry.installed(group)
     if kind not in installed:
         raise InputError(f"{path}.type", f"{_shown(kind)} is not allowed: {_known_types(group)}{did_you_mean(str(kind), installed)}")
     schema = getattr(registry.load(group, kind), "settings_schema", None)
-    return schema if isinstance(schema, type) and issubclass(schema, COMMON[group]) else COMMON[group]
+    return schema if isinstance(schema, type) and issubclass(schema, common) else common
 
 
 def _known_types(group: str) -> str:
@@ -484,13 +494,14 @@ def settings_table() -> str:
     (a component's ``type``/``_target_`` picks its rows: the "where" column)."""
     rows: dict[tuple[str, str], list[str]] = {}
 
-    components = ("dataset", "encoder", *STAGE_SECTIONS, "evaluator", "generator", "chunking")  # their own rows below
+    components = ("dataset", "encoder", *(kind.section for kind in stage_kinds.STAGE_KINDS), "evaluator", "generator", "chunking")  # their own rows below
+    job = job_model(stage_kinds.STAGE_KINDS)
 
     def add(prefix: str, model: type[BaseModel], where: str) -> None:
         for name, info in model.model_fields.items():
             key = info.alias or name
-            if key in ("type", "_target_") and where or key in components and model in (JobSettings, DenseSettings) and where != "" or \
-                    key in components and model is JobSettings:
+            if key in ("type", "_target_") and where or key in components and model in (job, DenseSettings) and where != "" or \
+                    key in components and model is job:
                 continue
             annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
             inner = _without_null(annotation)
@@ -500,12 +511,12 @@ def settings_table() -> str:
                 allowed = (info.description or _describe(annotation)).replace("|", "&#124;")
                 rows.setdefault((f"`{prefix}{key}`", allowed), []).append(where)
 
-    add("", JobSettings, "")
+    add("", job, "")
     for kind, plugin in _shipped("datasets").items():
         add("dataset.", plugin.settings_schema, f"`type: {kind}`")
     for encoder in shipped_encoders():
         add("encoder.", encoder.settings_schema, f"`_target_: ...{encoder.__name__}`")
-    for section, group in (*STAGE_SECTIONS.items(), ("evaluator", "evaluators")):
+    for section, group in (*((kind.section, kind.group) for kind in stage_kinds.STAGE_KINDS), ("evaluator", "evaluators")):
         for kind, plugin in _shipped(group).items():
             add(f"{section}.{kind}.", plugin.settings_schema, f"`type: {kind}`")
     for section, group in (("generator", "generators"), ("chunking", "chunkers")):

@@ -14,7 +14,8 @@ from pydantic import Field
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.pipeline import settings
 from ragtrack.pipeline.config import CONFIG_MODULE, compose
-from ragtrack.pipeline.settings import RetrieverSettings, absolute_inputs, settings_table, validate
+from ragtrack.pipeline.settings import absolute_inputs, settings_table, validate
+from ragtrack.retrievers.base import RetrieverSettings
 
 MULTI_SELECT = {"retriever", "rewriter", "fusion", "reranker", "evaluator"}
 BASE = ["dataset=toy", "encoder=hashing", "paths.output_dir=/tmp/out"]
@@ -347,11 +348,11 @@ def _shipped_component_configs() -> list[tuple[str, dict, type]]:
     from omegaconf import OmegaConf
 
     from ragtrack.pipeline.settings import _component_model, _encoder_model
-    from ragtrack.pipeline.systems import STAGE_SECTIONS
+    from ragtrack.core.stage_kinds import STAGE_KINDS
 
     conf = Path(str(files(CONFIG_MODULE)))
     found = []
-    for section, group in {**STAGE_SECTIONS, "evaluator": "evaluators", "generator": "generators", "chunking": "chunkers"}.items():
+    for section, group in {**{kind.section: kind.group for kind in STAGE_KINDS}, "evaluator": "evaluators", "generator": "generators", "chunking": "chunkers"}.items():
         for path in sorted((conf / section).glob("*.yaml")):
             raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
             nodes = raw.items() if section not in ("generator", "chunking") else [(path.stem, raw)]

@@ -1,0 +1,101 @@
+"""The table of stage kinds (ragtrack/core/stage_kinds.py) is the one declaration of a kind: the
+registry, the planner, the settings checks and pyproject.toml agree with it, and a toy kind added to
+the table alone is planned and checked like a shipped one."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ragtrack.core import stage_kinds
+from ragtrack.core.errors import InputError
+from ragtrack.core.settings import StageSettings, SystemSettings
+from ragtrack.core.stage_kinds import STAGE_KINDS, StageKind
+from ragtrack.core.stages import SingleInputStage, Stage
+from ragtrack.pipeline import registry
+from ragtrack.pipeline.settings import job_model, validate
+from ragtrack.pipeline.systems import plan_systems
+
+ROOT = Path(__file__).parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+@pytest.mark.parametrize("kind", STAGE_KINDS, ids=lambda kind: kind.section)
+def test_each_kind_names_its_base_class_and_common_keys(kind: StageKind) -> None:
+    base = kind.base_class()
+    assert issubclass(base, Stage) and base.kind == kind.section
+    assert issubclass(kind.settings_model(), SystemSettings)
+    assert (kind.reads == "input") == issubclass(kind.settings_model(), StageSettings)  # ``input`` is StageSettings' key
+    assert kind.group in registry.GROUPS and f"ragtrack.{kind.group}" in PYPROJECT["project"]["entry-points"]
+    for name in registry.installed(kind.group):
+        assert issubclass(registry.load(kind.group, name), base), name
+
+
+def test_every_entry_point_group_is_a_registry_group() -> None:
+    groups = {group.removeprefix("ragtrack.") for group in PYPROJECT["project"]["entry-points"] if group.startswith("ragtrack.")}
+    assert groups == set(registry.GROUPS)
+
+
+def test_the_package_list_is_every_folder_the_package_dirs_map() -> None:
+    """pyproject.toml lists packages by hand (the repo's top-level folders map into ``ragtrack``): a new
+    folder missing there would be missing from the wheel."""
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    found = set()
+    for package, folder in setuptools["package-dir"].items():
+        for path in [ROOT / folder, *(ROOT / folder).rglob("*")]:
+            nested = path.relative_to(ROOT / folder).parts
+            if path.is_dir() and "__pycache__" not in nested and any(child.is_file() for child in path.iterdir()):
+                found.add(".".join([package, *nested]))
+    assert set(setuptools["packages"]) == found
+
+
+class Annotator(SingleInputStage):
+    """A toy kind of stage: reads one system and makes another."""
+
+    kind = "annotator"
+
+    def identity(self) -> dict:
+        return {}
+
+    def produce(self, inputs, context):
+        raise NotImplementedError
+
+
+class ToyAnnotatorSettings(StageSettings, extra="forbid"):
+    strength: int = 1
+
+
+class ToyAnnotator(Annotator):
+    settings_schema = ToyAnnotatorSettings
+
+
+def test_a_kind_added_to_the_table_alone_is_planned_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One row (and its plugins' entry points, here faked): the job settings take its section, the
+    planner names and orders its systems, its plugins' keys are checked."""
+    toy = StageKind("annotator", "annotators", f"{__name__}:Annotator", "ragtrack.core.settings:StageSettings", "input+key", "input")
+    monkeypatch.setattr(stage_kinds, "STAGE_KINDS", (*STAGE_KINDS, toy))
+
+    class Entry:
+        value = f"{__name__}:ToyAnnotator"
+
+        def load(self):
+            return ToyAnnotator
+
+    installed, load = registry.installed, registry.load
+    monkeypatch.setattr(registry, "installed", lambda group: {"toy": Entry()} if group == "annotators" else installed(group))
+    monkeypatch.setattr(registry, "load", lambda group, name: ToyAnnotator if group == "annotators" else load(group, name))
+    paths = {k: "/tmp/x" for k in ("root_dir", "data_dir", "log_dir", "output_dir", "cache_dir", "mlflow_dir")}
+    job = {"depth": 10, "seed": 0, "paths": paths, "dataset": {"type": "beir", "name": "toy", "path": "/tmp/toy"}, "tracking": {"enabled": False},
+           "retriever": {"bm25": {"type": "bm25"}}, "annotator": {"tags": {"type": "toy", "input": "bm25", "strength": 3}}}
+    assert "annotator" in job_model(stage_kinds.STAGE_KINDS).model_fields and "annotator" not in job_model(STAGE_KINDS).model_fields
+    validate(job)
+    assert [system.name for system in plan_systems(job)] == ["bm25", "bm25+tags"]
+    with pytest.raises(InputError, match=r"^annotator\.tags\.strength: 'x' is not allowed"):
+        validate({**job, "annotator": {"tags": {"type": "toy", "input": "bm25", "strength": "x"}}})
+    with pytest.raises(InputError, match=r"^annotator\.tags\.input: 'dense' is not allowed: a system of this job \(bm25\)"):
+        validate({**job, "annotator": {"tags": {"type": "toy", "input": "dense"}}})
+    monkeypatch.setattr(stage_kinds, "STAGE_KINDS", STAGE_KINDS)
+    with pytest.raises(InputError, match=r"^annotator: no such key"):
+        validate(job)

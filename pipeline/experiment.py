@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,7 @@ from ragtrack.core.progress import step
 from ragtrack.core.runs import Run, trec_text
 from ragtrack.core import words
 from ragtrack.core.secrets import mask, masked
+from ragtrack.core.stage_kinds import STAGE_KINDS
 from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.judge import LLMJudge
@@ -129,6 +131,13 @@ def evaluate_run(run: Run, dataset: Dataset, evaluators: list[Evaluator], seed: 
     return pd.concat(tables, axis=1), pd.concat(summaries), pd.concat(masks, axis=1)
 
 
+def shared_params(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The parent run's params from the job's flattened settings: all but every stage section (each
+    system's run carries its own stages' settings), ``paths`` and ``tracking``."""
+    private = (*(f"{kind.section}." for kind in STAGE_KINDS), "paths.", "tracking.")
+    return {key: value for key, value in flat.items() if not key.startswith(private)}
+
+
 def with_latency(per_query: pd.DataFrame, retrieval_ms: Mapping[str, float], generation_ms: float | None) -> pd.DataFrame:
     """The per-query table with ``retrieval_ms`` (and ``generation_ms`` when answers were generated)
     appended, rounded to microseconds; blank where unknown. Wall-clock figures: they differ run to run,
@@ -182,7 +191,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     tracker = make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     flat = flatten(resolved)
-    shared = {k: v for k, v in flat.items() if not k.startswith(("retriever.", "fusion.", "paths.", "tracking."))}
+    shared = shared_params(flat)
     typed = redact_overrides(job.overrides)
     overridden = (override.partition("=")[0].lstrip("+~") for override in typed)
     shared |= {key: flat[key] for key in overridden if key in flat}  # a sweep's view shows each job's swept values as columns

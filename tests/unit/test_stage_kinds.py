@@ -99,3 +99,13 @@ def test_a_kind_added_to_the_table_alone_is_planned_and_checked(monkeypatch: pyt
     monkeypatch.setattr(stage_kinds, "STAGE_KINDS", STAGE_KINDS)
     with pytest.raises(InputError, match=r"^annotator: no such key"):
         validate(job)
+
+
+def test_the_parent_run_shares_no_stage_setting() -> None:
+    """Each system's child run carries its stages' settings; the parent's params keep none of any kind
+    (rewriter and reranker settings leaked into them)."""
+    from ragtrack.pipeline.experiment import shared_params
+
+    flat = {"depth": 100, "retriever.bm25.k1": 0.9, "rewriter.rm3.fb_terms": 10, "fusion.rrf.k": 60, "reranker.cross_encoder.depth": 10,
+            "paths.cache_dir": "/tmp/c", "tracking.uri": "sqlite:///x", "dataset.name": "scifact"}
+    assert shared_params(flat) == {"depth": 100, "dataset.name": "scifact"}

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from machine import cpu_model  # bench/ scripts share the machine line
 

@@ -122,7 +122,10 @@ class JobSettings(Section):
 def job_model(kinds: tuple[StageKind, ...]) -> type[JobSettings]:
     """:class:`JobSettings` with a section per stage kind: config keys (system names, where a kind
     names its system by the key) to component blocks."""
-    sections: dict[str, Any] = {kind.section: (dict[SystemName if kind.named == "key" else Text, dict[str, Any]] | None, None) for kind in kinds}
+    sections: dict[str, Any] = {}
+    for kind in kinds:
+        keys = SystemName if kind.named == "key" else Text
+        sections[kind.section] = (dict[keys, dict[str, Any]] | None, None)
     return create_model("JobSettings", __base__=JobSettings, **sections)
 
 

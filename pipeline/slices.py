@@ -279,11 +279,11 @@ def summarize(systems: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], attribut
     described = {a.name: {"source": a.source, "rule": a.rule, "queries": {v: sum(x == v for x in a.values.values()) for v in a.order}}
                  for a in attributes}
     report: dict = {}
-    for system, (per_query, counted) in systems.items():
+    for system, (per_query, judged) in systems.items():
         metrics: dict[str, float] = {}
         for attribute in attributes:
             keys = _value_keys(attribute)
-            for value, summary in slice_summaries(per_query, counted, attribute, seed).items():
+            for value, summary in slice_summaries(per_query, judged, attribute, seed).items():
                 report.setdefault(system, {}).setdefault(attribute.name, {})[value] = {
                     metric: {k: (None if pd.isna(v) else float(v)) if k != "n" else int(v) for k, v in row.items()}
                     for metric, row in summary.to_dict(orient="index").items()}

@@ -11,7 +11,7 @@ in ``common.py`` (no pydantic: ``ragtrack eval`` imports only them) and are expo
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from typing import Annotated, TYPE_CHECKING
@@ -53,8 +53,11 @@ class EvaluatorSettings(ComponentSettings):
     metrics: Annotated[list[MetricName], Field(min_length=1)] | None = None
 
 
-class Evaluator(ABC):
-    """Base class of every evaluator; ``metrics`` are the names requested in the config."""
+class MetricSource(ABC):
+    """What every plugin of the ``evaluators`` group is: named metrics it provides (:meth:`provides`),
+    ``metrics`` the ones the config asks for. Two kinds: an :class:`Evaluator` scores each system's
+    queries as the system is made; a :class:`SystemComparer` (pairwise judging) runs once every system
+    has answered and scores pairs of systems."""
     settings_schema = EvaluatorSettings
 
     def __init__(self, metrics: Sequence[str] | None = None):
@@ -78,6 +81,23 @@ class Evaluator(ABC):
 
     def default_metrics(self) -> list[str]:
         return [name for name in self.provides() if "@k" not in name]
+
+
+class SystemComparer(MetricSource):
+    """Scores pairs of systems from all their answers, after every system has answered.
+    ``human_labels``: people's verdicts on the same pairs, for the agreement figures (none by default)."""
+
+    human_labels = None
+
+    @abstractmethod
+    def judge(self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
+              golds: Mapping[str, list[str]]) -> tuple[dict[str, dict], list[dict]]:
+        """Figures by pair (``"a vs b"``) from ``answers`` (system -> query id -> answer), and one
+        record per pair and query (``pair``, ``qid``, ``outcome``: win / tie / loss of the first)."""
+
+
+class Evaluator(MetricSource):
+    """Scores one system's queries (:meth:`evaluate`), where its inputs allow (:meth:`applies_to`)."""
 
     def applies_to(self, data: EvalInput) -> bool:
         return True

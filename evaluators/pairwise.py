@@ -22,7 +22,7 @@ verdicts, ``evaluators.human_labels``) adds the judge's agreement with them (``p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 import json
 import logging
 import re
@@ -35,14 +35,11 @@ from pydantic import Field
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import ChatClient, check_template, json_objects, last_match
-from ragtrack.evaluators.base import EvalInput, Evaluator
+from ragtrack.evaluators.base import SystemComparer
 from ragtrack.evaluators.judge import load_rubric
 from ragtrack.core.settings import ChatSettings, InputPath, SystemName, Text
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import OUTCOMES, read_human_labels
-
-if TYPE_CHECKING:
-    import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +92,7 @@ class PairwiseJudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
                                                          "the judge's agreement with them and PPI-corrected rates")
 
 
-class PairwiseJudge(Evaluator):
+class PairwiseJudge(SystemComparer):
     """Judges pairs of systems' answers with position swapping (module docstring)."""
     settings_schema = PairwiseJudgeSettings
 
@@ -120,12 +117,6 @@ class PairwiseJudge(Evaluator):
         if any(len(pair) != 2 or pair[0] == pair[1] for pair in self.pairs):
             raise RagtrackError(f"pairwise_judge: pairs must be [first, second] of two different systems, got {[list(p) for p in self.pairs]}")
         self.client = ChatClient(**client)
-
-    def applies_to(self, data: EvalInput) -> bool:
-        return False  # it compares systems: see compare()
-
-    def evaluate(self, data: EvalInput) -> pd.DataFrame:
-        raise RagtrackError("pairwise_judge compares two systems' answers: use it in `ragtrack run` with a generator")
 
     def pairs_of(self, systems: Sequence[str]) -> list[tuple[str, str]]:
         """The pairs to judge among the systems that produced answers."""

@@ -35,9 +35,9 @@ import pandas as pd
 from ragtrack.core.data import Dataset
 from ragtrack.core.files import write_atomically
 from ragtrack.evaluators.agreement import CONFIDENCE, FIGURES, agreement, ppi_mean
+from ragtrack.evaluators.base import SystemComparer
 from ragtrack.evaluators.human_labels import OUTCOMES, PAIR_SEPARATOR, HumanLabel, HumanLabels, split_pair
 from ragtrack.evaluators.judge import LLMJudge
-from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.pipeline import layout
 from ragtrack.pipeline.csv_files import csv_text
 from ragtrack.pipeline.slices import Findings
@@ -154,8 +154,8 @@ def _logged(extra: Sequence[str]) -> list[str]:
     return [f"{name}{suffix}" for name in (*FIGURES, *extra) for suffix in ("", "_ci_low", "_ci_high")]
 
 
-def pairwise_agreement(judge: PairwiseJudge, records: Sequence[Mapping], dataset: Dataset, output_dir: Path, seed: int) -> Findings:
-    """Agreement of a ``pairwise_judge``'s outcomes (``records``: those of ``pairwise.jsonl``) with its
+def pairwise_agreement(judge: SystemComparer, records: Sequence[Mapping], dataset: Dataset, output_dir: Path, seed: int) -> Findings:
+    """Agreement of a pairwise judge's outcomes (``records``: those of ``pairwise.jsonl``) with its
     ``human_labels``, per pair (module docstring)."""
     labels = judge.human_labels
     if labels is None:

@@ -33,10 +33,9 @@ from ragtrack.core import words
 from ragtrack.core.secrets import mask, masked
 from ragtrack.core.stage_kinds import STAGE_KINDS
 from ragtrack.core.stages import Stage, StageContext, StageOutput
-from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
+from ragtrack.evaluators.base import EvalInput, Evaluator, SystemComparer, aggregate
 from ragtrack.evaluators.judge import LLMJudge
 from ragtrack.evaluators.nuggets import NUGGETS_FILE
-from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import cutoff_curves
 from ragtrack.generation import NoGenerator, answer_questions
 from ragtrack.pipeline import layout, registry, robustness, usage
@@ -226,7 +225,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     return {**report["results"], "mlflow_run_id": tracker.run_id, "per_query_table": report["per_query"]}
 
 
-def build_evaluators(cfg: DictConfig, meter: Meter) -> tuple[list[Evaluator], list[PairwiseJudge]]:
+def build_evaluators(cfg: DictConfig, meter: Meter) -> tuple[list[Evaluator], list[SystemComparer]]:
     """The evaluators of ``cfg``, their stages named by their config keys on ``meter``, and apart the
     pairwise judges (they compare systems, after all have answered)."""
     evaluators = cfg.get("evaluator") or {}
@@ -234,7 +233,7 @@ def build_evaluators(cfg: DictConfig, meter: Meter) -> tuple[list[Evaluator], li
     labelled = [f"evaluator.{key}" for key, e in zip(evaluators, built) if isinstance(e, LLMJudge) and e.human_labels is not None]
     if len(labelled) > 1:  # results.json holds one agreement section: the rubric judge's
         raise RagtrackError(f"human_labels on {' and '.join(labelled)}: give them to one llm_judge (one judge grades several rubrics)")
-    return [e for e in built if not isinstance(e, PairwiseJudge)], [e for e in built if isinstance(e, PairwiseJudge)]
+    return [e for e in built if isinstance(e, Evaluator)], [e for e in built if isinstance(e, SystemComparer)]
 
 
 def build_stages(cfg: DictConfig) -> list[tuple[PlannedSystem, Stage]]:
@@ -350,7 +349,7 @@ def _findings(cfg: DictConfig, dataset: Dataset, results: dict[str, SystemResult
     return found
 
 
-def judge_pairs(judges: list[PairwiseJudge], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path, seed: int = 0,
+def judge_pairs(judges: list[SystemComparer], results: dict[str, SystemResult], dataset: Dataset, output_dir: Path, seed: int = 0,
                 meter: Meter | None = None) -> Findings:
     """The pairwise judges' summaries by pair (results.json ``pairwise``, parent metrics
     ``pairwise/<first>_vs_<second>/<name>``, ``pairwise.jsonl``) over the systems that generated answers,

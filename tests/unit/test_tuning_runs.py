@@ -85,3 +85,13 @@ def test_json_carries_the_tuning_and_a_bad_split_is_one_line(store) -> None:
         run_compare(store, metrics=["ndcg@10"], tune_on="dev", log_to_mlflow=False)
     with pytest.raises(RagtrackError, match="--tune-on tunes the settings of one swept system"):
         run_compare(store, metrics=["ndcg@10"], tune_on="train", baseline="bm25", log_to_mlflow=False)
+
+
+def test_the_command_refuses_two_ways_to_tune_in_one_line(store, capsys) -> None:
+    from ragtrack.pipeline.cli import main
+
+    assert main(["compare", "--tracking-uri", store, "--folds", "3", "--tune-on", "train"]) == 2
+    assert capsys.readouterr().err == ("ragtrack: error: --folds and --tune-on are two ways to tune: cross-validate over the reported queries, "
+                                       "or choose on another split; give one\n")
+    assert main(["compare", "--tracking-uri", store, "--tune-on", "dataset.split="]) == 2
+    assert "give the tuning split as VALUE or KEY=VALUE" in capsys.readouterr().err

@@ -76,6 +76,7 @@ UNIT_ROUNDOFF = 2.0 ** -24  # float32
 ROWS_PER_BLOCK = 65_536  # vectors read, normalized and scored per numpy call, at most
 SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): rows per block = this / queries per pass
 QUERIES_PER_PASS = 4_096  # queries scored in one pass over the vectors
+ENCODE_BLOCK = 65_536  # texts encoded per call while the embeddings file is written (100 MB of 384-d rows)
 POOL_FACTOR = 4  # a query's candidates are cut back to the margin of its k-th best past this many times k
 
 
@@ -105,6 +106,22 @@ def row_blocks(path: Path, rows: int) -> Iterator[np.ndarray]:
     vectors = np.load(path, mmap_mode="r", allow_pickle=False)
     for start in range(0, len(vectors), rows):
         yield np.array(vectors[start:start + rows])
+
+
+def save_rows(path: Path, rows: int, blocks: Iterator[np.ndarray]) -> None:
+    """A ``.npy`` file of ``rows`` rows written block by block as ``blocks`` yields them (at least
+    one, possibly empty): the bytes ``np.save`` writes for the whole array, never held whole."""
+    block, written = next(blocks), 0
+    dtype = block.dtype
+    with open(path, "wb") as file:
+        np.lib.format.write_array_header_1_0(file, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                                                    "shape": (rows, *block.shape[1:])})
+        while block is not None:
+            file.write(np.ascontiguousarray(block, dtype=dtype).data)
+            written, block = written + len(block), None  # let go before the next block is made
+            block = next(blocks, None)
+    if written != rows:
+        raise RagtrackError(f"{path}: {rows} rows expected, {written} written")
 
 
 class HnswSettings(Section):
@@ -142,10 +159,10 @@ class ExactIndex:
 
     The vectors are read in blocks of at most ``rows`` rows (a memory-mapped embeddings file is never
     held whole); their norms are computed once. A batch of queries is scored against each block by
-    one BLAS product of the normalized vectors (:meth:`unit_blocks`), which is fast but sums in an
-    order that depends on matrix shapes and threads, so it only picks candidates. The reported score
-    of a candidate is ``(x * q).sum()`` of the same normalized vectors (numpy: exact products
-    rounded to float32, then a pairwise sum whose order depends on the dimension only). Any float32
+    one BLAS product (:meth:`estimates`), which is fast but sums in an order that depends on matrix
+    shapes and threads, so it only picks candidates. The reported score of a candidate is
+    ``(x * q).sum()`` of the normalized vectors (numpy: exact products rounded to float32, then a
+    pairwise sum whose order depends on the dimension only). Any float32
     dot product of length d is within γ·Σ|x_j q_j| of the real one, γ = (d+1)u/(1 − (d+1)u),
     u = 2⁻²⁴, and Σ|x_j q_j| ≤ ‖x‖‖q‖ ≈ 1; so BLAS and fixed-order scores differ by at most
     e = 2γ·1.01 and every document of the fixed-order top k has a BLAS score within 2e of the BLAS
@@ -173,24 +190,30 @@ class ExactIndex:
                 results.append(top_documents(self.doc_ids[candidates], (self._unit_rows(candidates) * query).sum(axis=1), k))
         return results
 
-    def unit_blocks(self, queries: int) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first row, normalized rows)`` over the vectors, in blocks sized so that ``queries``
-        queries' scores of a block hold :data:`SCORES_PER_BLOCK` floats (at most ``rows`` rows)."""
-        rows = max(1, min(self.rows, SCORES_PER_BLOCK // max(queries, 1)))
+    def estimates(self, queries: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, BLAS cosines of the queries and the block's rows)`` over the vectors, in
+        blocks of :data:`SCORES_PER_BLOCK` scores (at most ``rows`` rows): the product of the
+        normalized queries and rows, or, for fewer queries than dimensions (cheaper), of the rows as
+        stored divided by their norms afterwards (within the same margin: one rounding more)."""
+        rows = max(1, min(self.rows, SCORES_PER_BLOCK // max(len(queries), 1)))
         for first in range(0, len(self.vectors), rows):
-            yield first, self._unit_rows(slice(first, first + rows))
+            if len(queries) >= self.vectors.shape[1]:
+                yield first, queries @ self._unit_rows(slice(first, first + rows)).T
+            else:
+                block_norms = self.norms[first:first + rows, 0]
+                estimates = queries @ np.asarray(self.vectors[first:first + rows]).T
+                yield first, np.divide(estimates, block_norms, out=estimates, where=block_norms > 0)
 
     def _candidates(self, queries: np.ndarray, k: int) -> list[np.ndarray]:
         """Per query, the ascending positions of the documents whose BLAS estimate is within the
         margin of the k-th best (all documents when there are at most k)."""
         pools = [Pool() for _ in queries]
         floors = np.full(len(queries), -np.inf, dtype=np.float32)  # per query: the k-th best so far less the margin
-        for first, block in self.unit_blocks(len(queries)):
-            estimates = queries @ block.T
-            unset, seen = np.flatnonzero(floors == -np.inf), min(len(block), POOL_FACTOR * k)
+        for first, estimates in self.estimates(queries):
+            unset, seen = np.flatnonzero(floors == -np.inf), min(estimates.shape[1], POOL_FACTOR * k)
             if len(unset) and 0 < k <= seen:  # the k-th best of any columns bounds the final one from below
                 floors[unset] = np.partition(estimates[unset, :seen], seen - k, axis=1)[:, seen - k] - self.margin
-            numbers, columns = np.divmod(np.flatnonzero(estimates >= floors[:, None]), len(block))
+            numbers, columns = np.divmod(np.flatnonzero(estimates >= floors[:, None]), estimates.shape[1])
             bounds = np.searchsorted(numbers, np.arange(len(queries) + 1))
             scores = estimates[numbers, columns]
             for number in np.flatnonzero(np.diff(bounds)):
@@ -273,11 +296,20 @@ class DenseRetriever(Retriever):
 
         def build(folder: Path) -> None:
             log.info("%s: encoding %s", self.name, counted(len(corpus), "document"))
-            vectors = self.encoder.encode(corpus.full_texts(), kind="document", progress=f"{self.name}: encode")
-            np.save(folder / EMBEDDINGS, vectors, allow_pickle=False)
+            save_rows(folder / EMBEDDINGS, len(corpus), self._encoded_blocks(corpus.full_texts()))
             (folder / ENCODED_BY).write_text(json.dumps(self.encoder.document_runtime()))
 
         return cache.entry("embeddings", parts, build, label=f"{self.name} embeddings"), parts
+
+    def _encoded_blocks(self, texts) -> Iterator[np.ndarray]:
+        """The embeddings of ``texts``, :data:`ENCODE_BLOCK` texts per call (Ray's actors: every text
+        in one call, so each loads the model once)."""
+        size = max(len(texts), 1) if self.encoder.distributed == "ray" else ENCODE_BLOCK
+        with Progress(f"{self.name}: encode", len(texts), "texts") as progress:
+            for start in range(0, max(len(texts), 1), size):
+                block = texts[start:start + size]
+                yield self.encoder.encode(block, kind="document")
+                progress.update(len(block))
 
     def index(self, corpus: Corpus, cache: Cache) -> None:
         started = time.perf_counter()

@@ -34,8 +34,9 @@ corpus (``load_beir``): bm25s tokenizes, indexes and saves; ragtrack builds into
 process then searches all queries in one call per system (``BM25Retriever.search`` with ``threads`` 1
 and 2; bm25s's ``retrieve`` with ``n_threads`` 1 and 2 and its numpy and numba backends over its index
 memory-mapped; queries tokenized inside the timing), ``--repeats`` rounds with the systems taking
-turns, and each system's fastest round gives its queries/s. Pyserini is not compared (not installed
-where this was written).
+turns, and each system's fastest round gives its queries/s. ``--ragtrack-only`` leaves bm25s out
+(its build holds every token in Python lists: about 19 GB at 8.8M passages). Pyserini is not
+compared (not installed where this was written).
 """
 
 from __future__ import annotations
@@ -344,8 +345,8 @@ def ragtrack_search(retriever: BM25Retriever, depth: int, queries: dict[str, str
 
 def searches(corpus: Corpus, cache: Cache, bm25s_folder: Path, depth: int) -> dict[str, Callable[[dict[str, str]], dict[str, list[str]]]]:
     """Per system and thread count (``ragtrack, 2 threads``), a search of all queries at once: ragtrack's
-    BM25 loaded from ``cache``; bm25s's index memory-mapped from ``bm25s_folder``, searched by each of
-    its backends."""
+    BM25 loaded from ``cache``; bm25s's index memory-mapped from ``bm25s_folder``, where built, searched
+    by each of its backends."""
     import bm25s
 
     found = {}
@@ -353,7 +354,7 @@ def searches(corpus: Corpus, cache: Cache, bm25s_folder: Path, depth: int) -> di
         retriever = BM25Retriever(threads=threads)
         retriever.index(corpus, cache)  # loaded: one cache entry for every thread count
         found[f"ragtrack, {counted(threads, 'thread')}"] = functools.partial(ragtrack_search, retriever, depth)
-    for system in SYSTEMS[1:]:
+    for system in SYSTEMS[1:] if bm25s_folder.is_dir() else ():  # not built: ragtrack alone (--ragtrack-only)
         model = bm25s.BM25.load(str(bm25s_folder), mmap=True, backend=system.split()[1])
         for threads in THREADS:
             found[f"{system}, {counted(threads, 'thread')}"] = functools.partial(bm25s_search, model, corpus, depth, threads)
@@ -392,15 +393,15 @@ def run_side(side: str, corpus_folder: Path, work: Path, depth: int, repeats: in
     print(RESULT + json.dumps({"queries": len(dataset.queries), "recall@10": recall}), flush=True)
 
 
-def side_by_side(corpus: Path, work: Path, depth: int, repeats: int) -> tuple[dict[str, Measure], dict]:
-    """Both sides run on ``corpus`` (:func:`run_side`), ``work`` emptied before and removed after: every
+def side_by_side(corpus: Path, work: Path, depth: int, repeats: int, sides: Sequence[str] = SIDES) -> tuple[dict[str, Measure], dict]:
+    """The ``sides`` run on ``corpus`` (:func:`run_side`), ``work`` emptied before and removed after: every
     stage's measure (a search's: its fastest round), each side's whole process (``bm25s: process``),
     and the figures the ragtrack side printed."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     stages, figures = {}, {}
     try:
-        for side in SIDES:
+        for side in sides:
             command = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--work", str(work), "--depth", str(depth),
                        "--repeats", str(repeats), str(corpus)]
             found, whole, log = measured(command, work)
@@ -421,7 +422,8 @@ def side_table(stages: dict[str, Measure], figures: dict) -> str:
     speed = {name[:-len(": search")]: figures["queries"] / m.seconds for name, m in stages.items() if name.endswith(": search")}
     lines = [["system", "index: s / CPU s / peak MB", *(f"{counted(n, 'thread')}: q/s (CPU s)" for n in THREADS), "2 threads ÷ 1", "recall@10"]]
     lines.append(["---"] * len(lines[0]))
-    for system in SYSTEMS:
+    systems = [system for system in SYSTEMS if f"{system}, 1 thread" in speed]
+    for system in systems:
         build = stages[f"{system.split()[0]}: index"]
         names = [f"{system}, {counted(n, 'thread')}" for n in THREADS]
         lines.append([system, f"{build.seconds:.1f} / {build.cpu:.1f} / {build.peak:,.0f}",
@@ -434,8 +436,8 @@ def side_table(stages: dict[str, Measure], figures: dict) -> str:
 
     ratios = [f"ragtrack ÷ {system}: {per_second('ragtrack', 1) / per_second(system, 1):.2f} on 1 thread each; ragtrack on 2 threads ÷ "
               f"{system} on 1: {per_second('ragtrack', 2) / per_second(system, 1):.2f}; {per_second('ragtrack', 2) / per_second(system, 2):.2f} "
-              f"on 2 threads each" for system in SYSTEMS[1:]]
-    return text + "\n\n" + "\n".join(f"- {line}" for line in ratios)
+              f"on 2 threads each" for system in systems[1:]]
+    return "\n".join([text, "", *(f"- {line}" for line in ratios)]) if ratios else text
 
 
 OVERRIDES = "overrides"  # the JSON file's one key that is not a size: the jobs' extra overrides
@@ -469,6 +471,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--table", type=Path, help="also write the markdown table here")
     parser.add_argument("--plot", type=Path, help="also draw the log-log plot here")
     parser.add_argument("--bm25s", action="store_true", help="instead of the job: ragtrack's BM25 against bm25s, side by side")
+    parser.add_argument("--ragtrack-only", action="store_true", help="--bm25s without bm25s (its build needs about 19 GB at 8.8M passages)")
     parser.add_argument("--depth", type=int, default=100, help="--bm25s: documents retrieved per query")
     parser.add_argument("--repeats", type=int, default=2, help="--bm25s: rounds of searches (each system's fastest is reported)")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a side of --bm25s, in its own process
@@ -503,7 +506,7 @@ def main() -> None:
                 print(f"{size:,} documents written in {time.perf_counter() - started:.1f} s", flush=True)
             if args.bm25s:
                 before = os.getloadavg()[0]
-                stages, figures = side_by_side(corpus, root / "bm25s-side-by-side", args.depth, args.repeats)
+                stages, figures = side_by_side(corpus, root / "bm25s-side-by-side", args.depth, args.repeats, SIDES[1:] if args.ragtrack_only else SIDES)
                 texts.append(f"{size:,} documents ({corpus.name}), {figures['queries']} queries, top {args.depth}; load average "
                              f"{before:.1f} before, {os.getloadavg()[0]:.1f} after.\n\n{side_table(stages, figures)}")
                 print(texts[-1], flush=True)

@@ -37,7 +37,7 @@ from ragtrack.core.files import json_text
 from ragtrack.evaluators.significance import effect_size, paired_t_test, randomization_test, win_tie_loss
 from ragtrack.pipeline.comparison import Comparison, SystemRun
 from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
-from ragtrack.pipeline.layout import TAG_PARENT, metric_key
+from ragtrack.pipeline.layout import TAG_COMPARISON, TAG_PARENT, metric_key
 from ragtrack.pipeline.tracking import log_figures
 
 TUNING_FILE = "tuning.json"  # the comparison's artifact: each fold's choice and the tuned score against the default
@@ -248,7 +248,8 @@ def write_tuning(tuning: Tuning, folder: Path) -> None:
 def log_tuning(client, experiment_id: str, run_id: str, tuning: Tuning) -> None:
     """The tuning on its MLflow run (the comparison run ``ragtrack compare`` logged): params
     ``tuning_protocol``, ``tuning_metric``, ``tuning_default``, the metrics of :meth:`Tuning.figures`, and
-    one child run per fold, ``fold N: <chosen>``, with params ``fold``, ``queries``, ``tuned_on``,
+    one child run per fold, ``fold N: <chosen>`` (tagged a comparison's, as its parent: never read as a job
+    or a system), with params ``fold``, ``queries``, ``tuned_on``,
     ``chosen`` and the chosen settings, and metrics ``<metric>`` (the chosen row over the fold's queries),
     ``default/<metric>`` (the default's there) and ``where_chosen/<metric>`` (the chosen setting's mean
     over the queries its choice read)."""
@@ -257,7 +258,7 @@ def log_tuning(client, experiment_id: str, run_id: str, tuning: Tuning) -> None:
     log_figures(client, run_id, tuning.figures())
     key = metric_key(tuning.metric)
     for row in tuning.fold_rows():
-        child = client.create_run(experiment_id, run_name=f"{row['fold']}: {row['chosen']}", tags={TAG_PARENT: run_id})
+        child = client.create_run(experiment_id, run_name=f"{row['fold']}: {row['chosen']}", tags={TAG_PARENT: run_id, TAG_COMPARISON: "true"})
         for name, value in {"fold": row["fold"], "queries": row["queries"], "tuned_on": row["tuned_on"], "chosen": row["chosen"],
                             **row["settings"]}.items():
             client.log_param(child.info.run_id, name, value)

@@ -179,7 +179,7 @@ def test_the_tuning_run_has_a_child_per_fold() -> None:
     assert parent["metrics"]["tuning/ndcg_at_10/cross_validated"] == pytest.approx(tuning.scores.mean())
     assert [c["name"] for c in children.values()] == [f"fold {n + 1}: {label}" for n, label in enumerate(tuning.chosen)]
     for child, fold, label in zip(children.values(), tuning.folds, tuning.chosen):
-        assert child["tags"] == {"mlflow.parentRunId": "parent"} and child["status"] == "FINISHED"
+        assert child["tags"] == {"mlflow.parentRunId": "parent", "ragtrack.comparison": "true"} and child["status"] == "FINISHED"
         assert child["params"]["chosen"] == label and child["params"]["fusion.rrf.k"] == label.split("=")[1]
         assert child["metrics"]["ndcg_at_10"] == pytest.approx(tuning.scores[fold].mean())
         assert child["metrics"]["default/ndcg_at_10"] == pytest.approx(tuning.default_scores[fold].mean())

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from collections.abc import Sequence
 
 import numpy as np
 
 from ragtrack.core.llm import is_abstention
 from ragtrack.evaluators.base import EvalInput, Evaluator
-from ragtrack.core.settings import Text
+from ragtrack.core.settings import Text, validated
 from ragtrack.evaluators.base import EvaluatorSettings
 
 if TYPE_CHECKING:
@@ -49,10 +48,11 @@ class AbstentionEvaluator(Evaluator):
                 "abstention_recall": "share of unanswerable queries (empty gold answer list) where the generator abstained",
                 "abstention_rate": "share of queries with a gold answer list where the generator abstained"}
 
-    def __init__(self, metrics: Sequence[str] | None = None, no_answer: str = "unanswerable"):
-        super().__init__(metrics)
+    def __init__(self, **values):
+        settings = validated(self.settings_schema, values, "abstention evaluator")
+        super().__init__(settings.metrics)
         self._require_known_metrics("abstention evaluator")
-        self.no_answer = no_answer
+        self.no_answer = settings.no_answer
 
     def applies_to(self, data: EvalInput) -> bool:
         return bool(data.answers) and bool(data.generated)

@@ -50,7 +50,7 @@ from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.llm import retrieved_passages, without_citations
 from ragtrack.core.progress import Progress
-from ragtrack.core.settings import Count, Integer, NameOrPath
+from ragtrack.core.settings import Count, Integer, NameOrPath, validated
 from ragtrack.evaluators.base import EvaluatorSettings
 
 if TYPE_CHECKING:
@@ -258,10 +258,10 @@ class BertScoreEvaluator(GoldAnswerEvaluator):
             "bertscore_f1": "BERTScore F1 (the gold with the best F1 is kept)",
         }
 
-    def __init__(self, metrics: Sequence[str] | None = None, model: str = "all-MiniLM-L6-v2", layer: int = -1,
-                 batch_size: int = 64, max_length: int = 256):
-        super().__init__(metrics)
-        self.model_name, self.layer, self.batch_size, self.max_length = model, layer, batch_size, max_length
+    def __init__(self, **values):
+        settings = validated(self.settings_schema, values, "bertscore evaluator")
+        super().__init__(settings.metrics)
+        self.model_name, self.layer, self.batch_size, self.max_length = settings.model, settings.layer, settings.batch_size, settings.max_length
         self._loaded = None
         self._vectors: dict[str, np.ndarray] = {}  # embedded texts, reused across systems
 

@@ -28,11 +28,10 @@ import numpy as np
 
 from pydantic import Field, Strict
 
-from ragtrack.core.errors import RagtrackError
 from ragtrack.core.llm import retrieved_passages, without_citations
 from ragtrack.evaluators.answer import GoldAnswerEvaluator, normalize_answer
 from ragtrack.evaluators.base import EvalInput
-from ragtrack.core.settings import Count
+from ragtrack.core.settings import Count, validated
 from ragtrack.evaluators.base import EvaluatorSettings
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -88,14 +87,11 @@ class FaithfulnessEvaluator(GoldAnswerEvaluator):
             "sentence_support": "share of answer sentences a single top-k passage covers to >= support_threshold",
         }
 
-    def __init__(self, metrics: Sequence[str] | None = None, top_k: int = 3, support_threshold: float = 0.5):
-        super().__init__(metrics)
+    def __init__(self, **values):
+        settings = validated(self.settings_schema, values, "faithfulness evaluator")
+        super().__init__(settings.metrics)
         self._require_known_metrics("faithfulness evaluator")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise RagtrackError(f"faithfulness evaluator: top_k must be an integer >= 1, got {top_k!r}")
-        if isinstance(support_threshold, bool) or not isinstance(support_threshold, (int, float)) or not 0 < support_threshold <= 1:
-            raise RagtrackError(f"faithfulness evaluator: support_threshold must be a number in (0, 1], got {support_threshold!r}")
-        self.top_k, self.support_threshold = top_k, float(support_threshold)
+        self.top_k, self.support_threshold = settings.top_k, settings.support_threshold
 
     def applies_to(self, data: EvalInput) -> bool:
         return super().applies_to(data) and (data.corpus is not None or self.metrics == ["answer_recall"])

@@ -41,7 +41,7 @@ from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.llm import ChatClient, check_template, json_objects, last_match, numbered_passages, retrieved_passages
 from ragtrack.core.files import json_text, read_yaml, write_atomically
-from ragtrack.core.settings import ChatSettings, Count, InputPath, NameOrPath, Text
+from ragtrack.core.settings import ChatSettings, Count, InputPath, NameOrPath, Text, validated
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import read_human_labels
 
@@ -204,26 +204,28 @@ class LLMJudge(Evaluator):
     def provides(cls) -> dict[str, str]:
         return {f"judge_{name}": f"LLM judge, {load_rubric(name).description}" for name in BUILT_IN_RUBRICS}
 
-    def __init__(self, prompt: str, rubrics: Sequence[str] | None = None, metrics: Sequence[str] | None = None, top_k: int = 3,
-                 output_dir: str | None = None, human_labels: str | None = None, **client):
-        """``rubrics``: built-in names or YAML paths (default: the ``judge_<name>`` of ``metrics``, else
-        correctness, faithfulness, relevance); ``human_labels``: a labels file (``evaluators.human_labels``),
-        read here, so a defect stops the job before any work; ``client``: the :class:`ChatClient` settings
-        (``base_url``, ``model``, ``api_key_env``, ...)."""
-        specs = list(rubrics or [m.removeprefix("judge_") for m in metrics or []] or DEFAULT_RUBRICS)
+    def __init__(self, **values):
+        """``values``: :class:`JudgeSettings`. ``rubrics``: built-in names or YAML paths (default: the
+        ``judge_<name>`` of ``metrics``, else correctness, faithfulness, relevance); ``human_labels``: a
+        labels file (``evaluators.human_labels``), read here, so a defect stops the job before any work;
+        the chat keys (``base_url``, ``model``, ``api_key_env``, ...) are the :class:`ChatClient`'s."""
+        settings = validated(self.settings_schema, values, "llm_judge")
+        metrics = settings.metrics or []
+        specs = list(settings.rubrics or [m.removeprefix("judge_") for m in metrics] or DEFAULT_RUBRICS)
         self.rubrics = [load_rubric(str(spec)) for spec in specs]
         names = [r.name for r in self.rubrics]
         if len(set(names)) < len(names):
             raise RagtrackError(f"llm_judge: two rubrics share a name: {names}")
         super().__init__([f"judge_{name}" for name in names])
-        unknown = [m for m in metrics or [] if m not in self.metrics]
+        unknown = [m for m in metrics if m not in self.metrics]
         if unknown:
             raise RagtrackError(f"llm_judge: metrics {unknown} have no rubric; rubrics give {', '.join(self.metrics)}")
         self.criteria = names
-        check_template(prompt, {"question", "context", "gold_answers", "answer", "rubrics", "reply_format"}, "llm_judge")
-        self.prompt, self.top_k, self.output_dir = prompt, int(top_k), output_dir
-        self.human_labels = read_human_labels(human_labels, {r.name: sorted(r.scale) for r in self.rubrics}, "system") if human_labels else None
-        self.client = ChatClient(**client)
+        check_template(settings.prompt, {"question", "context", "gold_answers", "answer", "rubrics", "reply_format"}, "llm_judge")
+        self.prompt, self.top_k, self.output_dir = settings.prompt, settings.top_k, settings.output_dir
+        self.human_labels = (read_human_labels(settings.human_labels, {r.name: sorted(r.scale) for r in self.rubrics}, "system")
+                             if settings.human_labels else None)
+        self.client = ChatClient(**settings.client_settings())
 
     def applies_to(self, data: EvalInput) -> bool:
         return bool(data.generated) and data.corpus is not None  # answers were asked for: blank where none came (generation failed)

@@ -47,13 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import read_json_objects, read_yaml, write_atomically
 from ragtrack.core.llm import NOT_SENT, ChatClient, check_template, numbered_passages
-from ragtrack.core.settings import ChatSettings, Count, InputPath, NonNegativeInt, Text
+from ragtrack.core.settings import ChatSettings, Count, InputPath, NonNegativeInt, Text, validated
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.replies import read_replies, report, string_list
 
@@ -187,6 +187,13 @@ class NuggetSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     parameters: dict[str, Any] = {"temperature": 0.0, "max_tokens": 1024}
     system_prompt: str | None = "You are a careful assessor of answers to questions."
 
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _no_prompt(cls, value: object) -> None:
+        if value is not None:
+            raise ValueError("'prompt' is not used; give a prompts YAML file as 'prompts'")
+        return value
+
 
 class NuggetEvaluator(Evaluator):
     """Nugget recall of generated answers, TREC RAG 2024 style (module docstring)."""
@@ -199,21 +206,18 @@ class NuggetEvaluator(Evaluator):
                 "nugget_vital": "mean nugget support over the vital nuggets, partial = 0.5 (TREC RAG 2024 V)",
                 "nugget_vital_strict": "share of the vital nuggets fully supported by the answer (TREC RAG 2024 V_strict)"}
 
-    def __init__(self, metrics: Sequence[str] | None = None, prompts: str | None = None, nuggets_file: str | None = None,
-                 relevance_threshold: int = 1, max_passages: int = 20, max_words: int = 400, passages_per_request: int = 10,
-                 max_nuggets: int = 30, nuggets_per_request: int = 10, output_dir: str | None = None, prompt: None = None, **client):
-        """``client``: the :class:`ChatClient` settings (``base_url``, ``model``, ...); ``prompt`` is not
-        used (the templates come from ``prompts``)."""
-        super().__init__(metrics)
+    def __init__(self, **values):
+        """``values``: :class:`NuggetSettings` (the chat keys, ``base_url``, ``model``, ..., are the
+        :class:`ChatClient`'s; ``prompt`` is not used: the templates come from ``prompts``)."""
+        settings = validated(self.settings_schema, values, "nuggets evaluator")
+        super().__init__(settings.metrics)
         self._require_known_metrics("nuggets evaluator")
-        if prompt is not None:
-            raise RagtrackError("nuggets evaluator: 'prompt' is not used; give a prompts YAML file as 'prompts'")
-        self.prompts = load_prompts(prompts)
-        self.relevance_threshold, self.max_passages, self.max_words = int(relevance_threshold), int(max_passages), int(max_words)
-        self.passages_per_request, self.max_nuggets, self.nuggets_per_request = int(passages_per_request), int(max_nuggets), int(nuggets_per_request)
-        self.output_dir, self.nuggets_file = output_dir, nuggets_file
-        self.client = ChatClient(**client)
-        self.nuggets: dict[str, list[Nugget]] = read_nuggets(nuggets_file) if nuggets_file else {}
+        self.prompts = load_prompts(settings.prompts)
+        self.relevance_threshold, self.max_passages, self.max_words = settings.relevance_threshold, settings.max_passages, settings.max_words
+        self.passages_per_request, self.max_nuggets, self.nuggets_per_request = settings.passages_per_request, settings.max_nuggets, settings.nuggets_per_request
+        self.output_dir, self.nuggets_file = settings.output_dir, settings.nuggets_file
+        self.client = ChatClient(**settings.client_settings())
+        self.nuggets: dict[str, list[Nugget]] = read_nuggets(settings.nuggets_file) if settings.nuggets_file else {}
         self.creation_errors: dict[str, str] = {}
         self._given_used = False
         self._awaiting: set[str] = set()  # a dry run's queries whose nuggets wait on replies it did not send

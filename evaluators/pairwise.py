@@ -37,7 +37,7 @@ from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import ChatClient, check_template, json_objects, last_match
 from ragtrack.evaluators.base import SystemComparer
 from ragtrack.evaluators.judge import load_rubric
-from ragtrack.core.settings import ChatSettings, InputPath, SystemName, Text
+from ragtrack.core.settings import ChatSettings, InputPath, SystemName, Text, validated
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.evaluators.human_labels import OUTCOMES, read_human_labels
 
@@ -102,21 +102,21 @@ class PairwiseJudge(SystemComparer):
                 "pairwise_tie_rate": "pairwise LLM judge: share of ties (incl. verdicts that flip with the order)",
                 "pairwise_loss_rate": "pairwise LLM judge: share of queries where the second system's answer wins"}
 
-    def __init__(self, prompt: str, rubric: str = "correctness", baseline: str | None = None, pairs: Sequence[Sequence[str]] | None = None,
-                 output_dir: str | None = None, metrics: Sequence[str] | None = None, human_labels: str | None = None, **client):
-        """``pairs``: ``[[a, b], ...]``; without them ``baseline`` (default: the first system that answers)
-        against each other system. ``rubric``: a built-in name or YAML path; its description is ``{rubric}``.
-        ``metrics``: the figures reported (default: all). ``human_labels``: a labels file
-        (``evaluators.human_labels``), read here."""
-        super().__init__(list(metrics or self.provides()))
-        check_template(prompt, {"question", "gold_answers", "answer_a", "answer_b", "rubric"}, "pairwise_judge")
-        self.prompt, self.criterion = prompt, load_rubric(str(rubric))
-        self.baseline, self.output_dir = baseline, output_dir
-        self.pairs = [tuple(map(str, pair)) for pair in pairs or []]
-        self.human_labels = read_human_labels(human_labels, {self.criterion.name: OUTCOMES}, "pair") if human_labels else None
-        if any(len(pair) != 2 or pair[0] == pair[1] for pair in self.pairs):
+    def __init__(self, **values):
+        """``values``: :class:`PairwiseJudgeSettings`. ``pairs``: ``[[a, b], ...]``; without them
+        ``baseline`` (default: the first system that answers) against each other system. ``rubric``: a
+        built-in name or YAML path; its description is ``{rubric}``. ``metrics``: the figures reported
+        (default: all). ``human_labels``: a labels file (``evaluators.human_labels``), read here."""
+        settings = validated(self.settings_schema, values, "pairwise_judge")
+        super().__init__(list(settings.metrics or self.provides()))
+        check_template(settings.prompt, {"question", "gold_answers", "answer_a", "answer_b", "rubric"}, "pairwise_judge")
+        self.prompt, self.criterion = settings.prompt, load_rubric(str(settings.rubric))
+        self.baseline, self.output_dir = settings.baseline, settings.output_dir
+        self.pairs = [tuple(map(str, pair)) for pair in settings.pairs or []]
+        self.human_labels = read_human_labels(settings.human_labels, {self.criterion.name: OUTCOMES}, "pair") if settings.human_labels else None
+        if any(pair[0] == pair[1] for pair in self.pairs):
             raise RagtrackError(f"pairwise_judge: pairs must be [first, second] of two different systems, got {[list(p) for p in self.pairs]}")
-        self.client = ChatClient(**client)
+        self.client = ChatClient(**settings.client_settings())
 
     def pairs_of(self, systems: Sequence[str]) -> list[tuple[str, str]]:
         """The pairs to judge among the systems that produced answers."""

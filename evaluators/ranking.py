@@ -37,6 +37,8 @@ from ragtrack.core.runs import RunColumns
 from ragtrack.evaluators import trec_measures as trec
 from ragtrack.evaluators.common import Qrels, divide, parse_cutoff
 
+RELEVANCE_THRESHOLD = 1  # trec_eval's -l: a judged grade at least this is relevant; the default everywhere
+
 if TYPE_CHECKING:
     import pandas as pd  # imported where a table is built: `ragtrack eval` scores without pandas
 
@@ -135,7 +137,7 @@ def _locate_judged(run: Mapping[str, Mapping[str, float]], qrels: Qrels, qids: l
     return retrieved, hit_rows, hit_grades, np.concatenate(hit_positions)
 
 
-def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, threshold: int = 1, min_width: int = 1,
+def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, threshold: int = RELEVANCE_THRESHOLD, min_width: int = 1,
                 max_grade: int | None = None, pool: bool = False) -> RankedGrades:
     """Build the grade matrix of ``run`` (a mapping, or :class:`RunColumns` as ``ragtrack eval`` reads
     a file) against ``qrels``; rows follow the qrels' query order. Only judged documents are located
@@ -454,7 +456,7 @@ def describe_metrics() -> dict[str, str]:
     return names
 
 
-def ranking_values(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, metrics: Sequence[str], threshold: int = 1,
+def ranking_values(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, metrics: Sequence[str], threshold: int = RELEVANCE_THRESHOLD,
                    max_grade: int | None = None) -> tuple[RankedGrades, dict[str, np.ndarray]]:
     """The grade matrix and the per-query values of ``metrics`` (rows in qrels order)."""
     parsed = {name: parse_metric(name) for name in metrics}
@@ -463,7 +465,7 @@ def ranking_values(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Q
     return m, {name: spec.function(m, k) for name, (spec, k) in parsed.items()}
 
 
-def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = 1, max_grade: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = RELEVANCE_THRESHOLD, max_grade: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Per-query values of ``metrics`` (DataFrame indexed by query id, qrels order) and the number of
     relevant judgments per query."""
     import pandas as pd
@@ -485,7 +487,7 @@ def counted_rows(num_rel: np.ndarray, without_relevant: WithoutRelevant = COUNT_
     return num_rel > 0 if checked_without_relevant(without_relevant) == "exclude" else np.ones(num_rel.shape, dtype=bool)
 
 
-def counted_queries(qrels: Qrels, threshold: int = 1, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[str]:
+def counted_queries(qrels: Qrels, threshold: int = RELEVANCE_THRESHOLD, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[str]:
     """The judged queries of ``qrels`` that enter a mean (:func:`counted_rows`), in qrels order."""
     num_rel = np.fromiter((sum(grade >= threshold for grade in judged.values()) for judged in qrels.values()), dtype=np.int64, count=len(qrels))
     return [qid for qid, counted in zip(qrels, counted_rows(num_rel, without_relevant)) if counted]
@@ -526,7 +528,7 @@ def __getattr__(name: str) -> object:
 CURVE_CUTOFFS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
 
 
-def cutoff_curves(scores: Mapping[str, Mapping[str, float]], qrels: Qrels, depth: int, threshold: int = 1,
+def cutoff_curves(scores: Mapping[str, Mapping[str, float]], qrels: Qrels, depth: int, threshold: int = RELEVANCE_THRESHOLD,
                   bases: Sequence[str] = ("recall", "ndcg"), without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> dict[str, dict[int, float]]:
     """``{base: {k: mean base@k}}`` for the cutoffs in :data:`CURVE_CUTOFFS` up to ``depth``, means over
     the counted queries (:func:`counted_rows`; what a plot of recall or nDCG against k draws)."""

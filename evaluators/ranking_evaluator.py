@@ -12,7 +12,7 @@ from pydantic import ValidationError, field_validator
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.settings import Count, ItemError, NonNegativeInt
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
-from ragtrack.evaluators.ranking import (COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, METRICS, WithoutRelevant, checked_threshold,
+from ragtrack.evaluators.ranking import (COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, METRICS, RELEVANCE_THRESHOLD, WithoutRelevant, checked_threshold,
                                          checked_without_relevant, counted_queries, describe_metrics, parse_metric, score_ranking)
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ class RankingSettings(EvaluatorSettings, extra="forbid"):
     """The rank metrics (metrics.md); ``without_relevant``: whether a judged query without a relevant
     document counts in the means (``count``, trec_eval's rule) or is left out (``exclude``)."""
 
-    relevance_threshold: NonNegativeInt = 1
+    relevance_threshold: NonNegativeInt = RELEVANCE_THRESHOLD
     max_grade: Count | None = None
     without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT
 
@@ -54,7 +54,7 @@ class RankingEvaluator(Evaluator):
     judged queries enter the means (:func:`counted_rows`)."""
     settings_schema = RankingSettings
 
-    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = 1, max_grade: int | None = None,
+    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = RELEVANCE_THRESHOLD, max_grade: int | None = None,
                  without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT):
         super().__init__(metrics)
         self.relevance_threshold = checked_threshold(relevance_threshold)

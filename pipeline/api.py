@@ -37,7 +37,7 @@ from ragtrack.core.words import counted
 from ragtrack.pipeline.layout import COMPARISON_DIR, KEY_METRICS
 from ragtrack.pipeline.registry import metric_names
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
-from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant, counted_queries
+from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, RELEVANCE_THRESHOLD, WithoutRelevant, counted_queries
 
 ONE_JOB_AT_A_TIME = threading.RLock()  # run_experiment's jobs in one process, whichever thread calls
 RunLike = Union[Run, Mapping[str, Mapping[str, float]], pd.DataFrame, str, Path]
@@ -89,7 +89,7 @@ class Evaluation:
         return f"Evaluation({counted(len(self.per_query), 'query')})\n{self.summary.to_string(float_format=lambda v: f'{v:.4f}')}"
 
 
-def evaluators_for(metrics: Sequence[str], relevance_threshold: int = 1, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[Evaluator]:
+def evaluators_for(metrics: Sequence[str], relevance_threshold: int = RELEVANCE_THRESHOLD, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[Evaluator]:
     """The evaluators (built-ins and plugins alike) that provide ``metrics`` (names as :func:`metric_names`
     reads them), each given its metrics (the ranking evaluator also the threshold and ``without_relevant``)."""
     from ragtrack.pipeline import registry
@@ -137,7 +137,7 @@ def default_ranking_metrics() -> list[str]:
     return list(registry.load("evaluators", "ranking")().metrics)
 
 
-def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = None, relevance_threshold: int = 1,
+def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = None, relevance_threshold: int = RELEVANCE_THRESHOLD,
              seed: int = 0, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> Evaluation:
     """Score ``run`` against ``qrels`` with trec_eval's semantics (``ragtrack metrics`` lists the names).
     The means are over every judged query, as trec_eval's; ``without_relevant="exclude"`` leaves out
@@ -191,7 +191,7 @@ def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predi
 
 
 def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str] | None = None, baseline: str | None = None,
-            relevance_threshold: int = 1, seed: int = 0, resamples: int = 10_000,
+            relevance_threshold: int = RELEVANCE_THRESHOLD, seed: int = 0, resamples: int = 10_000,
             without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> pd.DataFrame:
     """Runs side by side with the statistics of ``ragtrack compare``: per system and metric the mean
     and bootstrap 95% CI; against the baseline (default: ``bm25``, else the first run) the difference,

@@ -23,7 +23,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_ready
 from ragtrack.core.runs import read_run_scores
 from ragtrack.evaluators.common import summarize
-from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, WithoutRelevant, counted_rows, parse_metric, ranking_values
+from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, RELEVANCE_THRESHOLD, WithoutRelevant, counted_rows, parse_metric, ranking_values
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def _ranking_only(metrics: Sequence[str]) -> bool:
         return False  # the general path words the error, with every evaluator's names
 
 
-def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | None = None, relevance_threshold: int = 1,
+def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | None = None, relevance_threshold: int = RELEVANCE_THRESHOLD,
                    seed: int = 0, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT):
     """Score the run file against the qrels file; a :class:`FileEvaluation`, or an ``api.Evaluation``
     where the general path is needed (see the module docstring). ``without_relevant``: which judged

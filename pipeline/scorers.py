@@ -42,7 +42,7 @@ from mlflow.entities import AssessmentError, AssessmentSource, AssessmentSourceT
 from mlflow.genai.scorers import Scorer
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, WithoutRelevant, checked_threshold, checked_without_relevant
+from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, RELEVANCE_THRESHOLD, WithoutRelevant, checked_threshold, checked_without_relevant
 from ragtrack.pipeline.layout import metric_key
 
 RELEVANT_DOCS = "relevant_docs"  # ragtrack's expectation: {doc_id: grade} or [doc_id, ...]
@@ -272,7 +272,7 @@ class RankingScorer(Scorer):
     documents against the judgments in its expectations; the value is ``ragtrack.evaluate``'s."""
 
     metric: str
-    relevance_threshold: int = 1
+    relevance_threshold: int = RELEVANCE_THRESHOLD
     without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT
     span_name: str | None = None
     source: Literal["auto", "trace", "outputs"] = "auto"
@@ -339,7 +339,7 @@ def _owner(metric: str, evaluators: Mapping[str, type]) -> str:
     return owner
 
 
-def scorers(metrics: Sequence[str], relevance_threshold: int = 1, span_name: str | None = None,
+def scorers(metrics: Sequence[str], relevance_threshold: int = RELEVANCE_THRESHOLD, span_name: str | None = None,
             source: Literal["auto", "trace", "outputs"] = "auto", id_fields: Sequence[str] = DEFAULT_ID_FIELDS,
             prefix: str = "", without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[Scorer]:
     """One MLflow scorer per metric, for ``mlflow.genai.evaluate(..., scorers=...)``.

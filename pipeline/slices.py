@@ -43,6 +43,7 @@ from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import read_lines
 from ragtrack.core.words import counted
 from ragtrack.evaluators.base import aggregate
+from ragtrack.evaluators.ranking import RELEVANCE_THRESHOLD
 from ragtrack.pipeline import layout
 
 AUTOMATIC = ("query_length", "relevant_docs")
@@ -81,7 +82,7 @@ class Findings:
 
 # --------------------------------------------------------------------------- attributes
 
-def query_attributes(cfg: Mapping, dataset: Dataset, threshold: int = 1) -> list[Attribute]:
+def query_attributes(cfg: Mapping, dataset: Dataset, threshold: int = RELEVANCE_THRESHOLD) -> list[Attribute]:
     """The attributes a job's config asks for (``dataset.slices_file``, ``dataset.slice_metadata``,
     ``slices``), checked before any system runs."""
     data = cfg.get("dataset") or {}

@@ -37,7 +37,7 @@ from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import ChatClient, check_template, is_abstention, numbered_passages, retrieved_passages
 from ragtrack.core.runs import Run
 from ragtrack.core.text import Tokenizer
-from ragtrack.core.settings import ChatSettings, ComponentSettings, Count, Flag, Fraction, Text, TokenizerSettings
+from ragtrack.core.settings import ChatSettings, ComponentSettings, Count, Flag, Fraction, Text, TokenizerSettings, validated
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -130,18 +130,14 @@ class ExtractiveGenerator(Generator):
     """
     settings_schema = ExtractiveSettings
 
-    def __init__(self, top_k: int = 1, unit: str = "span", tokenizer: dict | None = None, no_answer: str | None = None,
-                 abstain_below: float = 0.0, cite: bool = False):
+    def __init__(self, **values):
         super().__init__()
-        if unit not in ("sentence", "span"):
-            raise RagtrackError(f"extractive generator: unit must be 'sentence' or 'span', got {unit!r}")
-        if top_k < 1:
-            raise RagtrackError(f"extractive generator: top_k must be >= 1, got {top_k}")
-        if not 0 <= abstain_below <= 1 or (abstain_below > 0 and not no_answer):
-            raise RagtrackError(f"extractive generator: abstain_below must be in [0, 1] and needs no_answer, got {abstain_below!r}")
-        self.top_k, self.unit, self.no_answer, self.abstain_below = int(top_k), unit, no_answer, float(abstain_below)
-        self.cite = bool(cite)
-        self.tokenize = Tokenizer(**(tokenizer or {}))
+        settings = validated(self.settings_schema, values, "extractive generator")
+        if settings.abstain_below > 0 and not settings.no_answer:
+            raise RagtrackError(f"extractive generator: abstain_below {settings.abstain_below!r} needs no_answer (the answer that abstains)")
+        self.top_k, self.unit, self.no_answer, self.abstain_below = settings.top_k, settings.unit, settings.no_answer, settings.abstain_below
+        self.cite = settings.cite
+        self.tokenize = Tokenizer(**settings.tokenizer.model_dump())
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
         self.failures = {}
@@ -261,14 +257,15 @@ class OpenAIGenerator(Generator):
     the other settings (``base_url``, ``model``, ``api_key_env``, ...) are :class:`ChatClient`'s."""
     settings_schema = OpenAISettings
 
-    def __init__(self, prompt: str, top_k: int = 3, no_answer: str | None = None, **client):
+    def __init__(self, **values):
         """``no_answer``: the reply that abstains, given to the prompt as ``{no_answer}``."""
         super().__init__()
-        check_template(prompt, {"question", "context", "no_answer"}, "openai generator")
-        if "{no_answer}" in prompt and not no_answer:
+        settings = validated(self.settings_schema, values, "openai generator")
+        check_template(settings.prompt, {"question", "context", "no_answer"}, "openai generator")
+        if "{no_answer}" in settings.prompt and not settings.no_answer:
             raise RagtrackError("openai generator: the prompt uses {no_answer} but no_answer is not set")
-        self.prompt, self.top_k, self.no_answer = prompt, int(top_k), no_answer
-        self.client = ChatClient(**client)
+        self.prompt, self.top_k, self.no_answer = settings.prompt, settings.top_k, settings.no_answer
+        self.client = ChatClient(**settings.client_settings())
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
         prompts = {qid: self.prompt.format(question=question, context=numbered_passages(contexts.get(qid, [])[:self.top_k]), no_answer=self.no_answer)

@@ -204,7 +204,6 @@ class CrossEncoderReranker(Reranker):
 # ----------------------------------------------------------------------------- LLM
 PROMPTS_FILE = Path(__file__).parent / "rerank_prompts.yaml"
 PROMPT_FIELDS = {"pointwise": {"query", "document"}, "listwise": {"query", "count", "passages"}}
-CHAT_CLIENT_KEYS = set(ChatSettings.model_fields) - {"prompt", "cache_dir"}
 
 
 @functools.cache
@@ -317,7 +316,7 @@ class LLMReranker(Reranker):
 
     def __init__(self, name: str | None = None, **values):
         super().__init__(name, **values)
-        self.client = ChatClient(**self.settings.model_dump(include=CHAT_CLIENT_KEYS), cache_dir=self.settings.cache_dir)
+        self.client = ChatClient(**self.settings.client_settings())
 
     def max_chat_calls(self, queries: int, depth: int) -> int:
         """pointwise: a prompt per document of the top ``depth``; listwise: one per window."""

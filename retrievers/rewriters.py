@@ -223,7 +223,7 @@ class LLMRewriter(Rewriter):
         settings = self.settings
         check_template(settings.prompt, {"query"}, f"rewriter {self.name}")
         self.prompt, self.mode = settings.prompt, settings.mode
-        self.client = ChatClient(**settings.model_dump(include=set(ChatSettings.model_fields) - {"prompt"}))
+        self.client = ChatClient(**settings.client_settings())
 
     def max_chat_calls(self, queries: int, depth: int) -> int:
         """A prompt per query."""

@@ -125,6 +125,10 @@ class ChatSettings(Section):
     price_prompt: NonNegative | None = Field(None, description="price per million prompt tokens (any currency), or null")
     price_completion: NonNegative | None = Field(None, description="price per million completion tokens (any currency), or null")
 
+    def client_settings(self) -> dict[str, Any]:
+        """The keyword arguments of ``ChatClient``: these settings less the ``prompt``."""
+        return self.model_dump(include=set(ChatSettings.model_fields) - {"prompt"})
+
 
 
 # ----------------------------------------------------------------------------- components
@@ -158,4 +162,9 @@ def validated(model: type[M], values: dict[str, Any], owner: str) -> M:
         return model.model_validate(values)
     except ValidationError as exc:
         error = exc.errors()[0]
-        raise RagtrackError(f"{owner}: {'.'.join(map(str, error['loc']))}: {error['msg']}") from None
+    where, message = ".".join(map(str, error["loc"])), error["msg"].removeprefix("Value error, ")
+    if not where:  # a check of several keys together: its message names them
+        raise RagtrackError(f"{owner}: {message}")
+    detail = {"missing": "a value is required", "extra_forbidden": "no such key"}.get(
+        error["type"], f"{error['input']!r} is not allowed: {message[:1].lower()}{message[1:]}")
+    raise RagtrackError(f"{owner}: {where}: {detail}")

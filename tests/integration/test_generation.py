@@ -262,17 +262,20 @@ def test_qa_xquad_end_to_end(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_qa_xquad_real_minilm(tmp_path: Path) -> None:
-    """The README's table: experiment=qa_xquad with the shipped MiniLM (a regression fixture)."""
+    """docs/answers.md's table: experiment=qa_xquad with the shipped MiniLM (a regression fixture). Context
+    recall recomputed outside ragtrack from the job's run files (SQuAD's normalize_answer, the answer's words
+    as a run of the top-k passages' words, ranks as written): bm25 1101, 1154; dense 1042, 1145; hybrid
+    1101, 1161 of 1,190 at k = 1, 3."""
     _run_cli(tmp_path, "experiment=qa_xquad", "tracking=none")
     systems = json.loads((next(tmp_path.glob("outputs/runs/*")) / "results.json").read_text())["systems"]
     expected = {  # answer_f1, exact_match, rougeL, bertscore_f1, context_recall@1, context_recall@3
-        "bm25": [0.2622, 0.1454, 0.2672, 0.3864, 0.9235, 0.9714],
+        "bm25": [0.2617, 0.1445, 0.2668, 0.3871, 0.9252, 0.9697],  # Lucene's BM25 and analyzer (Pyserini's)
         "dense": [0.2486, 0.1378, 0.2534, 0.3756, 0.8756, 0.9622],
-        "hybrid": [0.2646, 0.1479, 0.2698, 0.3913, 0.9294, 0.9756],  # default ONNX encoder (PyTorch: F1 0.2647, ROUGE-L 0.2699)
+        "hybrid": [0.2647, 0.1479, 0.2700, 0.3916, 0.9252, 0.9756],  # default ONNX encoder
     }
     names = ["answer_f1", "exact_match", "rougeL", "bertscore_f1", "context_recall@1", "context_recall@3"]
-    for system, values in expected.items():
-        assert [systems[system][name] for name in names] == pytest.approx(values, abs=6e-5), system
+    got = {system: [systems[system][name] for name in names] for system in expected}
+    assert got == {system: pytest.approx(values, abs=6e-5) for system, values in expected.items()}  # every system told at once
 
 
 def test_openai_generator_abstains_with_the_no_answer_string(hostile_server: HostileChatServer) -> None:
@@ -281,7 +284,7 @@ def test_openai_generator_abstains_with_the_no_answer_string(hostile_server: Hos
     assert answers == {"a": "unanswerable", "b": "answer to who?"}
     assert "If unsure reply unanswerable." in hostile_server.requests[-1]["body"]["messages"][-1]["content"]
     with pytest.raises(RagtrackError, match="uses {no_answer} but no_answer is not set"):
-        _generator(hostile_server.url, prompt="{question} {no_answer}")
+        _generator(hostile_server.url, prompt="{question} {no_answer}", no_answer=None)
 
 
 def test_unanswerable_xquad_is_rebuilt_byte_for_byte(tmp_path: Path) -> None:

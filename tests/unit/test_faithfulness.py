@@ -61,7 +61,7 @@ def test_k_precision_and_recall_equal_adlakha_et_al() -> None:
         passages[qid] = [" ".join(rng.choices(WORDS, k=rng.randint(1, 15))) for _ in range(rng.randint(1, 5))]
         golds[qid] = [" ".join(rng.choices(WORDS, k=rng.randint(0, 4))) for _ in range(rng.randint(1, 2))]
         answers[qid] = " ".join(rng.choices(WORDS, k=rng.randint(0, 8)))
-    table = FaithfulnessEvaluator(["k_precision", "answer_recall"], top_k=3).evaluate(_data(answers, golds, passages))
+    table = FaithfulnessEvaluator(metrics=["k_precision", "answer_recall"], top_k=3).evaluate(_data(answers, golds, passages))
     for qid in answers:
         assert table.loc[qid, "k_precision"] == pytest.approx(reference_k_precision(answers[qid], passages[qid][:3]), abs=1e-12)
         assert table.loc[qid, "answer_recall"] == pytest.approx(reference_recall(answers[qid], golds[qid]), abs=1e-12)
@@ -94,9 +94,10 @@ def test_the_evaluator_reads_the_top_k_passages() -> None:
 
 
 @pytest.mark.parametrize(("settings", "message"), [
-    ({"top_k": 0}, "faithfulness evaluator: top_k must be an integer >= 1, got 0"),
-    ({"support_threshold": 1.5}, r"faithfulness evaluator: support_threshold must be a number in \(0, 1\], got 1.5"),
-    ({"support_threshold": "half"}, r"support_threshold must be a number in \(0, 1\], got 'half'"),
+    ({"top_k": 0}, "^faithfulness evaluator: top_k: 0 is not allowed: input should be greater than or equal to 1$"),
+    ({"support_threshold": 1.5}, "^faithfulness evaluator: support_threshold: 1.5 is not allowed: input should be less than or equal to 1$"),
+    ({"support_threshold": "half"}, "^faithfulness evaluator: support_threshold: 'half' is not allowed: input should be a valid number$"),
+    ({"top_n": 3}, "^faithfulness evaluator: top_n: no such key$"),
     ({"metrics": ["k_recall"]}, "faithfulness evaluator: unknown metrics \\['k_recall'\\]"),
 ])
 def test_bad_settings_fail_in_one_line(settings: dict, message: str) -> None:

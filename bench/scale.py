@@ -416,9 +416,9 @@ def side_by_side(corpus: Path, work: Path, depth: int, repeats: int, sides: Sequ
 
 
 def side_table(stages: dict[str, Measure], figures: dict) -> str:
-    """Markdown: per system its build (seconds, CPU seconds, peak MB, the loaded corpus included),
-    queries/s on each thread count (CPU seconds), the two-thread speed-up and recall@10; then the
-    ratios of ragtrack's queries/s to each bm25s backend's."""
+    """Markdown: per system its build (seconds, CPU seconds, peak MB, the loaded corpus included, whose
+    own peak follows), queries/s on each thread count (CPU seconds), the two-thread speed-up and
+    recall@10; then the ratios of ragtrack's queries/s to each bm25s backend's."""
     speed = {name[:-len(": search")]: figures["queries"] / m.seconds for name, m in stages.items() if name.endswith(": search")}
     lines = [["system", "index: s / CPU s / peak MB", *(f"{counted(n, 'thread')}: q/s (CPU s)" for n in THREADS), "2 threads ÷ 1", "recall@10"]]
     lines.append(["---"] * len(lines[0]))
@@ -430,6 +430,8 @@ def side_table(stages: dict[str, Measure], figures: dict) -> str:
                       *(f"{speed[name]:.2f} ({stages[name + ': search'].cpu:.1f})" for name in names),
                       f"{speed[names[1]] / speed[names[0]]:.2f}", f"{figures['recall@10'][names[0]]:.3f}"])
     text = "\n".join("| " + " | ".join(row) + " |" for row in lines)
+    if "ragtrack: load corpus" in stages:
+        text += f"\n\n(The corpus loaded, before any build: {stages['ragtrack: load corpus'].peak:,.0f} MB.)"
 
     def per_second(system: str, threads: int) -> float:
         return speed[f"{system}, {counted(threads, 'thread')}"]

@@ -139,8 +139,10 @@ def shared_params(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 def with_latency(per_query: pd.DataFrame, retrieval_ms: Mapping[str, float], generation_ms: float | None) -> pd.DataFrame:
     """The per-query table with ``retrieval_ms`` (and ``generation_ms`` when answers were generated)
-    appended, rounded to microseconds; blank where unknown. Wall-clock figures: they differ run to run,
-    unlike every other column (see docs/performance.md)."""
+    appended, rounded to microseconds; blank where unknown: a system's time per query as
+    docs/performance.md defines it (a retriever's and a generator's: the batch's wall time / queries;
+    one query alone is a retriever's ``latency_*_seconds``). Wall-clock figures: they differ run to
+    run, unlike every other column."""
     columns = {layout.LATENCY_COLUMNS["retrieval"]: [round(retrieval_ms[q], 3) if q in retrieval_ms else np.nan for q in per_query.index]}
     if generation_ms is not None:
         columns[layout.LATENCY_COLUMNS["generation"]] = [round(generation_ms, 3)] * len(per_query)

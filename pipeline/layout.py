@@ -63,7 +63,7 @@ JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE, COM
 STORE_FOLDER = "mlruns"  # under the root folder (the working folder or $RAGTRACK_ROOT)
 STORE_FILE = "mlflow.db"
 CURVE_METRICS = ("recall", "ndcg")
-LATENCY_COLUMNS = {"retrieval": "retrieval_ms", "generation": "generation_ms"}  # per_query.csv's wall-clock columns per stage: they differ run to run
+LATENCY_COLUMNS = {"retrieval": "retrieval_ms", "generation": "generation_ms"}  # per_query.csv's wall-clock columns per stage (time per query, docs/performance.md): they differ run to run
 
 
 def metric_key(name: str) -> str:

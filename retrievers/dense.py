@@ -192,17 +192,25 @@ class ExactIndex:
 
     def estimates(self, queries: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         """``(first row, BLAS cosines of the queries and the block's rows)`` over the vectors, in
-        blocks of :data:`SCORES_PER_BLOCK` scores (at most ``rows`` rows): the product of the
-        normalized queries and rows, or, for fewer queries than dimensions (cheaper), of the rows as
-        stored divided by their norms afterwards (within the same margin: one rounding more)."""
-        rows = max(1, min(self.rows, SCORES_PER_BLOCK // max(len(queries), 1)))
+        blocks of :data:`SCORES_PER_BLOCK` scores (at most ``rows`` rows), each valid until the next
+        (the buffers are reused): the product of the normalized queries and rows, or, for fewer
+        queries than dimensions (cheaper), of the rows as stored divided by their norms afterwards
+        (within the same margin: one rounding more)."""
+        rows = max(1, min(self.rows, SCORES_PER_BLOCK // max(len(queries), 1), len(self.vectors)))
+        normalize = len(queries) >= self.vectors.shape[1]
+        scores = np.empty((len(queries), rows), dtype=np.float32)
+        unit = np.empty((rows, self.vectors.shape[1]), dtype=np.float32) if normalize else None
         for first in range(0, len(self.vectors), rows):
-            if len(queries) >= self.vectors.shape[1]:
-                yield first, queries @ self._unit_rows(slice(first, first + rows)).T
+            block, lengths = self.vectors[first:first + rows], self.norms[first:first + rows]
+            estimates = scores[:, :len(block)]
+            if normalize:  # the bits of _unit_rows
+                np.copyto(unit[:len(block)], block)
+                np.divide(unit[:len(block)], lengths, out=unit[:len(block)], where=lengths > 0)
+                np.matmul(queries, unit[:len(block)].T, out=estimates)
             else:
-                block_norms = self.norms[first:first + rows, 0]
-                estimates = queries @ np.asarray(self.vectors[first:first + rows]).T
-                yield first, np.divide(estimates, block_norms, out=estimates, where=block_norms > 0)
+                np.matmul(queries, np.asarray(block).T, out=estimates)
+                np.divide(estimates, lengths[:, 0], out=estimates, where=lengths[:, 0] > 0)
+            yield first, estimates
 
     def _candidates(self, queries: np.ndarray, k: int) -> list[np.ndarray]:
         """Per query, the ascending positions of the documents whose BLAS estimate is within the

@@ -25,19 +25,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, Strict, ValidationInfo, field_validator
 
 from ragtrack.core.checksums import file_sha256
-from ragtrack.core.data import load_qrels
+from ragtrack.core.data import Dataset, Qrels, load_qrels
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.settings import (Count, Fraction, InputPath, NonNegative, NonNegativeInt, Normalization, Section, SystemName,
                                     SystemSettings, validated)
 from ragtrack.core.stages import Stage, StageContext, StageOutput, chain_key
-from ragtrack.retrievers.fusion_methods import Trained, members_of, condorcet, fuse, normalize, top
+from ragtrack.retrievers.fusion_methods import LINEAR, Trained, condorcet, fuse, fuse_queries, members_of, normalize
 
 __all__ = ["combmnz", "combsum", "condorcet", "fuse", "linear_fusion", "normalize", "reciprocal_rank_fusion"]
 
@@ -62,28 +63,14 @@ def combmnz(runs: Mapping[str, Run], members: Sequence[str], system: str = "comb
     return fuse(runs, members, "combmnz", system, depth, weights, normalization)
 
 
-def _normalized_members(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None,
-                        depth: int, normalization: str) -> list[tuple[dict[str, dict[str, float]], float]]:
-    """Per member: {qid: {doc: normalized score}} over its top ``depth``, with its weight."""
-    normalize([], normalization)  # unknown names fail before any work
-    return [({qid: normalize(ranked[:depth], normalization) for qid, ranked in run.rankings()}, weight)
-            for run, weight in members_of(runs, members, weights)]
-
-
 def linear_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str = "linear", depth: int = 100,
                   weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
     """Convex combination of normalized scores; a missing document takes the member's lowest score."""
-    normalized = _normalized_members(runs, members, weights, depth, normalization)
-    total_weight = sum(weight for _, weight in normalized)
-    if total_weight <= 0 or any(weight < 0 for _, weight in normalized):
-        raise RagtrackError(f"linear fusion weights must be >= 0 with a positive sum, got {[w for _, w in normalized]}")
-    fused: dict[str, dict[str, float]] = {}
-    for qid in dict.fromkeys(qid for scores_by_query, _ in normalized for qid in scores_by_query):
-        lists = [(scores_by_query.get(qid, {}), weight / total_weight) for scores_by_query, weight in normalized]
-        documents = dict.fromkeys(doc_id for scores, _ in lists for doc_id in scores)
-        fused[qid] = {doc_id: sum(alpha * scores.get(doc_id, min(scores.values(), default=0.0)) for scores, alpha in lists)
-                      for doc_id in documents}
-    return top(system, fused, depth)
+    normalize([], normalization)  # unknown names (and borda, which reads every member) fail before any work
+    chosen = [weight for _, weight in members_of(runs, members, weights)]
+    if sum(chosen) <= 0 or any(weight < 0 for weight in chosen):
+        raise RagtrackError(f"linear fusion weights must be >= 0 with a positive sum, got {chosen}")
+    return fuse_queries(runs, members, system, depth, [weight / sum(chosen) for weight in chosen], normalization, LINEAR)
 
 
 # ----------------------------------------------------------------------------- fusion as a stage
@@ -268,8 +255,10 @@ class Condorcet(Fusion):
 
 class LearnedFusion(Fusion):
     """A fusion that learns from judged training queries (:class:`ragtrack.retrievers.fusion_methods.Trained`):
-    fitted on ``train`` (the qrels and each member's run on the training queries) when it first fuses,
-    and refusing any query it was trained on. A subclass names its ``learned`` method."""
+    fitted on ``train`` (the qrels and each member's run on the training queries) when it first fuses.
+    Its training queries must not be among the job's queries: :meth:`dataset_problems` refuses the job
+    before any system runs, and the fitted method refuses any query it was trained on. A subclass names
+    its ``learned`` method."""
 
     settings_schema: type[LearnedSettings] = LearnedSettings
     learned: str
@@ -287,6 +276,22 @@ class LearnedFusion(Fusion):
         identity["train"] = {"qrels": file_sha256(Path(train.qrels)), "runs": {m: file_sha256(Path(p)) for m, p in sorted(train.runs.items())}}
         return identity
 
+    @cached_property
+    def training_qrels(self) -> Qrels:
+        """The judgments of the training queries (``train.qrels``), read once."""
+        return load_qrels(Path(self.settings.train.qrels))[0]
+
+    def dataset_problems(self, dataset: Dataset) -> dict[str, str]:
+        """What stops this fusion on ``dataset``, found before any system runs: training queries (those
+        ``train.qrels`` judges, which it learns from) among the queries the job reports. Never allowed:
+        whatever it learned from them would be scored on them (test-set tuning)."""
+        overlap = set(self.training_qrels) & set(dataset.queries)
+        if not overlap:
+            return {}
+        return {"train.qrels": f"{len(overlap)} of its {len(self.training_qrels)} training queries are among the {len(dataset.queries)} "
+                               f"queries of {dataset.name} that this job reports (e.g. {min(overlap)!r}): a learned fusion learns "
+                               "from other queries than those it is scored on (a train split, or other topics)"}
+
     def fit(self, runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]]) -> "LearnedFusion":
         """Learn from the members' ``runs`` on training queries and their judgments ``qrels``."""
         values = self.settings.model_dump(exclude={"type", "target", "alias", "train", "relevance_threshold"})
@@ -295,8 +300,7 @@ class LearnedFusion(Fusion):
 
     def fuse(self, runs: Mapping[str, Run]) -> Run:
         if self.trained is None:
-            train = self.settings.train
-            self.fit({m: read_trec(path, m) for m, path in train.runs.items()}, load_qrels(Path(train.qrels))[0])
+            self.fit({m: read_trec(path, m) for m, path in self.settings.train.runs.items()}, self.training_qrels)
         return self.trained.fuse(runs)
 
 

@@ -61,40 +61,85 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cmp_to_key
+from functools import cached_property, cmp_to_key
 from itertools import chain, count
+from operator import itemgetter
 
 import numpy as np
 
 from ragtrack.core.data import Qrels
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.runs import Run, rank_documents
+from ragtrack.core.runs import Run
+
+
+# ----------------------------------------------------------------------------- ranked lists laid end to end
+@dataclass(frozen=True)
+class Lists:
+    """Ranked lists laid end to end, each contiguous and in rank order; ``sizes``: each list's length
+    (0: empty). Per entry: ``of`` (its list), ``rank`` p (1-based) and ``size`` n (its list's)."""
+
+    sizes: np.ndarray
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        return np.cumsum(self.sizes) - self.sizes
+
+    @cached_property
+    def of(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.sizes)), self.sizes)
+
+    @cached_property
+    def rank(self) -> np.ndarray:
+        return np.arange(1, len(self.of) + 1) - self.starts[self.of]
+
+    @cached_property
+    def size(self) -> np.ndarray:
+        return self.sizes[self.of]
+
+    def per_list(self, ufunc: np.ufunc, values: np.ndarray, empty: float = 0.0) -> np.ndarray:
+        """Per list, ``ufunc`` reduced over its entries' ``values`` (np.add: Σ; ``empty`` for an empty list)."""
+        reduced, filled = np.full(len(self.sizes), empty), self.sizes > 0
+        if filled.any():
+            reduced[filled] = ufunc.reduceat(values, self.starts[filled])
+        return reduced
+
+    def over_list(self, ufunc: np.ufunc, values: np.ndarray) -> np.ndarray:
+        """Per entry, ``ufunc`` reduced over its list (:meth:`per_list`)."""
+        return self.per_list(ufunc, values)[self.of]
+
 
 # ----------------------------------------------------------------------------- normalizations
 MAX_NORM_FLOOR = 1e-9  # ranx's: the least ``max``, ``sum`` and the inverted min-max divide by
 
 
-def _minmax(s: np.ndarray) -> np.ndarray:
-    low, high = s.min(), s.max()
-    return np.ones_like(s) if high == low else (s - low) / (high - low)
+def _minmax(s: np.ndarray, lists: Lists) -> np.ndarray:
+    low = lists.over_list(np.minimum, s)
+    span = lists.over_list(np.maximum, s) - low
+    return np.where(span == 0, 1.0, (s - low) / np.where(span == 0, 1.0, span))
 
 
-def _zscore(s: np.ndarray) -> np.ndarray:
-    std = s.std()
-    return np.zeros_like(s) if std == 0 else (s - s.mean()) / std
+def _zscore(s: np.ndarray, lists: Lists) -> np.ndarray:
+    deviation = s - lists.over_list(np.add, s) / lists.size
+    std = np.sqrt(lists.over_list(np.add, deviation**2) / lists.size)
+    return np.where(std == 0, 0.0, deviation / np.where(std == 0, 1.0, std))
 
 
-NORMALIZATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "none": lambda s: s,
+def _sum(s: np.ndarray, lists: Lists) -> np.ndarray:
+    low = lists.over_list(np.minimum, s)
+    return (s - low) / np.maximum(lists.over_list(np.add, s) - low * lists.size, MAX_NORM_FLOOR)
+
+
+Normalization = Callable[[np.ndarray, Lists], np.ndarray]  # (scores of lists laid end to end, their layout) -> s'
+NORMALIZATIONS: dict[str, Normalization] = {
+    "none": lambda s, lists: s,
     "minmax": _minmax,
     "zscore": _zscore,
-    "max": lambda s: s / max(s.max(), MAX_NORM_FLOOR),
-    "sum": lambda s: (s - s.min()) / max(s.sum() - s.min() * len(s), MAX_NORM_FLOOR),
-    "rank": lambda s: 1 - np.arange(len(s)) / len(s),
-    "minmax-inverted": lambda s: _minmax(-s),
-    "borda": lambda s: s,  # needs the query's candidates: set in :func:`_candidates`
+    "max": lambda s, lists: s / np.maximum(lists.over_list(np.maximum, s), MAX_NORM_FLOOR),
+    "sum": _sum,
+    "rank": lambda s, lists: 1 - (lists.rank - 1) / lists.size,
+    "minmax-inverted": lambda s, lists: _minmax(-s, lists),
+    "borda": lambda s, lists: s,  # needs the query's candidates: set in :func:`candidates`
 }
-REORDERING = {"minmax-inverted", "borda"}
 
 
 def check_normalization(method: str) -> None:
@@ -107,36 +152,119 @@ def normalize(ranked: Sequence[tuple[str, float]], method: str) -> dict[str, flo
     check_normalization(method)
     if method == "borda":
         raise RagtrackError("the borda normalization reads every member's documents: a fusion method applies it, not a single list")
-    if not ranked:
-        return {}
-    values = NORMALIZATIONS[method](np.array([s for _, s in ranked], dtype=float))
+    values = NORMALIZATIONS[method](np.array([s for _, s in ranked], dtype=float), Lists(np.array([len(ranked)])))
     return dict(zip([doc_id for doc_id, _ in ranked], values.tolist()))
 
 
-# ----------------------------------------------------------------------------- the scoring core
+# ----------------------------------------------------------------------------- the members' lists and the candidates
 @dataclass
 class Member:
-    """One member's list for one query: documents in rank order, their normalized scores, and the
-    value of a document it did not retrieve (NaN: none; ``borda`` normalization sets one)."""
+    """One member's top-``depth`` list of every fused query, laid end to end in the queries' order: per
+    entry its document (a code) and normalized score; ``fill``, per query, the value of a document the
+    member did not retrieve (NaN: none; the ``borda`` normalization sets one)."""
 
-    docs: list[str]
+    lists: Lists
+    docs: np.ndarray
     scores: np.ndarray
-    fill: float = math.nan
-
-    @classmethod
-    def of(cls, ranked: Sequence[tuple[str, float]], normalization: str) -> "Member":
-        if not ranked:
-            return cls([], np.zeros(0))
-        docs, scores = zip(*ranked)
-        member = cls(list(docs), NORMALIZATIONS[normalization](np.array(scores, dtype=float)))
-        if normalization == "minmax-inverted":
-            reranked = rank_documents(dict(zip(member.docs, member.scores.tolist())))
-            member = cls([d for d, _ in reranked], np.array([s for _, s in reranked]))
-        return member
+    fill: np.ndarray
 
 
-Values = Callable[[Member, int, int], np.ndarray]  # (member, its index, candidates N) -> a value per document
-Combine = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (values m × N, present m × N, weights) -> fused
+@dataclass
+class Layout:
+    """What a fusion reads: the fused queries (of any member, in first-seen order), the document ids
+    (sorted: a document's code orders it as its id does), the members' lists and their weights."""
+
+    qids: list[str]
+    names: np.ndarray  # of str
+    members: list[Member]
+    weights: np.ndarray
+
+
+def members_of(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None) -> list[tuple[Run, float]]:
+    missing = [name for name in members if name not in runs]
+    if missing:
+        raise RagtrackError(f"fusion members {missing} are not among the systems of this job ({', '.join(runs)})")
+    if weights is not None and len(weights) != len(members):
+        raise RagtrackError(f"fusion has {len(members)} members but {len(weights)} weights")
+    return [(runs[name], 1.0 if weights is None else float(w)) for name, w in zip(members, weights or [None] * len(members))]
+
+
+def lay_out(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None, depth: int,
+            normalization: str) -> Layout:
+    """Each member's normalized top ``depth`` of every query of any member: one pass over the runs'
+    rankings, one dictionary lookup per entry (its id's first occurrence), then numpy."""
+    check_normalization(normalization)
+    chosen = members_of(runs, members, weights)
+    qids = list(dict.fromkeys(qid for run, _ in chosen for qid in run.scores))
+    ranked = [list(chain.from_iterable(run.ranking(qid)[:depth] for qid in qids if qid in run.scores)) for run, _ in chosen]
+    first: dict[str, int] = {}
+    seen = np.fromiter(map(first.setdefault, map(itemgetter(0), chain.from_iterable(ranked)), count()), np.intp, sum(map(len, ranked)))
+    names = sorted(first)
+    code = np.empty(len(seen), np.intp)
+    code[np.fromiter(map(first.__getitem__, names), np.intp, len(names))] = np.arange(len(names))
+    docs = np.split(code[seen], np.cumsum(list(map(len, ranked)))[:-1])
+    members = [_member(run, qids, depth, entries, doc_codes, normalization) for (run, _), entries, doc_codes in zip(chosen, ranked, docs)]
+    return Layout(qids, np.array(names, dtype=object), members, np.array([w for _, w in chosen]))
+
+
+def _member(run: Run, qids: list[str], depth: int, entries: list[tuple[str, float]], docs: np.ndarray, normalization: str) -> Member:
+    lists = Lists(np.fromiter((min(len(run.scores[qid]), depth) if qid in run.scores else 0 for qid in qids), np.intp, len(qids)))
+    scores = NORMALIZATIONS[normalization](np.fromiter(map(itemgetter(1), entries), float, len(entries)), lists)
+    if normalization == "minmax-inverted":  # re-ranked (distances: the lowest first), equal scores by id descending
+        order = np.lexsort((-docs, -scores, lists.of))
+        docs, scores = docs[order], scores[order]
+    return Member(lists, docs, scores, np.full(len(qids), math.nan))
+
+
+@dataclass
+class Candidates:
+    """The (query, document) pairs that any member retrieved, sorted by query, then document: per pair
+    its ``query`` and ``docs`` (codes); ``columns[r]``: per entry of member r, its pair; ``count``: per
+    query its candidates N."""
+
+    query: np.ndarray
+    docs: np.ndarray
+    columns: list[np.ndarray]
+    count: np.ndarray
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        return np.cumsum(self.count) - self.count
+
+
+def candidates(layout: Layout, normalization: str) -> Candidates:
+    """The candidates of every query at once (one sort of the members' (query, document) keys); sets
+    the ``borda`` normalization: s' = 1 − (p − 1) / N, fill 0.5 − (n − 1) / (2N)."""
+    width = max(len(layout.names), 1)
+    keys = [m.lists.of * width + m.docs for m in layout.members]
+    pairs, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    query = pairs // width
+    found = Candidates(query, pairs % width, np.split(inverse.ravel(), np.cumsum([len(k) for k in keys])[:-1]),
+                       np.bincount(query, minlength=len(layout.qids)))
+    if normalization == "borda":
+        n = np.maximum(found.count, 1)
+        for m in layout.members:
+            m.scores, m.fill = 1 - (m.lists.rank - 1) / n[m.lists.of], 0.5 - (m.lists.sizes - 1) / (2 * n)
+    return found
+
+
+def ranked_run(system: str, layout: Layout, pairs: Candidates, fused: np.ndarray, depth: int) -> Run:
+    """The run ``system``: per query its top ``depth`` candidates by ``fused`` in trec_eval order (equal
+    scores: id descending), all queries sorted at once (two stable sorts: by score, then by query)."""
+    descending = np.arange(len(fused) - 1, -1, -1)  # the pairs by query, then id, both descending
+    by_score = descending[np.argsort(-fused[descending], kind="stable")]
+    order = by_score[np.argsort(pairs.query[by_score].astype(np.min_scalar_type(len(layout.qids))), kind="stable")]  # radix for ints < 2^16
+    kept = order[np.arange(len(order)) - pairs.starts[pairs.query] < depth]
+    ranked = list(zip(layout.names[pairs.docs[kept]].tolist(), fused[kept].tolist()))
+    sizes = np.minimum(pairs.count, depth).tolist()
+    ends = np.cumsum(sizes).tolist()
+    return Run.from_rankings(system, {qid: ranked[end - size:end] for qid, size, end in zip(layout.qids, sizes, ends)})
+
+
+# ----------------------------------------------------------------------------- the scoring core
+Values = Callable[[Member, int, np.ndarray], np.ndarray]  # (member, its index, N per query) -> a value per entry
+Fill = Callable[[Member, int, np.ndarray], np.ndarray]  # (member, its index, N per query) -> per query, a missing document's value
+Combine = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (values m × pairs, present m × pairs, weights) -> fused
 
 
 @dataclass(frozen=True)
@@ -146,15 +274,11 @@ class Method:
 
     values: Values
     combine: Combine
-    fill: Callable[[Member, int, int], float] | None = None
+    fill: Fill | None = None
 
 
-def scores_of(member: Member, index: int, n: int) -> np.ndarray:
+def scores_of(member: Member, index: int, n: np.ndarray) -> np.ndarray:
     return member.scores
-
-
-def ranks(member: Member) -> np.ndarray:
-    return np.arange(1, len(member.docs) + 1, dtype=float)
 
 
 def _masked(values: np.ndarray, present: np.ndarray, absent: float) -> np.ndarray:
@@ -183,76 +307,24 @@ COMBINE: dict[str, Combine] = {
     "wmnz": lambda values, present, w: (values * present).sum(axis=0) * (w[:, None] * present).sum(axis=0),
     "mixed": _times_hits(0.5),
 }
-
-
-def members_of(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None) -> list[tuple[Run, float]]:
-    missing = [name for name in members if name not in runs]
-    if missing:
-        raise RagtrackError(f"fusion members {missing} are not among the systems of this job ({', '.join(runs)})")
-    if weights is not None and len(weights) != len(members):
-        raise RagtrackError(f"fusion has {len(members)} members but {len(weights)} weights")
-    return [(runs[name], 1.0 if weights is None else float(w)) for name, w in zip(members, weights or [None] * len(members))]
-
-
-def query_lists(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None, depth: int,
-                normalization: str) -> tuple[np.ndarray, dict[str, list[Member]]]:
-    """The weights and, per query (of any member), each member's normalized top ``depth``."""
-    check_normalization(normalization)
-    chosen = members_of(runs, members, weights)
-    qids = dict.fromkeys(qid for run, _ in chosen for qid in run.scores)
-    lists = {qid: [Member.of(run.ranking(qid)[:depth], normalization) for run, _ in chosen] for qid in qids}
-    return np.array([w for _, w in chosen]), lists
-
-
-def _candidates(lists: list[Member], normalization: str) -> tuple[dict[str, int], list[np.ndarray]]:
-    """The query's candidates (first-seen order) and each member's columns; sets the ``borda`` normalization."""
-    index = dict(zip(dict.fromkeys(chain.from_iterable(m.docs for m in lists)), count()))
-    columns = [np.fromiter(map(index.__getitem__, m.docs), np.intp, len(m.docs)) for m in lists]
-    if normalization == "borda":
-        n = len(index)
-        for m in lists:
-            m.scores, m.fill = 1 - np.arange(len(m.docs)) / n, 0.5 - (len(m.docs) - 1) / (2 * n)
-    return index, columns
+# linear fusion (ragtrack.retrievers.fusion.linear_fusion; weights α_r = w_r / Σ w): CombSUM over every
+# member, a document missing from member r valued at r's lowest normalized score for the query (0: none)
+LINEAR = Method(scores_of, weighted_sum, fill=lambda member, index, n: member.lists.per_list(np.minimum, member.scores))
 
 
 def fuse_queries(runs: Mapping[str, Run], members: Sequence[str], system: str, depth: int, weights: Sequence[float] | None,
                  normalization: str, method: Method) -> Run:
-    """The run ``system``: per query, ``method`` over the members' normalized top ``depth`` lists."""
-    w, lists = query_lists(runs, members, weights, depth, normalization)
-    ranked: dict[str, list[tuple[str, float]]] = {}
-    for qid, members_lists in lists.items():
-        index, columns = _candidates(members_lists, normalization)
-        n = len(index)
-        values, present = np.zeros((len(w), n)), np.zeros((len(w), n), dtype=bool)
-        for i, (member, cols) in enumerate(zip(members_lists, columns)):
-            fill = member.fill if method.fill is None else method.fill(member, i, n)
-            if not math.isnan(fill):
-                values[i], present[i] = fill, True
-            values[i, cols], present[i, cols] = method.values(member, i, n), True
-        ranked[qid] = top_documents(list(index), method.combine(values, present, w), depth)
-    return Run.from_rankings(system, ranked)
-
-
-def top_documents(docs: list[str], scores: np.ndarray, depth: int) -> list[tuple[str, float]]:
-    """The top ``depth`` of ``docs`` by ``scores`` in trec_eval order (equal scores: id descending)."""
-    order = np.argsort(-scores, kind="stable")
-    ordered = scores[order]
-    cut = min(depth, len(order))
-    while cut < len(order) and ordered[cut] == ordered[cut - 1]:  # a tie across the cut: keep it whole to order it
-        cut += 1
-    ranked = list(zip(map(docs.__getitem__, order[:cut].tolist()), ordered[:cut].tolist()))
-    ties = np.flatnonzero(ordered[1:cut] == ordered[: cut - 1])
-    if len(ties):
-        starts = ties[np.concatenate([[True], np.diff(ties) > 1])]
-        ends = ties[np.concatenate([np.diff(ties) > 1, [True]])] + 2
-        for a, b in zip(starts.tolist(), ends.tolist()):
-            ranked[a:b] = sorted(ranked[a:b], reverse=True)
-    return ranked[:depth]
-
-
-def top(system: str, fused: dict[str, dict[str, float]], depth: int) -> Run:
-    """The fused run, each query cut at its top ``depth`` documents in trec_eval order."""
-    return Run.from_rankings(system, {qid: rank_documents(scores)[:depth] for qid, scores in fused.items()})
+    """The run ``system``: ``method`` over the members' normalized top ``depth`` lists, every query at
+    once (a members × candidates matrix of values)."""
+    layout = lay_out(runs, members, weights, depth, normalization)
+    pairs = candidates(layout, normalization)
+    values, present = np.zeros((len(layout.members), len(pairs.query))), np.zeros((len(layout.members), len(pairs.query)), dtype=bool)
+    for i, (member, column) in enumerate(zip(layout.members, pairs.columns)):
+        fill = (member.fill if method.fill is None else method.fill(member, i, pairs.count))[pairs.query]
+        present[i] = ~np.isnan(fill)
+        values[i] = np.where(present[i], fill, 0.0)
+        values[i, column], present[i, column] = method.values(member, i, pairs.count), True
+    return ranked_run(system, layout, pairs, method.combine(values, present, layout.weights), depth)
 
 
 # ----------------------------------------------------------------------------- the methods
@@ -261,7 +333,7 @@ def score_method(combine: str | Combine) -> Method:
 
 
 def rank_method(value: Callable[[np.ndarray], np.ndarray], combine: str | Combine = "sum") -> Method:
-    return Method(lambda member, index, n: value(ranks(member)), COMBINE[combine] if isinstance(combine, str) else combine)
+    return Method(lambda member, index, n: value(member.lists.rank), COMBINE[combine] if isinstance(combine, str) else combine)
 
 
 def rank_methods(k: float = 60, gamma: float = 1.0, sigma: float = 0.01, phi: float = 0.8) -> dict[str, Method]:
@@ -274,8 +346,8 @@ def rank_methods(k: float = 60, gamma: float = 1.0, sigma: float = 0.01, phi: fl
         "isr": rank_method(lambda p: 1 / p**2, "mnz"), "log_isr": rank_method(lambda p: 1 / p**2, _times_log_hits(0.0)),
         "logn_isr": rank_method(lambda p: 1 / p**2, _times_log_hits(sigma)),
         "rbc": rank_method(lambda p: (1 - phi) * phi ** (p - 1)),
-        "borda": Method(lambda member, index, n: n - ranks(member) + 1, weighted_sum,
-                        fill=lambda member, index, n: (n - len(member.docs) + 1) / 2),
+        "borda": Method(lambda member, index, n: n[member.lists.of] - member.lists.rank + 1, weighted_sum,
+                        fill=lambda member, index, n: (n - member.lists.sizes + 1) / 2),
     }
 
 
@@ -301,23 +373,40 @@ def _majority(weights: Sequence[float], positions: list[tuple[float, ...]]) -> C
     return compare
 
 
+def _majority_order(position: np.ndarray, weights: np.ndarray, start: np.ndarray, pairs: Candidates) -> np.ndarray:
+    """The candidates sorted by pairwise majority from the order ``start`` (every query's contiguous; see
+    the module docstring: lexicographic when each vote outweighs all lighter ones; else ``start`` where
+    no candidate beats the one before it; else Python's stable sort of that query's)."""
+    voting = np.flatnonzero(weights > 0)
+    heaviest_first = voting[np.argsort(-weights[voting], kind="stable")]
+    heavy = weights[heaviest_first]
+    lighter = np.cumsum(heavy[::-1])[::-1] - heavy  # Σ of the lighter votes
+    if np.all(heavy > lighter * (1 + 1e-9)):  # the margin: no rounding of a sum of votes can change its sign
+        return start[np.lexsort((*position[heaviest_first[::-1]][:, start], pairs.query[start]))]
+    before, after = start[:-1], start[1:]
+    beaten = (weights[:, None] * np.sign(position[:, before] - position[:, after])).sum(axis=0) > 0
+    unsorted = np.unique(pairs.query[before][beaten & (pairs.query[before] == pairs.query[after])]).tolist()
+    order, compare = start.copy(), _majority(weights.tolist(), position.T.tolist()) if unsorted else None
+    for q in unsorted:
+        block = slice(pairs.starts[q], pairs.starts[q] + pairs.count[q])
+        order[block] = sorted(order[block].tolist(), key=cmp_to_key(compare))
+    return order
+
+
 def condorcet(runs: Mapping[str, Run], members: Sequence[str], system: str = "condorcet", depth: int = 100,
               weights: Sequence[float] | None = None) -> Run:
     """Condorcet fusion (see the module docstring): a stable sort by pairwise weighted majority."""
-    w, lists = query_lists(runs, members, weights, depth, "none")
-    fused: dict[str, dict[str, float]] = {}
-    for qid, members_lists in lists.items():
-        index, columns = _candidates(members_lists, "none")
-        n = len(index)
-        position = np.full((len(w), n), math.inf)
-        for i, (member, cols) in enumerate(zip(members_lists, columns)):
-            position[i, cols] = ranks(member)
-        docs = list(index)
-        by_borda = rank_documents(dict(zip(docs, (-np.minimum(position, n + 1)).sum(axis=0).tolist())))
-        start = [index[d] for d, _ in by_borda]
-        order = sorted(start, key=cmp_to_key(_majority(w.tolist(), list(map(tuple, position.T.tolist())))))
-        fused[qid] = {docs[j]: float(n - i) for i, j in enumerate(order)}
-    return top(system, fused, depth)
+    layout = lay_out(runs, members, weights, depth, "none")
+    pairs = candidates(layout, "none")
+    n = pairs.count[pairs.query]
+    position = np.tile(n + 1.0, (len(layout.members), 1))  # a member that did not retrieve d: N + 1
+    for i, (member, column) in enumerate(zip(layout.members, pairs.columns)):
+        position[i, column] = member.lists.rank
+    start = np.lexsort((-pairs.docs, position.sum(axis=0), pairs.query))  # the Borda order
+    order = _majority_order(position, layout.weights, start, pairs)
+    fused = np.empty(len(order))
+    fused[order] = n[order] - (np.arange(len(order)) - pairs.starts[pairs.query[order]])  # the i-th (from 0): N − i
+    return ranked_run(system, layout, pairs, fused, depth)
 
 
 # ----------------------------------------------------------------------------- learned methods
@@ -427,29 +516,34 @@ def _log_odds(precision: np.ndarray) -> np.ndarray:
 
 
 def _probfuse_values(t: Trained) -> Values:
-    def values(member: Member, index: int, n: int) -> np.ndarray:
-        bounds = _probfuse_bounds(t.segments)(len(member.docs))
-        per_segment = t.learned[index] / np.arange(1, t.segments + 1)
-        return _in_segments(bounds, per_segment, ranks(member))
+    def values(member: Member, index: int, n: np.ndarray) -> np.ndarray:  # segments of ⌈n/S⌉ ranks
+        segment = np.minimum((member.lists.rank - 1) // np.ceil(member.lists.size / t.segments), t.segments - 1).astype(np.intp)
+        return t.learned[index][segment] / (segment + 1)
     return values
 
 
 def _slidefuse_values(t: Trained) -> Values:
-    def values(member: Member, index: int, n: int) -> np.ndarray:
+    def values(member: Member, index: int, n: np.ndarray) -> np.ndarray:
         probabilities = t.learned[index]
         cumulative = np.concatenate([[0.0], np.cumsum(probabilities)])
-        p = np.arange(len(member.docs))
-        a, b = np.maximum(p - t.window, 0), np.minimum(p + t.window, len(member.docs) - 1)
+        p = member.lists.rank - 1
+        a, b = np.maximum(p - t.window, 0), np.minimum(p + t.window, member.lists.size - 1)
         return (cumulative[np.minimum(b + 1, len(probabilities))] - cumulative[np.minimum(a, len(probabilities))]) / (b - a + 1)
     return values
 
 
+def _posfuse_values(t: Trained) -> Values:
+    def values(member: Member, index: int, n: np.ndarray) -> np.ndarray:  # P(p), 0 past the ranks learned
+        return np.append(t.learned[index], 0.0)[np.minimum(member.lists.rank - 1, len(t.learned[index]))]
+    return values
+
+
 APPLIERS: dict[str, Callable[[Trained], Method]] = {
-    "posfuse": lambda t: Method(lambda m, i, n: np.concatenate([t.learned[i], np.zeros(len(m.docs))])[: len(m.docs)], weighted_sum),
+    "posfuse": lambda t: Method(_posfuse_values(t), weighted_sum),
     "slidefuse": lambda t: Method(_slidefuse_values(t), weighted_sum),
     "probfuse": lambda t: Method(_probfuse_values(t), weighted_sum),
-    "segfuse": lambda t: Method(lambda m, i, n: _in_segments(SEGFUSE_BOUNDS, t.learned[i], ranks(m)) * (m.scores + 1), weighted_sum),
-    "bayesfuse": lambda t: Method(lambda m, i, n: _in_segments(BAYESFUSE_BOUNDS, t.learned[i], ranks(m), MIN_LOG_ODDS), weighted_sum,
-                                  fill=lambda m, i, n: MIN_LOG_ODDS),
-    "mapfuse": lambda t: Method(lambda m, i, n: t.learned[i] / ranks(m), weighted_sum),
+    "segfuse": lambda t: Method(lambda m, i, n: _in_segments(SEGFUSE_BOUNDS, t.learned[i], m.lists.rank) * (m.scores + 1), weighted_sum),
+    "bayesfuse": lambda t: Method(lambda m, i, n: _in_segments(BAYESFUSE_BOUNDS, t.learned[i], m.lists.rank, MIN_LOG_ODDS), weighted_sum,
+                                  fill=lambda m, i, n: np.full(len(n), MIN_LOG_ODDS)),
+    "mapfuse": lambda t: Method(lambda m, i, n: t.learned[i] / m.lists.rank, weighted_sum),
 }

@@ -5,11 +5,14 @@ ranx's answer is unique (its documented bug otherwise); learned methods only fro
 from __future__ import annotations
 
 import random
+from functools import cmp_to_key
 
 import pytest
 
+from ragtrack.core.data import Corpus, Dataset
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.runs import Run, rank_documents
+from ragtrack.core.runs import Run, rank_documents, write_trec
+from ragtrack.pipeline import registry
 from ragtrack.retrievers.fusion_methods import Trained, condorcet, fuse
 
 ranx = pytest.importorskip("ranx")
@@ -111,6 +114,35 @@ def test_condorcet_unranked_pairs_get_no_vote() -> None:
     assert fused.scores["q"] == {"z": 4.0, "w": 3.0, "y": 2.0, "x": 1.0}
 
 
+def condorcet_by_comparisons(runs: dict[str, Run], weights: list[float] | None = None) -> dict[str, dict[str, float]]:
+    """The definition, query by query: Python's stable sort by pairwise weighted majority (a member that
+    ranked neither document votes for neither) from the Borda order; the i-th (from 0) scores N − i."""
+    weights = weights or [1.0] * len(runs)
+    fused = {}
+    for qid in dict.fromkeys(q for run in runs.values() for q in run.scores):
+        position = [{d: p for p, (d, _) in enumerate(run.ranking(qid), 1)} if qid in run.scores else {} for run in runs.values()]
+        docs = list(dict.fromkeys(d for ranks in position for d in ranks))
+        at = {d: [ranks.get(d, len(docs) + 1) for ranks in position] for d in docs}
+
+        def compare(x: str, y: str) -> int:
+            margin = sum(w * ((a < b) - (b < a)) for w, a, b in zip(weights, at[x], at[y]))
+            return -1 if margin > 0 else 1 if margin < 0 else 0
+        start = [d for d, _ in rank_documents({d: -sum(at[d]) for d in docs})]
+        fused[qid] = {d: float(len(docs) - i) for i, d in enumerate(sorted(start, key=cmp_to_key(compare)))}
+    return fused
+
+
+@pytest.mark.parametrize("members, weights", [(2, None), (2, [0.4, 0.6]), (2, [0.0, 1.0]), (2, [2.0, 2.0]), (3, None),
+                                              (3, [1.0, 1.0, 3.0]), (3, [0.2, 0.3, 0.5]), (4, [1.0, 2.0, 4.0, 8.0]), (4, None)])
+def test_condorcet_equals_its_definition_by_comparisons(members: int, weights: list[float] | None) -> None:
+    """Every path of the sort (lexicographic votes; the Borda order kept; a query sorted by comparisons,
+    with cycles among 3 or 4 members) gives the order Python's sort gives with the majority comparator."""
+    runs = random_runs(40 + members, members=members, queries=40)
+    fused = condorcet(runs, list(runs), depth=1000, weights=weights)
+    assert fused.scores == condorcet_by_comparisons(runs, weights)
+    assert [d for d, _ in fused.ranking("q0")] == [d for d, _ in rank_documents(fused.scores["q0"])]
+
+
 LEARNED = [("posfuse", {}, {}), ("probfuse", {"segments": 4}, {"n_segments": 4}), ("segfuse", {}, {}),
            ("slidefuse", {"window": 3}, {"w": 3}), ("bayesfuse", {}, {}), ("mapfuse", {}, {})]
 
@@ -141,3 +173,20 @@ def test_learned_methods_refuse_the_queries_they_were_trained_on() -> None:
         Trained("mapfuse", list(runs)).fuse(runs)
     with pytest.raises(RagtrackError, match="unknown fusion method 'magic'"):
         fuse(runs, list(runs), "magic")
+
+
+def test_a_learned_fusion_refuses_a_job_that_reports_its_training_queries(tmp_path) -> None:
+    """Checked from the settings and the dataset before any system runs: the overlap counted, one example named."""
+    train = random_runs(11, prefix="q")  # the training queries are q0 .. q24
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td1\t1\n" for i in range(25)))
+    for name, run in train.items():
+        write_trec(run, tmp_path / f"{name}.trec")
+    fusion = registry.build("fusions", {"type": "posfuse", "system": "posfuse", "members": ["m0", "m1"], "train": {
+        "qrels": str(tmp_path / "qrels.tsv"), "runs": {m: str(tmp_path / f"{m}.trec") for m in train}}})
+
+    def dataset(qids: list[str]) -> Dataset:
+        return Dataset("toy", Corpus(["d1"], [""], ["text"], "h"), {qid: "text" for qid in qids}, {qid: {"d1": 1} for qid in qids})
+    assert fusion.dataset_problems(dataset(["t1", "t2"])) == {}
+    problem = fusion.dataset_problems(dataset(["q24", "q3", "t1"]))["train.qrels"]
+    assert problem.startswith("2 of its 25 training queries are among the 3 queries of toy that this job reports (e.g. 'q24')")
+    assert "\n" not in problem

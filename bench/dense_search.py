@@ -1,8 +1,10 @@
-"""Exact dense search (ragtrack's ExactIndex) against Chroma's HNSW on the same random vectors, in
-the same run: build seconds, search milliseconds per query (one query per call, as a job searches),
-and HNSW's recall@k of the exact top k.
+"""Exact dense search (ragtrack's ExactIndex) at the matrix-product bound, and against Chroma's HNSW,
+on the same random vectors in one run: every query in one call (as a job searches) in seconds and
+GFLOP/s against this machine's float32 peak measured now (a 4096² numpy product) and against the
+product Q @ Xᵀ alone (the same blocks into one buffer, nothing picked); one query per call (a seeded
+sample: the latency of one query alone); HNSW's build, ms per query and recall@k of the exact top k.
 
-    python bench/dense_search.py [--docs 5000 20000] [--queries 300] [--dim 384]
+    python bench/dense_search.py [--docs 5000 20000] [--queries 300] [--dim 384] [--alone 20] [--no-hnsw]
 """
 
 from __future__ import annotations
@@ -11,22 +13,49 @@ import argparse
 import tempfile
 import time
 
-import chromadb
 import numpy as np
-from chromadb.config import Settings
 
-from machine import cpu_model  # bench/ scripts share the machine line
+from machine import best_of, cpu_model, matmul_peak  # bench/ scripts share the machine line
 
-from ragtrack.retrievers.dense import ExactIndex
+from ragtrack.retrievers.dense import QUERIES_PER_PASS, SCORES_PER_BLOCK, ExactIndex
 
 K = 100
 HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}  # conf/retriever/dense.yaml
 
 
-def per_query_ms(search, queries: np.ndarray) -> tuple[float, list[set[str]]]:
-    started = time.perf_counter()
-    found = [search(query) for query in queries]
-    return (time.perf_counter() - started) / len(queries) * 1000, found
+def product_seconds(queries: np.ndarray, vectors: np.ndarray, repeats: int) -> float:
+    """The best seconds of Q @ Xᵀ alone, in the blocks ExactIndex scores (into one reused buffer)."""
+    rows = SCORES_PER_BLOCK // min(len(queries), QUERIES_PER_PASS)
+    scores = np.empty((len(queries), rows), dtype=np.float32)
+
+    def product() -> None:
+        for first in range(0, len(vectors), rows):
+            block = vectors[first:first + rows]
+            np.matmul(queries, block.T, out=scores[:, :len(block)])
+
+    return best_of(product, repeats)
+
+
+def hnsw_line(vectors: np.ndarray, queries: np.ndarray, exact_found: list[set[str]]) -> str:
+    """Chroma's HNSW on the same vectors: build seconds, ms per query, recall@K of the exact top K."""
+    import chromadb
+    from chromadb.config import Settings
+
+    ids = [f"d{i}" for i in range(len(vectors))]
+    with tempfile.TemporaryDirectory() as folder:
+        client = chromadb.PersistentClient(path=folder, settings=Settings(anonymized_telemetry=False))
+        started = time.perf_counter()
+        collection = client.create_collection("corpus", embedding_function=None, configuration={"hnsw": HNSW})
+        batch = client.get_max_batch_size()
+        for start in range(0, len(ids), batch):
+            collection.add(ids=ids[start:start + batch], embeddings=vectors[start:start + batch])
+        build = time.perf_counter() - started
+        started = time.perf_counter()
+        found = [set(collection.query(query_embeddings=q[None], n_results=K, include=["distances"])["ids"][0]) for q in queries]
+        ms = (time.perf_counter() - started) / len(queries) * 1000
+        client.close()
+    recall = np.mean([len(a & e) / len(e) for a, e in zip(found, exact_found)])
+    return f"HNSW build {build:.1f} s, {ms:.2f} ms/query, recall@{K} {recall:.4f}"
 
 
 def main() -> None:
@@ -34,32 +63,31 @@ def main() -> None:
     parser.add_argument("--docs", type=int, nargs="+", default=[5000, 20_000], help="corpus sizes (docs/determinism.md: 5000 100000)")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--alone", type=int, default=20, help="queries of the seeded sample searched one per call")
+    parser.add_argument("--repeats", type=int, default=3, help="best of N for the batch and the product")
+    parser.add_argument("--hnsw", action=argparse.BooleanOptionalAction, default=True, help="Chroma's HNSW beside (slow past 100k)")
     args = parser.parse_args()
-    print(f"CPU: {cpu_model()}; {args.queries} queries, top {K}, dimension {args.dim}")
+    peak = matmul_peak()
+    print(f"CPU: {cpu_model()}; float32 peak now (4096² numpy product): {peak:.0f} GFLOP/s; "
+          f"{args.queries} queries, top {K}, dimension {args.dim}", flush=True)
     rng = np.random.default_rng(0)
     for docs in args.docs:
-        vectors = rng.standard_normal((docs, args.dim)).astype(np.float32)
-        queries = rng.standard_normal((args.queries, args.dim)).astype(np.float32)
-        ids = [f"d{i}" for i in range(docs)]
+        vectors = rng.standard_normal((docs, args.dim), dtype=np.float32)
+        queries = rng.standard_normal((args.queries, args.dim), dtype=np.float32)
+        index = ExactIndex(vectors, np.array([f"d{i}" for i in range(docs)], dtype=object))
+        found = index.search(queries, K)
+        batch = best_of(lambda: index.search(queries, K), args.repeats)
+        product = product_seconds(queries, vectors, args.repeats)
+        sample = np.random.default_rng(1).choice(len(queries), min(args.alone, len(queries)), replace=False)
         started = time.perf_counter()
-        exact = ExactIndex(vectors.copy(), np.asarray(ids, dtype=object))
-        exact_build = time.perf_counter() - started
-        exact_ms, exact_found = per_query_ms(lambda q: set(exact.search(q[None], K)[0]), queries)
-        with tempfile.TemporaryDirectory() as folder:
-            client = chromadb.PersistentClient(path=folder, settings=Settings(anonymized_telemetry=False))
-            started = time.perf_counter()
-            collection = client.create_collection("corpus", embedding_function=None, configuration={"hnsw": HNSW})
-            batch = client.get_max_batch_size()
-            for start in range(0, docs, batch):
-                collection.add(ids=ids[start:start + batch], embeddings=vectors[start:start + batch])
-            hnsw_build = time.perf_counter() - started
-            hnsw_ms, hnsw_found = per_query_ms(
-                lambda q: set(collection.query(query_embeddings=q[None], n_results=K, include=["distances"])["ids"][0]), queries)
-            client.close()
-        recall = np.mean([len(a & e) / len(e) for a, e in zip(hnsw_found, exact_found)])
-        print(f"{docs:>9,} docs: exact build {exact_build:.2f} s, {exact_ms:.2f} ms/query | "
-              f"HNSW build {hnsw_build:.1f} s, {hnsw_ms:.2f} ms/query, recall@{K} {recall:.4f} | "
-              f"exact/HNSW search time {exact_ms / hnsw_ms:.2f}", flush=True)
+        assert [index.search(queries[i][None], K)[0] for i in sample] == [found[i] for i in sample]  # the same bits alone
+        alone_ms = (time.perf_counter() - started) / len(sample) * 1000
+        flops = 2 * docs * args.queries * args.dim / 1e9
+        print(f"{docs:>9,} docs: exact, all queries in one call {batch:.2f} s = {flops / batch:.0f} GFLOP/s "
+              f"({flops / batch / peak:.0%} of peak, {product / batch:.0%} of Q @ Xᵀ alone: {product:.2f} s = {flops / product:.0f} GFLOP/s); "
+              f"one query per call {alone_ms:.2f} ms/query ({len(sample)} queries)", flush=True)
+        if args.hnsw:
+            print(f"{'':>15}{hnsw_line(vectors, queries, [set(f) for f in found])}", flush=True)
 
 
 if __name__ == "__main__":

@@ -191,7 +191,8 @@ class SweepSummary(Callback):
 
 def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str], default_of=None) -> list[str]:
     """The sweep compared as ``ragtrack compare --sweep`` does, against its default row (a setting's
-    default: ``default_of(key)``, the sweep's own config) (logged as its comparison run: tables,
+    default: ``default_of(key)``, the sweep's own config), its setting chosen on the split of its
+    ``tune_on`` where it sets one (``--tune-on``) (logged as its comparison run: tables,
     report.html, the key metrics against each swept numeric setting), then a line per job (its swept
     settings, the first key metric of a system that varies with its CI, its run page) and a runs view of
     the sweep's jobs with the swept settings (job params) and those systems' key metrics as columns."""
@@ -204,7 +205,8 @@ def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str], default
 
     uri, experiment, *_ = tracking_target(tracking)
     uri = use_credentials(uri)  # MLflow gets the URI's credentials as its variables, never in a URI it prints
-    comparison, _ = run_compare(uri, experiment, sweep, key_metrics, default_of=default_of)
+    tune_on = default_of("tune_on") if default_of else None
+    comparison, _ = run_compare(uri, experiment, sweep, key_metrics, default_of=default_of, tune_on=tune_on)
     name = Path(sweep).name
     counts = pd.Series([s.system for s in comparison.systems]).value_counts()
     swept = [s for s in comparison.systems if counts[s.system] > 1] or comparison.systems
@@ -221,7 +223,7 @@ def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str], default
     share_view(MlflowClient(uri), experiment_id, name, f"tags.`{TAG_SWEEP}` = '{sweep}'",
                [*(f"params.`{key}`" for key in swept_keys), *metric_columns], order_by=metric_columns[0])
     return ["", *lines, f"Sweep runs:   {base}/{runs_table_page(experiment_id, name)}",
-            f"Sweep report: {comparison.links['report.html']}", f"Next:         ragtrack compare --sweep {name}"]
+            f"Sweep report: {comparison.links['report.html']}", f"Next:         ragtrack compare --sweep {name}" + (f" --tune-on {tune_on}" if tune_on else "")]
 
 
 def sweep_summary(folder: Path, key_metrics: list[str]) -> str:

@@ -160,6 +160,9 @@ def composition_errors_explained(config_dirs: Sequence[str | Path] = ()) -> Iter
             os.environ["HYDRA_FULL_ERROR"] = previous
 
 
+PLUGIN_EXTRAS = {("hydra/sweeper", "optuna"): "ragtrack[optuna]"}  # Hydra plugins a preset may ask for, by the extra that installs them
+
+
 def explain_composition_error(exc: Exception, config_dirs: Sequence[str | Path] = ()) -> RagtrackError:
     """One line for a Hydra composition error. A group's options are the YAML files of that group in
     the installed configs and in ``config_dirs`` (the user's ``--config-dir`` folders)."""
@@ -174,6 +177,8 @@ def explain_composition_error(exc: Exception, config_dirs: Sequence[str | Path] 
         group, _, option = exc.missing_cfg_file.rpartition("/")
         options = sorted(set(group_options(group, config_dirs)) | set(exc.options or ()))
         hint = did_you_mean(option, options) or ("" if config_dirs else f" (your own: --config-dir DIR with DIR/{group}/{option}.yaml)")
+        if (group, option) in PLUGIN_EXTRAS:
+            hint = f" (it comes with {PLUGIN_EXTRAS[group, option]}: pip install '{PLUGIN_EXTRAS[group, option]}')"
         return InputError(group, f"{option!r} is not allowed: one of {', '.join(options) or '(none found)'}{hint}")
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None) and str(exc).startswith("Could not override"):
         wanted = str(exc).split("'")[1]

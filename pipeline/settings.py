@@ -102,6 +102,7 @@ class JobSettings(Section):
     slices: list[Literal["query_length", "relevant_docs"]] = []
     robustness: RobustnessSettings | None = None
     optimize_metric: Annotated[str, Field(pattern=r"^[^/]+/[^/]+$", description="'<system>/<metric>', e.g. hybrid/ndcg@10")] | None = None
+    tune_on: Text | None = None  # a sweep over splits: the one its setting is chosen on (pipeline.app.sweep_page, compare --tune-on)
     dry_run: Flag = False  # ragtrack run --dry-run: count the LLM calls and tokens, send nothing (pipeline.dryrun)
     normalization: Normalization | None = None  # experiment=fusion_methods: the normalization of every score fusion
     dense_weight: NonNegative | None = None  # hparams_search=rrf_optuna: the dense member's RRF weight

@@ -81,3 +81,13 @@ def test_the_default_store_is_the_one_the_layout_names(tmp_path: Path, monkeypat
     assert cfg.tracking.uri == default_tracking_uri(tmp_path) == command_default()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
     assert compose_config([]).tracking.uri == "http://127.0.0.1:5999" == command_default()
+
+
+def test_a_plugin_a_preset_needs_names_the_extra_that_installs_it() -> None:
+    """hparams_search=rrf_optuna without Hydra's Optuna sweeper (the optional extra ragtrack[optuna])."""
+    from hydra.errors import MissingConfigException
+
+    from ragtrack.pipeline.config import explain_composition_error
+
+    error = explain_composition_error(MissingConfigException("no optuna", missing_cfg_file="hydra/sweeper/optuna", options=["basic"]))
+    assert str(error) == "hydra/sweeper: 'optuna' is not allowed: one of basic (it comes with ragtrack[optuna]: pip install 'ragtrack[optuna]')"

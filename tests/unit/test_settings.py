@@ -228,7 +228,7 @@ COMPOSITION = {
     "misspelled option in a list": (["retriever=[bm25,dnese]"], "retriever: 'dnese' is not allowed: one of bm25, bm25_multifield, dense, run_file; did you mean 'dense'?"),
     "misspelled encoder": (["encoder=minilmm"], "encoder: 'minilmm' is not allowed: one of hashing, minilm, minilm_onnx, minilm_onnx_int8; did you mean 'minilm'?"),
     "unknown preset": (["experiment=nothing_like_it"], "experiment: 'nothing_like_it' is not allowed: one of beir, beir_irds, bm25_params, chunk_size, compare_retrievers, "
-                                                        "depth, embedding_models, fusion_methods, qa_xquad, qa_xquad_cited, query_robustness, rrf_k "
+                                                        "depth, embedding_models, fusion_methods, qa_xquad, qa_xquad_cited, query_robustness, rrf_k, rrf_k_tuned "
                                                         "(your own: --config-dir DIR with DIR/experiment/nothing_like_it.yaml)"),
     "override that does not parse": (["depth=[1,"], "depth=[1,: not a valid override: no viable alternative at input '[1,'"),
 }

@@ -44,7 +44,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -162,13 +162,13 @@ class ExactIndex:
     one BLAS product (:meth:`estimates`), which is fast but sums in an order that depends on matrix
     shapes and threads, so it only picks candidates. The reported score of a candidate is
     ``(x * q).sum()`` of the normalized vectors (numpy: exact products rounded to float32, then a
-    pairwise sum whose order depends on the dimension only). Any float32
-    dot product of length d is within γ·Σ|x_j q_j| of the real one, γ = (d+1)u/(1 − (d+1)u),
-    u = 2⁻²⁴, and Σ|x_j q_j| ≤ ‖x‖‖q‖ ≈ 1; so BLAS and fixed-order scores differ by at most
-    e = 2γ·1.01 and every document of the fixed-order top k has a BLAS score within 2e of the BLAS
-    k-th best. Each query keeps, block after block, the documents within 2e of the k-th best seen so
-    far (a superset of those within 2e of the final k-th best); they are rescored, and
-    ``top_documents`` picks the top k (ties by document id)."""
+    pairwise sum whose order depends on the dimension only). Any float32 dot product of length d is
+    within γ·Σ|x_j q_j| of the real one, γ = (d+1)u/(1 − (d+1)u), u = 2⁻²⁴, and Σ|x_j q_j| ≤
+    ‖x‖‖q‖ ≈ 1; so BLAS and fixed-order scores differ by at most e = 2γ·1.01 and every document of
+    the fixed-order top k has a BLAS score within 2e of the BLAS k-th best. Each query keeps, block
+    after block, the documents within 2e of the k-th best seen so far (a superset of those within 2e
+    of the final k-th best: :class:`Pool`); they are rescored, and ``top_documents`` picks the top k
+    (ties by document id)."""
 
     def __init__(self, vectors: np.ndarray, doc_ids: np.ndarray, rows: int = ROWS_PER_BLOCK):
         self.vectors, self.doc_ids, self.rows = vectors, doc_ids, rows
@@ -241,7 +241,7 @@ class Pool:
     back to those within the margin of the k-th best whenever they grow past ``POOL_FACTOR`` · k."""
 
     def __init__(self):
-        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0, np.float32), np.empty(0, np.int64))]
         self.size = 0
 
     def add(self, scores: np.ndarray, positions: np.ndarray, k: int, margin: float, floor: np.float32) -> np.float32:
@@ -252,7 +252,7 @@ class Pool:
 
     def cut(self, k: int, margin: float, floor: np.float32) -> np.float32:
         """Keep the candidates within ``margin`` of the k-th best estimate; returns the new floor."""
-        scores, positions = (np.concatenate(part) for part in zip(*self.parts)) if self.parts else (np.empty(0, np.float32), np.empty(0, np.int64))
+        scores, positions = (np.concatenate(part) for part in zip(*self.parts))
         if len(scores) > k > 0:
             floor = max(floor, np.partition(scores, len(scores) - k)[len(scores) - k] - margin)
             keep = scores >= floor
@@ -309,7 +309,7 @@ class DenseRetriever(Retriever):
 
         return cache.entry("embeddings", parts, build, label=f"{self.name} embeddings"), parts
 
-    def _encoded_blocks(self, texts) -> Iterator[np.ndarray]:
+    def _encoded_blocks(self, texts: Sequence[str]) -> Iterator[np.ndarray]:
         """The embeddings of ``texts``, :data:`ENCODE_BLOCK` texts per call (Ray's actors: every text
         in one call, so each loads the model once)."""
         size = max(len(texts), 1) if self.encoder.distributed == "ray" else ENCODE_BLOCK

@@ -74,8 +74,9 @@ def test_every_block_shape_and_thread_count_gives_the_top_k_of_every_document(th
     assert [d for d, _ in rank_documents(found[0])][:61] == [f"d{i:05d}" for i in range(459, 399, -1)] + ["d00003"]
 
 
-def test_no_documents_asked_for_none_returned() -> None:
+def test_no_documents_asked_for_or_held_none_returned() -> None:
     assert index_of(vectors(10)).search(vectors(3, seed=1), 0) == [{}, {}, {}]
+    assert index_of(vectors(0)).search(vectors(2, seed=1), 5) == [{}, {}]
 
 
 def test_equal_vectors_tie_by_document_id_descending() -> None:

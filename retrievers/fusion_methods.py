@@ -63,7 +63,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, cmp_to_key
 from itertools import chain, count
-from operator import itemgetter
 
 import numpy as np
 
@@ -189,31 +188,50 @@ def members_of(runs: Mapping[str, Run], members: Sequence[str], weights: Sequenc
     return [(runs[name], 1.0 if weights is None else float(w)) for name, w in zip(members, weights or [None] * len(members))]
 
 
+def trec_order(group: np.ndarray, scores: np.ndarray, docs: np.ndarray, by_id: np.ndarray | None = None) -> np.ndarray:
+    """The permutation that orders entries by ``group``, then trec_eval's order (score descending, then
+    id descending: ``docs`` are codes in id order); no sort where they already are in it, else three
+    stable sorts (by id, by score, by group; ``by_id``: an id-descending order the caller knows)."""
+    same = group[1:] == group[:-1]
+    ordered = (group[1:] > group[:-1]) | same & ((scores[1:] < scores[:-1]) | (scores[1:] == scores[:-1]) & (docs[1:] < docs[:-1]))
+    if ordered.all():
+        return np.arange(len(scores))
+    by_id = np.argsort(-docs, kind="stable") if by_id is None else by_id
+    by_score = by_id[np.argsort(-scores[by_id], kind="stable")]
+    return by_score[np.argsort(group[by_score].astype(np.min_scalar_type(group.max())), kind="stable")]  # radix below 2^16 groups
+
+
 def lay_out(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None, depth: int,
             normalization: str) -> Layout:
-    """Each member's normalized top ``depth`` of every query of any member: one pass over the runs'
-    rankings, one dictionary lookup per entry (its id's first occurrence), then numpy."""
+    """Each member's normalized top ``depth`` of every query of any member. The runs are read in their
+    dictionaries' order (memory order: one pass, one dictionary lookup per entry, its id's first
+    occurrence), then ordered by numpy (no sort where a run's dictionaries are in trec_eval order)."""
     check_normalization(normalization)
     chosen = members_of(runs, members, weights)
     qids = list(dict.fromkeys(qid for run, _ in chosen for qid in run.scores))
-    ranked = [list(chain.from_iterable(run.ranking(qid)[:depth] for qid in qids if qid in run.scores)) for run, _ in chosen]
+    lists = [[run.scores.get(qid, {}) for qid in qids] for run, _ in chosen]
+    sizes = [np.fromiter(map(len, scores), np.intp, len(qids)) for scores in lists]
     first: dict[str, int] = {}
-    seen = np.fromiter(map(first.setdefault, map(itemgetter(0), chain.from_iterable(ranked)), count()), np.intp, sum(map(len, ranked)))
+    seen = np.fromiter(map(first.setdefault, chain.from_iterable(chain.from_iterable(lists)), count()), np.intp, sum(s.sum() for s in sizes))
     names = sorted(first)
     code = np.empty(len(seen), np.intp)
     code[np.fromiter(map(first.__getitem__, names), np.intp, len(names))] = np.arange(len(names))
-    docs = np.split(code[seen], np.cumsum(list(map(len, ranked)))[:-1])
-    members = [_member(run, qids, depth, entries, doc_codes, normalization) for (run, _), entries, doc_codes in zip(chosen, ranked, docs)]
+    docs = np.split(code[seen], np.cumsum([s.sum() for s in sizes])[:-1])
+    members = [_member(Lists(n), d, np.fromiter(chain.from_iterable(map(dict.values, scores)), float, len(d)), depth, normalization)
+               for n, d, scores in zip(sizes, docs, lists)]
     return Layout(qids, np.array(names, dtype=object), members, np.array([w for _, w in chosen]))
 
 
-def _member(run: Run, qids: list[str], depth: int, entries: list[tuple[str, float]], docs: np.ndarray, normalization: str) -> Member:
-    lists = Lists(np.fromiter((min(len(run.scores[qid]), depth) if qid in run.scores else 0 for qid in qids), np.intp, len(qids)))
-    scores = NORMALIZATIONS[normalization](np.fromiter(map(itemgetter(1), entries), float, len(entries)), lists)
-    if normalization == "minmax-inverted":  # re-ranked (distances: the lowest first), equal scores by id descending
-        order = np.lexsort((-docs, -scores, lists.of))
-        docs, scores = docs[order], scores[order]
-    return Member(lists, docs, scores, np.full(len(qids), math.nan))
+def _member(every: Lists, docs: np.ndarray, scores: np.ndarray, depth: int, normalization: str) -> Member:
+    """A member from its entries (``every``: its whole lists), ranked, cut at ``depth`` and normalized."""
+    order = trec_order(every.of, scores, docs)
+    top = every.rank <= depth
+    lists = Lists(np.minimum(every.sizes, depth))
+    docs, scores = docs[order][top], NORMALIZATIONS[normalization](scores[order][top], lists)
+    if normalization == "minmax-inverted":  # re-ranked (distances: the lowest first)
+        again = trec_order(lists.of, scores, docs)
+        docs, scores = docs[again], scores[again]
+    return Member(lists, docs, scores, np.full(len(every.sizes), math.nan))
 
 
 @dataclass
@@ -250,10 +268,8 @@ def candidates(layout: Layout, normalization: str) -> Candidates:
 
 def ranked_run(system: str, layout: Layout, pairs: Candidates, fused: np.ndarray, depth: int) -> Run:
     """The run ``system``: per query its top ``depth`` candidates by ``fused`` in trec_eval order (equal
-    scores: id descending), all queries sorted at once (two stable sorts: by score, then by query)."""
-    descending = np.arange(len(fused) - 1, -1, -1)  # the pairs by query, then id, both descending
-    by_score = descending[np.argsort(-fused[descending], kind="stable")]
-    order = by_score[np.argsort(pairs.query[by_score].astype(np.min_scalar_type(len(layout.qids))), kind="stable")]  # radix for ints < 2^16
+    scores: id descending), all queries sorted at once."""
+    order = trec_order(pairs.query, fused, pairs.docs, by_id=np.arange(len(fused) - 1, -1, -1))  # pairs: by query, then id
     kept = order[np.arange(len(order)) - pairs.starts[pairs.query] < depth]
     ranked = list(zip(layout.names[pairs.docs[kept]].tolist(), fused[kept].tolist()))
     sizes = np.minimum(pairs.count, depth).tolist()
@@ -402,7 +418,7 @@ def condorcet(runs: Mapping[str, Run], members: Sequence[str], system: str = "co
     position = np.tile(n + 1.0, (len(layout.members), 1))  # a member that did not retrieve d: N + 1
     for i, (member, column) in enumerate(zip(layout.members, pairs.columns)):
         position[i, column] = member.lists.rank
-    start = np.lexsort((-pairs.docs, position.sum(axis=0), pairs.query))  # the Borda order
+    start = trec_order(pairs.query, -position.sum(axis=0), pairs.docs, np.arange(len(n) - 1, -1, -1))  # the Borda order
     order = _majority_order(position, layout.weights, start, pairs)
     fused = np.empty(len(order))
     fused[order] = n[order] - (np.arange(len(order)) - pairs.starts[pairs.query[order]])  # the i-th (from 0): N − i

@@ -30,12 +30,23 @@ Rank methods (the member's order only; v_r = w_r · f(p)):
 - Borda N − p + 1, fill (N − n + 1) / 2, by CombSUM (Aslam & Montague, SIGIR 2001)
 - Condorcet (Montague & Aslam, CIKM 2002): candidates sorted by pairwise majority, d before e when
   Σ w over the members ranking d above e exceeds Σ w over those ranking e above d (a member that
-  ranked neither votes for neither), by a stable merge sort starting from the Borda order (the sum of
-  ranks, a missing one counted N + 1; ties in trec_eval order), which equal votes keep; the i-th
-  (from 0) scores N − i. ranx's ``condorcet`` differs (a documented bug here): its candidates start in
-  a Python set's order, which changes with PYTHONHASHSEED, and a member that ranked neither d nor e
-  votes for whichever is compared second, so its output is not reproducible; on judgments without
-  ties or cycles both are the unique Condorcet order (tested).
+  ranked neither votes for neither), by Python's stable sort (a merge sort) starting from the Borda
+  order (the sum of ranks, a missing one counted N + 1; ties in trec_eval order), which equal votes
+  keep; the i-th (from 0) scores N − i. ranx's ``condorcet`` differs (a documented bug here): its
+  candidates start in a Python set's order, which changes with PYTHONHASHSEED, and a member that
+  ranked neither d nor e votes for whichever is compared second, so its output is not reproducible; on
+  judgments without ties or cycles both are the unique Condorcet order (tested).
+
+  Computed without comparing pairs in Python where the order has a closed form (equal to the sort, tested
+  against it): (1) when each vote outweighs all lighter ones together (w_(1) > w_(2) + ... + w_(m), and
+  so on down; two members of unequal weights), the majority is lexicographic: by the heaviest member's
+  rank, then the next's, a stable O(n log n) sort; (2) otherwise, when no candidate beats the one before
+  it in the Borda order, the sort keeps that order (it finds one ascending run): always so for two
+  members of equal weights, since d beating e then means no member prefers e, so d's rank sum is
+  smaller. Else (three or more members whose majorities disagree with the Borda order) that query is
+  sorted with the comparator, O(m · n log n) per query in Python. No O(n log n) formulation exists
+  there: the majority relation can hold cycles (d > e > f > d), and then the result is the sort's own
+  sequence of comparisons, which only running that sort reproduces.
 
 Learned methods (fitted on training queries only: :class:`Trained`; h_q(p) = 1 if the document at rank
 p of query q is relevant, T the training queries):
@@ -54,6 +65,12 @@ p of query q is relevant, T the training queries):
 
 All learned methods combine by CombSUM, BayesFuse over every member (with the fill). Equal fused
 scores are ranked in trec_eval order, and the fused run keeps the top ``depth``.
+
+Every query is fused at once, on arrays (:func:`fuse_queries`): each member's lists laid end to end
+(:class:`Lists`; normalizations reduce per list with ``np.ufunc.reduceat``), the documents coded in id
+order (one dictionary lookup per entry), the candidates found by one sort of the (query, document) keys,
+a members × candidates matrix of values combined column-wise, and the fused run ordered by two stable
+sorts (:func:`trec_order`). bench/fusion.py times it against ranx.
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def condorcet_by_comparisons(runs: dict[str, Run], weights: list[float] | None =
         docs = list(dict.fromkeys(d for ranks in position for d in ranks))
         at = {d: [ranks.get(d, len(docs) + 1) for ranks in position] for d in docs}
 
-        def compare(x: str, y: str) -> int:
+        def compare(x: str, y: str, at: dict[str, list[int]] = at) -> int:
             margin = sum(w * ((a < b) - (b < a)) for w, a, b in zip(weights, at[x], at[y]))
             return -1 if margin > 0 else 1 if margin < 0 else 0
         start = [d for d, _ in rank_documents({d: -sum(at[d]) for d in docs})]

@@ -238,17 +238,18 @@ class ExactIndex:
 
 class Pool:
     """One query's candidates: BLAS estimates and document positions, added block by block and cut
-    back to those within the margin of the k-th best whenever they grow past ``POOL_FACTOR`` · k."""
+    back to those within the margin of the k-th best whenever they grow past ``POOL_FACTOR`` · k and
+    twice what the last cut kept (scores tied near the k-th best may keep many: cuts stay rare)."""
 
     def __init__(self):
         self.parts: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0, np.float32), np.empty(0, np.int64))]
-        self.size = 0
+        self.size = self.kept = 0
 
     def add(self, scores: np.ndarray, positions: np.ndarray, k: int, margin: float, floor: np.float32) -> np.float32:
         """Add candidates; returns the query's floor (raised when the pool was cut back)."""
         self.parts.append((scores, positions))
         self.size += len(scores)
-        return self.cut(k, margin, floor) if self.size > POOL_FACTOR * k else floor
+        return self.cut(k, margin, floor) if self.size > max(POOL_FACTOR * k, 2 * self.kept) else floor
 
     def cut(self, k: int, margin: float, floor: np.float32) -> np.float32:
         """Keep the candidates within ``margin`` of the k-th best estimate; returns the new floor."""
@@ -258,6 +259,7 @@ class Pool:
             keep = scores >= floor
             scores, positions = scores[keep], positions[keep]
         self.parts, self.size = [(scores, positions)], len(scores)
+        self.kept = self.size
         return floor
 
     def positions(self, k: int, margin: float) -> np.ndarray:

@@ -64,7 +64,7 @@ def test_every_block_shape_and_thread_count_gives_the_top_k_of_every_document(th
     every = normalized(documents.copy())
     for pass_size in (1, 7, 4096):
         monkeypatch.setattr(dense, "QUERIES_PER_PASS", pass_size)
-        monkeypatch.setattr(dense, "POOL_FACTOR", 1 if pass_size == 7 else 4)  # the pool cut back at every block
+        monkeypatch.setattr(dense, "POOL_FACTOR", 1 if pass_size == 7 else 4)  # pools cut back often
         for rows in (7, 50, 333, 65_536):
             index = ExactIndex(documents.copy(), ids, rows=rows)
             for k in (1, 10, 61, 1000):

@@ -151,15 +151,19 @@ def write_corpus(folder: Path, documents: int, lengths: str = "scifact", queries
 
 @dataclass
 class Measure:
-    """Wall seconds, CPU seconds (user + system, all threads) and peak resident MB of a stage or job."""
+    """Wall seconds, CPU seconds (user + system, all threads) and peak resident MB of a stage or job,
+    and of that the peak anonymous MB (RssAnon: memory no file backs; the rest are pages of files
+    read, memory-mapped indexes among them, which the kernel may drop and read again; 0: not sampled)."""
 
     seconds: float
     cpu: float
     peak: float
+    anon: float = 0.0
 
 
 class Sampler(threading.Thread):
-    """The resident set and CPU time of process ``pid``, sampled every 20 ms."""
+    """The resident set (all of it, and its anonymous part) and CPU time of process ``pid``, sampled
+    every 20 ms."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -170,23 +174,25 @@ class Sampler(threading.Thread):
         tick = os.sysconf("SC_CLK_TCK")
         while not self.done.wait(0.02):
             try:
-                rss_kb = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmRSS:"))
+                kb = {key: int(value.split()[0]) for key, _, value in (line.partition(":") for line in status.read_text().splitlines())
+                      if key in ("VmRSS", "RssAnon")}
                 fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, StopIteration):
+            except (OSError, ValueError):
                 continue
-            self.samples.append((time.perf_counter(), rss_kb / 1024, (int(fields[11]) + int(fields[12])) / tick))  # utime, stime
+            if len(kb) == 2:  # absent once the process has ended
+                self.samples.append((time.perf_counter(), kb["VmRSS"] / 1024, kb["RssAnon"] / 1024, (int(fields[11]) + int(fields[12])) / tick))
 
     def measure(self, start: float, end: float) -> Measure:
         """The stage from ``start`` to ``end``: its CPU seconds and its largest sample (the last one
         before ``end`` when the stage was shorter than the sampling interval)."""
-        inside = [mb for t, mb, _ in self.samples if start <= t <= end]
-        before = [mb for t, mb, _ in self.samples if t <= end]
-        peak = max(inside) if inside else (before[-1] if before else 0.0)
-        return Measure(end - start, self._cpu_at(end) - self._cpu_at(start), peak)
+        inside = [(mb, anon) for t, mb, anon, _ in self.samples if start <= t <= end]
+        before = [(mb, anon) for t, mb, anon, _ in self.samples if t <= end]
+        peaks = [max(column) for column in zip(*inside)] if inside else (before[-1] if before else (0.0, 0.0))
+        return Measure(end - start, self._cpu_at(end) - self._cpu_at(start), *peaks)
 
     def _cpu_at(self, moment: float) -> float:
         """The process's CPU seconds at its last sample before ``moment`` (0 before the first)."""
-        return max((cpu for t, _, cpu in self.samples if t <= moment), default=0.0)
+        return max((cpu for t, _, _, cpu in self.samples if t <= moment), default=0.0)
 
 
 def measured(command: list[str], cwd: Path) -> tuple[list[tuple[str, Measure]], Measure, list[str]]:
@@ -213,7 +219,8 @@ def measured(command: list[str], cwd: Path) -> tuple[list[tuple[str, Measure]], 
     sampler.done.set()
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"failed: {' '.join(command)}\n{''.join(log[-40:])}")
-    return stages, Measure(time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024), log
+    anon = max((anon for _, _, anon, _ in sampler.samples), default=0.0)
+    return stages, Measure(time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, anon), log
 
 
 def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tuple[dict[str, Measure], Measure]:
@@ -232,7 +239,7 @@ def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tupl
 
 def stage_name(stage: str) -> str:
     """A stage's name without the size in it (``bm25: search 1000 queries`` -> ``bm25: search``)."""
-    return re.sub(r" \d+ queries$", "", stage)
+    return re.sub(r" [\d,]+ quer(?:y|ies)$", "", stage)
 
 
 def exponent(small: tuple[int, float], large: tuple[int, float]) -> float:
@@ -254,11 +261,11 @@ def rows(results: Results) -> dict[str, dict[int, Measure]]:
 
 
 def table(results: Results) -> str:
-    """Markdown: per stage, wall seconds, CPU seconds and peak MB at every size, and the exponent of
-    CPU seconds between the two largest sizes (CPU time, unlike wall time, hardly depends on what
-    else the machine runs)."""
+    """Markdown: per stage, wall seconds, CPU seconds and peak MB (anonymous MB) at every size, and the
+    exponent of CPU seconds between the two largest sizes (CPU time, unlike wall time, hardly depends
+    on what else the machine runs)."""
     sizes = sorted(results)
-    header = ["stage", *[f"{size:,} docs: s / CPU s / peak MB" for size in sizes]]
+    header = ["stage", *[f"{size:,} docs: s / CPU s / peak MB (anon)" for size in sizes]]
     if len(sizes) > 1:
         header.append(f"exponent (CPU) {sizes[-2]:,}→{sizes[-1]:,}")
     lines = [header, ["---"] * len(header)]
@@ -266,7 +273,7 @@ def table(results: Results) -> str:
         cells = [stage]
         for size in sizes:
             m = by_size.get(size)
-            cells.append(f"{m.seconds:.2f} / {m.cpu:.2f} / {m.peak:,.0f}" if m else "—")
+            cells.append((f"{m.seconds:.2f} / {m.cpu:.2f} / {m.peak:,.0f}" + (f" ({m.anon:,.0f})" if m.anon else "")) if m else "—")
         if len(sizes) > 1:
             small, large = by_size.get(sizes[-2]), by_size.get(sizes[-1])
             if not small or not large or min(small.cpu, large.cpu) < 0.5:  # too short to time: the ratio is noise

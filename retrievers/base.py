@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import logging
 import resource
-import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -19,17 +18,11 @@ from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus
 from ragtrack.core.progress import step
 from ragtrack.core.runs import Run
-from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures
-from ragtrack.core.words import counted
+from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, timed_search
 
 from ragtrack.core.settings import SystemSettings
 
 log = logging.getLogger(__name__)
-
-LATENCY_QUERIES = 100  # the most queries searched alone for the latency figures (Retriever.latencies)
-LATENCY_MIN_QUERIES = 5  # the fewest, whatever they cost
-LATENCY_SHARE = 0.5  # no more once they took this share of the batch's time
-LATENCY_SEED = 0  # the sample's seed
 
 
 @dataclass
@@ -78,7 +71,7 @@ class Retriever(Stage):
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         """Index, then search every query in one call (``search_seconds``, ``queries_per_second``:
         the batch); the latency of one query alone comes from a separate measurement
-        (:meth:`latencies`); each query's ``latency_ms`` is the batch's time per query. Peak memory is
+        (:func:`~ragtrack.core.stages.timed_search`); each query's ``latency_ms`` is the batch's time per query. Peak memory is
         the process's peak resident set size so far (getrusage); then ``search_checks`` (e.g.
         ``approximate_recall``), outside the timing, and the index's ``labels``. The whole is cached
         by the chain key: a hit touches no index."""
@@ -88,38 +81,14 @@ class Retriever(Stage):
         def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
             with step(f"{self.name}: index", log):
                 self.ready(context.dataset.corpus, context.cache)
-            with step(f"{self.name}: search {counted(len(queries), 'query')}", log):
-                started = time.perf_counter()
-                found = self.search(queries, context.search_depth)
-                seconds = time.perf_counter() - started
-            run = Run(self.name, {qid: ranked for qid, ranked in found.scores.items() if ranked})
-            alone = self.latencies(queries, context.search_depth, run, LATENCY_SHARE * seconds)
-            efficiency = {**self.search_checks(queries, run, context.search_depth),
-                          **latency_figures(alone),  # latency_*: one query alone; then the batch's totals
-                          "search_seconds": seconds, "queries_per_second": len(queries) / seconds if seconds else 0.0,
-                          "latency_queries": float(len(alone)), "index_seconds": self.stats.build_seconds,
+            run, figures, seconds = timed_search(self.name, queries, lambda asked: self.search(asked, context.search_depth))
+            efficiency = {**self.search_checks(queries, run, context.search_depth), **figures, "index_seconds": self.stats.build_seconds,
                           "index_bytes": self.stats.size_bytes, "index_from_cache": float(self.stats.from_cache), **self.stats.labels,
                           "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
             return run, efficiency, dict.fromkeys(queries, seconds / max(len(queries), 1))
 
         passage_run, efficiency, latency_ms = cached_run(context, key, self.name, compute)
         return StageOutput(context.judged(passage_run), passage_run, key, self, efficiency, latency_ms, self.approximate)
-
-    def latencies(self, queries: Mapping[str, str], depth: int, run: Run, budget: float) -> dict[str, float]:
-        """Seconds of each query of a seeded sample (:func:`latency_sample`) searched alone, one call
-        per query, after the batch: at most :data:`LATENCY_QUERIES`, and no more once they took
-        ``budget`` seconds (:data:`LATENCY_MIN_QUERIES` at least). A query whose answer alone differs
-        from its answer in the batch is a warning: a retriever's results never depend on batching."""
-        seconds: dict[str, float] = {}
-        for qid in latency_sample(queries):
-            started = time.perf_counter()
-            found = self.search({qid: queries[qid]}, depth).scores.get(qid, {})
-            seconds[qid] = time.perf_counter() - started
-            if found != run.scores.get(qid, {}):
-                log.warning("%s: query %s searched alone gives another ranking than in the batch", self.name, qid)
-            if len(seconds) >= LATENCY_MIN_QUERIES and sum(seconds.values()) >= budget:
-                break
-        return seconds
 
     @abstractmethod
     def index(self, corpus: Corpus, cache: Cache) -> None:
@@ -133,13 +102,6 @@ class Retriever(Stage):
         """Metrics about ``run`` (this retriever's answer to ``queries``) beyond its latency, e.g. the
         recall of an approximate search against an exact one; none by default."""
         return {}
-
-
-def latency_sample(queries: Mapping[str, str]) -> list[str]:
-    """Up to :data:`LATENCY_QUERIES` query ids in a seeded random order (of the sorted ids: the same
-    sample for the same queries, whatever their order or the hash seed)."""
-    ids = sorted(queries)
-    return [ids[i] for i in np.random.default_rng(LATENCY_SEED).permutation(len(ids))[:LATENCY_QUERIES]]
 
 
 def top_documents(doc_ids: np.ndarray, scores: np.ndarray, k: int) -> dict[str, float]:

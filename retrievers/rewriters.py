@@ -21,7 +21,7 @@ from ragtrack.core.llm import ChatClient, chat_clients, check_template
 from ragtrack.core.runs import Run
 from ragtrack.core.secrets import without_credentials
 from ragtrack.core.settings import ChatSettings, Count, Fraction, StageSettings, Text
-from ragtrack.core.stages import SingleInputStage, Stage, StageContext, StageOutput, cached_run, chain_key, latency_figures, timed_per_query
+from ragtrack.core.stages import SingleInputStage, Stage, StageContext, StageOutput, cached_run, chain_key, timed_search
 from ragtrack.retrievers.base import Retriever
 from ragtrack.retrievers.bm25 import BM25Retriever
 
@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 class Rewriter(SingleInputStage):
     """Rewrites the queries, then searches the retriever ``input`` with them. Built from its validated
     settings (``settings_schema``, a :class:`~ragtrack.core.settings.StageSettings`). Subclasses implement
-    :meth:`rewrite` and :meth:`rewrite_identity`; :meth:`search` searches one rewritten query (by
-    default its text, with the retriever's ``search``)."""
+    :meth:`rewrite` and :meth:`rewrite_identity`; :meth:`search` searches the rewritten queries in one
+    call (by default their texts, with the retriever's ``search``); the latency of one query alone is
+    measured apart, on a sample (:func:`~ragtrack.core.stages.timed_search`), plus its share of the rewriting."""
 
     kind = "rewriter"
 
@@ -45,9 +46,9 @@ class Rewriter(SingleInputStage):
         """The rewritten query of every query of ``context.dataset`` (by query id) and efficiency
         figures; ``retriever`` is the input, indexed, and ``first`` its output."""
 
-    def search(self, retriever: Retriever, qid: str, query: Any, depth: int) -> dict[str, float]:
-        """One rewritten query's top ``depth`` documents (by default: ``query`` is text)."""
-        return retriever.search({qid: query}, depth).scores.get(qid, {})
+    def search(self, retriever: Retriever, queries: dict[str, Any], depth: int) -> Run:
+        """The rewritten queries' top ``depth`` documents, all in one call (by default: a query is text)."""
+        return retriever.search(queries, depth)
 
     def identity(self) -> dict:
         return self.rewrite_identity()
@@ -68,11 +69,10 @@ class Rewriter(SingleInputStage):
             started = time.perf_counter()
             rewritten, efficiency = self.rewrite(retriever, first, context)
             rewrite_share = (time.perf_counter() - started) / max(len(rewritten), 1)
-            scores, seconds = timed_per_query(rewritten, lambda qid, query: self.search(retriever, qid, query, context.search_depth),
-                                              f"{self.name}: search")
-            seconds = {qid: s + rewrite_share for qid, s in seconds.items()}
-            run = Run(self.name, {qid: ranked for qid, ranked in scores.items() if ranked})
-            return run, {**efficiency, **latency_figures(seconds), "rewrite_seconds": rewrite_share * len(rewritten)}, seconds
+            run, figures, seconds = timed_search(self.name, rewritten, lambda asked: self.search(retriever, asked, context.search_depth))
+            alone = {key: value + rewrite_share for key, value in figures.items() if key.startswith("latency_") and key.endswith("_seconds")}
+            return (run, {**efficiency, **figures, **alone, "rewrite_seconds": rewrite_share * len(rewritten)},
+                    dict.fromkeys(rewritten, seconds / max(len(rewritten), 1) + rewrite_share))
 
         passage_run, efficiency, latency_ms = cached_run(context, key, self.name, compute, chat_clients(self))
         return StageOutput(context.judged(passage_run), passage_run, key, self, efficiency, latency_ms, first.approximate)
@@ -187,8 +187,8 @@ class RM3Rewriter(Rewriter):
         mean_terms = sum(map(len, expanded.values())) / len(expanded) if expanded else 0.0
         return expanded, {"expanded_query_terms_mean": mean_terms}
 
-    def search(self, retriever: BM25Retriever, qid: str, query: dict[str, float], depth: int) -> dict[str, float]:
-        return retriever.search_weighted({qid: query}, depth).scores.get(qid, {})
+    def search(self, retriever: BM25Retriever, queries: dict[str, dict[str, float]], depth: int) -> Run:
+        return retriever.search_weighted(queries, depth)
 
 
 # ----------------------------------------------------------------------------- LLM (HyDE)

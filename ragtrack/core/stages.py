@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,8 @@ from ragtrack.core.data import Corpus, Dataset
 from ragtrack.core.llm import ChatCall, ChatClient, NotSent
 from ragtrack.core.runs import Run, read_trec, write_trec
 from ragtrack.core.settings import StageSettings, validated
+
+log = logging.getLogger(__name__)
 
 RUN_FILE = "run.trec"  # a run cache entry's run (TREC, full-precision scores)
 EFFICIENCY_FILE = "efficiency.json"  # its efficiency figures as measured when it was built
@@ -179,23 +182,51 @@ def read_cached_run(path: Path, name: str) -> Run:
     return read_trec(path, name=name)
 
 
-def timed_per_query(queries: Mapping[str, object], answer: Callable[[str, object], dict[str, float]], label: str,
-                    unit: str = "queries") -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """``answer(qid, query)`` for every query, timed one by one: the scores by query and the seconds by query."""
-    from ragtrack.core.progress import track
+LATENCY_QUERIES = 100  # the most queries searched alone for the latency figures (timed_search)
+LATENCY_MIN_QUERIES = 5  # the fewest, whatever they cost
+LATENCY_SHARE = 0.5  # no more once they took this share of the batch's time
+LATENCY_SEED = 0  # the sample's seed
 
-    scores, seconds = {}, {}
-    for qid, query in track(queries.items(), label, unit):
+
+def timed_search(name: str, queries: Mapping[str, object], search: Callable[[dict[str, object]], Run]) -> tuple[Run, dict[str, float], float]:
+    """``search`` of every query in one call, timed, then a seeded sample (:func:`latency_sample`) of
+    queries searched alone, one call each: at most :data:`LATENCY_QUERIES`, and no more once they took
+    :data:`LATENCY_SHARE` of the batch's time (:data:`LATENCY_MIN_QUERIES` at least). Returns the run
+    (queries with hits), the figures (``search_seconds`` and ``queries_per_second``: the batch;
+    ``latency_*_seconds``: one query alone over the sample; ``latency_queries``) and the batch's
+    seconds. A query whose answer alone differs from its answer in the batch is a warning: results
+    never depend on batching."""
+    from ragtrack.core.progress import step
+    from ragtrack.core.words import counted
+
+    with step(f"{name}: search {counted(len(queries), 'query')}", log):
         started = time.perf_counter()
-        scores[qid] = answer(qid, query)
-        seconds[qid] = time.perf_counter() - started
-    return scores, seconds
+        found = search(dict(queries))
+        seconds = time.perf_counter() - started
+    run = Run(name, {qid: ranked for qid, ranked in found.scores.items() if ranked})
+    alone: dict[str, float] = {}
+    for qid in latency_sample(queries):
+        started = time.perf_counter()
+        answer = search({qid: queries[qid]}).scores.get(qid, {})
+        alone[qid] = time.perf_counter() - started
+        if answer != run.scores.get(qid, {}):
+            log.warning("%s: query %s searched alone gives another ranking than in the batch", name, qid)
+        if len(alone) >= LATENCY_MIN_QUERIES and sum(alone.values()) >= LATENCY_SHARE * seconds:
+            break
+    figures = {**latency_figures(alone), "search_seconds": seconds, "queries_per_second": len(queries) / seconds if seconds else 0.0,
+               "latency_queries": float(len(alone))}
+    return run, figures, seconds
+
+
+def latency_sample(queries: Mapping[str, object]) -> list[str]:
+    """Up to :data:`LATENCY_QUERIES` query ids in a seeded random order (of the sorted ids: the same
+    sample for the same queries, whatever their order or the hash seed)."""
+    ids = sorted(queries)
+    return [ids[i] for i in np.random.default_rng(LATENCY_SEED).permutation(len(ids))[:LATENCY_QUERIES]]
 
 
 def latency_figures(seconds: Mapping[str, float]) -> dict[str, float]:
-    """Total, throughput, mean, p50 and p95 of per-query seconds (the efficiency figures of a search)."""
-    total = sum(seconds.values())
+    """Mean, p50 and p95 of per-query seconds (0 without queries)."""
     p50, p95 = np.percentile(list(seconds.values()), [50, 95]) if seconds else (0.0, 0.0)
-    return {"search_seconds": total, "queries_per_second": len(seconds) / total if total else 0.0,
-            "latency_mean_seconds": total / len(seconds) if seconds else 0.0, "latency_p50_seconds": float(p50),
+    return {"latency_mean_seconds": sum(seconds.values()) / len(seconds) if seconds else 0.0, "latency_p50_seconds": float(p50),
             "latency_p95_seconds": float(p95)}

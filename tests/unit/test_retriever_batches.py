@@ -11,9 +11,8 @@ import pytest
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import load_beir
 from ragtrack.core.runs import Run
-from ragtrack.core.stages import StageContext
-from ragtrack.retrievers import base
-from ragtrack.retrievers.base import LATENCY_MIN_QUERIES, latency_sample
+from ragtrack.core import stages
+from ragtrack.core.stages import LATENCY_MIN_QUERIES, StageContext, latency_sample
 from ragtrack.retrievers.bm25 import BM25Retriever
 from ragtrack.retrievers.dense import DenseRetriever
 from ragtrack.retrievers.encoders import HashingEncoder
@@ -50,7 +49,7 @@ def test_one_call_searches_every_query_and_a_sample_is_timed_alone(tmp_path) -> 
 def test_the_sample_is_seeded_and_bounded() -> None:
     queries = {f"q{i}": "text" for i in range(300)}
     sample = latency_sample(queries)
-    assert len(sample) == base.LATENCY_QUERIES == len(set(sample)) and set(sample) <= queries.keys()
+    assert len(sample) == stages.LATENCY_QUERIES == len(set(sample)) and set(sample) <= queries.keys()
     assert latency_sample(dict(reversed(queries.items()))) == sample  # whatever the order the queries come in
     assert sorted(latency_sample({"b": "", "a": ""})) == ["a", "b"]
 

@@ -418,11 +418,11 @@ def _majority_order(position: np.ndarray, weights: np.ndarray, start: np.ndarray
         return start[np.lexsort((*position[heaviest_first[::-1]][:, start], pairs.query[start]))]
     before, after = start[:-1], start[1:]
     beaten = (weights[:, None] * np.sign(position[:, before] - position[:, after])).sum(axis=0) > 0
-    unsorted = np.unique(pairs.query[before][beaten & (pairs.query[before] == pairs.query[after])]).tolist()
-    order, compare = start.copy(), _majority(weights.tolist(), position.T.tolist()) if unsorted else None
-    for q in unsorted:
-        block = slice(pairs.starts[q], pairs.starts[q] + pairs.count[q])
-        order[block] = sorted(order[block].tolist(), key=cmp_to_key(compare))
+    order = start.copy()
+    for q in np.unique(pairs.query[before][beaten & (pairs.query[before] == pairs.query[after])]).tolist():
+        begin, end = pairs.starts[q], pairs.starts[q] + pairs.count[q]  # the query's pairs, in ``start`` too
+        compare = cmp_to_key(_majority(weights.tolist(), position[:, begin:end].T.tolist()))
+        order[begin:end] = begin + np.array(sorted((order[begin:end] - begin).tolist(), key=compare))
     return order
 
 

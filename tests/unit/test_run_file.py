@@ -62,7 +62,7 @@ def test_a_malformed_file_is_one_line_naming_file_and_line(tmp_path: Path, text:
 def test_a_missing_file_and_a_missing_path_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"^nope\.trec: file not found$"):
         RunFileRetriever(path="nope.trec")
-    with pytest.raises(RagtrackError, match=r"^run file 'run_file': path: Field required$"):
+    with pytest.raises(RagtrackError, match=r"^run file 'run_file': path: a value is required$"):
         RunFileRetriever()
 
 

@@ -55,7 +55,7 @@ from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import Evaluator
 from ragtrack.generation import Generator, NoGenerator
 from ragtrack.pipeline import registry, robustness, usage
-from ragtrack.pipeline.experiment import (_with_output_dir, build_chunker, build_evaluators, build_stages, eval_input, stage,
+from ragtrack.pipeline.experiment import (_with_output_dir, build_chunker, build_evaluators, build_stages, check_stages_on, eval_input, stage,
                                           stage_context, stage_label)
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.redaction import check_variable_names, remember_config_secrets
@@ -158,6 +158,7 @@ def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
     if dataset is None:  # the app loads it (and logs that) before the dry run
         with stage("load dataset"):
             dataset = load_dataset(cfg.dataset, check_documents=False)
+    check_stages_on(stages, dataset)
     perturbed = robustness.perturbed_queries(cfg.robustness, dataset) if cfg.get("robustness") else {}
     plan = plan_chunks(dataset, chunker, oversample)
     cache = Cache(cfg.paths.cache_dir)

@@ -181,6 +181,7 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     if dataset is None:  # ``ragtrack run`` reads it before importing this module (pipeline.app)
         with stage("load dataset"):
             dataset = load_dataset(cfg.dataset, check_documents=False)
+    check_stages_on(stages, dataset)
     attributes = query_attributes(cfg, dataset, relevance_threshold(cfg))
     with stage("chunk" if chunker else "check judgments"):
         plan = plan_chunks(dataset, chunker, oversample)
@@ -250,6 +251,14 @@ def build_stages(cfg: DictConfig) -> list[tuple[PlannedSystem, Stage]]:
         for setting, problem in stage_object.problems().items():
             raise InputError(f"{system.path}.{setting}", problem)
     return stages
+
+
+def check_stages_on(stages: list[tuple[PlannedSystem, Stage]], dataset: Dataset) -> None:
+    """Each stage's :meth:`~ragtrack.core.stages.Stage.dataset_problems` on the job's dataset, before
+    any system runs: the first is one line naming its setting."""
+    for system, stage_object in stages:
+        for setting, problem in stage_object.dataset_problems(dataset).items():
+            raise InputError(f"{system.path}.{setting}", problem)
 
 
 def stage_context(dataset: Dataset, cache: Cache, depth: int, plan: ChunkPlan) -> StageContext:

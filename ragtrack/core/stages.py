@@ -105,6 +105,12 @@ class Stage(ABC):
         found), by setting name: what is wrong; none by default."""
         return {}
 
+    def dataset_problems(self, dataset: Dataset) -> dict[str, str]:
+        """What would stop this stage on ``dataset``, found once it is loaded and before any system runs
+        (a learned fusion's training queries among the queries the job reports), by setting name; none
+        by default."""
+        return {}
+
     @classmethod
     def input_problem(cls, given: type["Stage"]) -> str | None:
         """What this stage needs of an input that a stage of class ``given`` makes, when that one

@@ -109,3 +109,32 @@ def test_the_parent_run_shares_no_stage_setting() -> None:
     flat = {"depth": 100, "retriever.bm25.k1": 0.9, "rewriter.rm3.fb_terms": 10, "fusion.rrf.k": 60, "reranker.cross_encoder.depth": 10,
             "paths.cache_dir": "/tmp/c", "tracking.uri": "sqlite:///x", "dataset.name": "scifact"}
     assert shared_params(flat) == {"depth": 100, "dataset.name": "scifact"}
+
+
+def test_a_learned_fusion_trained_on_reported_queries_stops_the_job_before_any_system_runs(tmp_path: Path) -> None:
+    """Stage.dataset_problems, checked once the dataset is loaded: the job and its dry run stop in one
+    line naming the setting, and nothing was searched (no run in the cache)."""
+    from hydra import compose, initialize_config_module
+
+    import ragtrack
+    from ragtrack.core.errors import RagtrackError
+    from ragtrack.core.runs import Run, write_trec
+    from ragtrack.pipeline.config import CONFIG_MODULE
+    from ragtrack.pipeline.dryrun import dry_run
+
+    train = tmp_path / "train"
+    train.mkdir()
+    (train / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nt9\td1\t1\n")
+    for member in ("bm25", "dense"):
+        write_trec(Run(member, {"q1": {"d1": 1.0}, "t9": {"d1": 1.0}}), train / f"{member}.trec")
+    overrides = ["dataset=toy", "encoder=hashing", "tracking=none", f"paths.root_dir={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}",
+                 "fusion=[posfuse]", f"fusion.posfuse.train={{qrels: '{train / 'qrels.tsv'}', runs: {{bm25: '{train / 'bm25.trec'}', "
+                 f"dense: '{train / 'dense.trec'}'}}}}"]
+    message = r"^fusion\.posfuse\.train\.qrels: 1 of its 2 training queries are among the \d+ queries of toy that this job reports \(e\.g\. 'q1'\)"
+    with pytest.raises(RagtrackError, match=message):
+        ragtrack.run_experiment(overrides)
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, f"paths.output_dir={tmp_path / 'dry'}"])
+    with pytest.raises(RagtrackError, match=message):
+        dry_run(cfg)
+    assert not list(tmp_path.rglob("run.trec"))

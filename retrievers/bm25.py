@@ -261,14 +261,32 @@ class BM25Retriever(Retriever):
     def _lucene_top(self, queries: list[dict[str, float]], k: int) -> tuple[list[str], list[float], list[int]]:
         """The top ``k`` of each of ``queries`` (one batch): ids and scores, one query after the other,
         and where each query's end."""
-        scores = lucene_bm25.document_scores(self._fields, queries)
-        ranks, values, lengths = lucene_bm25.ranked(scores, self._tie_keys, k)
+        ranks, values, lengths = self._lucene_ranked(queries, k)
         if self.score_ties == "anserini":  # a row per query, padded at its end
             filled = np.arange(lengths.max(initial=0)) < lengths[:, None]
             padded = np.zeros(filled.shape, dtype=np.float32)
             padded[filled] = values
             values = lucene_bm25.adjust_ties(padded)[filled]
         return self._ids_by_rank[ranks].tolist(), values.astype(float).tolist(), np.cumsum(lengths).tolist()
+
+    def _lucene_ranked(self, queries: list[dict[str, float]], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`~ragtrack.retrievers.bm25_lucene.ranked` of ``queries``: a query that reads at least
+        :data:`~ragtrack.retrievers.bm25_lucene.DENSE_SHARE` postings per document (most of the corpus
+        matches) and :data:`~ragtrack.retrievers.bm25_lucene.DENSE_POSTINGS` in all is summed on a dense
+        array (``dense_top``), the others as one sparse product; the same figures either way (tested)."""
+        limit = max(lucene_bm25.DENSE_SHARE * len(self._doc_ids), lucene_bm25.DENSE_POSTINGS)
+        dense = [lucene_bm25.postings_read(self._fields, weights) >= limit for weights in queries]
+        sparse = [weights for weights, is_dense in zip(queries, dense) if not is_dense]
+        found = iter(())
+        if sparse:
+            ranks, values, lengths = lucene_bm25.ranked(lucene_bm25.document_scores(self._fields, sparse), self._tie_keys, k)
+            ends = np.cumsum(lengths)
+            found = zip(np.split(ranks, ends[:-1]), np.split(values, ends[:-1]))
+        tops = [lucene_bm25.dense_top(self._fields, weights, self._tie_keys, k) if is_dense else next(found) for weights, is_dense in zip(queries, dense)]
+        lengths = np.fromiter((len(ranks) for ranks, _ in tops), dtype=np.int64, count=len(tops))
+        if not tops:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32), lengths
+        return np.concatenate([ranks for ranks, _ in tops]), np.concatenate([values for _, values in tops]), lengths
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:
         """Top ``k`` of Q · S per query (see module docstring), in batches of queries to bound memory."""

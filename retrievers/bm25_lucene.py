@@ -109,6 +109,20 @@ class FieldIndex:
     indptr: np.ndarray
     n_docs: int
 
+    def clause_postings(self, weights: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """One query's clauses in this field as (documents, clause scores) of all their postings, the
+        clauses in the order :meth:`scores` sums them (boost 1 by term row, then the others in query order)."""
+        clauses = [(row, F32(weight) * F32(self.boost) if self.boost != 1.0 else F32(weight)) for term, weight in weights.items()
+                   if (row := self.vocabulary.get(term)) is not None]
+        unit = sorted({row for row, boost in clauses if boost == F32(1)})
+        spans = [(int(self.indptr[row]), int(self.indptr[row + 1]), None) for row in unit]
+        spans += [(int(self.indptr[row]), int(self.indptr[row + 1]), boost * self.idf[row]) for row, boost in clauses if boost != F32(1)]
+        if not spans:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        documents = np.concatenate([self.indices[begin:end] for begin, end, _ in spans])
+        values = np.concatenate([self.unit.data[begin:end] if w is None else w - w / self.data[begin:end] for begin, end, w in spans])
+        return documents, values.astype(np.float64)
+
     def scores(self, queries: list[dict[str, float]]):
         """Queries × documents (scipy CSR, float64): each query's clause scores in this field summed,
         as one product of a queries × clauses selection and a clauses × documents matrix. A clause of
@@ -141,20 +155,52 @@ class FieldIndex:
 
 
 BATCH_POSTINGS = 1 << 19  # postings a batch of queries reads, about: bounds its scores (≈ 12 bytes a matched document)
+DENSE_SHARE = 0.25  # a query reading at least this many postings per document is scored on a dense array (dense_top),
+DENSE_POSTINGS = 1 << 16  # and at least this many (below, a batch's sparse product costs less than a query's arrays)
+
+
+def postings_read(fields: list[FieldIndex], weights: dict[str, float]) -> int:
+    """The postings a query reads: the document frequencies of its terms in every field."""
+    return sum(int(field.indptr[row + 1] - field.indptr[row]) for field in fields for term in weights
+               if (row := field.vocabulary.get(term)) is not None)
 
 
 def query_batches(fields: list[FieldIndex], queries: list[dict[str, float]], parts: int) -> list[tuple[int, int]]:
     """Runs of consecutive queries, (begin, end), that each read about 1/``parts`` of the postings all
-    of them read (a query's: the document frequencies of its terms in every field), and no more than
-    about :data:`BATCH_POSTINGS` (a query alone may read more)."""
+    of them read (:func:`postings_read`), and no more than about :data:`BATCH_POSTINGS` (a query alone
+    may read more)."""
     if not queries:
         return []
-    postings = np.array([sum(int(field.indptr[row + 1] - field.indptr[row]) for field in fields for term in weights
-                             if (row := field.vocabulary.get(term)) is not None) for weights in queries], dtype=np.int64)
+    postings = np.array([postings_read(fields, weights) for weights in queries], dtype=np.int64)
     size = max(1, min(BATCH_POSTINGS, -(-int(postings.sum()) // parts)))
     batch = (np.cumsum(postings) - postings) // size  # each query goes with the batch where its postings begin
     cuts = [0, *(np.flatnonzero(np.diff(batch)) + 1).tolist(), len(queries)]
     return list(zip(cuts[:-1], cuts[1:]))
+
+
+def dense_top(fields: list[FieldIndex], weights: dict[str, float], ties: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ranked`'s answer for one query (id ranks and float32 scores of its top ``k``), from its
+    scores summed on a dense array: the clause scores of each field added document by document in
+    the order the sparse product adds them (boost-1 clauses by term row, then the others; ``np.bincount``,
+    float64), rounded per field where a field boost is not 1 (:func:`document_scores`), then to float32.
+    The top k lie at or above the k-th largest of the maxima of ``n/2k``-document blocks (k blocks hold
+    a document that high), so only those documents are ranked, by :func:`ranked`'s keys."""
+    n_docs = fields[0].n_docs
+    nested = any(field.boost != 1.0 for field in fields)
+    total = np.zeros(n_docs, dtype=np.float64)
+    for field in fields:
+        sums = np.bincount(*field.clause_postings(weights), minlength=n_docs)
+        total += sums.astype(F32) if nested else sums
+    scores = total.astype(F32)
+    block = max(1, n_docs // (2 * k)) if k else n_docs
+    maxima = np.maximum.reduceat(scores, np.arange(0, n_docs, block)) if n_docs else scores
+    threshold = np.partition(maxima, len(maxima) - min(k, len(maxima)))[len(maxima) - min(k, len(maxima))] if k and len(maxima) else F32(np.inf)
+    candidates = np.flatnonzero((scores >= threshold) & (scores > 0))
+    keys = scores[candidates].view(np.uint32).astype(np.uint64)
+    keys <<= np.uint64(32)
+    keys |= ties[candidates]
+    top = np.sort(keys)[::-1][:k]
+    return (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64), (top >> np.uint64(32)).astype(np.uint32).view(F32)
 
 
 def term_idf(indptr: np.ndarray, doc_count: int) -> np.ndarray:

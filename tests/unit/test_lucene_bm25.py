@@ -343,3 +343,21 @@ def test_threads_is_a_lucene_backend_setting() -> None:
     with pytest.raises(RagtrackError, match="threads needs backend lucene"):
         BM25Retriever(backend="bm25s", threads=2)
     assert BM25Retriever(threads=None).identity() == BM25Retriever(threads=3).identity()  # the same run, one cache entry
+
+
+@pytest.mark.parametrize("fields", [None, {"title": 1.0, "text": 1.0}, {"title": 2.0, "text": 0.5}])
+def test_dense_and_sparse_scoring_give_the_same_run(fields: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query is scored on a dense array (most documents match) or by the sparse product: the same
+    ids, order and float32 scores at any depth, with ties, boosts, repeated and weighted terms."""
+    dataset = load_beir(datasets_dir() / "scifact")
+    queries = dict(list(dataset.queries.items())[:80]) | {"twice": "cell cell membrane", "unknown": "zzzqqq", "common": "the of and"}
+    retriever = BM25Retriever(fields=fields, score_ties="raw", threads=1)
+    retriever.index(dataset.corpus, Cache(tmp_path))
+    weighted = {"w": {"cell": 0.7, "membran": 1.3, "protein": 2.0}}
+    runs = []
+    for share in (0.0, float("inf")):
+        monkeypatch.setattr(bm25_lucene, "DENSE_SHARE", share)
+        monkeypatch.setattr(bm25_lucene, "DENSE_POSTINGS", 0)
+        found = [{qid: list(scores.items()) for qid, scores in retriever.search(queries, depth).scores.items()} for depth in (1, 7, 100, 6000)]
+        runs.append(found + ([retriever.search_weighted(weighted, 50).scores] if fields is None else []))
+    assert runs[0] == runs[1] and runs[0]

@@ -181,17 +181,22 @@ def query_batches(fields: list[FieldIndex], queries: list[dict[str, float]], par
 def dense_top(fields: list[FieldIndex], weights: dict[str, float], ties: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ranked`'s answer for one query (id ranks and float32 scores of its top ``k``), from its
     scores summed on a dense array: the clause scores of each field added document by document in
-    the order the sparse product adds them (boost-1 clauses by term row, then the others; ``np.bincount``,
-    float64), rounded per field where a field boost is not 1 (:func:`document_scores`), then to float32.
+    the order the sparse product adds them (boost-1 clauses by term row, then the others; scipy's
+    COO-to-dense sum, float64, which lets go of Python's lock), rounded per field where a field boost
+    is not 1 (:func:`document_scores`), then to float32.
     The top k lie at or above the k-th largest of the maxima of ``n/2k``-document blocks (k blocks hold
     a document that high), so only those documents are ranked, by :func:`ranked`'s keys."""
+    from scipy import sparse
+
     n_docs = fields[0].n_docs
     nested = any(field.boost != 1.0 for field in fields)
-    total = np.zeros(n_docs, dtype=np.float64)
+    total = np.zeros((1, n_docs), dtype=np.float64)
     for field in fields:
-        sums = np.bincount(*field.clause_postings(weights), minlength=n_docs)
-        total += sums.astype(F32) if nested else sums
-    scores = total.astype(F32)
+        documents, values = field.clause_postings(weights)
+        postings = sparse.coo_matrix((values, (np.zeros(len(documents), dtype=np.int32), documents)), shape=(1, n_docs))
+        summed = postings.toarray()  # posting by posting, outside Python's lock
+        total += summed.astype(F32) if nested else summed
+    scores = total[0].astype(F32)
     block = max(1, n_docs // (2 * k)) if k else n_docs
     maxima = np.maximum.reduceat(scores, np.arange(0, n_docs, block)) if n_docs else scores
     threshold = np.partition(maxima, len(maxima) - min(k, len(maxima)))[len(maxima) - min(k, len(maxima))] if k and len(maxima) else F32(np.inf)

@@ -22,7 +22,6 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import Stemmer
-
 from machine import cpu_model  # bench/ scripts share the machine line
 
 from ragtrack.core.cache import Cache
@@ -47,19 +46,21 @@ def synthetic_corpus(docs: int, lengths_from: str = "scifact", vocabulary_size: 
     sizes = rng.integers(3, 13, size=vocabulary_size)
     letters = LETTERS[rng.integers(0, 26, size=int(sizes.sum()))]
     ends = np.cumsum(sizes)
-    random_words = ["".join(letters[end - size:end]) for size, end in zip(sizes, ends)]
+    random_words = ["".join(letters[end - size : end]) for size, end in zip(sizes, ends)]
     vocabulary = np.array(list(bm25s.stopwords.STOPWORDS_EN) + random_words, dtype=object)
     ranks = np.minimum(rng.zipf(1.1, size=int(lengths.sum())), len(vocabulary)) - 1
     words = vocabulary[ranks]
     ends = np.cumsum(lengths)
-    texts = [" ".join(words[end - length:end]) for length, end in zip(lengths.tolist(), ends.tolist())]
+    texts = [" ".join(words[end - length : end]) for length, end in zip(lengths.tolist(), ends.tolist())]
     return Corpus(ids=[f"d{i}" for i in range(docs)], titles=[""] * docs, texts=texts, hash=f"synthetic-{docs}-{seed}")
 
 
 def build_ragtrack(corpus: Corpus) -> float:
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        BM25Retriever(backend="bm25s", tokenizer=TokenizerSettings().model_dump()).index(corpus, Cache(folder))  # bm25s's index, regex tokens
+        BM25Retriever(backend="bm25s", tokenizer=TokenizerSettings().model_dump()).index(
+            corpus, Cache(folder)
+        )  # bm25s's index, regex tokens
         return time.perf_counter() - started
 
 
@@ -79,7 +80,9 @@ def main() -> None:
     parser.add_argument("--docs", type=int, help="synthetic corpus size (default 100000)")
     parser.add_argument("--lengths", choices=("scifact", "short"), help="synthetic document lengths (default scifact)")
     parser.add_argument("--repeats", type=int, default=1, help="builds per library; the fastest counts")
-    parser.add_argument("--beir", type=Path, help="build on this BEIR folder's corpus (e.g. one bench/scale.py wrote) instead")
+    parser.add_argument(
+        "--beir", type=Path, help="build on this BEIR folder's corpus (e.g. one bench/scale.py wrote) instead"
+    )
     args = parser.parse_args()
     if args.beir and (args.docs or args.lengths):
         parser.error("--beir builds on that folder's corpus: --docs and --lengths describe a synthetic one")
@@ -96,8 +99,10 @@ def main() -> None:
             times[name].append(build(corpus))
             print(f"  {name}: {times[name][-1]:.2f} s", flush=True)
     best = {name: min(seconds) for name, seconds in times.items()}
-    print(f"index build, best of {args.repeats}: ragtrack {best['ragtrack']:.2f} s, bm25s {best['bm25s']:.2f} s, "
-          f"ratio ragtrack/bm25s {best['ragtrack'] / best['bm25s']:.2f}")
+    print(
+        f"index build, best of {args.repeats}: ragtrack {best['ragtrack']:.2f} s, bm25s {best['bm25s']:.2f} s, "
+        f"ratio ragtrack/bm25s {best['ragtrack'] / best['bm25s']:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def ingest(vectors: int, dim: int, batch: str) -> dict:
         size = client.get_max_batch_size() if batch == "max" else int(batch)
         started, cpu = time.perf_counter(), time.process_time()
         for start in range(0, vectors, size):
-            collection.add(ids=ids[start:start + size], embeddings=data[start:start + size])
+            collection.add(ids=ids[start : start + size], embeddings=data[start : start + size])
         return {"batch": size, "seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu}
 
 
@@ -53,13 +53,27 @@ def main() -> None:
     if args.child:
         print(json.dumps(ingest(args.vectors, args.dim, args.child)))
         return
-    print(f"{args.vectors:,} vectors of {args.dim} dims; {cpu_model()}; median of {args.repeat}, each in a fresh process")
+    print(
+        f"{args.vectors:,} vectors of {args.dim} dims; {cpu_model()}; median of {args.repeat}, each in a fresh process"
+    )
     print(f"{'batch':>7} {'seconds':>8} {'vectors/s':>10} {'CPU s':>8} {'vectors/CPU s':>14}")
     for batch in args.batches.split(","):
-        runs = [json.loads(subprocess.run([sys.executable, __file__, f"--vectors={args.vectors}", f"--dim={args.dim}", f"--child={batch}"],
-                                          capture_output=True, text=True, check=True).stdout.splitlines()[-1]) for _ in range(args.repeat)]
+        runs = [
+            json.loads(
+                subprocess.run(
+                    [sys.executable, __file__, f"--vectors={args.vectors}", f"--dim={args.dim}", f"--child={batch}"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.splitlines()[-1]
+            )
+            for _ in range(args.repeat)
+        ]
         seconds, cpu = (statistics.median(run[key] for run in runs) for key in ("seconds", "cpu"))
-        print(f"{runs[0]['batch']:>7} {seconds:>8.2f} {args.vectors / seconds:>10,.0f} {cpu:>8.2f} {args.vectors / cpu:>14,.0f}", flush=True)
+        print(
+            f"{runs[0]['batch']:>7} {seconds:>8.2f} {args.vectors / seconds:>10,.0f} {cpu:>8.2f} {args.vectors / cpu:>14,.0f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from hydra import compose, initialize_config_dir
+from machine import cpu_model, matmul_peak  # bench/ scripts share the machine line
 
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import load_beir
@@ -39,11 +40,13 @@ from ragtrack.evaluators.ranking import RankingEvaluator
 from ragtrack.pipeline import registry
 from ragtrack.retrievers.dense import EMBEDDINGS, DenseRetriever
 
-from machine import cpu_model, matmul_peak  # bench/ scripts share the machine line
-
 PROJECT = Path(__file__).resolve().parent.parent
-BACKENDS = {"torch fp32 (sentence-transformers)": ["encoder=minilm"], "onnx fp32 (fused)": ["encoder=minilm_onnx"],
-            "onnx int8": ["encoder=minilm_onnx_int8"], "torch bf16": ["encoder=minilm", "encoder.precision=bf16"]}
+BACKENDS = {
+    "torch fp32 (sentence-transformers)": ["encoder=minilm"],
+    "onnx fp32 (fused)": ["encoder=minilm_onnx"],
+    "onnx int8": ["encoder=minilm_onnx_int8"],
+    "torch bf16": ["encoder=minilm", "encoder.precision=bf16"],
+}
 GPU_BACKENDS = {"torch fp16": ["encoder=minilm", "encoder.precision=fp16"]}
 REFERENCE = "torch fp32 (sentence-transformers)"
 TARGET = 2.0  # issue 27: the default encoder against PyTorch fp32 on a 2-core AVX-512 CPU
@@ -70,7 +73,7 @@ def encoder_flops(lengths: np.ndarray) -> float:
     """Floating-point operations of the model's transformer over texts of ``lengths`` tokens (module docstring)."""
     config = json.loads((Path(resolve_model(MODEL)) / "config.json").read_text())
     hidden, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
-    return 2 * layers * (lengths.sum() * (4 * hidden * hidden + 2 * hidden * ffn) + 2 * hidden * (lengths ** 2).sum())
+    return 2 * layers * (lengths.sum() * (4 * hidden * hidden + 2 * hidden * ffn) + 2 * hidden * (lengths**2).sum())
 
 
 def ndcg_at_10(retriever: DenseRetriever, dataset, cache: Cache) -> float:
@@ -79,8 +82,12 @@ def ndcg_at_10(retriever: DenseRetriever, dataset, cache: Cache) -> float:
     qids = list(dataset.queries)
     scores = retriever.encoder.encode([dataset.queries[q] for q in qids], kind="query") @ documents.T
     top = np.argsort(-scores, axis=1)[:, :100]
-    run = Run("dense", {qid: {dataset.corpus.ids[d]: float(scores[row, d]) for d in top[row]} for row, qid in enumerate(qids)})
-    return float(RankingEvaluator(metrics=["ndcg@10"]).evaluate(EvalInput(qrels=dataset.qrels, run=run))["ndcg@10"].mean())
+    run = Run(
+        "dense", {qid: {dataset.corpus.ids[d]: float(scores[row, d]) for d in top[row]} for row, qid in enumerate(qids)}
+    )
+    return float(
+        RankingEvaluator(metrics=["ndcg@10"]).evaluate(EvalInput(qrels=dataset.qrels, run=run))["ndcg@10"].mean()
+    )
 
 
 def main() -> None:
@@ -92,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     dataset = load_beir(PROJECT / "data" / "scifact", name="scifact")
     cache = Cache(args.cache_dir)
-    texts = dataset.corpus.full_texts()[:args.docs]
+    texts = dataset.corpus.full_texts()[: args.docs]
     lengths = token_lengths(texts)
     flops = encoder_flops(lengths)
     peak = matmul_peak()
@@ -115,11 +122,17 @@ def main() -> None:
     for label, model in models.items():
         best = min(seconds[label])
         runtime = model.runtime()
-        fp32_on_cpu = runtime["device"] == "cpu" and runtime["precision"] == "fp32"  # int8 and bf16 kernels have other peaks
-        rows[label] = {"device": runtime["device"], "docs/s": len(texts) / best, "GFLOP/s": float(flops / best / 1e9),
-                       "% of fp32 peak": float(100 * flops / best / 1e9 / peak) if fp32_on_cpu else float("nan"),
-                       "min cosine vs torch": f"{(vectors[label] * vectors[REFERENCE]).sum(axis=1).min():.7f}",
-                       "rounds s": " ".join(f"{s:.2f}" for s in seconds[label])}
+        fp32_on_cpu = (
+            runtime["device"] == "cpu" and runtime["precision"] == "fp32"
+        )  # int8 and bf16 kernels have other peaks
+        rows[label] = {
+            "device": runtime["device"],
+            "docs/s": len(texts) / best,
+            "GFLOP/s": float(flops / best / 1e9),
+            "% of fp32 peak": float(100 * flops / best / 1e9 / peak) if fp32_on_cpu else float("nan"),
+            "min cosine vs torch": f"{(vectors[label] * vectors[REFERENCE]).sum(axis=1).min():.7f}",
+            "rounds s": " ".join(f"{s:.2f}" for s in seconds[label]),
+        }
         if args.full:
             rows[label]["nDCG@10 SciFact"] = ndcg_at_10(DenseRetriever(model), dataset, cache)
         print(f"  {label}: {rows[label]}", flush=True)
@@ -128,12 +141,16 @@ def main() -> None:
     if args.full:
         table["nDCG@10 delta"] = table["nDCG@10 SciFact"].astype(float) - float(table.loc[REFERENCE, "nDCG@10 SciFact"])
     print(f"\nCPU: {cpu_model()}; float32 peak (numpy matmul, every core): {peak:,.1f} GFLOP/s")
-    print(f"{len(texts)} SciFact documents (title + text), {int(lengths.sum()):,} tokens, {flops / 1e12:.2f} TFLOP; "
-          f"batch sizes from conf/encoder/; best of {args.repeats} alternating rounds")
+    print(
+        f"{len(texts)} SciFact documents (title + text), {int(lengths.sum()):,} tokens, {flops / 1e12:.2f} TFLOP; "
+        f"batch sizes from conf/encoder/; best of {args.repeats} alternating rounds"
+    )
     print(table.to_string(float_format=lambda v: f"{v:,.2f}"))
     reference = float(table.loc[REFERENCE, "GFLOP/s"])
-    print(f"fp32 ceiling: {TARGET:.1f}x PyTorch fp32 needs {TARGET * reference:,.1f} GFLOP/s, {100 * TARGET * reference / peak:.0f}% of the "
-          f"float32 peak; an fp32 encoder of these FLOPs reaches at most {peak / reference:.2f}x here")
+    print(
+        f"fp32 ceiling: {TARGET:.1f}x PyTorch fp32 needs {TARGET * reference:,.1f} GFLOP/s, {100 * TARGET * reference / peak:.0f}% of the "
+        f"float32 peak; an fp32 encoder of these FLOPs reaches at most {peak / reference:.2f}x here"
+    )
     print(f"peak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
 
 

@@ -14,7 +14,6 @@ import tempfile
 import time
 
 import numpy as np
-
 from machine import best_of, cpu_model, matmul_peak  # bench/ scripts share the machine line
 
 from ragtrack.retrievers.dense import QUERIES_PER_PASS, SCORES_PER_BLOCK, ExactIndex
@@ -30,8 +29,8 @@ def product_seconds(queries: np.ndarray, vectors: np.ndarray, repeats: int) -> f
 
     def product() -> None:
         for first in range(0, len(vectors), rows):
-            block = vectors[first:first + rows]
-            np.matmul(queries, block.T, out=scores[:, :len(block)])
+            block = vectors[first : first + rows]
+            np.matmul(queries, block.T, out=scores[:, : len(block)])
 
     return best_of(product, repeats)
 
@@ -48,10 +47,13 @@ def hnsw_line(vectors: np.ndarray, queries: np.ndarray, exact_found: list[set[st
         collection = client.create_collection("corpus", embedding_function=None, configuration={"hnsw": HNSW})
         batch = client.get_max_batch_size()
         for start in range(0, len(ids), batch):
-            collection.add(ids=ids[start:start + batch], embeddings=vectors[start:start + batch])
+            collection.add(ids=ids[start : start + batch], embeddings=vectors[start : start + batch])
         build = time.perf_counter() - started
         started = time.perf_counter()
-        found = [set(collection.query(query_embeddings=q[None], n_results=K, include=["distances"])["ids"][0]) for q in queries]
+        found = [
+            set(collection.query(query_embeddings=q[None], n_results=K, include=["distances"])["ids"][0])
+            for q in queries
+        ]
         ms = (time.perf_counter() - started) / len(queries) * 1000
         client.close()
     recall = np.mean([len(a & e) / len(e) for a, e in zip(found, exact_found)])
@@ -60,16 +62,23 @@ def hnsw_line(vectors: np.ndarray, queries: np.ndarray, exact_found: list[set[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, nargs="+", default=[5000, 20_000], help="corpus sizes (docs/determinism.md: 5000 100000)")
+    parser.add_argument(
+        "--docs", type=int, nargs="+", default=[5000, 20_000], help="corpus sizes (docs/determinism.md: 5000 100000)"
+    )
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--alone", type=int, default=20, help="queries of the seeded sample searched one per call")
     parser.add_argument("--repeats", type=int, default=3, help="best of N for the batch and the product")
-    parser.add_argument("--hnsw", action=argparse.BooleanOptionalAction, default=True, help="Chroma's HNSW beside (slow past 100k)")
+    parser.add_argument(
+        "--hnsw", action=argparse.BooleanOptionalAction, default=True, help="Chroma's HNSW beside (slow past 100k)"
+    )
     args = parser.parse_args()
     peak = matmul_peak()
-    print(f"CPU: {cpu_model()}; float32 peak now (4096² numpy product): {peak:.0f} GFLOP/s; "
-          f"{args.queries} queries, top {K}, dimension {args.dim}", flush=True)
+    print(
+        f"CPU: {cpu_model()}; float32 peak now (4096² numpy product): {peak:.0f} GFLOP/s; "
+        f"{args.queries} queries, top {K}, dimension {args.dim}",
+        flush=True,
+    )
     rng = np.random.default_rng(0)
     for docs in args.docs:
         vectors = rng.standard_normal((docs, args.dim), dtype=np.float32)
@@ -80,12 +89,17 @@ def main() -> None:
         product = product_seconds(queries, vectors, args.repeats)
         sample = np.random.default_rng(1).choice(len(queries), min(args.alone, len(queries)), replace=False)
         started = time.perf_counter()
-        assert [index.search(queries[i][None], K)[0] for i in sample] == [found[i] for i in sample]  # the same bits alone
+        assert [index.search(queries[i][None], K)[0] for i in sample] == [
+            found[i] for i in sample
+        ]  # the same bits alone
         alone_ms = (time.perf_counter() - started) / len(sample) * 1000
         flops = 2 * docs * args.queries * args.dim / 1e9
-        print(f"{docs:>9,} docs: exact, all queries in one call {batch:.2f} s = {flops / batch:.0f} GFLOP/s "
-              f"({flops / batch / peak:.0%} of peak, {product / batch:.0%} of Q @ Xᵀ alone: {product:.2f} s = {flops / product:.0f} GFLOP/s); "
-              f"one query per call {alone_ms:.2f} ms/query ({len(sample)} queries)", flush=True)
+        print(
+            f"{docs:>9,} docs: exact, all queries in one call {batch:.2f} s = {flops / batch:.0f} GFLOP/s "
+            f"({flops / batch / peak:.0%} of peak, {product / batch:.0%} of Q @ Xᵀ alone: {product:.2f} s = {flops / product:.0f} GFLOP/s); "
+            f"one query per call {alone_ms:.2f} ms/query ({len(sample)} queries)",
+            flush=True,
+        )
         if args.hnsw:
             print(f"{'':>15}{hnsw_line(vectors, queries, [set(f) for f in found])}", flush=True)
 

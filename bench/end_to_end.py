@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-
 from machine import cpu_model  # bench/ scripts share the machine line
 
 TARGETS = {"cold": 180.0, "warm": 15.0}
@@ -41,10 +40,14 @@ def timed(command: list[str], env: dict) -> tuple[float, float, float]:
 
 def import_seconds(module: str) -> tuple[float, list[str]]:
     """Cumulative import time of ``module`` and its five heaviest direct dependencies (-X importtime)."""
-    report = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True).stderr
+    report = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True
+    ).stderr
     rows = [(int(m[1]), m[2]) for m in re.finditer(r"import time:\s+\d+ \|\s+(\d+) \|( *\S+)", report)]
     total = next(us for us, name in reversed(rows) if name.strip() == module)
-    heaviest = sorted(((us, name) for us, name in rows if len(name) - len(name.lstrip()) == 3), reverse=True)[:5]  # direct imports
+    heaviest = sorted(((us, name) for us, name in rows if len(name) - len(name.lstrip()) == 3), reverse=True)[
+        :5
+    ]  # direct imports
     return total / 1e6, [f"{name.strip()} {us / 1e6:.2f} s" for us, name in heaviest]
 
 
@@ -65,14 +68,33 @@ def main() -> None:
         print(f"  cold: {rows['cold'][0]:.1f} s", flush=True)
     rows["warm"] = timed([*run, f"hydra.run.dir={root}/outputs/warm"], env)
     print(f"  warm: {rows['warm'][0]:.1f} s", flush=True)
-    rows["sweep 10 x rrf k"] = timed([sys.executable, "-m", "ragtrack", "run", "--multirun", *args.overrides, f"fusion.rrf.k={RRF_KS}", f"hydra.sweep.dir={root}/multirun"], env)
+    rows["sweep 10 x rrf k"] = timed(
+        [
+            sys.executable,
+            "-m",
+            "ragtrack",
+            "run",
+            "--multirun",
+            *args.overrides,
+            f"fusion.rrf.k={RRF_KS}",
+            f"hydra.sweep.dir={root}/multirun",
+        ],
+        env,
+    )
     table = pd.DataFrame(rows, index=["seconds", "cpu seconds", "peak MB"]).T
     warm = table.loc["warm", "seconds"]
     table["x warm job"] = table["seconds"] / warm
     table["cpu x warm job"] = table["cpu seconds"] / table.loc["warm", "cpu seconds"]
-    table["target"] = [f"<= {TARGETS[n]:.0f} s" if n in TARGETS else f"<= {SWEEP_RATIO_TARGET} x warm" for n in table.index]
-    table["met"] = [table.loc[n, "seconds"] <= TARGETS[n] if n in TARGETS else table.loc[n, "x warm job"] <= SWEEP_RATIO_TARGET for n in table.index]
-    print(f"\nDefault experiment ({' '.join(args.overrides) or 'no overrides'}), RAGTRACK_ROOT={root}, load {os.getloadavg()[0]:.1f}")
+    table["target"] = [
+        f"<= {TARGETS[n]:.0f} s" if n in TARGETS else f"<= {SWEEP_RATIO_TARGET} x warm" for n in table.index
+    ]
+    table["met"] = [
+        table.loc[n, "seconds"] <= TARGETS[n] if n in TARGETS else table.loc[n, "x warm job"] <= SWEEP_RATIO_TARGET
+        for n in table.index
+    ]
+    print(
+        f"\nDefault experiment ({' '.join(args.overrides) or 'no overrides'}), RAGTRACK_ROOT={root}, load {os.getloadavg()[0]:.1f}"
+    )
     print(f"CPU: {cpu_model()}")
     print(table.to_string(float_format=lambda v: f"{v:,.2f}"))
 

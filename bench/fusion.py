@@ -67,25 +67,50 @@ from ragtrack.retrievers.fusion_methods import Trained, fuse
 
 WEIGHTS = [0.4, 0.6]
 UNSUPERVISED = {  # ragtrack's method and parameters: ranx's
-    "combsum": ({}, "sum", {}), "weighted sum": ({"weights": WEIGHTS}, "wsum", {"weights": WEIGHTS}),
-    "combmnz": ({}, "mnz", {}), "combanz": ({}, "anz", {}), "combgmnz": ({"gamma": 0.5}, "gmnz", {"gamma": 0.5}),
-    "combmin": ({}, "min", {}), "combmax": ({}, "max", {}), "combmed": ({}, "med", {}),
-    "wmnz": ({"weights": WEIGHTS}, "wmnz", {"weights": WEIGHTS}), "mixed": ({"weights": WEIGHTS}, "mixed", {"weights": WEIGHTS}),
-    "rrf": ({"k": 60}, "rrf", {"k": 60}), "isr": ({}, "isr", {}), "log_isr": ({}, "log_isr", {}),
-    "logn_isr": ({"sigma": 0.01}, "logn_isr", {"sigma": 0.01}), "rbc": ({"phi": 0.8}, "rbc", {"phi": 0.8}),
-    "borda": ({}, "bordafuse", {}), "weighted borda": ({"weights": WEIGHTS}, "w_bordafuse", {"weights": WEIGHTS}),
-    "condorcet": ({}, "condorcet", {}), "weighted condorcet": ({"weights": WEIGHTS}, "w_condorcet", {"weights": WEIGHTS}),
+    "combsum": ({}, "sum", {}),
+    "weighted sum": ({"weights": WEIGHTS}, "wsum", {"weights": WEIGHTS}),
+    "combmnz": ({}, "mnz", {}),
+    "combanz": ({}, "anz", {}),
+    "combgmnz": ({"gamma": 0.5}, "gmnz", {"gamma": 0.5}),
+    "combmin": ({}, "min", {}),
+    "combmax": ({}, "max", {}),
+    "combmed": ({}, "med", {}),
+    "wmnz": ({"weights": WEIGHTS}, "wmnz", {"weights": WEIGHTS}),
+    "mixed": ({"weights": WEIGHTS}, "mixed", {"weights": WEIGHTS}),
+    "rrf": ({"k": 60}, "rrf", {"k": 60}),
+    "isr": ({}, "isr", {}),
+    "log_isr": ({}, "log_isr", {}),
+    "logn_isr": ({"sigma": 0.01}, "logn_isr", {"sigma": 0.01}),
+    "rbc": ({"phi": 0.8}, "rbc", {"phi": 0.8}),
+    "borda": ({}, "bordafuse", {}),
+    "weighted borda": ({"weights": WEIGHTS}, "w_bordafuse", {"weights": WEIGHTS}),
+    "condorcet": ({}, "condorcet", {}),
+    "weighted condorcet": ({"weights": WEIGHTS}, "w_condorcet", {"weights": WEIGHTS}),
 }
-LEARNED = {"posfuse": ({}, {}), "probfuse": ({"segments": 10}, {"n_segments": 10}), "segfuse": ({}, {}),
-           "slidefuse": ({"window": 5}, {"w": 5}), "bayesfuse": ({}, {}), "mapfuse": ({}, {})}
+LEARNED = {
+    "posfuse": ({}, {}),
+    "probfuse": ({"segments": 10}, {"n_segments": 10}),
+    "segfuse": ({}, {}),
+    "slidefuse": ({"window": 5}, {"w": 5}),
+    "bayesfuse": ({}, {}),
+    "mapfuse": ({}, {}),
+}
 RANK_ONLY = {"rrf", "isr", "log_isr", "logn_isr", "rbc", "borda", "weighted borda", "condorcet", "weighted condorcet"}
 
 
 def runs(queries: int, depth: int, seed: int, prefix: str) -> dict[str, Run]:
     """Two runs ("bm25", "dense") held as ragtrack's stages and run files hold them: in trec_eval order."""
     rng = random.Random(seed)
-    return {name: Run.from_rankings(name, {f"{prefix}{q}": rank_documents({f"d{d}": rng.random() for d in rng.sample(range(5000), depth)})
-                                           for q in range(queries)}) for name in ("bm25", "dense")}
+    return {
+        name: Run.from_rankings(
+            name,
+            {
+                f"{prefix}{q}": rank_documents({f"d{d}": rng.random() for d in rng.sample(range(5000), depth)})
+                for q in range(queries)
+            },
+        )
+        for name in ("bm25", "dense")
+    }
 
 
 def warm_up(call, runs: dict[str, Run]) -> None:
@@ -121,8 +146,10 @@ def main() -> None:
     ranx_test = [ranx.Run({q: dict(s) for q, s in run.scores.items()}) for run in test.values()]
     ranx_train = [ranx.Run({q: dict(s) for q, s in run.scores.items()}) for run in train.values()]
     members, keep = list(test), 2 * args.depth
-    print(f"{cpu_model()}; load average {os.getloadavg()[0]:.1f} at the start; {args.queries} queries, 2 runs {args.depth} deep, "
-          f"best of {args.repeats}, in turn (ranx: once where that took over 10 s)")
+    print(
+        f"{cpu_model()}; load average {os.getloadavg()[0]:.1f} at the start; {args.queries} queries, 2 runs {args.depth} deep, "
+        f"best of {args.repeats}, in turn (ranx: once where that took over 10 s)"
+    )
     print(f"{'method':<20}{'ragtrack s':>12}{'ranx s':>10}{'ratio':>8}")
     for method, (ours, theirs_name, theirs) in UNSUPERVISED.items():
         if chosen and method not in chosen:
@@ -130,23 +157,36 @@ def main() -> None:
         norm = None if method in RANK_ONLY else "min-max"
         name = {"weighted sum": "combsum"}.get(method, method.split()[-1])
         warm_up(lambda given: ranx.fuse(given, norm=norm, method=theirs_name, params=theirs), test)
-        ours_s, theirs_s = side_by_side(lambda: fuse(test, members, name, depth=keep, normalization="minmax", **ours),
-                                        lambda: ranx.fuse(ranx_test, norm=norm, method=theirs_name, params=theirs), args.repeats)
+        ours_s, theirs_s = side_by_side(
+            lambda: fuse(test, members, name, depth=keep, normalization="minmax", **ours),
+            lambda: ranx.fuse(ranx_test, norm=norm, method=theirs_name, params=theirs),
+            args.repeats,
+        )
         print(row(method, ours_s, theirs_s), flush=True)
     for method, (ours, theirs) in LEARNED.items():
         if chosen and method not in chosen:
             continue
-        trained = Trained(method, members, depth=keep, normalization="minmax" if method == "segfuse" else "none", **ours).fit(train, qrels)
+        trained = Trained(
+            method, members, depth=keep, normalization="minmax" if method == "segfuse" else "none", **ours
+        ).fit(train, qrels)
         train_params = {"n_segments": theirs["n_segments"]} if "n_segments" in theirs else {}
         learned = getattr(ranx_fusion, f"{method}_train")(ranx.Qrels(qrels), ranx_train, **train_params)
         key = {"mapfuse": "map_scores", "bayesfuse": "log_odds"}.get(method, "probs")
         apply = {"w": theirs["w"]} if "w" in theirs else {}
-        normed = (lambda given: [ranx.normalization.min_max_norm(r) for r in given]) if method == "segfuse" else (lambda given: given)
+        normed = (
+            (lambda given: [ranx.normalization.min_max_norm(r) for r in given])
+            if method == "segfuse"
+            else (lambda given: given)
+        )
         warm_up(lambda given: getattr(ranx_fusion, method)(normed(given), **{key: learned}, **apply), test)
-        ours_s, theirs_s = side_by_side(lambda: trained.fuse(test),
-                                        lambda: getattr(ranx_fusion, method)(normed(ranx_test), **{key: learned}, **apply), args.repeats)
+        ours_s, theirs_s = side_by_side(
+            lambda: trained.fuse(test),
+            lambda: getattr(ranx_fusion, method)(normed(ranx_test), **{key: learned}, **apply),
+            args.repeats,
+        )
         print(row(method, ours_s, theirs_s), flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
 
 if __name__ == "__main__":
     main()

@@ -24,7 +24,9 @@ def cpu_model() -> str:
     """The CPU's model name, its vector extensions and its core count, from /proc/cpuinfo, e.g.
     ``AMD EPYC (avx2, avx512f, avx512_vnni), 2 cores``."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "unknown CPU")
+    model = next(
+        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "unknown CPU"
+    )
     flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
     return f"{model} ({', '.join(f for f in ISA if f in flags) or 'no AVX2'}), {os.cpu_count()} cores"
 
@@ -41,4 +43,4 @@ def matmul_peak(size: int = 4096, repeats: int = 3) -> float:
         started = time.perf_counter()
         left @ right
         best = min(best, time.perf_counter() - started)
-    return 2 * size ** 3 / best / 1e9
+    return 2 * size**3 / best / 1e9

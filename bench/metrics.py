@@ -40,22 +40,56 @@ from pathlib import Path
 os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="ragtrack-bench-numba-"))  # before ranx imports numba
 
 import numpy as np
-
 from machine import cpu_model  # bench/ scripts share the machine line
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ragtrack.evaluators.ranking import score_ranking  # noqa: E402
 from ragtrack.core.data import load_qrels  # noqa: E402
+from ragtrack.evaluators.ranking import score_ranking  # noqa: E402
 
 CUTOFFS = (1, 5, 10, 100)
-TREC_SET = [f"{m}@{k}" for m in ("p", "recall", "ndcg", "hit") for k in CUTOFFS] + ["map", "map@100", "mrr", "r-precision", "bpref", "num_rel_ret"]
-FULL_SET = TREC_SET + [f"{m}@{k}" for m in ("f1", "ndcg_exp", "dcg", "err") for k in CUTOFFS] + ["mrr@10", "mean_rank", "auc"]
-PYTREC = {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("P", "recall", "ndcg_cut", "success")} | {"map", "map_cut.100", "recip_rank", "Rprec", "bpref", "num_rel_ret"}
-PYTREC_NAMES = {f"p@{k}": f"P_{k}" for k in CUTOFFS} | {f"recall@{k}": f"recall_{k}" for k in CUTOFFS} | {f"ndcg@{k}": f"ndcg_cut_{k}" for k in CUTOFFS} \
-    | {f"hit@{k}": f"success_{k}" for k in CUTOFFS} | {"map": "map", "map@100": "map_cut_100", "mrr": "recip_rank", "r-precision": "Rprec", "bpref": "bpref", "num_rel_ret": "num_rel_ret"}
-RANX_SET = [f"{m}@{k}" for m in ("precision", "recall", "ndcg", "hit_rate") for k in CUTOFFS] + ["map", "map@100", "mrr", "r-precision", "bpref", "hits"]
+TREC_SET = [f"{m}@{k}" for m in ("p", "recall", "ndcg", "hit") for k in CUTOFFS] + [
+    "map",
+    "map@100",
+    "mrr",
+    "r-precision",
+    "bpref",
+    "num_rel_ret",
+]
+FULL_SET = (
+    TREC_SET + [f"{m}@{k}" for m in ("f1", "ndcg_exp", "dcg", "err") for k in CUTOFFS] + ["mrr@10", "mean_rank", "auc"]
+)
+PYTREC = {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("P", "recall", "ndcg_cut", "success")} | {
+    "map",
+    "map_cut.100",
+    "recip_rank",
+    "Rprec",
+    "bpref",
+    "num_rel_ret",
+}
+PYTREC_NAMES = (
+    {f"p@{k}": f"P_{k}" for k in CUTOFFS}
+    | {f"recall@{k}": f"recall_{k}" for k in CUTOFFS}
+    | {f"ndcg@{k}": f"ndcg_cut_{k}" for k in CUTOFFS}
+    | {f"hit@{k}": f"success_{k}" for k in CUTOFFS}
+    | {
+        "map": "map",
+        "map@100": "map_cut_100",
+        "mrr": "recip_rank",
+        "r-precision": "Rprec",
+        "bpref": "bpref",
+        "num_rel_ret": "num_rel_ret",
+    }
+)
+RANX_SET = [f"{m}@{k}" for m in ("precision", "recall", "ndcg", "hit_rate") for k in CUTOFFS] + [
+    "map",
+    "map@100",
+    "mrr",
+    "r-precision",
+    "bpref",
+    "hits",
+]
 
 
 def synthetic(queries: int, depth: int, seed: int = 0) -> tuple[dict, dict]:
@@ -67,7 +101,9 @@ def synthetic(queries: int, depth: int, seed: int = 0) -> tuple[dict, dict]:
     qrels, run = {}, {}
     for q in range(queries):
         qid = f"q{q}"
-        ids = (rng.integers(pool) + (2 * rng.integers(pool // 2) + 1) * np.arange(depth)) % pool  # distinct (odd stride)
+        ids = (
+            rng.integers(pool) + (2 * rng.integers(pool // 2) + 1) * np.arange(depth)
+        ) % pool  # distinct (odd stride)
         run[qid] = dict(zip([names[i] for i in ids], np.round(rng.random(depth), 4).tolist()))
         judged = rng.integers(1, 21)
         picks = np.concatenate([ids[rng.integers(0, depth, judged // 2 + 1)], rng.integers(0, pool, judged // 2)])
@@ -127,15 +163,25 @@ def ranx_call(qrels: dict, run: dict) -> Callable[[], object]:
 
 def max_difference(ours, reference: dict) -> float:
     ours = ours.loc[list(reference)]
-    return max(float(np.abs(ours[name].to_numpy() - np.array([reference[q][trec] for q in reference])).max()) for name, trec in PYTREC_NAMES.items())
+    return max(
+        float(np.abs(ours[name].to_numpy() - np.array([reference[q][trec] for q in reference])).max())
+        for name, trec in PYTREC_NAMES.items()
+    )
 
 
 def bench_case(label: str, qrels: dict, run: dict, repeats: int) -> list[tuple]:
     entries = sum(map(len, run.values()))
-    print(f"\n{label}: {len(run):,} queries, {entries:,} run entries, {sum(map(len, qrels.values())):,} judgments", flush=True)
+    print(
+        f"\n{label}: {len(run):,} queries, {entries:,} run entries, {sum(map(len, qrels.values())):,} judgments",
+        flush=True,
+    )
     rows = []
-    tools = [("ragtrack (trec_eval set)", ragtrack_call(qrels, run, TREC_SET)), ("ragtrack (full set)", ragtrack_call(qrels, run, FULL_SET)),
-             ("pytrec_eval (trec_eval set)", pytrec_call(qrels, run)), ("ranx (trec_eval set)", ranx_call(qrels, run))]
+    tools = [
+        ("ragtrack (trec_eval set)", ragtrack_call(qrels, run, TREC_SET)),
+        ("ragtrack (full set)", ragtrack_call(qrels, run, FULL_SET)),
+        ("pytrec_eval (trec_eval set)", pytrec_call(qrels, run)),
+        ("ranx (trec_eval set)", ranx_call(qrels, run)),
+    ]
     results = {}
     for name, call in tools:
         timings = [measure(call) for _ in range(repeats + 1)]
@@ -143,8 +189,13 @@ def bench_case(label: str, qrels: dict, run: dict, repeats: int) -> list[tuple]:
         memory = max(t[2] for t in timings)
         results[name] = timings[-1][3]
         rows.append((label, name, first, warm, warm_cpu, memory))
-        print(f"  {name:<28} first {first:8.3f} s   warm {warm:8.3f} s (CPU {warm_cpu:8.3f} s)   peak +{memory:7.0f} MB", flush=True)
-    print(f"  max |ragtrack - pytrec_eval| over {len(PYTREC_NAMES)} measures: {max_difference(results['ragtrack (trec_eval set)'], results['pytrec_eval (trec_eval set)']):.1e}")
+        print(
+            f"  {name:<28} first {first:8.3f} s   warm {warm:8.3f} s (CPU {warm_cpu:8.3f} s)   peak +{memory:7.0f} MB",
+            flush=True,
+        )
+    print(
+        f"  max |ragtrack - pytrec_eval| over {len(PYTREC_NAMES)} measures: {max_difference(results['ragtrack (trec_eval set)'], results['pytrec_eval (trec_eval set)']):.1e}"
+    )
     return rows
 
 
@@ -169,7 +220,13 @@ def cold_start() -> tuple[float, float]:
 
 
 WHOLE_MEASURES = ("ndcg@10", "map", "recall@100", "p@10", "mrr")
-TREC_EVAL_MEASURES = ("-mndcg_cut.10", "-mmap", "-mrecall.100", "-mP.10", "-mrecip_rank")  # the same, as trec_eval names them
+TREC_EVAL_MEASURES = (
+    "-mndcg_cut.10",
+    "-mmap",
+    "-mrecall.100",
+    "-mP.10",
+    "-mrecip_rank",
+)  # the same, as trec_eval names them
 PYTREC_SCRIPT = """
 import sys, pytrec_eval
 qrels = {}
@@ -194,11 +251,16 @@ def write_trec_files(folder: Path, queries: int = 2000, depth: int = 1000, seed:
     """BEIR qrels (with header) and a TREC run of ``synthetic(queries, depth, seed)``."""
     qrels, run = synthetic(queries, depth, seed)
     qrels_path, run_path = folder / "qrels.tsv", folder / "run.trec"
-    qrels_path.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    qrels_path.write_text(
+        "query-id\tcorpus-id\tscore\n"
+        + "".join(f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items())
+    )
     with run_path.open("w") as handle:
         for qid, docs in run.items():
             ranked = sorted(docs.items(), key=lambda item: -item[1])
-            handle.write("".join(f"{qid} Q0 {doc} {rank} {score!r} bench\n" for rank, (doc, score) in enumerate(ranked, start=1)))
+            handle.write(
+                "".join(f"{qid} Q0 {doc} {rank} {score!r} bench\n" for rank, (doc, score) in enumerate(ranked, start=1))
+            )
     return qrels_path, run_path
 
 
@@ -224,7 +286,9 @@ def whole_process_exactness(qrels_path: Path, run_path: Path) -> float:
     with open(qrels_path) as q, open(run_path) as r:
         next(q)  # the BEIR header
         qrels = pytrec_eval.parse_qrel(line.replace("\t", " 0 ", 1) for line in q)
-        reference = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map", "recall.100", "P.10", "recip_rank"}).evaluate(pytrec_eval.parse_run(r))
+        reference = pytrec_eval.RelevanceEvaluator(
+            qrels, {"ndcg_cut.10", "map", "recall.100", "P.10", "recip_rank"}
+        ).evaluate(pytrec_eval.parse_run(r))
     names = {"ndcg@10": "ndcg_cut_10", "map": "map", "recall@100": "recall_100", "p@10": "P_10", "mrr": "recip_rank"}
     return max(abs(ours[qid][name] - values[trec]) for qid, values in reference.items() for name, trec in names.items())
 
@@ -237,9 +301,28 @@ def whole_process(repeats: int = 5) -> float:
         qrels, run = write_trec_files(Path(folder))
         script = Path(folder) / "pytrec.py"
         script.write_text(PYTREC_SCRIPT)
-        commands = {"ragtrack eval": [sys.executable, "-m", "ragtrack", "eval", str(qrels), str(run), *(f"-m{m}" for m in WHOLE_MEASURES)],
-                    "ragtrack trec_eval": [sys.executable, "-m", "ragtrack", "trec_eval", "-c", *TREC_EVAL_MEASURES, str(qrels), str(run)],
-                    "pytrec_eval script": [sys.executable, str(script), str(qrels), str(run)]}
+        commands = {
+            "ragtrack eval": [
+                sys.executable,
+                "-m",
+                "ragtrack",
+                "eval",
+                str(qrels),
+                str(run),
+                *(f"-m{m}" for m in WHOLE_MEASURES),
+            ],
+            "ragtrack trec_eval": [
+                sys.executable,
+                "-m",
+                "ragtrack",
+                "trec_eval",
+                "-c",
+                *TREC_EVAL_MEASURES,
+                str(qrels),
+                str(run),
+            ],
+            "pytrec_eval script": [sys.executable, str(script), str(qrels), str(run)],
+        }
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for _ in range(repeats):
             for name, command in commands.items():
@@ -248,12 +331,18 @@ def whole_process(repeats: int = 5) -> float:
     walls = {name: statistics.median(wall for wall, _ in values) for name, values in times.items()}
     cpus = {name: statistics.median(cpu for _, cpu in values) for name, values in times.items()}
     ratio = walls["ragtrack eval"] / walls["pytrec_eval script"]
-    print(f"\nwhole process, 2,000 queries x 1,000 documents (2M run lines), {len(WHOLE_MEASURES)} measures, median of {repeats}; {cpu_model()}")
+    print(
+        f"\nwhole process, 2,000 queries x 1,000 documents (2M run lines), {len(WHOLE_MEASURES)} measures, median of {repeats}; {cpu_model()}"
+    )
     for name, values in times.items():
-        print(f"  {name:<20} wall {walls[name]:.2f} s, CPU {cpus[name]:.2f} s   (runs, wall/CPU: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in values)})")
+        print(
+            f"  {name:<20} wall {walls[name]:.2f} s, CPU {cpus[name]:.2f} s   (runs, wall/CPU: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in values)})"
+        )
     for name in ("ragtrack eval", "ragtrack trec_eval"):
-        print(f"  {name} / pytrec_eval script: wall {walls[name] / walls['pytrec_eval script']:.2f}x (target <= 0.5x), "
-              f"CPU {cpus[name] / cpus['pytrec_eval script']:.2f}x")
+        print(
+            f"  {name} / pytrec_eval script: wall {walls[name] / walls['pytrec_eval script']:.2f}x (target <= 0.5x), "
+            f"CPU {cpus[name] / cpus['pytrec_eval script']:.2f}x"
+        )
     print(f"  load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
     print(f"  max |ragtrack eval - pytrec_eval| per query over the {len(WHOLE_MEASURES)} measures: {difference:.1e}")
     return ratio
@@ -267,10 +356,13 @@ def start_up(repeats: int = 10) -> None:
         qrels, run = Path(folder) / "qrels", Path(folder) / "run"
         qrels.write_text("q1 0 d1 1\n")
         run.write_text("q1 Q0 d1 1 1.0 tag\n")
-        commands = {"python -c pass": [sys.executable, "-c", "pass"], "import ragtrack": [sys.executable, "-c", "import ragtrack"],
-                    "ragtrack eval (2 lines)": [sys.executable, "-m", "ragtrack", "eval", str(qrels), str(run)],
-                    "ragtrack trec_eval (2 lines)": [sys.executable, "-m", "ragtrack", "trec_eval", str(qrels), str(run)],
-                    "ragtrack metrics": [sys.executable, "-m", "ragtrack", "metrics"]}
+        commands = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "import ragtrack": [sys.executable, "-c", "import ragtrack"],
+            "ragtrack eval (2 lines)": [sys.executable, "-m", "ragtrack", "eval", str(qrels), str(run)],
+            "ragtrack trec_eval (2 lines)": [sys.executable, "-m", "ragtrack", "trec_eval", str(qrels), str(run)],
+            "ragtrack metrics": [sys.executable, "-m", "ragtrack", "metrics"],
+        }
         print(f"\nstart-up, best of {repeats} (wall / CPU s); {cpu_model()}, load average {os.getloadavg()[0]:.1f}")
         for name, command in commands.items():
             wall, cpu = min(timed(command) for _ in range(repeats))
@@ -280,25 +372,35 @@ def start_up(repeats: int = 10) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="1,000 x 1,000 instead of 10,000 x 1,000")
-    parser.add_argument("--whole-process", action="store_true", help="only start-up and the whole-process ratio of ragtrack eval to a pytrec_eval script")
+    parser.add_argument(
+        "--whole-process",
+        action="store_true",
+        help="only start-up and the whole-process ratio of ragtrack eval to a pytrec_eval script",
+    )
     args = parser.parse_args()
     if args.whole_process:
         start_up()
         whole_process()
         return
     queries = 1_000 if args.small else 10_000
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall times grow with the load; CPU times less so)")
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall times grow with the load; CPU times less so)"
+    )
     rows = bench_case("SciFact-size (300 test queries x 100 documents)", *scifact_like(), repeats=5)
     rows += bench_case(f"{queries:,} queries x 1,000 documents", *synthetic(queries, 1000), repeats=2)
     walls, cpus = zip(*(cold_start() for _ in range(3)))
-    print(f"\ncold start (fresh interpreter: import + first evaluation, SciFact-size, full set): best of 3 wall {min(walls):.3f} s, CPU {min(cpus):.3f} s")
+    print(
+        f"\ncold start (fresh interpreter: import + first evaluation, SciFact-size, full set): best of 3 wall {min(walls):.3f} s, CPU {min(cpus):.3f} s"
+    )
     print(f"load average now {os.getloadavg()[0]:.1f}")
 
     print("\n| case | tool | first call s | warm s | warm / ragtrack | warm CPU s | CPU / ragtrack | peak MB |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for label, name, first, warm, cpu, memory in rows:
         base = next(r for r in rows if r[0] == label and r[1].startswith("ragtrack (trec"))
-        print(f"| {label} | {name} | {first:.3f} | {warm:.3f} | {warm / base[3]:.2f}x | {cpu:.3f} | {cpu / base[4]:.2f}x | {memory:.0f} |")
+        print(
+            f"| {label} | {name} | {first:.3f} | {warm:.3f} | {warm / base[3]:.2f}x | {cpu:.3f} | {cpu / base[4]:.2f}x | {memory:.0f} |"
+        )
     start_up()
     whole_process()
 

@@ -38,11 +38,24 @@ def synthetic_queries(count: int, top: int, seed: int = 0) -> list[dict]:
     words = [f"word{i}" for i in range(5000)]
     queries = []
     for number in range(count):
-        documents = [{"id": f"d{rng.randrange(10**6)}", "title": " ".join(rng.choices(words, k=8)),
-                      "score": rng.random() * 30, "grade": rng.choice([0, 0, 0, 1, 2])} for _ in range(top)]
+        documents = [
+            {
+                "id": f"d{rng.randrange(10**6)}",
+                "title": " ".join(rng.choices(words, k=8)),
+                "score": rng.random() * 30,
+                "grade": rng.choice([0, 0, 0, 1, 2]),
+            }
+            for _ in range(top)
+        ]
         documents.sort(key=lambda d: -d["score"])
-        queries.append({"qid": f"q{number}", "query": " ".join(rng.choices(words, k=10)), "documents": documents,
-                        "metrics": {metric: rng.random() for metric in METRICS}})
+        queries.append(
+            {
+                "qid": f"q{number}",
+                "query": " ".join(rng.choices(words, k=10)),
+                "documents": documents,
+                "metrics": {metric: rng.random() for metric in METRICS},
+            }
+        )
     return queries
 
 
@@ -57,9 +70,18 @@ def log_as_table(queries: list[dict], uri: str, artifacts: str) -> None:
     client = MlflowClient(uri)
     experiment = client.create_experiment("table", artifact_location=artifacts)
     run = client.create_run(experiment, run_name="bm25")
-    rows = [{"qid": q["qid"], "query": q["query"],
-             "retrieved": "\n".join(f"{rank}. {d['id']} [{d['grade']}] {d['score']:.4f} {d['title']}"
-                                    for rank, d in enumerate(q["documents"], start=1)), **q["metrics"]} for q in queries]
+    rows = [
+        {
+            "qid": q["qid"],
+            "query": q["query"],
+            "retrieved": "\n".join(
+                f"{rank}. {d['id']} [{d['grade']}] {d['score']:.4f} {d['title']}"
+                for rank, d in enumerate(q["documents"], start=1)
+            ),
+            **q["metrics"],
+        }
+        for q in queries
+    ]
     client.log_table(run.info.run_id, pd.DataFrame(rows), "queries.json")
     client.set_terminated(run.info.run_id, "FINISHED")
 
@@ -74,8 +96,16 @@ def log_as_traces(queries: list[dict], uri: str, artifacts: str, assessments: bo
         for q in queries:
             with mlflow.start_span(name="bm25", span_type=SpanType.RETRIEVER) as span:
                 span.set_inputs({"query": q["query"], "qid": q["qid"]})
-                span.set_outputs([Document(page_content=d["title"], id=d["id"], metadata={"doc_uri": d["id"], "score": d["score"], "grade": d["grade"]}).to_dict()
-                                  for d in q["documents"]])
+                span.set_outputs(
+                    [
+                        Document(
+                            page_content=d["title"],
+                            id=d["id"],
+                            metadata={"doc_uri": d["id"], "score": d["score"], "grade": d["grade"]},
+                        ).to_dict()
+                        for d in q["documents"]
+                    ]
+                )
             if assessments:
                 trace_id = mlflow.get_last_active_trace_id()
                 for metric, value in q["metrics"].items():

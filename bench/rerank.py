@@ -21,7 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-
 from machine import cpu_model  # bench/ scripts share the machine line
 
 from ragtrack.core.cache import Cache
@@ -57,28 +56,50 @@ def main() -> None:
     dataset = load_beir(PROJECT / "data" / "scifact", name="scifact")
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or str(minilm_cross_encoder(Path(scratch) / "model"))
-        context = StageContext(dataset=dataset, judged_corpus=dataset.corpus, cache=Cache(Path(scratch) / "cache"),  # an empty pair store
-                               depth=args.depth, search_depth=args.depth)
+        context = StageContext(
+            dataset=dataset,
+            judged_corpus=dataset.corpus,
+            cache=Cache(Path(scratch) / "cache"),  # an empty pair store
+            depth=args.depth,
+            search_depth=args.depth,
+        )
         with initialize_config_dir(str(PROJECT / "conf"), version_base="1.3"):
             bm25 = registry.build("retrievers", compose("config").retriever.bm25, name="bm25")
         bm25.index(dataset.corpus, context.cache)
-        qids = sorted(dataset.queries)[:args.queries]
+        qids = sorted(dataset.queries)[: args.queries]
         run = bm25.search({qid: dataset.queries[qid] for qid in qids}, args.depth)
-        reranker = CrossEncoderReranker(input="bm25", model=model, depth=args.depth, batch_size=args.batch_size,
-                                        max_length=MAX_LENGTH, device=args.device)
+        reranker = CrossEncoderReranker(
+            input="bm25",
+            model=model,
+            depth=args.depth,
+            batch_size=args.batch_size,
+            max_length=MAX_LENGTH,
+            device=args.device,
+        )
         warm_up = bm25.search({qid: dataset.queries[qid] for qid in sorted(dataset.queries)[-1:]}, 2)  # loads the model
-        reranker.produce({"bm25": StageOutput(warm_up, warm_up, "warm-up", bm25)}, replace(context, cache=Cache(Path(scratch) / "warm-up")))
+        reranker.produce(
+            {"bm25": StageOutput(warm_up, warm_up, "warm-up", bm25)},
+            replace(context, cache=Cache(Path(scratch) / "warm-up")),
+        )
         started, cpu_started = time.perf_counter(), time.process_time()
         output = reranker.produce({"bm25": StageOutput(run, run, "bm25", bm25)}, context)
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     pairs = output.efficiency["pairs_scored"]
     rate = pairs / output.efficiency["score_seconds"]
     full = len(dataset.queries) * args.depth
-    print(f"CPU: {cpu_model()}; device: {'cuda' if output.efficiency['on_gpu'] else 'cpu'}; load average {os.getloadavg()[0]:.1f}")
-    print(f"model: {args.model or 'MiniLM-L6 cross-encoder shape (untrained head)'}; max {MAX_LENGTH} tokens per pair; batch {args.batch_size}")
-    print(f"{len(qids)} queries x top {args.depth}: {pairs:,.0f} pairs scored in {output.efficiency['score_seconds']:.1f} s "
-          f"({rate:,.1f} pairs/s; the whole stage {seconds:.1f} s wall, {cpu_seconds:.1f} s CPU: {pairs / cpu_seconds:,.1f} pairs per CPU second)")
-    print(f"extrapolated: {len(dataset.queries)} queries x {args.depth} = {full:,} pairs at that rate = {full / rate:,.0f} s ({full / rate / 60:.1f} min)")
+    print(
+        f"CPU: {cpu_model()}; device: {'cuda' if output.efficiency['on_gpu'] else 'cpu'}; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"model: {args.model or 'MiniLM-L6 cross-encoder shape (untrained head)'}; max {MAX_LENGTH} tokens per pair; batch {args.batch_size}"
+    )
+    print(
+        f"{len(qids)} queries x top {args.depth}: {pairs:,.0f} pairs scored in {output.efficiency['score_seconds']:.1f} s "
+        f"({rate:,.1f} pairs/s; the whole stage {seconds:.1f} s wall, {cpu_seconds:.1f} s CPU: {pairs / cpu_seconds:,.1f} pairs per CPU second)"
+    )
+    print(
+        f"extrapolated: {len(dataset.queries)} queries x {args.depth} = {full:,} pairs at that rate = {full / rate:,.0f} s ({full / rate / 60:.1f} min)"
+    )
 
 
 if __name__ == "__main__":

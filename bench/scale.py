@@ -60,8 +60,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-
 from machine import cpu_model  # bench/ scripts share the machine line
+
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
 from ragtrack.core.words import counted
@@ -75,7 +75,9 @@ QUERIES = 1_000
 QUERY_WORDS = 6
 MSMARCO_WORDS = (56.3, 22.5)  # mean (published) and standard deviation (assumed) of a passage's words
 EXPONENT_TARGET = 1.15
-STAGE_LINE = re.compile(r"\](?: -)? (?P<stage>[^\]]+?) (?:\.\.\.|done in (?P<seconds>[\d.]+) s)$")  # "[10:00:00][INFO] bm25: retriever done in 1.2 s"
+STAGE_LINE = re.compile(
+    r"\](?: -)? (?P<stage>[^\]]+?) (?:\.\.\.|done in (?P<seconds>[\d.]+) s)$"
+)  # "[10:00:00][INFO] bm25: retriever done in 1.2 s"
 
 
 def pseudo_words(count: int) -> list[str]:
@@ -104,7 +106,9 @@ def msmarco_lengths(rng: np.random.Generator, count: int) -> np.ndarray:
     :data:`MSMARCO_WORDS`, rounded, at least 1."""
     mean, sd = MSMARCO_WORDS
     sigma2 = math.log(1 + (sd / mean) ** 2)
-    return np.maximum(np.rint(rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), size=count)), 1).astype(np.int64)
+    return np.maximum(np.rint(rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), size=count)), 1).astype(
+        np.int64
+    )
 
 
 LENGTHS = {"scifact": lambda rng, count: rng.choice(scifact_lengths(), size=count), "msmarco": msmarco_lengths}
@@ -131,7 +135,7 @@ def write_corpus(folder: Path, documents: int, lengths: str = "scifact", queries
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "corpus.jsonl", "w", encoding="utf-8") as corpus:
         for start in range(0, documents, 10_000):
-            block = lengths[start:start + 10_000]
+            block = lengths[start : start + 10_000]
             tokens = words[rng.choice(VOCABULARY, size=int(block.sum()), p=weights)]
             bounds = np.concatenate([[0], np.cumsum(block)])
             for offset, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):
@@ -174,13 +178,23 @@ class Sampler(threading.Thread):
         tick = os.sysconf("SC_CLK_TCK")
         while not self.done.wait(0.02):
             try:
-                kb = {key: int(value.split()[0]) for key, _, value in (line.partition(":") for line in status.read_text().splitlines())
-                      if key in ("VmRSS", "RssAnon")}
+                kb = {
+                    key: int(value.split()[0])
+                    for key, _, value in (line.partition(":") for line in status.read_text().splitlines())
+                    if key in ("VmRSS", "RssAnon")
+                }
                 fields = stat.read_text().rsplit(")", 1)[1].split()
             except (OSError, ValueError):
                 continue
             if len(kb) == 2:  # absent once the process has ended
-                self.samples.append((time.perf_counter(), kb["VmRSS"] / 1024, kb["RssAnon"] / 1024, (int(fields[11]) + int(fields[12])) / tick))
+                self.samples.append(
+                    (
+                        time.perf_counter(),
+                        kb["VmRSS"] / 1024,
+                        kb["RssAnon"] / 1024,
+                        (int(fields[11]) + int(fields[12])) / tick,
+                    )
+                )
 
     def measure(self, start: float, end: float) -> Measure:
         """The stage from ``start`` to ``end``: its CPU seconds and its largest sample (the last one
@@ -214,22 +228,38 @@ def measured(command: list[str], cwd: Path) -> tuple[list[tuple[str, Measure]], 
         if match["seconds"] is None:
             opened[match["stage"]] = now
         else:
-            stages.append((match["stage"], sampler.measure(opened.pop(match["stage"], now - float(match["seconds"])), now)))
+            stages.append(
+                (match["stage"], sampler.measure(opened.pop(match["stage"], now - float(match["seconds"])), now))
+            )
     _, status, usage = os.wait4(child.pid, 0)
     sampler.done.set()
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"failed: {' '.join(command)}\n{''.join(log[-40:])}")
     anon = max((anon for _, _, anon, _ in sampler.samples), default=0.0)
-    return stages, Measure(time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, anon), log
+    return (
+        stages,
+        Measure(time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, anon),
+        log,
+    )
 
 
 def run_job(corpus: Path, root: Path, cache: Path, overrides: list[str]) -> tuple[dict[str, Measure], Measure]:
     """Stage -> its measure, and the whole job's. ``cache`` is emptied before the job, so every index
     is built, and removed after it."""
     shutil.rmtree(cache, ignore_errors=True)
-    command = [sys.executable, "-m", "ragtrack", "run", "dataset=beir", f"dataset.path={corpus}", "encoder=hashing",
-               f"paths.cache_dir={cache}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
-               f"hydra.run.dir={root / 'outputs' / corpus.name}", *overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "ragtrack",
+        "run",
+        "dataset=beir",
+        f"dataset.path={corpus}",
+        "encoder=hashing",
+        f"paths.cache_dir={cache}",
+        f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
+        f"hydra.run.dir={root / 'outputs' / corpus.name}",
+        *overrides,
+    ]
     try:
         stages, job, _ = measured(command, root)
     finally:
@@ -273,7 +303,11 @@ def table(results: Results) -> str:
         cells = [stage]
         for size in sizes:
             m = by_size.get(size)
-            cells.append((f"{m.seconds:.2f} / {m.cpu:.2f} / {m.peak:,.0f}" + (f" ({m.anon:,.0f})" if m.anon else "")) if m else "—")
+            cells.append(
+                (f"{m.seconds:.2f} / {m.cpu:.2f} / {m.peak:,.0f}" + (f" ({m.anon:,.0f})" if m.anon else ""))
+                if m
+                else "—"
+            )
         if len(sizes) > 1:
             small, large = by_size.get(sizes[-2]), by_size.get(sizes[-1])
             if not small or not large or min(small.cpu, large.cpu) < 0.5:  # too short to time: the ratio is noise
@@ -299,12 +333,24 @@ def plot(results: Results, path: Path) -> None:
     for stage, by_size in by_stage.items():
         if by_size.get(sizes[-1], Measure(0, 0, 0)).cpu >= 1.0:
             style = {"marker": "s", "color": "black"} if stage == "whole job" else {"marker": "o"}
-            axes.plot(sizes, [by_size[size].cpu if size in by_size else float("nan") for size in sizes], label=stage, **style)
+            axes.plot(
+                sizes, [by_size[size].cpu if size in by_size else float("nan") for size in sizes], label=stage, **style
+            )
     job = by_stage["whole job"]
-    axes.plot(sizes, [job[sizes[0]].cpu * size / sizes[0] for size in sizes], linestyle="--", color="grey",
-              label="linear (from the smallest whole job)")
-    axes.set(xscale="log", yscale="log", xlabel="documents", ylabel="CPU seconds",
-             title=f"ragtrack run at scale (hashing encoder), {cpu_model()}")
+    axes.plot(
+        sizes,
+        [job[sizes[0]].cpu * size / sizes[0] for size in sizes],
+        linestyle="--",
+        color="grey",
+        label="linear (from the smallest whole job)",
+    )
+    axes.set(
+        xscale="log",
+        yscale="log",
+        xlabel="documents",
+        ylabel="CPU seconds",
+        title=f"ragtrack run at scale (hashing encoder), {cpu_model()}",
+    )
     axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -312,7 +358,10 @@ def plot(results: Results, path: Path) -> None:
 
 # ----------------------------------------------------------------------------- BM25 against bm25s
 
-SIDES = ("bm25s", "ragtrack")  # each builds in its own process, in this order; the ragtrack one then searches with every system
+SIDES = (
+    "bm25s",
+    "ragtrack",
+)  # each builds in its own process, in this order; the ragtrack one then searches with every system
 SYSTEMS = ("ragtrack", "bm25s numpy", "bm25s numba")  # bm25s's retrieval backends: numpy (its default), numba
 THREADS = (1, 2)
 RESULT = "RESULT "  # a side's output line with its figures, as JSON
@@ -350,7 +399,9 @@ def ragtrack_search(retriever: BM25Retriever, depth: int, queries: dict[str, str
     return {qid: [doc for doc, _ in run.ranking(qid)] for qid in queries}
 
 
-def searches(corpus: Corpus, cache: Cache, bm25s_folder: Path, depth: int) -> dict[str, Callable[[dict[str, str]], dict[str, list[str]]]]:
+def searches(
+    corpus: Corpus, cache: Cache, bm25s_folder: Path, depth: int
+) -> dict[str, Callable[[dict[str, str]], dict[str, list[str]]]]:
     """Per system and thread count (``ragtrack, 2 threads``), a search of all queries at once: ragtrack's
     BM25 loaded from ``cache``; bm25s's index memory-mapped from ``bm25s_folder``, where built, searched
     by each of its backends."""
@@ -364,7 +415,9 @@ def searches(corpus: Corpus, cache: Cache, bm25s_folder: Path, depth: int) -> di
     for system in SYSTEMS[1:] if bm25s_folder.is_dir() else ():  # not built: ragtrack alone (--ragtrack-only)
         model = bm25s.BM25.load(str(bm25s_folder), mmap=True, backend=system.split()[1])
         for threads in THREADS:
-            found[f"{system}, {counted(threads, 'thread')}"] = functools.partial(bm25s_search, model, corpus, depth, threads)
+            found[f"{system}, {counted(threads, 'thread')}"] = functools.partial(
+                bm25s_search, model, corpus, depth, threads
+            )
     return found
 
 
@@ -396,11 +449,16 @@ def run_side(side: str, corpus_folder: Path, work: Path, depth: int, repeats: in
         for name, search in systems.items():
             with stage(f"{name}: search"):
                 ranked = search(dataset.queries)
-            recall[name] = sum(len(dataset.qrels[qid].keys() & set(docs[:10])) / len(dataset.qrels[qid]) for qid, docs in ranked.items()) / len(ranked)
+            recall[name] = sum(
+                len(dataset.qrels[qid].keys() & set(docs[:10])) / len(dataset.qrels[qid])
+                for qid, docs in ranked.items()
+            ) / len(ranked)
     print(RESULT + json.dumps({"queries": len(dataset.queries), "recall@10": recall}), flush=True)
 
 
-def side_by_side(corpus: Path, work: Path, depth: int, repeats: int, sides: Sequence[str] = SIDES) -> tuple[dict[str, Measure], dict]:
+def side_by_side(
+    corpus: Path, work: Path, depth: int, repeats: int, sides: Sequence[str] = SIDES
+) -> tuple[dict[str, Measure], dict]:
     """The ``sides`` run on ``corpus`` (:func:`run_side`), ``work`` emptied before and removed after: every
     stage's measure (a search's: its fastest round), each side's whole process (``bm25s: process``),
     and the figures the ragtrack side printed."""
@@ -409,14 +467,25 @@ def side_by_side(corpus: Path, work: Path, depth: int, repeats: int, sides: Sequ
     stages, figures = {}, {}
     try:
         for side in sides:
-            command = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--work", str(work), "--depth", str(depth),
-                       "--repeats", str(repeats), str(corpus)]
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--side",
+                side,
+                "--work",
+                str(work),
+                "--depth",
+                str(depth),
+                "--repeats",
+                str(repeats),
+                str(corpus),
+            ]
             found, whole, log = measured(command, work)
             for name, measure in found:
                 if name not in stages or measure.seconds < stages[name].seconds:
                     stages[name] = measure
             stages[f"{side}: process"] = whole
-            figures |= next((json.loads(line[len(RESULT):]) for line in log if line.startswith(RESULT)), {})
+            figures |= next((json.loads(line[len(RESULT) :]) for line in log if line.startswith(RESULT)), {})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return stages, figures
@@ -426,16 +495,34 @@ def side_table(stages: dict[str, Measure], figures: dict) -> str:
     """Markdown: per system its build (seconds, CPU seconds, peak MB, the loaded corpus included, whose
     own peak follows), queries/s on each thread count (CPU seconds), the two-thread speed-up and
     recall@10; then the ratios of ragtrack's queries/s to each bm25s backend's."""
-    speed = {name[:-len(": search")]: figures["queries"] / m.seconds for name, m in stages.items() if name.endswith(": search")}
-    lines = [["system", "index: s / CPU s / peak MB", *(f"{counted(n, 'thread')}: q/s (CPU s)" for n in THREADS), "2 threads ÷ 1", "recall@10"]]
+    speed = {
+        name[: -len(": search")]: figures["queries"] / m.seconds
+        for name, m in stages.items()
+        if name.endswith(": search")
+    }
+    lines = [
+        [
+            "system",
+            "index: s / CPU s / peak MB",
+            *(f"{counted(n, 'thread')}: q/s (CPU s)" for n in THREADS),
+            "2 threads ÷ 1",
+            "recall@10",
+        ]
+    ]
     lines.append(["---"] * len(lines[0]))
     systems = [system for system in SYSTEMS if f"{system}, 1 thread" in speed]
     for system in systems:
         build = stages[f"{system.split()[0]}: index"]
         names = [f"{system}, {counted(n, 'thread')}" for n in THREADS]
-        lines.append([system, f"{build.seconds:.1f} / {build.cpu:.1f} / {build.peak:,.0f}",
-                      *(f"{speed[name]:.2f} ({stages[name + ': search'].cpu:.1f})" for name in names),
-                      f"{speed[names[1]] / speed[names[0]]:.2f}", f"{figures['recall@10'][names[0]]:.3f}"])
+        lines.append(
+            [
+                system,
+                f"{build.seconds:.1f} / {build.cpu:.1f} / {build.peak:,.0f}",
+                *(f"{speed[name]:.2f} ({stages[name + ': search'].cpu:.1f})" for name in names),
+                f"{speed[names[1]] / speed[names[0]]:.2f}",
+                f"{figures['recall@10'][names[0]]:.3f}",
+            ]
+        )
     text = "\n".join("| " + " | ".join(row) + " |" for row in lines)
     if "ragtrack: load corpus" in stages:
         text += f"\n\n(The corpus loaded, before any build: {stages['ragtrack: load corpus'].peak:,.0f} MB.)"
@@ -443,9 +530,12 @@ def side_table(stages: dict[str, Measure], figures: dict) -> str:
     def per_second(system: str, threads: int) -> float:
         return speed[f"{system}, {counted(threads, 'thread')}"]
 
-    ratios = [f"ragtrack ÷ {system}: {per_second('ragtrack', 1) / per_second(system, 1):.2f} on 1 thread each; ragtrack on 2 threads ÷ "
-              f"{system} on 1: {per_second('ragtrack', 2) / per_second(system, 1):.2f}; {per_second('ragtrack', 2) / per_second(system, 2):.2f} "
-              f"on 2 threads each" for system in systems[1:]]
+    ratios = [
+        f"ragtrack ÷ {system}: {per_second('ragtrack', 1) / per_second(system, 1):.2f} on 1 thread each; ragtrack on 2 threads ÷ "
+        f"{system} on 1: {per_second('ragtrack', 2) / per_second(system, 1):.2f}; {per_second('ragtrack', 2) / per_second(system, 2):.2f} "
+        f"on 2 threads each"
+        for system in systems[1:]
+    ]
     return "\n".join([text, "", *(f"- {line}" for line in ratios)]) if ratios else text
 
 
@@ -460,29 +550,56 @@ def stored_overrides(path: Path) -> list[str] | None:
 def save(results: Results, path: Path, overrides: list[str]) -> None:
     """Merge ``results`` into the JSON file ``path`` (sizes measured now replace stored ones)."""
     stored = json.loads(path.read_text()) if path.is_file() else {}
-    stored |= {str(size): {"stages": {s: asdict(m) for s, m in stages.items()}, "job": asdict(job)} for size, (stages, job) in results.items()}
+    stored |= {
+        str(size): {"stages": {s: asdict(m) for s, m in stages.items()}, "job": asdict(job)}
+        for size, (stages, job) in results.items()
+    }
     path.write_text(json.dumps({**stored, OVERRIDES: overrides}, indent=1))
 
 
 def load(path: Path) -> Results:
-    return {int(size): ({s: Measure(**m) for s, m in entry["stages"].items()}, Measure(**entry["job"]))
-            for size, entry in json.loads(path.read_text()).items() if size != OVERRIDES}
+    return {
+        int(size): ({s: Measure(**m) for s, m in entry["stages"].items()}, Measure(**entry["job"]))
+        for size, entry in json.loads(path.read_text()).items()
+        if size != OVERRIDES
+    }
 
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000", help="corpus sizes, comma-separated (add 1000000 for the 1M case); empty: only report --json")
-    parser.add_argument("--lengths", choices=sorted(LENGTHS), default="scifact", help="document lengths: SciFact's or MS MARCO passages'")
+    parser.add_argument(
+        "--sizes",
+        default="10000,100000",
+        help="corpus sizes, comma-separated (add 1000000 for the 1M case); empty: only report --json",
+    )
+    parser.add_argument(
+        "--lengths",
+        choices=sorted(LENGTHS),
+        default="scifact",
+        help="document lengths: SciFact's or MS MARCO passages'",
+    )
     parser.add_argument("--queries", type=int, default=QUERIES, help="queries per corpus")
     parser.add_argument("--root", type=Path, help="working folder (corpora, cache, store); default: a temporary one")
-    parser.add_argument("--cache", type=Path, help="where each job's cache goes, emptied before and removed after it; default: ROOT/cache")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        help="where each job's cache goes, emptied before and removed after it; default: ROOT/cache",
+    )
     parser.add_argument("--json", type=Path, help="merge the measures into this file and report every size it holds")
     parser.add_argument("--table", type=Path, help="also write the markdown table here")
     parser.add_argument("--plot", type=Path, help="also draw the log-log plot here")
-    parser.add_argument("--bm25s", action="store_true", help="instead of the job: ragtrack's BM25 against bm25s, side by side")
-    parser.add_argument("--ragtrack-only", action="store_true", help="--bm25s without bm25s (its build needs about 19 GB at 8.8M passages)")
+    parser.add_argument(
+        "--bm25s", action="store_true", help="instead of the job: ragtrack's BM25 against bm25s, side by side"
+    )
+    parser.add_argument(
+        "--ragtrack-only",
+        action="store_true",
+        help="--bm25s without bm25s (its build needs about 19 GB at 8.8M passages)",
+    )
     parser.add_argument("--depth", type=int, default=100, help="--bm25s: documents retrieved per query")
-    parser.add_argument("--repeats", type=int, default=2, help="--bm25s: rounds of searches (each system's fastest is reported)")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="--bm25s: rounds of searches (each system's fastest is reported)"
+    )
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a side of --bm25s, in its own process
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="extra ragtrack run overrides (--side: the corpus folder)")
@@ -497,13 +614,18 @@ def main() -> None:
     if args.side:
         return run_side(args.side, Path(args.overrides[0]), args.work, args.depth, args.repeats)
     sizes = sorted(int(size) for size in args.sizes.split(",") if size)
-    corpus_flags = [f"--{flag}={value}" for flag, value, default in (("lengths", args.lengths, "scifact"), ("queries", args.queries, QUERIES))
-                    if value != default]
+    corpus_flags = [
+        f"--{flag}={value}"
+        for flag, value, default in (("lengths", args.lengths, "scifact"), ("queries", args.queries, QUERIES))
+        if value != default
+    ]
     settings = corpus_flags + args.overrides  # what the JSON file records: its jobs' corpora and overrides
     earlier = stored_overrides(args.json) if args.json else None
     if sizes and earlier is not None and earlier != settings:
-        sys.exit(f"{args.json}: its jobs ran with {earlier or 'no overrides'}, these would run with "
-                 f"{settings or 'no overrides'}; measure them into another --json file")
+        sys.exit(
+            f"{args.json}: its jobs ran with {earlier or 'no overrides'}, these would run with "
+            f"{settings or 'no overrides'}; measure them into another --json file"
+        )
     with tempfile.TemporaryDirectory(prefix="ragtrack-scale-") as scratch:
         root = (args.root or Path(scratch)).resolve()
         results, texts = {}, []
@@ -515,14 +637,25 @@ def main() -> None:
                 print(f"{size:,} documents written in {time.perf_counter() - started:.1f} s", flush=True)
             if args.bm25s:
                 before = os.getloadavg()[0]
-                stages, figures = side_by_side(corpus, root / "bm25s-side-by-side", args.depth, args.repeats, SIDES[1:] if args.ragtrack_only else SIDES)
-                texts.append(f"{size:,} documents ({corpus.name}), {figures['queries']} queries, top {args.depth}; load average "
-                             f"{before:.1f} before, {os.getloadavg()[0]:.1f} after.\n\n{side_table(stages, figures)}")
+                stages, figures = side_by_side(
+                    corpus,
+                    root / "bm25s-side-by-side",
+                    args.depth,
+                    args.repeats,
+                    SIDES[1:] if args.ragtrack_only else SIDES,
+                )
+                texts.append(
+                    f"{size:,} documents ({corpus.name}), {figures['queries']} queries, top {args.depth}; load average "
+                    f"{before:.1f} before, {os.getloadavg()[0]:.1f} after.\n\n{side_table(stages, figures)}"
+                )
                 print(texts[-1], flush=True)
                 continue
             results[size] = run_job(corpus, root, (args.cache or root / "cache").resolve(), args.overrides)
             job = results[size][1]
-            print(f"{size:,} documents: job {job.seconds:.1f} s ({job.cpu:.1f} CPU s), peak {job.peak:,.0f} MB", flush=True)
+            print(
+                f"{size:,} documents: job {job.seconds:.1f} s ({job.cpu:.1f} CPU s), peak {job.peak:,.0f} MB",
+                flush=True,
+            )
             if args.json:
                 save({size: results[size]}, args.json, settings)
     overrides = settings

@@ -21,17 +21,16 @@ import bm25s
 import numpy as np
 import pandas as pd
 import Stemmer
-from rank_bm25 import BM25Okapi
-
-from ragtrack.evaluators.base import EvalInput
-from ragtrack.evaluators.ranking import RankingEvaluator
 from machine import best_of, cpu_model  # bench/ scripts share the machine line and the timer
+from rank_bm25 import BM25Okapi
 
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
 from ragtrack.core.porter import lucene_stem
 from ragtrack.core.runs import Run
 from ragtrack.core.settings import TokenizerSettings
+from ragtrack.evaluators.base import EvalInput
+from ragtrack.evaluators.ranking import RankingEvaluator
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 SCIFACT = Path(__file__).resolve().parent.parent / "data" / "scifact"
@@ -52,7 +51,9 @@ def measure(step: Callable[[], object]) -> tuple[float, int, object]:
 
 def ragtrack_system(ids: list[str], texts: list[str], **settings):
     """ragtrack's BM25 retriever with ``settings`` (none: the default, Anserini's BM25)."""
-    corpus = Corpus(ids=list(ids), titles=[""] * len(ids), texts=list(texts), hash="bench-sparse")  # as loaded, before the timing
+    corpus = Corpus(
+        ids=list(ids), titles=[""] * len(ids), texts=list(texts), hash="bench-sparse"
+    )  # as loaded, before the timing
 
     def build():
         lucene_stem.cache_clear()  # each build stems its words anew, as one job does
@@ -64,7 +65,9 @@ def ragtrack_system(ids: list[str], texts: list[str], **settings):
     return build, lambda retriever, queries: retriever.search(queries, DEPTH)
 
 
-ragtrack_one_thread = partial(ragtrack_system, threads=1)  # the default searches a batch of queries on one thread per core
+ragtrack_one_thread = partial(
+    ragtrack_system, threads=1
+)  # the default searches a batch of queries on one thread per core
 # ragtrack's BM25 before it reproduced Anserini: the bm25s backend, regex tokens, NFKC and case folding, Snowball
 bm25s_regex_system = partial(ragtrack_system, backend="bm25s", tokenizer=TokenizerSettings().model_dump())
 
@@ -80,7 +83,10 @@ def bm25s_system(ids: list[str], texts: list[str]):
     def search(model, queries):
         tokens = bm25s.tokenize(list(queries.values()), stopwords="en", stemmer=stemmer, show_progress=False)
         found, scores = model.retrieve(tokens, k=min(DEPTH, len(ids)), show_progress=False)
-        return Run("bm25s", {qid: {ids[d]: float(s) for d, s in zip(found[row], scores[row])} for row, qid in enumerate(queries)})
+        return Run(
+            "bm25s",
+            {qid: {ids[d]: float(s) for d, s in zip(found[row], scores[row])} for row, qid in enumerate(queries)},
+        )
 
     return build, search
 
@@ -102,21 +108,35 @@ def rank_bm25_system(ids: list[str], texts: list[str]):
     return build, search
 
 
-def compare(systems: dict, ids: list[str], texts: list[str], queries: dict[str, str], qrels=None, query_limits=None,
-            repeats: int = 1) -> pd.DataFrame:
+def compare(
+    systems: dict,
+    ids: list[str],
+    texts: list[str],
+    queries: dict[str, str],
+    qrels=None,
+    query_limits=None,
+    repeats: int = 1,
+) -> pd.DataFrame:
     rows = {}
     for name, make in systems.items():
         build, search = make(ids, texts)
         build_seconds, build_peak, model = measure(build)
-        asked = dict(list(queries.items())[:(query_limits or {}).get(name, len(queries))])
+        asked = dict(list(queries.items())[: (query_limits or {}).get(name, len(queries))])
         search_seconds, search_peak, run = measure(lambda: search(model, asked))
         if repeats > 1:
             build_seconds = min(build_seconds, best_of(build, repeats - 1))
             search_seconds = min(search_seconds, best_of(lambda: search(model, asked), repeats - 1))
-        row = {"build s": build_seconds, "queries": len(asked), "queries/s": len(asked) / search_seconds,
-               "peak build MB": build_peak / 2**20, "peak search MB": search_peak / 2**20}
+        row = {
+            "build s": build_seconds,
+            "queries": len(asked),
+            "queries/s": len(asked) / search_seconds,
+            "peak build MB": build_peak / 2**20,
+            "peak search MB": search_peak / 2**20,
+        }
         if qrels is not None and len(asked) == len(queries):
-            row["nDCG@10"] = RankingEvaluator(metrics=["ndcg@10"]).evaluate(EvalInput(qrels=qrels, run=run))["ndcg@10"].mean()
+            row["nDCG@10"] = (
+                RankingEvaluator(metrics=["ndcg@10"]).evaluate(EvalInput(qrels=qrels, run=run))["ndcg@10"].mean()
+            )
         rows[name] = row
         print(f"  {name}: {row}", flush=True)
     table = pd.DataFrame(rows).T
@@ -131,7 +151,7 @@ def synthetic(docs: int, queries: int, seed: int = 0) -> tuple[list[str], list[s
     vocabulary = np.array([f"w{i}x" for i in range(50_000)])
     words = vocabulary[np.minimum(rng.zipf(1.2, size=docs * 15), len(vocabulary)) - 1]
     lengths = rng.integers(5, 16, size=docs)
-    texts = [" ".join(words[i * 15:i * 15 + n]) for i, n in enumerate(lengths)]
+    texts = [" ".join(words[i * 15 : i * 15 + n]) for i, n in enumerate(lengths)]
     asked = {f"q{i}": " ".join(rng.choice(vocabulary[:5000], size=3)) for i in range(queries)}
     return [f"d{i}" for i in range(docs)], texts, asked
 
@@ -139,24 +159,47 @@ def synthetic(docs: int, queries: int, seed: int = 0) -> tuple[list[str], list[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=1_000_000, help="synthetic corpus size (0 skips it)")
-    parser.add_argument("--rank-bm25-queries", type=int, default=60, help="rank-bm25 answers this many SciFact queries (it is slow)")
+    parser.add_argument(
+        "--rank-bm25-queries", type=int, default=60, help="rank-bm25 answers this many SciFact queries (it is slow)"
+    )
     parser.add_argument("--repeats", type=int, default=5, help="build and search seconds: the best of this many calls")
     args = parser.parse_args()
     pd.set_option("display.width", 200)
     dataset = load_beir(SCIFACT, name="scifact")
     print(f"SciFact: {len(dataset.corpus)} documents, {len(dataset.queries)} queries, top {DEPTH}")
     print(cpu_model())
-    systems = {"ragtrack": ragtrack_system, "ragtrack 1 thread": ragtrack_one_thread, "ragtrack bm25s+regex": bm25s_regex_system,
-               "bm25s": bm25s_system, "rank_bm25": rank_bm25_system}
-    table = compare(systems, dataset.corpus.ids, dataset.corpus.full_texts(), dataset.queries, dataset.qrels,
-                    {"rank_bm25": args.rank_bm25_queries}, args.repeats)
+    systems = {
+        "ragtrack": ragtrack_system,
+        "ragtrack 1 thread": ragtrack_one_thread,
+        "ragtrack bm25s+regex": bm25s_regex_system,
+        "bm25s": bm25s_system,
+        "rank_bm25": rank_bm25_system,
+    }
+    table = compare(
+        systems,
+        dataset.corpus.ids,
+        dataset.corpus.full_texts(),
+        dataset.queries,
+        dataset.qrels,
+        {"rank_bm25": args.rank_bm25_queries},
+        args.repeats,
+    )
     print(table.to_string(float_format=lambda v: f"{v:,.3f}"))
     if args.docs:
         ids, texts, queries = synthetic(args.docs, 1000)
         print(f"\nSynthetic: {len(ids):,} short documents, {len(queries)} queries, top {DEPTH}")
-        table = compare({"ragtrack": ragtrack_system, "ragtrack 1 thread": ragtrack_one_thread, "ragtrack bm25s+regex": bm25s_regex_system,
-                         "bm25s": bm25s_system}, ids, texts, queries,
-                        repeats=args.repeats)
+        table = compare(
+            {
+                "ragtrack": ragtrack_system,
+                "ragtrack 1 thread": ragtrack_one_thread,
+                "ragtrack bm25s+regex": bm25s_regex_system,
+                "bm25s": bm25s_system,
+            },
+            ids,
+            texts,
+            queries,
+            repeats=args.repeats,
+        )
         print(table.to_string(float_format=lambda v: f"{v:,.3f}"))
 
 

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-
 import numpy as np
 
 from ragtrack.core.llm import is_abstention
-from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.settings import Text, validated
-from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
@@ -40,13 +38,16 @@ class AbstentionSettings(EvaluatorSettings, extra="forbid"):
 
 class AbstentionEvaluator(Evaluator):
     """Abstention precision, recall and rate (module docstring); needs generated answers and gold answer lists."""
+
     settings_schema = AbstentionSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:
-        return {"abstention_precision": "share of abstentions that are on unanswerable queries (empty gold answer list)",
-                "abstention_recall": "share of unanswerable queries (empty gold answer list) where the generator abstained",
-                "abstention_rate": "share of queries with a gold answer list where the generator abstained"}
+        return {
+            "abstention_precision": "share of abstentions that are on unanswerable queries (empty gold answer list)",
+            "abstention_recall": "share of unanswerable queries (empty gold answer list) where the generator abstained",
+            "abstention_rate": "share of queries with a gold answer list where the generator abstained",
+        }
 
     def __init__(self, **values):
         settings = validated(self.settings_schema, values, "abstention evaluator")
@@ -63,9 +64,11 @@ class AbstentionEvaluator(Evaluator):
         qids = [qid for qid in data.queries or data.answers if qid in data.answers]
         abstained = np.array([is_abstention(data.generated.get(qid, ""), self.no_answer) for qid in qids], dtype=bool)
         unanswerable = np.array([not data.answers[qid] for qid in qids], dtype=bool)
-        columns = {"abstention_precision": np.where(abstained, unanswerable, np.nan),
-                   "abstention_recall": np.where(unanswerable, abstained, np.nan),
-                   "abstention_rate": abstained.astype(float)}
+        columns = {
+            "abstention_precision": np.where(abstained, unanswerable, np.nan),
+            "abstention_recall": np.where(unanswerable, abstained, np.nan),
+            "abstention_rate": abstained.astype(float),
+        }
         table = pd.DataFrame({m: columns[m] for m in self.metrics}, index=pd.Index(qids, name="qid"), dtype=float)
         return table.reindex(pd.Index(list(data.queries or qids), name="qid"))
 

@@ -53,7 +53,9 @@ def confusion(judge, human, categories: int) -> np.ndarray:
     """K × K counts of (judge category, human category); both given as positions 0..K−1."""
     judge, human = np.asarray(judge, dtype=int), np.asarray(human, dtype=int)
     if judge.shape != human.shape or judge.ndim != 1:
-        raise ValueError(f"agreement needs two equally long 1-d label vectors, got shapes {judge.shape} and {human.shape}")
+        raise ValueError(
+            f"agreement needs two equally long 1-d label vectors, got shapes {judge.shape} and {human.shape}"
+        )
     if len(judge) and (min(judge.min(), human.min()) < 0 or max(judge.max(), human.max()) >= categories):
         raise ValueError(f"labels must be category positions 0..{categories - 1}")
     return np.bincount(judge * categories + human, minlength=categories * categories).reshape(categories, categories)
@@ -123,8 +125,16 @@ def _figures(counts: np.ndarray, weights: Weights, level: Level, values) -> dict
     return {"kappa": kappa(counts, weights), "alpha": alpha(counts, level, values), "accuracy": accuracy(counts)}
 
 
-def agreement(judge, human, categories: int, weights: Weights = "none", level: Level = "nominal", values=None,
-              resamples: int = 1000, seed: int = 0) -> Agreement:
+def agreement(
+    judge,
+    human,
+    categories: int,
+    weights: Weights = "none",
+    level: Level = "nominal",
+    values=None,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> Agreement:
     """Kappa (``weights``), alpha (``level``; ``values`` for interval) and accuracy of the judge's and the
     people's categories (positions 0..K−1 of the same items), with percentile bootstrap CIs (module docstring)."""
     counts = confusion(judge, human, categories)
@@ -132,7 +142,9 @@ def agreement(judge, human, categories: int, weights: Weights = "none", level: L
     point = _figures(counts, weights, level, values)
     if n == 0:
         nan = float("nan")
-        return Agreement(0, counts, {**{f: nan for f in FIGURES}, **{f"{f}_ci_{s}": nan for f in FIGURES for s in ("low", "high")}})
+        return Agreement(
+            0, counts, {**{f: nan for f in FIGURES}, **{f"{f}_ci_{s}": nan for f in FIGURES for s in ("low", "high")}}
+        )
     cells = np.asarray(judge, dtype=int) * categories + np.asarray(human, dtype=int)
     one_hot = np.zeros((n, categories * categories))
     one_hot[np.arange(n), cells] = 1.0
@@ -173,7 +185,15 @@ def ppi_mean(judge_labelled, human_labelled, judge_unlabelled, confidence: float
         return PPIMean(nan, nan, nan, float(unlabelled.mean()) if n_unlabelled else nan, nan, 0, total)
     share = n_unlabelled / total  # λ
     estimate = (share * unlabelled.mean() if n_unlabelled else 0.0) + (y - share * f).mean()
-    variance = (share ** 2 * unlabelled.var() / n_unlabelled if n_unlabelled else 0.0) + (y - share * f).var() / n
+    variance = (share**2 * unlabelled.var() / n_unlabelled if n_unlabelled else 0.0) + (y - share * f).var() / n
     half = stats.norm.isf((1 - confidence) / 2) * np.sqrt(variance) if n >= 2 else float("nan")
     judge_mean = (f.sum() + unlabelled.sum()) / total
-    return PPIMean(float(estimate), float(estimate - half), float(estimate + half), float(judge_mean), float((y - f).mean()), n, total)
+    return PPIMean(
+        float(estimate),
+        float(estimate - half),
+        float(estimate + half),
+        float(judge_mean),
+        float((y - f).mean()),
+        n,
+        total,
+    )

@@ -35,23 +35,21 @@ any of these metrics sees it, as ALCE does. Queries without gold answers are lef
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
 import re
 import string
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ragtrack.evaluators.base import EvalInput, Evaluator, parse_cutoff
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.llm import retrieved_passages, without_citations
 from ragtrack.core.progress import Progress
 from ragtrack.core.settings import Count, Integer, NameOrPath, validated
-from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings, parse_cutoff
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where a table is built: `ragtrack metrics` lists this without pandas
@@ -77,7 +75,9 @@ def token_f1(prediction: str, gold: str) -> float:
 
 # NLTK's English stop-word list (nltk.corpus.stopwords, 179 words), SQuAD-normalized like the tokens
 # it is removed from (so "don't" is "dont"); articles are already gone after normalization.
-STOP_WORDS = frozenset(normalize_answer(word) for word in """
+STOP_WORDS = frozenset(
+    normalize_answer(word)
+    for word in """
 i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself yourselves he him his himself
 she she's her hers herself it it's its itself they them their theirs themselves what which who whom this that that'll
 these those am is are was were be been being have has had having do does did doing a an the and but if or because as
@@ -86,7 +86,8 @@ out on off over under again further then once here there when where why how all 
 such no nor not only own same so than too very s t can will just don don't should should've now d ll m o re ve y ain
 aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn hasn't haven haven't isn isn't ma mightn
 mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn wasn't weren weren't won won't wouldn wouldn't
-""".split()) - {""}
+""".split()
+) - {""}
 
 
 def tokenset_f1(prediction: str, gold: str) -> float:
@@ -116,7 +117,7 @@ def best_over_golds(metric, prediction: str, golds: Sequence[str]) -> float:
 
 
 def _ngrams(tokens: list[str], n: int) -> Counter:
-    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
 def bleu_parts(prediction: list[str], references: list[list[str]], max_order: int = 4) -> tuple[list[float], float]:
@@ -184,23 +185,31 @@ class GoldAnswerEvaluator(Evaluator):
 class AnswerEvaluator(GoldAnswerEvaluator):
     """Lexical answer metrics: SQuAD F1 and EM, token-set F1, ROUGE-1/2/L precision, recall and F,
     sentence BLEU and its parts (see module docstring)."""
+
     settings_schema = AnswerSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:
         rouge = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L"}
-        return {
-            "answer_f1": "SQuAD v1.1 token F1 against the best gold answer",
-            "exact_match": "SQuAD v1.1 exact match (normalized) against any gold answer",
-            "answer_f1_tokenset": "token-set F1 without stop words (SQuAD-normalized), best gold",
-        } | {
-            f"{name}{suffix}": f"{label} {part} (rouge-score, Porter stemmer), gold with the best F"
-            for name, label in rouge.items() for suffix, part in (("", "F-measure"), ("_precision", "precision"), ("_recall", "recall"))
-        } | {
-            "bleu": "sentence sacreBLEU / 100 with every gold as a reference",
-        } | {f"bleu_p{n}": f"BLEU clipped {n}-gram precision (every gold as a reference)" for n in range(1, 5)} | {
-            "bleu_bp": "BLEU brevity penalty (closest gold length)",
-        }
+        return (
+            {
+                "answer_f1": "SQuAD v1.1 token F1 against the best gold answer",
+                "exact_match": "SQuAD v1.1 exact match (normalized) against any gold answer",
+                "answer_f1_tokenset": "token-set F1 without stop words (SQuAD-normalized), best gold",
+            }
+            | {
+                f"{name}{suffix}": f"{label} {part} (rouge-score, Porter stemmer), gold with the best F"
+                for name, label in rouge.items()
+                for suffix, part in (("", "F-measure"), ("_precision", "precision"), ("_recall", "recall"))
+            }
+            | {
+                "bleu": "sentence sacreBLEU / 100 with every gold as a reference",
+            }
+            | {f"bleu_p{n}": f"BLEU clipped {n}-gram precision (every gold as a reference)" for n in range(1, 5)}
+            | {
+                "bleu_bp": "BLEU brevity penalty (closest gold length)",
+            }
+        )
 
     def default_metrics(self) -> list[str]:
         return ["answer_f1", "exact_match", "rouge1", "rouge2", "rougeL", "bleu"]
@@ -236,11 +245,17 @@ class AnswerEvaluator(GoldAnswerEvaluator):
             if rouge_types:
                 scores = rouge.score_multi(golds, answer)
                 for name in rouge_types:
-                    values |= {name: scores[name].fmeasure, f"{name}_precision": scores[name].precision, f"{name}_recall": scores[name].recall}
+                    values |= {
+                        name: scores[name].fmeasure,
+                        f"{name}_precision": scores[name].precision,
+                        f"{name}_recall": scores[name].recall,
+                    }
             if "bleu" in self.metrics:
                 values["bleu"] = min(bleu.sentence_score(answer, list(golds)).score / 100, 1.0)  # float noise above 1
             if set(BLEU_PARTS) & set(self.metrics):
-                precisions, penalty = bleu_parts(tokenize_13a(answer.rstrip()).split(), [tokenize_13a(g.rstrip()).split() for g in golds])
+                precisions, penalty = bleu_parts(
+                    tokenize_13a(answer.rstrip()).split(), [tokenize_13a(g.rstrip()).split() for g in golds]
+                )
                 values |= dict(zip(BLEU_PARTS, [*precisions, penalty]))
             rows.append([values[m] for m in self.metrics])
         return np.asarray(rows, dtype=float)
@@ -248,6 +263,7 @@ class AnswerEvaluator(GoldAnswerEvaluator):
 
 class BertScoreEvaluator(GoldAnswerEvaluator):
     """BERTScore precision/recall/F1 from token embeddings of a local transformer (module docstring)."""
+
     settings_schema = BertScoreSettings
 
     @classmethod
@@ -261,7 +277,12 @@ class BertScoreEvaluator(GoldAnswerEvaluator):
     def __init__(self, **values):
         settings = validated(self.settings_schema, values, "bertscore evaluator")
         super().__init__(settings.metrics)
-        self.model_name, self.layer, self.batch_size, self.max_length = settings.model, settings.layer, settings.batch_size, settings.max_length
+        self.model_name, self.layer, self.batch_size, self.max_length = (
+            settings.model,
+            settings.layer,
+            settings.batch_size,
+            settings.max_length,
+        )
         self._loaded = None
         self._vectors: dict[str, np.ndarray] = {}  # embedded texts, reused across systems
 
@@ -275,9 +296,14 @@ class BertScoreEvaluator(GoldAnswerEvaluator):
             location = resolve_model(self.model_name)
             quiet_model_loading()
             try:
-                self._loaded = AutoTokenizer.from_pretrained(location), AutoModel.from_pretrained(location, use_safetensors=True).train(False)  # inference mode, safetensors only
+                self._loaded = (
+                    AutoTokenizer.from_pretrained(location),
+                    AutoModel.from_pretrained(location, use_safetensors=True).train(False),
+                )  # inference mode, safetensors only
             except Exception as exc:
-                raise RagtrackError(f"bertscore: cannot load model {self.model_name!r}: {str(exc).splitlines()[0]}") from None
+                raise RagtrackError(
+                    f"bertscore: cannot load model {self.model_name!r}: {str(exc).splitlines()[0]}"
+                ) from None
         return self._loaded
 
     def embed(self, texts: list[str]) -> list[np.ndarray]:
@@ -288,9 +314,15 @@ class BertScoreEvaluator(GoldAnswerEvaluator):
         tokenizer, model = self._load() if todo else (None, None)
         with torch.inference_mode(), Progress("bertscore: embed", len(todo), "texts") as progress:
             for start in range(0, len(todo), self.batch_size):
-                chunk = todo[start:start + self.batch_size]
-                batch = tokenizer(chunk, padding=True, truncation=True,
-                                  max_length=self.max_length, return_tensors="pt", return_special_tokens_mask=True)
+                chunk = todo[start : start + self.batch_size]
+                batch = tokenizer(
+                    chunk,
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                    return_special_tokens_mask=True,
+                )
                 special = batch.pop("special_tokens_mask").bool()
                 states = model(**batch, output_hidden_states=True).hidden_states[self.layer]
                 states = torch.nn.functional.normalize(states, dim=-1)
@@ -335,14 +367,17 @@ class ContextRecallEvaluator(GoldAnswerEvaluator):
     """Context metrics with answer containment as relevance (needs no generator): whether the top-k
     passages contain a gold answer, and ragas' context precision over them. The passages are those a
     generator reads (``EvalInput.context``: chunks of a chunked corpus)."""
+
     settings_schema = AnswerSettings
 
     needs_generated = False
 
     @classmethod
     def provides(cls) -> dict[str, str]:
-        return {"context_recall@k": "1 if a top-k passage contains a gold answer (SQuAD-normalized)",
-                "context_precision_answer@k": "ragas context precision over the top k, relevant = contains a gold answer"}
+        return {
+            "context_recall@k": "1 if a top-k passage contains a gold answer (SQuAD-normalized)",
+            "context_precision_answer@k": "ragas context precision over the top k, relevant = contains a gold answer",
+        }
 
     def default_metrics(self) -> list[str]:
         return ["context_recall@1", "context_recall@3", "context_recall@5"]
@@ -355,7 +390,9 @@ class ContextRecallEvaluator(GoldAnswerEvaluator):
     def _require_known_metrics(self, label: str) -> None:
         unknown = [m for m in self.metrics if not self.handles(m)]
         if unknown:
-            raise RagtrackError(f"{label}: metric {unknown[0]!r} must look like context_recall@5 or context_precision_answer@5")
+            raise RagtrackError(
+                f"{label}: metric {unknown[0]!r} must look like context_recall@5 or context_precision_answer@5"
+            )
 
     def applies_to(self, data: EvalInput) -> bool:
         return super().applies_to(data) and data.corpus is not None
@@ -368,7 +405,15 @@ class ContextRecallEvaluator(GoldAnswerEvaluator):
             for text in passages[qid]:
                 if text not in normalized:
                     normalized[text] = normalize_answer(text)
-            relevant = [any(contains_answer(normalized[text], gold) for gold in data.answers[qid]) for text in passages[qid]]
-            rows.append([float(any(relevant[:k])) if metric.startswith("context_recall@") else ragas_average_precision(relevant[:k])
-                         for metric, k in zip(self.metrics, self.cutoffs)])
+            relevant = [
+                any(contains_answer(normalized[text], gold) for gold in data.answers[qid]) for text in passages[qid]
+            ]
+            rows.append(
+                [
+                    float(any(relevant[:k]))
+                    if metric.startswith("context_recall@")
+                    else ragas_average_precision(relevant[:k])
+                    for metric, k in zip(self.metrics, self.cutoffs)
+                ]
+            )
         return np.asarray(rows, dtype=float)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-from typing import Annotated, TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -58,6 +57,7 @@ class MetricSource(ABC):
     ``metrics`` the ones the config asks for. Two kinds: an :class:`Evaluator` scores each system's
     queries as the system is made; a :class:`SystemComparer` (pairwise judging) runs once every system
     has answered and scores pairs of systems."""
+
     settings_schema = EvaluatorSettings
 
     def __init__(self, metrics: Sequence[str] | None = None):
@@ -67,7 +67,9 @@ class MetricSource(ABC):
         """Fail in one line when a requested metric is not one this evaluator provides."""
         unknown = [m for m in self.metrics if m not in self.provides()]
         if unknown:
-            raise RagtrackError(f"{label}: unknown metrics {unknown}; known: {', '.join(self.provides())}{did_you_mean(unknown[0], self.provides())}")
+            raise RagtrackError(
+                f"{label}: unknown metrics {unknown}; known: {', '.join(self.provides())}{did_you_mean(unknown[0], self.provides())}"
+            )
 
     @classmethod
     @abstractmethod
@@ -90,8 +92,9 @@ class SystemComparer(MetricSource):
     human_labels = None
 
     @abstractmethod
-    def judge(self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
-              golds: Mapping[str, list[str]]) -> tuple[dict[str, dict], list[dict]]:
+    def judge(
+        self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], golds: Mapping[str, list[str]]
+    ) -> tuple[dict[str, dict], list[dict]]:
         """Figures by pair (``"a vs b"``) from ``answers`` (system -> query id -> answer), and one
         record per pair and query (``pair``, ``qid``, ``outcome``: win / tie / loss of the first)."""
 
@@ -119,7 +122,9 @@ class Evaluator(MetricSource):
         return pd.Series(True, index=per_query.index)
 
 
-def aggregate(per_query: pd.DataFrame, counted: pd.Series | None = None, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+def aggregate(
+    per_query: pd.DataFrame, counted: pd.Series | None = None, resamples: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """Mean, standard deviation (ddof=1) and percentile-bootstrap 95% CI of each column.
 
     The bootstrap draws ``resamples`` query samples with replacement (seeded, same draws for every

@@ -37,17 +37,26 @@ citations and support, both scores, the error) in the system's output folder.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, Strict, ValidationInfo, field_validator
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.llm import (CITATION_MARKER, NOT_SENT, ChatClient, check_template, is_abstention, json_objects, last_match, retrieved_passages,
-                               without_citations)
+from ragtrack.core.llm import (
+    CITATION_MARKER,
+    NOT_SENT,
+    ChatClient,
+    check_template,
+    is_abstention,
+    json_objects,
+    last_match,
+    retrieved_passages,
+    without_citations,
+)
 from ragtrack.core.settings import ChatSettings, Count, Text
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.faithfulness import covered, tokens
@@ -103,7 +112,13 @@ def alce_scores(statements: Sequence[Statement], known: Mapping[Check, bool]) ->
     supported_sentences, precise_total, citations_total, details = 0, 0, 0, []
     for statement in statements:
         cited, text = statement.citations, statement.text
-        detail = {"statement": text, "citations": list(cited), "out_of_range": statement.out_of_range, "supported": False, "precise": []}
+        detail = {
+            "statement": text,
+            "citations": list(cited),
+            "out_of_range": statement.out_of_range,
+            "supported": False,
+            "precise": [],
+        }
         details.append(detail)
         if not cited or statement.out_of_range:
             continue
@@ -143,7 +158,10 @@ def parse_support(reply: str) -> bool:
     ``Supported: no``, else a reply starting with yes / no (true, false, supported, not supported); ``ValueError`` otherwise."""
     text = reply.strip()
     for found in reversed(json_objects(text)):  # the last: its own verdict, after any it quotes
-        value = next((v for k, v in found.items() if str(k).lower() in ("supported", "support", "answer", "verdict", "label")), None)
+        value = next(
+            (v for k, v in found.items() if str(k).lower() in ("supported", "support", "answer", "verdict", "label")),
+            None,
+        )
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and _word(value) in _YES | _NO:
@@ -196,16 +214,28 @@ class CitationSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
 
 class CitationEvaluator(Evaluator):
     """ALCE citation recall and precision of generated answers (module docstring)."""
+
     settings_schema = CitationSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:
-        return {"citation_recall": "share of answer sentences whose citations support them (ALCE, Gao et al. 2023)",
-                "citation_precision": "share of citations that support their sentence and are not irrelevant (ALCE, Gao et al. 2023)"}
+        return {
+            "citation_recall": "share of answer sentences whose citations support them (ALCE, Gao et al. 2023)",
+            "citation_precision": "share of citations that support their sentence and are not irrelevant (ALCE, Gao et al. 2023)",
+        }
 
-    def __init__(self, prompt: str | None = None, mode: str = "lexical", metrics: Sequence[str] | None = None, top_k: int = 3,
-                 max_citations: int = 3, support_threshold: float = 0.5, no_answer: str | None = None, output_dir: str | None = None,
-                 **client):
+    def __init__(
+        self,
+        prompt: str | None = None,
+        mode: str = "lexical",
+        metrics: Sequence[str] | None = None,
+        top_k: int = 3,
+        max_citations: int = 3,
+        support_threshold: float = 0.5,
+        no_answer: str | None = None,
+        output_dir: str | None = None,
+        **client,
+    ):
         """``prompt`` and ``client`` (the :class:`ChatClient` settings: ``base_url``, ``model``, ...) are
         used in ``llm`` mode only."""
         super().__init__(metrics)
@@ -218,20 +248,33 @@ class CitationEvaluator(Evaluator):
         self.prompt, self.mode, self.top_k, self.max_citations = prompt, mode, int(top_k), int(max_citations)
         self.support_threshold, self.no_answer, self.output_dir = float(support_threshold), no_answer, output_dir
         self.client = ChatClient(**client) if mode == "llm" else None
-        self._followups = 0  # a dry run: the most checks the last evaluate would have asked after the replies it did not get
+        self._followups = (
+            0  # a dry run: the most checks the last evaluate would have asked after the replies it did not get
+        )
 
     def unsent_followups(self) -> int:
         return self._followups
 
     def applies_to(self, data: EvalInput) -> bool:
-        return bool(data.generated) and data.corpus is not None  # answers were asked for: blank where none came (generation failed)
+        return (
+            bool(data.generated) and data.corpus is not None
+        )  # answers were asked for: blank where none came (generation failed)
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
         import pandas as pd
 
         qids = list(data.queries)
-        records = {qid: {"qid": qid, "citation_recall": None, "citation_precision": None, "statements": [], "skipped": "", "error": ""}
-                   for qid in qids}
+        records = {
+            qid: {
+                "qid": qid,
+                "citation_recall": None,
+                "citation_precision": None,
+                "statements": [],
+                "skipped": "",
+                "error": "",
+            }
+            for qid in qids
+        }
         answered = [qid for qid in qids if data.generated.get(qid, "").strip()]
         passages = retrieved_passages(data.context, data.corpus, answered, self.top_k, full=True)
         statements = {}
@@ -255,7 +298,11 @@ class CitationEvaluator(Evaluator):
                 if outcome is None:
                     pending[qid] = missing
                     continue
-                records[qid] |= {"citation_recall": outcome.recall, "citation_precision": outcome.precision, "statements": outcome.details}
+                records[qid] |= {
+                    "citation_recall": outcome.recall,
+                    "citation_precision": outcome.precision,
+                    "statements": outcome.details,
+                }
                 table.loc[qid, self.metrics] = [records[qid][m] for m in self.metrics]
             statements = {qid: statements[qid] for qid in pending}
             if not pending:
@@ -264,16 +311,28 @@ class CitationEvaluator(Evaluator):
             for qid, error in errors.items():
                 records[qid]["error"] = error
                 del statements[qid]
-                if error == NOT_SENT:  # a dry run: at most a single-passage and a leave-one-out check per citation follow
-                    self._followups += sum(2 * len(s.citations) for s in found_statements[qid] if len(s.citations) > 1 and not s.out_of_range)
+                if (
+                    error == NOT_SENT
+                ):  # a dry run: at most a single-passage and a leave-one-out check per citation follow
+                    self._followups += sum(
+                        2 * len(s.citations)
+                        for s in found_statements[qid]
+                        if len(s.citations) > 1 and not s.out_of_range
+                    )
             for qid in statements:
                 known[qid] |= answers[qid]
         report("citations", data.run.name, list(records.values()), self.output_dir, "citations.jsonl")
         return table
 
-    def _supports(self, pending: Mapping[str, set[Check]], passages: Mapping[str, list[str]], questions: Mapping[str, str],
-                  system: str) -> tuple[dict[str, dict[Check, bool]], dict[str, str]]:
+    def _supports(
+        self,
+        pending: Mapping[str, set[Check]],
+        passages: Mapping[str, list[str]],
+        questions: Mapping[str, str],
+        system: str,
+    ) -> tuple[dict[str, dict[Check, bool]], dict[str, str]]:
         """φ for each query's pending checks, and the first error of each query whose checks failed."""
+
         def shown(qid: str, numbers: tuple[int, ...], numbered: bool) -> str:
             return "\n".join(f"[{n}] {passages[qid][n - 1]}" if numbered else passages[qid][n - 1] for n in numbers)
 
@@ -281,11 +340,17 @@ class CitationEvaluator(Evaluator):
         if self.client is None:
             for qid, checks in pending.items():
                 for numbers, text in sorted(checks):
-                    found[qid][(numbers, text)] = covered(tokens(text), tokens(shown(qid, numbers, False))) >= self.support_threshold
+                    found[qid][(numbers, text)] = (
+                        covered(tokens(text), tokens(shown(qid, numbers, False))) >= self.support_threshold
+                    )
             return found, {}
         asked = {(qid, i): (qid, check) for qid, checks in pending.items() for i, check in enumerate(sorted(checks))}
-        prompts = {key: self.prompt.format(question=questions.get(qid, ""), passages=shown(qid, check[0], True), statement=check[1])
-                   for key, (qid, check) in asked.items()}
+        prompts = {
+            key: self.prompt.format(
+                question=questions.get(qid, ""), passages=shown(qid, check[0], True), statement=check[1]
+            )
+            for key, (qid, check) in asked.items()
+        }
         replies, failures = self.client.complete_all(prompts, label=f"citations {system}")
 
         def accept(item: tuple[str, Check], reply: str) -> None:

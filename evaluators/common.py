@@ -17,7 +17,9 @@ Qrels = dict[str, dict[str, int]]
 def divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     """Element-wise ratio that is 0 where the denominator is 0 (the rank metrics' convention)."""
     denominator = np.asarray(denominator, dtype=float)
-    return np.divide(numerator, denominator, out=np.zeros(np.broadcast(numerator, denominator).shape), where=denominator > 0)
+    return np.divide(
+        numerator, denominator, out=np.zeros(np.broadcast(numerator, denominator).shape), where=denominator > 0
+    )
 
 
 def parse_cutoff(metric: str) -> int:
@@ -36,7 +38,9 @@ def parse_cutoff(metric: str) -> int:
 BOOTSTRAP_BLOCK_CELLS = 1 << 21  # resample × query draws held at once: ~16 MiB of draws, as much again of counts
 
 
-def bootstrap_means(values: np.ndarray, resamples: int = 1000, seed: int = 0, block_cells: int = BOOTSTRAP_BLOCK_CELLS) -> np.ndarray:
+def bootstrap_means(
+    values: np.ndarray, resamples: int = 1000, seed: int = 0, block_cells: int = BOOTSTRAP_BLOCK_CELLS
+) -> np.ndarray:
     """(resamples, metrics): column means of ``resamples`` seeded samples of the n rows of ``values``,
     drawn with replacement; mean_r = c_r · values / n with c_r[i] = how often row i is drawn in
     resample r. Drawn in blocks of ⌊block_cells / n⌋ resamples (at least 1), so memory is
@@ -50,7 +54,7 @@ def bootstrap_means(values: np.ndarray, resamples: int = 1000, seed: int = 0, bl
         rows = min(block, resamples - start)
         cells = np.arange(rows)[:, None] * n + rng.integers(0, n, size=(rows, n))
         counts = np.bincount(cells.ravel(), minlength=rows * n).reshape(rows, n).astype(float)
-        means[start:start + rows] = counts @ values / n
+        means[start : start + rows] = counts @ values / n
     return means
 
 

@@ -19,20 +19,18 @@ Queries without gold answers are left out of the means, as for every answer metr
 
 from __future__ import annotations
 
-from typing import Annotated
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
-
 from pydantic import Field, Strict
 
 from ragtrack.core.llm import retrieved_passages, without_citations
-from ragtrack.evaluators.answer import GoldAnswerEvaluator, normalize_answer
-from ragtrack.evaluators.base import EvalInput
 from ragtrack.core.settings import Count, validated
-from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.evaluators.answer import GoldAnswerEvaluator, normalize_answer
+from ragtrack.evaluators.base import EvalInput, EvaluatorSettings
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -77,6 +75,7 @@ class FaithfulnessSettings(EvaluatorSettings, extra="forbid"):
 
 class FaithfulnessEvaluator(GoldAnswerEvaluator):
     """Knowledge precision, answer recall and sentence support by token overlap (module docstring)."""
+
     settings_schema = FaithfulnessSettings
 
     @classmethod
@@ -97,7 +96,11 @@ class FaithfulnessEvaluator(GoldAnswerEvaluator):
         return super().applies_to(data) and (data.corpus is not None or self.metrics == ["answer_recall"])
 
     def score(self, data: EvalInput, qids: list[str]) -> np.ndarray:
-        retrieved = retrieved_passages(data.context, data.corpus, qids, self.top_k, full=True) if data.corpus is not None else {}
+        retrieved = (
+            retrieved_passages(data.context, data.corpus, qids, self.top_k, full=True)
+            if data.corpus is not None
+            else {}
+        )
         rows = []
         for qid in qids:
             answer = without_citations(data.generated.get(qid, ""))  # as the answer metrics: citing changes no score

@@ -77,8 +77,12 @@ def read_human_labels(path: str | Path, scales: Mapping[str, Sequence[int] | Seq
         label = _checked(row, path, number, scales, item)
         key = (label.qid, tuple(sorted(split_pair(label.item))) if item == "pair" else label.item, label.criterion)
         if key in first_line:
-            raise InputError(path, f"a second label for query {label.qid!r}, {item} {label.item!r}, criterion {label.criterion!r} "
-                                   f"(first on line {first_line[key]}); give one label per item", number)
+            raise InputError(
+                path,
+                f"a second label for query {label.qid!r}, {item} {label.item!r}, criterion {label.criterion!r} "
+                f"(first on line {first_line[key]}); give one label per item",
+                number,
+            )
         first_line[key] = number
         labels.append(label)
     if not labels:
@@ -95,8 +99,12 @@ def _tsv_rows(path: Path, item: Item):
     names = [name.strip(" ") for name in text.split("\t")]
     required, optional = _fields(item)
     if len(set(names)) < len(names) or not set(required) <= set(names):
-        raise InputError(path, f"the header must name each of {', '.join(required)} once (and may name {', '.join(optional)}), "
-                               f"tab-separated; got {text!r}", number)
+        raise InputError(
+            path,
+            f"the header must name each of {', '.join(required)} once (and may name {', '.join(optional)}), "
+            f"tab-separated; got {text!r}",
+            number,
+        )
     for number, text in lines:
         cells = text.split("\t")
         if len(cells) != len(names):
@@ -108,8 +116,12 @@ def _checked(row: dict, path: Path, number: int, scales: Mapping[str, Sequence],
     required, optional = _fields(item)
     unknown = sorted(set(row) - set(required) - set(optional))
     if unknown:
-        raise InputError(path, f"unknown field {unknown[0]!r}; a label has {', '.join(required)} and optionally {', '.join(optional)}"
-                               f"{did_you_mean(unknown[0], [*required, *optional])}", number)
+        raise InputError(
+            path,
+            f"unknown field {unknown[0]!r}; a label has {', '.join(required)} and optionally {', '.join(optional)}"
+            f"{did_you_mean(unknown[0], [*required, *optional])}",
+            number,
+        )
     missing = [name for name in required if name not in row]
     if missing:
         raise InputError(path, f"missing field {missing[0]!r}", number)
@@ -126,13 +138,23 @@ def _checked(row: dict, path: Path, number: int, scales: Mapping[str, Sequence],
     criterion = row.get("criterion")
     if criterion is None or criterion == "":
         if len(scales) > 1:
-            raise InputError(path, f"missing field 'criterion': the judge has several rubrics ({', '.join(scales)})", number)
+            raise InputError(
+                path, f"missing field 'criterion': the judge has several rubrics ({', '.join(scales)})", number
+            )
         criterion = next(iter(scales))
     if not isinstance(criterion, str):
-        raise InputError(path, f"'criterion' must be a rubric's name, got {criterion!r}; the judge's rubrics: {', '.join(map(str, scales))}", number)
+        raise InputError(
+            path,
+            f"'criterion' must be a rubric's name, got {criterion!r}; the judge's rubrics: {', '.join(map(str, scales))}",
+            number,
+        )
     if criterion not in scales:
-        raise InputError(path, f"unknown criterion {criterion!r}; the judge's rubrics: {', '.join(map(str, scales))}"
-                               f"{did_you_mean(str(criterion), list(scales))}", number)
+        raise InputError(
+            path,
+            f"unknown criterion {criterion!r}; the judge's rubrics: {', '.join(map(str, scales))}"
+            f"{did_you_mean(str(criterion), list(scales))}",
+            number,
+        )
     label = _label(row["label"], scales[criterion], path, number, criterion)
     answer = row.get("answer")
     if answer is not None and not isinstance(answer, str):

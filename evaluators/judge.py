@@ -24,7 +24,6 @@ them and its PPI-corrected mean (``pipeline.agreement``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
 import functools
 import json
 import logging
@@ -32,17 +31,23 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
-
 from pydantic import Field
 
-from ragtrack.evaluators.base import EvalInput, Evaluator
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.llm import ChatClient, check_template, json_objects, last_match, numbered_passages, retrieved_passages
 from ragtrack.core.files import json_text, read_yaml, write_atomically
+from ragtrack.core.llm import (
+    ChatClient,
+    check_template,
+    json_objects,
+    last_match,
+    numbered_passages,
+    retrieved_passages,
+)
 from ragtrack.core.settings import ChatSettings, Count, InputPath, NameOrPath, Text, validated
-from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.human_labels import read_human_labels
 
 if TYPE_CHECKING:
@@ -72,10 +77,16 @@ class Rubric:
     def render(self) -> str:
         """The rubric as prompt text: description, the scale's meanings, then the examples."""
         low, high = self.bounds
-        lines = [f"{self.name} ({low}-{high}): {self.description}", *(f"  {score} = {meaning}" for score, meaning in sorted(self.scale.items()))]
+        lines = [
+            f"{self.name} ({low}-{high}): {self.description}",
+            *(f"  {score} = {meaning}" for score, meaning in sorted(self.scale.items())),
+        ]
         for example in self.examples:
-            shown = "; ".join(f"{key.upper().replace('_', ' ')}: {json.dumps(example[key], ensure_ascii=False) if key == 'gold_answers' else example[key]}"
-                              for key in ("question", "context", "gold_answers", "answer") if key in example)
+            shown = "; ".join(
+                f"{key.upper().replace('_', ' ')}: {json.dumps(example[key], ensure_ascii=False) if key == 'gold_answers' else example[key]}"
+                for key in ("question", "context", "gold_answers", "answer")
+                if key in example
+            )
             because = f" ({example['rationale']})" if example.get("rationale") else ""
             lines.append(f"  example: {shown} -> {self.name} {example['score']}{because}")
         return "\n".join(lines)
@@ -87,7 +98,9 @@ def load_rubric(spec: str) -> Rubric:
     if spec in BUILT_IN_RUBRICS:
         return _built_in_rubric(spec)
     if not (spec.endswith((".yaml", ".yml")) or "/" in spec):
-        raise RagtrackError(f"llm_judge: unknown rubric {spec!r}; built-in: {', '.join(BUILT_IN_RUBRICS)}, or give a YAML file's path")
+        raise RagtrackError(
+            f"llm_judge: unknown rubric {spec!r}; built-in: {', '.join(BUILT_IN_RUBRICS)}, or give a YAML file's path"
+        )
     return _read_rubric(Path(spec).expanduser())
 
 
@@ -109,11 +122,20 @@ def _checked_rubric(loaded: object, path: Path) -> Rubric:
         raise InputError(path, f"unknown rubric keys {sorted(unknown)}; allowed: name, description, scale, examples")
     name, description, scale = loaded.get("name"), loaded.get("description"), loaded.get("scale")
     if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise InputError(path, f"'name' must be lower-case letters, digits and _ (it names the metric judge_<name>), got {name!r}")
+        raise InputError(
+            path, f"'name' must be lower-case letters, digits and _ (it names the metric judge_<name>), got {name!r}"
+        )
     if not isinstance(description, str) or not description.strip():
         raise InputError(path, "'description' must be a non-empty string")
-    if not isinstance(scale, dict) or len(scale) < 2 or not all(isinstance(k, int) and not isinstance(k, bool) and isinstance(v, str) for k, v in scale.items()):
-        raise InputError(path, "'scale' must map at least two integer scores to their meaning (text: quote yes, no, on, off), e.g. {1: wrong, 5: right}")
+    if (
+        not isinstance(scale, dict)
+        or len(scale) < 2
+        or not all(isinstance(k, int) and not isinstance(k, bool) and isinstance(v, str) for k, v in scale.items())
+    ):
+        raise InputError(
+            path,
+            "'scale' must map at least two integer scores to their meaning (text: quote yes, no, on, off), e.g. {1: wrong, 5: right}",
+        )
     examples = loaded.get("examples") or []
     if not isinstance(examples, list):
         raise InputError(path, "'examples' must be a list")
@@ -121,7 +143,10 @@ def _checked_rubric(loaded: object, path: Path) -> Rubric:
         if not isinstance(example, dict) or "answer" not in example or "score" not in example:
             raise InputError(path, f"example {number} needs at least 'answer' and 'score'")
         if set(example) - set(EXAMPLE_FIELDS):
-            raise InputError(path, f"example {number} has unknown keys {sorted(set(example) - set(EXAMPLE_FIELDS))}; allowed: {', '.join(EXAMPLE_FIELDS)}")
+            raise InputError(
+                path,
+                f"example {number} has unknown keys {sorted(set(example) - set(EXAMPLE_FIELDS))}; allowed: {', '.join(EXAMPLE_FIELDS)}",
+            )
         if example["score"] not in scale:
             raise InputError(path, f"example {number}: score {example['score']!r} is not on the scale {sorted(scale)}")
     return Rubric(name, description.strip(), dict(scale), examples)
@@ -157,7 +182,9 @@ def _json_object(reply: str, criteria: Sequence[str]) -> dict | None:
     return None
 
 
-def parse_judgement(reply: str, criteria: Sequence[str], bounds: dict[str, tuple[int, int]] | None = None) -> tuple[dict[str, float], str]:
+def parse_judgement(
+    reply: str, criteria: Sequence[str], bounds: dict[str, tuple[int, int]] | None = None
+) -> tuple[dict[str, float], str]:
     """Scores by criterion and the rationale from a judge's reply; ``bounds``: each criterion's scale
     (default 1-5); ``ValueError`` says what is wrong."""
     bounds = {c: (bounds or {}).get(c, (1, 5)) for c in criteria}
@@ -175,7 +202,9 @@ def parse_judgement(reply: str, criteria: Sequence[str], bounds: dict[str, tuple
     scores = {}
     for criterion in criteria:
         labels = f"{criterion}|score" if len(criteria) == 1 else criterion
-        match = last_match(re.compile(rf"\b(?:{labels})\b[*_\s]*(?:score)?[*_\s]*[:=\-]\s*[*_]*\s*([^\s*_,;]+)", re.IGNORECASE), reply)
+        match = last_match(
+            re.compile(rf"\b(?:{labels})\b[*_\s]*(?:score)?[*_\s]*[:=\-]\s*[*_]*\s*([^\s*_,;]+)", re.IGNORECASE), reply
+        )
         if match is None:
             raise ValueError(f"no {criterion} score in the reply {' '.join(reply.split())[:80]!r}")
         scores[criterion] = _score(match.group(1).rstrip("."), criterion, bounds[criterion])
@@ -192,12 +221,16 @@ class JudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     rubrics: Annotated[list[NameOrPath], Field(min_length=1)] | None = None
     top_k: Count = 3
     output_dir: Text | None = None
-    human_labels: InputPath | None = Field(None, description="a .jsonl or .tsv file of people's labels (qid, system, criterion, label): "
-                                                         "the judge's agreement with them and the PPI-corrected mean")
+    human_labels: InputPath | None = Field(
+        None,
+        description="a .jsonl or .tsv file of people's labels (qid, system, criterion, label): "
+        "the judge's agreement with them and the PPI-corrected mean",
+    )
 
 
 class LLMJudge(Evaluator):
     """Grades generated answers with a chat model on rubrics (module docstring); needs generated answers."""
+
     settings_schema = JudgeSettings
 
     @classmethod
@@ -221,14 +254,21 @@ class LLMJudge(Evaluator):
         if unknown:
             raise RagtrackError(f"llm_judge: metrics {unknown} have no rubric; rubrics give {', '.join(self.metrics)}")
         self.criteria = names
-        check_template(settings.prompt, {"question", "context", "gold_answers", "answer", "rubrics", "reply_format"}, "llm_judge")
+        check_template(
+            settings.prompt, {"question", "context", "gold_answers", "answer", "rubrics", "reply_format"}, "llm_judge"
+        )
         self.prompt, self.top_k, self.output_dir = settings.prompt, settings.top_k, settings.output_dir
-        self.human_labels = (read_human_labels(settings.human_labels, {r.name: sorted(r.scale) for r in self.rubrics}, "system")
-                             if settings.human_labels else None)
+        self.human_labels = (
+            read_human_labels(settings.human_labels, {r.name: sorted(r.scale) for r in self.rubrics}, "system")
+            if settings.human_labels
+            else None
+        )
         self.client = ChatClient(**settings.client_settings())
 
     def applies_to(self, data: EvalInput) -> bool:
-        return bool(data.generated) and data.corpus is not None  # answers were asked for: blank where none came (generation failed)
+        return (
+            bool(data.generated) and data.corpus is not None
+        )  # answers were asked for: blank where none came (generation failed)
 
     def counted(self, data: EvalInput, per_query: pd.DataFrame) -> pd.Series:
         return per_query.notna().all(axis=1)
@@ -240,9 +280,17 @@ class LLMJudge(Evaluator):
         answered = [qid for qid in qids if data.generated.get(qid, "").strip()]
         passages = retrieved_passages(data.context, data.corpus, answered, self.top_k)
         rubrics, format_ = "\n\n".join(r.render() for r in self.rubrics), reply_format(self.rubrics)
-        prompts = {qid: self.prompt.format(question=data.queries[qid], context=numbered_passages(passages[qid]),
-                                           gold_answers=json.dumps(data.answers.get(qid, []), ensure_ascii=False),
-                                           answer=data.generated[qid], rubrics=rubrics, reply_format=format_) for qid in answered}
+        prompts = {
+            qid: self.prompt.format(
+                question=data.queries[qid],
+                context=numbered_passages(passages[qid]),
+                gold_answers=json.dumps(data.answers.get(qid, []), ensure_ascii=False),
+                answer=data.generated[qid],
+                rubrics=rubrics,
+                reply_format=format_,
+            )
+            for qid in answered
+        }
         replies, errors = self.client.complete_all(prompts, label=f"judge {data.run.name}")
         errors |= {qid: "no generated answer" for qid in qids if qid not in prompts}
         bounds = {r.name: r.bounds for r in self.rubrics}
@@ -261,8 +309,14 @@ class LLMJudge(Evaluator):
             records.append(record)
         failed = [r for r in records if r["error"]]
         if failed:
-            log.warning("llm_judge %s: %d of %d queries not judged (left out of the means); first: %s: %s",
-                        data.run.name, len(failed), len(qids), failed[0]["qid"], failed[0]["error"])
+            log.warning(
+                "llm_judge %s: %d of %d queries not judged (left out of the means); first: %s: %s",
+                data.run.name,
+                len(failed),
+                len(qids),
+                failed[0]["qid"],
+                failed[0]["error"],
+            )
         if self.output_dir:
             lines = "".join(json_text(r, ensure_ascii=False) + "\n" for r in records)
             write_atomically(Path(self.output_dir) / "systems" / data.run.name / "judge.jsonl", lines)

@@ -36,7 +36,6 @@ scores, the error) in the system's output folder.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import functools
 import json
 import logging
@@ -45,6 +44,7 @@ import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -63,18 +63,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROMPTS_FILE = Path(__file__).parent / "prompts" / "nuggets.yaml"
-PROMPT_FIELDS = {"create": {"question", "passages", "nuggets", "max_nuggets"},
-                 "importance": {"question", "nuggets", "count"},
-                 "assign": {"question", "answer", "nuggets", "count"}}
+PROMPT_FIELDS = {
+    "create": {"question", "passages", "nuggets", "max_nuggets"},
+    "importance": {"question", "nuggets", "count"},
+    "assign": {"question", "answer", "nuggets", "count"},
+}
 PROMPT_NEEDS = {"create": {"passages", "nuggets"}, "importance": {"nuggets"}, "assign": {"answer", "nuggets"}}
 NUGGETS_FILE = "nuggets.jsonl"
 IMPORTANCE = ("vital", "okay")
 SUPPORT = {"support": 1.0, "partial_support": 0.5, "not_support": 0.0}
 _IMPORTANCE_WORDS = {"vital": "vital", "okay": "okay", "ok": "okay"}
-_SUPPORT_WORDS = {"support": "support", "supported": "support", "full_support": "support", "fully_supported": "support",
-                  "partial_support": "partial_support", "partial": "partial_support", "partially_supported": "partial_support",
-                  "partial_supported": "partial_support", "not_support": "not_support", "not_supported": "not_support",
-                  "no_support": "not_support", "unsupported": "not_support", "none": "not_support"}
+_SUPPORT_WORDS = {
+    "support": "support",
+    "supported": "support",
+    "full_support": "support",
+    "fully_supported": "support",
+    "partial_support": "partial_support",
+    "partial": "partial_support",
+    "partially_supported": "partial_support",
+    "partial_supported": "partial_support",
+    "not_support": "not_support",
+    "not_supported": "not_support",
+    "no_support": "not_support",
+    "unsupported": "not_support",
+    "none": "not_support",
+}
 
 
 @dataclass(frozen=True)
@@ -91,8 +104,12 @@ def nugget_scores(importance: Sequence[str], assignment: Sequence[str]) -> dict[
     value = np.array([SUPPORT[a] for a in assignment], dtype=float)
     strict = (value == 1.0).astype(float)
     vital = np.array([i == "vital" for i in importance], dtype=bool)
-    return {"nugget_all": _mean_or_zero(value), "nugget_all_strict": _mean_or_zero(strict),
-            "nugget_vital": _mean_or_zero(value[vital]), "nugget_vital_strict": _mean_or_zero(strict[vital])}
+    return {
+        "nugget_all": _mean_or_zero(value),
+        "nugget_all_strict": _mean_or_zero(strict),
+        "nugget_vital": _mean_or_zero(value[vital]),
+        "nugget_vital_strict": _mean_or_zero(strict[vital]),
+    }
 
 
 def _mean_or_zero(values: np.ndarray) -> float:
@@ -111,7 +128,9 @@ def _read_prompts(path: str) -> dict[str, str]:
     loaded = read_yaml(where, "nugget prompts file")
     if not isinstance(loaded, dict) or set(loaded) != set(PROMPT_FIELDS):
         found = sorted(map(str, loaded)) if isinstance(loaded, dict) else type(loaded).__name__
-        raise InputError(where, f"nugget prompts are a mapping with exactly the keys create, importance, assign; found {found}")
+        raise InputError(
+            where, f"nugget prompts are a mapping with exactly the keys create, importance, assign; found {found}"
+        )
     for step, fields in PROMPT_FIELDS.items():
         template = loaded[step]
         if not isinstance(template, str) or not template.strip():
@@ -122,7 +141,10 @@ def _read_prompts(path: str) -> dict[str, str]:
             raise InputError(where, str(exc)) from None
         named = {name for _, name, _, _ in string.Formatter().parse(template) if name}
         if PROMPT_NEEDS[step] - named:
-            raise InputError(where, f"the {step!r} prompt must show {', '.join('{' + n + '}' for n in sorted(PROMPT_NEEDS[step] - named))}")
+            raise InputError(
+                where,
+                f"the {step!r} prompt must show {', '.join('{' + n + '}' for n in sorted(PROMPT_NEEDS[step] - named))}",
+            )
     return dict(loaded)
 
 
@@ -135,7 +157,11 @@ def read_nuggets(path: str | Path) -> dict[str, list[Nugget]]:
     for number, item in read_json_objects(path):
         if set(item) != {"qid", "text", "importance"}:
             wrong = sorted(set(item) - {"qid", "text", "importance"})
-            problem = f"unknown keys {wrong}" if wrong else f"missing {', '.join(sorted({'qid', 'text', 'importance'} - set(item)))}"
+            problem = (
+                f"unknown keys {wrong}"
+                if wrong
+                else f"missing {', '.join(sorted({'qid', 'text', 'importance'} - set(item)))}"
+            )
             raise InputError(path, f"{problem}; a nugget has exactly qid, text and importance", number)
         qid, text, importance = item["qid"], item["text"], item["importance"]
         if not isinstance(qid, str) or not qid.strip():
@@ -156,8 +182,11 @@ def read_nuggets(path: str | Path) -> dict[str, list[Nugget]]:
 
 def nuggets_text(nuggets: Mapping[str, Sequence[Nugget]]) -> str:
     """The nuggets file (:func:`read_nuggets` reads it back)."""
-    return "".join(json.dumps({"qid": qid, "text": n.text, "importance": n.importance}, ensure_ascii=False) + "\n"
-                   for qid, found in nuggets.items() for n in found)
+    return "".join(
+        json.dumps({"qid": qid, "text": n.text, "importance": n.importance}, ensure_ascii=False) + "\n"
+        for qid, found in nuggets.items()
+        for n in found
+    )
 
 
 def _labels(reply: str, count: int, words: Mapping[str, str]) -> list[str]:
@@ -175,8 +204,12 @@ class NuggetSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     """Nugget creation and assignment with a chat model (TREC RAG 2024 AutoNuggetizer)."""
 
     prompt: None = Field(None, description="not used: the nugget prompts are in `prompts`")
-    prompts: InputPath | None = Field(None, description="a nugget prompts YAML file (create, importance, assign), or null for the shipped one")
-    nuggets_file: InputPath | None = Field(None, description="a nuggets JSON-lines file (qid, text, importance): skips creation")
+    prompts: InputPath | None = Field(
+        None, description="a nugget prompts YAML file (create, importance, assign), or null for the shipped one"
+    )
+    nuggets_file: InputPath | None = Field(
+        None, description="a nuggets JSON-lines file (qid, text, importance): skips creation"
+    )
     relevance_threshold: NonNegativeInt = 1
     max_passages: Count = 20
     max_words: Count = 400
@@ -197,14 +230,17 @@ class NuggetSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
 
 class NuggetEvaluator(Evaluator):
     """Nugget recall of generated answers, TREC RAG 2024 style (module docstring)."""
+
     settings_schema = NuggetSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:
-        return {"nugget_all": "mean nugget support over all nuggets, partial = 0.5 (TREC RAG 2024 A, Pradeep et al. 2024)",
-                "nugget_all_strict": "share of all nuggets fully supported by the answer (TREC RAG 2024 A_strict)",
-                "nugget_vital": "mean nugget support over the vital nuggets, partial = 0.5 (TREC RAG 2024 V)",
-                "nugget_vital_strict": "share of the vital nuggets fully supported by the answer (TREC RAG 2024 V_strict)"}
+        return {
+            "nugget_all": "mean nugget support over all nuggets, partial = 0.5 (TREC RAG 2024 A, Pradeep et al. 2024)",
+            "nugget_all_strict": "share of all nuggets fully supported by the answer (TREC RAG 2024 A_strict)",
+            "nugget_vital": "mean nugget support over the vital nuggets, partial = 0.5 (TREC RAG 2024 V)",
+            "nugget_vital_strict": "share of the vital nuggets fully supported by the answer (TREC RAG 2024 V_strict)",
+        }
 
     def __init__(self, **values):
         """``values``: :class:`NuggetSettings` (the chat keys, ``base_url``, ``model``, ..., are the
@@ -213,8 +249,16 @@ class NuggetEvaluator(Evaluator):
         super().__init__(settings.metrics)
         self._require_known_metrics("nuggets evaluator")
         self.prompts = load_prompts(settings.prompts)
-        self.relevance_threshold, self.max_passages, self.max_words = settings.relevance_threshold, settings.max_passages, settings.max_words
-        self.passages_per_request, self.max_nuggets, self.nuggets_per_request = settings.passages_per_request, settings.max_nuggets, settings.nuggets_per_request
+        self.relevance_threshold, self.max_passages, self.max_words = (
+            settings.relevance_threshold,
+            settings.max_passages,
+            settings.max_words,
+        )
+        self.passages_per_request, self.max_nuggets, self.nuggets_per_request = (
+            settings.passages_per_request,
+            settings.max_nuggets,
+            settings.nuggets_per_request,
+        )
         self.output_dir, self.nuggets_file = settings.output_dir, settings.nuggets_file
         self.client = ChatClient(**settings.client_settings())
         self.nuggets: dict[str, list[Nugget]] = read_nuggets(settings.nuggets_file) if settings.nuggets_file else {}
@@ -227,7 +271,9 @@ class NuggetEvaluator(Evaluator):
         return self._followups
 
     def applies_to(self, data: EvalInput) -> bool:
-        return bool(data.generated) and (bool(self.nuggets_file) or data.corpus is not None)  # blank where no answer came
+        return bool(data.generated) and (
+            bool(self.nuggets_file) or data.corpus is not None
+        )  # blank where no answer came
 
     def evaluate(self, data: EvalInput) -> pd.DataFrame:
         import pandas as pd
@@ -237,21 +283,37 @@ class NuggetEvaluator(Evaluator):
         if self.nuggets_file:
             self._use_given(data)
         else:
-            with_answer = [qid for qid in qids if data.generated.get(qid, "").strip()]  # no answer, nothing to score: no nuggets asked for
-            self._create(data, [qid for qid in with_answer if qid not in self.nuggets and qid not in self.creation_errors])
+            with_answer = [
+                qid for qid in qids if data.generated.get(qid, "").strip()
+            ]  # no answer, nothing to score: no nuggets asked for
+            self._create(
+                data, [qid for qid in with_answer if qid not in self.nuggets and qid not in self.creation_errors]
+            )
         records = {qid: {"qid": qid, "nuggets": [], **{m: None for m in self.metrics}, "error": ""} for qid in qids}
         for qid in qids:
             nuggets = self.nuggets.get(qid, [])
-            records[qid]["nuggets"] = [{"text": n.text, "importance": n.importance, "assignment": None} for n in nuggets]
+            records[qid]["nuggets"] = [
+                {"text": n.text, "importance": n.importance, "assignment": None} for n in nuggets
+            ]
             if not data.generated.get(qid, "").strip():
                 records[qid]["error"] = "no generated answer"
             elif not nuggets:
-                records[qid]["error"] = f"no nuggets: {self.creation_errors.get(qid) or f'the query is not in {self.nuggets_file}'}"
+                records[qid]["error"] = (
+                    f"no nuggets: {self.creation_errors.get(qid) or f'the query is not in {self.nuggets_file}'}"
+                )
         answered = [qid for qid in qids if not records[qid]["error"]]
-        per_answer = -(-self.max_nuggets // self.nuggets_per_request)  # assignment requests of at most max_nuggets nuggets
+        per_answer = -(
+            -self.max_nuggets // self.nuggets_per_request
+        )  # assignment requests of at most max_nuggets nuggets
         self._followups += per_answer * sum(1 for qid in self._awaiting if data.generated.get(qid, "").strip())
-        assigned, errors = self._ask(self.prompts["assign"], {qid: self.nuggets[qid] for qid in answered}, _SUPPORT_WORDS,
-                                     f"nuggets: assign {data.run.name}", data.queries, data.generated)
+        assigned, errors = self._ask(
+            self.prompts["assign"],
+            {qid: self.nuggets[qid] for qid in answered},
+            _SUPPORT_WORDS,
+            f"nuggets: assign {data.run.name}",
+            data.queries,
+            data.generated,
+        )
         table = pd.DataFrame(np.nan, index=pd.Index(qids, name="qid"), columns=self.metrics, dtype=float)
         for qid in answered:
             if qid in errors:
@@ -275,70 +337,132 @@ class NuggetEvaluator(Evaluator):
             write_atomically(Path(self.output_dir) / NUGGETS_FILE, nuggets_text(self.nuggets))
         unknown = [qid for qid in self.nuggets if qid not in data.queries]
         if unknown:
-            log.warning("nuggets: %d of the %d queries in %s are not in the dataset (e.g. %r); their nuggets are not used",
-                        len(unknown), len(self.nuggets), self.nuggets_file, unknown[0])
+            log.warning(
+                "nuggets: %d of the %d queries in %s are not in the dataset (e.g. %r); their nuggets are not used",
+                len(unknown),
+                len(self.nuggets),
+                self.nuggets_file,
+                unknown[0],
+            )
 
     def _create(self, data: EvalInput, qids: list[str]) -> None:
         """Steps 1 and 2 for ``qids``: nuggets (or the reason there are none) by query, and the nuggets
         file in the output folder."""
         if not qids:
             return
-        relevant = {qid: sorted((doc for doc, grade in data.qrels.get(qid, {}).items() if grade >= self.relevance_threshold),
-                                key=lambda doc: (-data.qrels[qid][doc], doc))[:self.max_passages] for qid in qids}
-        texts = _texts_of(data.corpus, {doc for docs in relevant.values() for doc in docs}) if data.corpus is not None else {}
+        relevant = {
+            qid: sorted(
+                (doc for doc, grade in data.qrels.get(qid, {}).items() if grade >= self.relevance_threshold),
+                key=lambda doc: (-data.qrels[qid][doc], doc),
+            )[: self.max_passages]
+            for qid in qids
+        }
+        texts = (
+            _texts_of(data.corpus, {doc for docs in relevant.values() for doc in docs})
+            if data.corpus is not None
+            else {}
+        )
         windows = {}
         for qid in qids:
-            passages = [" ".join(texts[doc].split()[:self.max_words]) for doc in relevant[qid] if doc in texts]
+            passages = [" ".join(texts[doc].split()[: self.max_words]) for doc in relevant[qid] if doc in texts]
             if not relevant[qid]:
-                self.creation_errors[qid] = f"no relevant document (grade >= {self.relevance_threshold}) in the judgments"
+                self.creation_errors[qid] = (
+                    f"no relevant document (grade >= {self.relevance_threshold}) in the judgments"
+                )
             elif not passages:
-                self.creation_errors[qid] = f"none of its {len(relevant[qid])} relevant documents is in the evaluated corpus"
+                self.creation_errors[qid] = (
+                    f"none of its {len(relevant[qid])} relevant documents is in the evaluated corpus"
+                )
             else:
-                windows[qid] = [passages[i:i + self.passages_per_request] for i in range(0, len(passages), self.passages_per_request)]
+                windows[qid] = [
+                    passages[i : i + self.passages_per_request]
+                    for i in range(0, len(passages), self.passages_per_request)
+                ]
         current: dict[str, list[str]] = {qid: [] for qid in windows}
         for step in range(max(map(len, windows.values()), default=0)):
             asked = [qid for qid in current if step < len(windows[qid])]
-            prompts = {qid: self.prompts["create"].format(question=data.queries[qid], passages=numbered_passages(windows[qid][step]),
-                                                          nuggets=json.dumps(current[qid], ensure_ascii=False), max_nuggets=self.max_nuggets)
-                       for qid in asked}
+            prompts = {
+                qid: self.prompts["create"].format(
+                    question=data.queries[qid],
+                    passages=numbered_passages(windows[qid][step]),
+                    nuggets=json.dumps(current[qid], ensure_ascii=False),
+                    max_nuggets=self.max_nuggets,
+                )
+                for qid in asked
+            }
             replies, failures = self.client.complete_all(prompts, label=f"nuggets: create ({step + 1})")
             for qid in asked:
                 try:
                     if qid in failures:
                         raise ValueError(failures[qid])
                     found = dict.fromkeys(" ".join(text.split()) for text in string_list(replies[qid]))
-                    current[qid] = [text for text in found if text][:self.max_nuggets]
+                    current[qid] = [text for text in found if text][: self.max_nuggets]
                 except ValueError as exc:
-                    self.creation_errors[qid] = f"creation: {exc}" if qid in failures else f"creation: unparseable reply: {exc}"
+                    self.creation_errors[qid] = (
+                        f"creation: {exc}" if qid in failures else f"creation: unparseable reply: {exc}"
+                    )
                     del current[qid]
                     if failures.get(qid) == NOT_SENT:  # a dry run: the later windows and the importance requests follow
                         self._awaiting.add(qid)
-                        self._followups += len(windows[qid]) - step - 1 + -(-self.max_nuggets // self.nuggets_per_request)
+                        self._followups += (
+                            len(windows[qid]) - step - 1 + -(-self.max_nuggets // self.nuggets_per_request)
+                        )
         for qid in [q for q in current if not current[q]]:
             self.creation_errors[qid] = "creation: the model proposed no nugget"
             del current[qid]
-        labelled, errors = self._ask(self.prompts["importance"], current, _IMPORTANCE_WORDS, "nuggets: importance", data.queries)
+        labelled, errors = self._ask(
+            self.prompts["importance"], current, _IMPORTANCE_WORDS, "nuggets: importance", data.queries
+        )
         self.creation_errors |= {qid: f"importance: {error}" for qid, error in errors.items()}
         self._awaiting |= {qid for qid, error in errors.items() if error == NOT_SENT}
-        self.nuggets |= {qid: [Nugget(text, label) for text, label in zip(current[qid], labelled[qid])] for qid in current if qid not in errors}
+        self.nuggets |= {
+            qid: [Nugget(text, label) for text, label in zip(current[qid], labelled[qid])]
+            for qid in current
+            if qid not in errors
+        }
         failed = [qid for qid in qids if qid in self.creation_errors]
         if failed:
-            log.warning("nuggets: no nuggets for %d of %d queries; first: %s: %s", len(failed), len(qids), failed[0], self.creation_errors[failed[0]])
+            log.warning(
+                "nuggets: no nuggets for %d of %d queries; first: %s: %s",
+                len(failed),
+                len(qids),
+                failed[0],
+                self.creation_errors[failed[0]],
+            )
         if self.output_dir:
             write_atomically(Path(self.output_dir) / NUGGETS_FILE, nuggets_text(self.nuggets))
 
-    def _ask(self, template: str, nuggets: Mapping[str, Sequence[Nugget | str]], words: Mapping[str, str], label: str,
-             questions: Mapping[str, str], answers: Mapping[str, str] | None = None) -> tuple[dict[str, list[str]], dict[str, str]]:
+    def _ask(
+        self,
+        template: str,
+        nuggets: Mapping[str, Sequence[Nugget | str]],
+        words: Mapping[str, str],
+        label: str,
+        questions: Mapping[str, str],
+        answers: Mapping[str, str] | None = None,
+    ) -> tuple[dict[str, list[str]], dict[str, str]]:
         """One label per nugget by query, asked ``nuggets_per_request`` nuggets at a time, and the first
         error of each query whose labels could not all be had."""
         asked = {}
         for qid, found in nuggets.items():
             texts = [n.text if isinstance(n, Nugget) else n for n in found]
             for start in range(0, len(texts), self.nuggets_per_request):
-                window = texts[start:start + self.nuggets_per_request]
-                fields = {"question": questions[qid], "nuggets": json.dumps(window, ensure_ascii=False), "count": len(window)}
-                asked[qid, start] = (qid, len(window), template.format(**fields, **({"answer": answers[qid]} if answers else {})))
-        replies, failures = self.client.complete_all({key: prompt for key, (_, _, prompt) in asked.items()}, label=label) if asked else ({}, {})
+                window = texts[start : start + self.nuggets_per_request]
+                fields = {
+                    "question": questions[qid],
+                    "nuggets": json.dumps(window, ensure_ascii=False),
+                    "count": len(window),
+                }
+                asked[qid, start] = (
+                    qid,
+                    len(window),
+                    template.format(**fields, **({"answer": answers[qid]} if answers else {})),
+                )
+        replies, failures = (
+            self.client.complete_all({key: prompt for key, (_, _, prompt) in asked.items()}, label=label)
+            if asked
+            else ({}, {})
+        )
         labels: dict[str, list[str]] = {qid: [] for qid in nuggets}
 
         def accept(item: tuple[str, int, str], reply: str) -> None:  # in nugget order within each query

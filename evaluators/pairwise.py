@@ -22,30 +22,30 @@ verdicts, ``evaluators.human_labels``) adds the judge's agreement with them (``p
 
 from __future__ import annotations
 
-from typing import Annotated, Any
 import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import ChatClient, check_template, json_objects, last_match
-from ragtrack.evaluators.base import SystemComparer
-from ragtrack.evaluators.judge import load_rubric
 from ragtrack.core.settings import ChatSettings, InputPath, SystemName, Text, validated
-from ragtrack.evaluators.base import EvaluatorSettings
+from ragtrack.evaluators.base import EvaluatorSettings, SystemComparer
 from ragtrack.evaluators.human_labels import OUTCOMES, read_human_labels
+from ragtrack.evaluators.judge import load_rubric
 
 log = logging.getLogger(__name__)
 
 RATES = ("win_rate", "tie_rate", "loss_rate")
 _VERDICT_WORDS = {"a": "A", "b": "B", "tie": "tie", "draw": "tie", "equal": "tie", "neither": "tie", "both": "tie"}
-_VERDICT_LINE = re.compile(r"\b(?:winner|verdict|better|answer)\b[*_\s]*[:=\-]\s*[*_\[\"']*\s*(A|B|tie|draw|equal)\b", re.IGNORECASE)
+_VERDICT_LINE = re.compile(
+    r"\b(?:winner|verdict|better|answer)\b[*_\s]*[:=\-]\s*[*_\[\"']*\s*(A|B|tie|draw|equal)\b", re.IGNORECASE
+)
 _BRACKETED = re.compile(r"\[\[\s*(A|B|tie|C)\s*\]\]", re.IGNORECASE)
 
 
@@ -85,22 +85,36 @@ class PairwiseJudgeSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
     system_prompt: str | None = "You are an impartial judge of answers to reading-comprehension questions."
 
     baseline: SystemName | None = None
-    pairs: list[Annotated[list[SystemName], Field(min_length=2, max_length=2, description="a pair [first, second] of system names")]] | None = None
+    pairs: (
+        list[
+            Annotated[
+                list[SystemName],
+                Field(min_length=2, max_length=2, description="a pair [first, second] of system names"),
+            ]
+        ]
+        | None
+    ) = None
     rubric: Text = "correctness"
     output_dir: Text | None = None
-    human_labels: InputPath | None = Field(None, description="a .jsonl or .tsv file of people's verdicts (qid, pair, label win/tie/loss): "
-                                                         "the judge's agreement with them and PPI-corrected rates")
+    human_labels: InputPath | None = Field(
+        None,
+        description="a .jsonl or .tsv file of people's verdicts (qid, pair, label win/tie/loss): "
+        "the judge's agreement with them and PPI-corrected rates",
+    )
 
 
 class PairwiseJudge(SystemComparer):
     """Judges pairs of systems' answers with position swapping (module docstring)."""
+
     settings_schema = PairwiseJudgeSettings
 
     @classmethod
     def provides(cls) -> dict[str, str]:
-        return {"pairwise_win_rate": "pairwise LLM judge: share of queries where the first system's answer wins (both orders asked)",
-                "pairwise_tie_rate": "pairwise LLM judge: share of ties (incl. verdicts that flip with the order)",
-                "pairwise_loss_rate": "pairwise LLM judge: share of queries where the second system's answer wins"}
+        return {
+            "pairwise_win_rate": "pairwise LLM judge: share of queries where the first system's answer wins (both orders asked)",
+            "pairwise_tie_rate": "pairwise LLM judge: share of ties (incl. verdicts that flip with the order)",
+            "pairwise_loss_rate": "pairwise LLM judge: share of queries where the second system's answer wins",
+        }
 
     def __init__(self, **values):
         """``values``: :class:`PairwiseJudgeSettings`. ``pairs``: ``[[a, b], ...]``; without them
@@ -109,30 +123,45 @@ class PairwiseJudge(SystemComparer):
         (default: all). ``human_labels``: a labels file (``evaluators.human_labels``), read here."""
         settings = validated(self.settings_schema, values, "pairwise_judge")
         super().__init__(list(settings.metrics or self.provides()))
-        check_template(settings.prompt, {"question", "gold_answers", "answer_a", "answer_b", "rubric"}, "pairwise_judge")
+        check_template(
+            settings.prompt, {"question", "gold_answers", "answer_a", "answer_b", "rubric"}, "pairwise_judge"
+        )
         self.prompt, self.criterion = settings.prompt, load_rubric(str(settings.rubric))
         self.baseline, self.output_dir = settings.baseline, settings.output_dir
         self.pairs = [tuple(map(str, pair)) for pair in settings.pairs or []]
-        self.human_labels = read_human_labels(settings.human_labels, {self.criterion.name: OUTCOMES}, "pair") if settings.human_labels else None
+        self.human_labels = (
+            read_human_labels(settings.human_labels, {self.criterion.name: OUTCOMES}, "pair")
+            if settings.human_labels
+            else None
+        )
         if any(pair[0] == pair[1] for pair in self.pairs):
-            raise RagtrackError(f"pairwise_judge: pairs must be [first, second] of two different systems, got {[list(p) for p in self.pairs]}")
+            raise RagtrackError(
+                f"pairwise_judge: pairs must be [first, second] of two different systems, got {[list(p) for p in self.pairs]}"
+            )
         self.client = ChatClient(**settings.client_settings())
 
     def pairs_of(self, systems: Sequence[str]) -> list[tuple[str, str]]:
         """The pairs to judge among the systems that produced answers."""
-        chosen = self.pairs or [(self.baseline or systems[0], other) for other in systems if other != (self.baseline or systems[0])]
+        chosen = self.pairs or [
+            (self.baseline or systems[0], other) for other in systems if other != (self.baseline or systems[0])
+        ]
         unknown = sorted({name for pair in chosen for name in pair} - set(systems))
         if unknown:
-            raise RagtrackError(f"pairwise_judge: systems {unknown} produced no answers; systems with answers: {', '.join(systems)}")
+            raise RagtrackError(
+                f"pairwise_judge: systems {unknown} produced no answers; systems with answers: {', '.join(systems)}"
+            )
         return chosen
 
-    def compare(self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], golds: Mapping[str, list[str]]) -> dict[str, dict]:
+    def compare(
+        self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], golds: Mapping[str, list[str]]
+    ) -> dict[str, dict]:
         """Summary by pair (``"a vs b"``) of ``answers`` (system -> query id -> answer); writes
         ``pairwise.jsonl`` (one record per pair and query) to ``output_dir``."""
         return self.judge(answers, queries, golds)[0]
 
-    def judge(self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
-              golds: Mapping[str, list[str]]) -> tuple[dict[str, dict], list[dict]]:
+    def judge(
+        self, answers: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], golds: Mapping[str, list[str]]
+    ) -> tuple[dict[str, dict], list[dict]]:
         """:meth:`compare`'s summaries and the records of ``pairwise.jsonl`` (``pair``, ``qid``, verdicts,
         ``outcome``: win / tie / loss of the first system, None where not judged)."""
         if len(answers) < 2:
@@ -144,27 +173,54 @@ class PairwiseJudge(SystemComparer):
             summaries[f"{first} vs {second}"] = summary
             records += pair_records
         if self.output_dir:
-            write_atomically(Path(self.output_dir) / "pairwise.jsonl", "".join(json_text(r, ensure_ascii=False) + "\n" for r in records))
+            write_atomically(
+                Path(self.output_dir) / "pairwise.jsonl",
+                "".join(json_text(r, ensure_ascii=False) + "\n" for r in records),
+            )
         return summaries, records
 
-    def _compare_pair(self, first: str, second: str, answers_a: Mapping[str, str], answers_b: Mapping[str, str],
-                      queries: Mapping[str, str], golds: Mapping[str, list[str]]) -> tuple[dict, list[dict]]:
-        same = {qid for qid in queries if " ".join(answers_a.get(qid, "").split()) == " ".join(answers_b.get(qid, "").split())}
+    def _compare_pair(
+        self,
+        first: str,
+        second: str,
+        answers_a: Mapping[str, str],
+        answers_b: Mapping[str, str],
+        queries: Mapping[str, str],
+        golds: Mapping[str, list[str]],
+    ) -> tuple[dict, list[dict]]:
+        same = {
+            qid
+            for qid in queries
+            if " ".join(answers_a.get(qid, "").split()) == " ".join(answers_b.get(qid, "").split())
+        }
         prompts = {}
         for qid in (q for q in queries if q not in same):
             a, b = answers_a.get(qid, "").strip() or "(no answer)", answers_b.get(qid, "").strip() or "(no answer)"
-            fields = {"question": queries[qid], "gold_answers": json.dumps(golds.get(qid, []), ensure_ascii=False), "rubric": self.criterion.description}
+            fields = {
+                "question": queries[qid],
+                "gold_answers": json.dumps(golds.get(qid, []), ensure_ascii=False),
+                "rubric": self.criterion.description,
+            }
             prompts[(qid, "ab")] = self.prompt.format(**fields, answer_a=a, answer_b=b)
             prompts[(qid, "ba")] = self.prompt.format(**fields, answer_a=b, answer_b=a)
         replies, errors = self.client.complete_all(prompts, label=f"pairwise {first} vs {second}")
         records = []
         for qid in queries:
-            record = {"pair": f"{first} vs {second}", "qid": qid, "order_ab": None, "order_ba": None, "outcome": None, "error": ""}
+            record = {
+                "pair": f"{first} vs {second}",
+                "qid": qid,
+                "order_ab": None,
+                "order_ba": None,
+                "outcome": None,
+                "error": "",
+            }
             if qid in same:
                 record["outcome"] = "tie"
             else:
                 try:
-                    record["order_ab"], record["order_ba"] = (self._verdict(replies, errors, (qid, order)) for order in ("ab", "ba"))
+                    record["order_ab"], record["order_ba"] = (
+                        self._verdict(replies, errors, (qid, order)) for order in ("ab", "ba")
+                    )
                 except ValueError as exc:
                     record["error"] = str(exc)
                 else:
@@ -188,10 +244,19 @@ class PairwiseJudge(SystemComparer):
         judged = [r for r in records if r["outcome"] is not None]
         asked = [r for r in judged if r["order_ab"] is not None]
         n = len(judged)
-        counts = {"win_rate": sum(r["outcome"] == "win" for r in judged), "tie_rate": sum(r["outcome"] == "tie" for r in judged),
-                  "loss_rate": sum(r["outcome"] == "loss" for r in judged)}
-        summary: dict = {"first": first, "second": second, "judged": n, "wins": counts["win_rate"], "ties": counts["tie_rate"],
-                         "losses": counts["loss_rate"]}
+        counts = {
+            "win_rate": sum(r["outcome"] == "win" for r in judged),
+            "tie_rate": sum(r["outcome"] == "tie" for r in judged),
+            "loss_rate": sum(r["outcome"] == "loss" for r in judged),
+        }
+        summary: dict = {
+            "first": first,
+            "second": second,
+            "judged": n,
+            "wins": counts["win_rate"],
+            "ties": counts["tie_rate"],
+            "losses": counts["loss_rate"],
+        }
         for rate, count in counts.items():
             low, high = wilson(count, n)
             summary |= {rate: count / n if n else float("nan"), f"{rate}_ci_low": low, f"{rate}_ci_high": high}
@@ -203,5 +268,12 @@ class PairwiseJudge(SystemComparer):
         summary["failed"] = len(failed)
         summary["first_error"] = f"{failed[0]['qid']}: {failed[0]['error']}" if failed else ""
         if failed:
-            log.warning("pairwise_judge %s vs %s: %d of %d queries not judged; first: %s", first, second, len(failed), len(records), summary["first_error"])
+            log.warning(
+                "pairwise_judge %s vs %s: %d of %d queries not judged; first: %s",
+                first,
+                second,
+                len(failed),
+                len(records),
+                summary["first_error"],
+            )
         return summary

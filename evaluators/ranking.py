@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-
 from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
@@ -56,7 +55,9 @@ class RankedGrades:
     num_nonrel: np.ndarray  # (queries,) judged documents with 0 <= grade < threshold (negative: in the pool, unjudged)
     threshold: int
     max_grade: int  # top grade of the scale (ERR's g_max)
-    pooled: np.ndarray | None = None  # (queries, width) whether that document is judged for any query (BEIR's hole); built on request
+    pooled: np.ndarray | None = (
+        None  # (queries, width) whether that document is judged for any query (BEIR's hole); built on request
+    )
 
     @property
     def depth(self) -> int:
@@ -106,7 +107,9 @@ def _judged_positions(docs: Mapping[str, float], found: list[str]) -> np.ndarray
     return positions
 
 
-def _pooled(run: Mapping[str, Mapping[str, float]], qids: list[str], pool: set[str], shape: tuple[int, int]) -> np.ndarray:
+def _pooled(
+    run: Mapping[str, Mapping[str, float]], qids: list[str], pool: set[str], shape: tuple[int, int]
+) -> np.ndarray:
     """(queries, width) whether the document at each rank is in ``pool`` (judged for some query)."""
     pooled = np.zeros(shape, dtype=bool)
     for row, qid in enumerate(qids):
@@ -137,8 +140,14 @@ def _locate_judged(run: Mapping[str, Mapping[str, float]], qrels: Qrels, qids: l
     return retrieved, hit_rows, hit_grades, np.concatenate(hit_positions)
 
 
-def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, threshold: int = RELEVANCE_THRESHOLD, min_width: int = 1,
-                max_grade: int | None = None, pool: bool = False) -> RankedGrades:
+def rank_grades(
+    run: Mapping[str, Mapping[str, float]] | RunColumns,
+    qrels: Qrels,
+    threshold: int = RELEVANCE_THRESHOLD,
+    min_width: int = 1,
+    max_grade: int | None = None,
+    pool: bool = False,
+) -> RankedGrades:
     """Build the grade matrix of ``run`` (a mapping, or :class:`RunColumns` as ``ragtrack eval`` reads
     a file) against ``qrels``; rows follow the qrels' query order. Only judged documents are located
     in the ranking (one sort per query, see ``_judged_positions``); every other cell stays 0 /
@@ -157,7 +166,9 @@ def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrel
 
     per_query = np.fromiter((len(qrels[qid]) for qid in qids), dtype=np.int64, count=n)
     judged_rows = np.repeat(np.arange(n), per_query)
-    judged_grades = np.fromiter(chain.from_iterable(qrels[qid].values() for qid in qids), dtype=np.int64, count=len(judged_rows))
+    judged_grades = np.fromiter(
+        chain.from_iterable(qrels[qid].values() for qid in qids), dtype=np.int64, count=len(judged_rows)
+    )
     ideal_order = np.lexsort((-judged_grades, judged_rows))
     ideal = np.zeros((n, max(int(per_query.max(initial=0)), 1)))
     ideal_positions = np.arange(len(judged_rows)) - (np.cumsum(per_query) - per_query)[judged_rows[ideal_order]]
@@ -166,15 +177,21 @@ def rank_grades(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrel
     relevant = judged_grades >= threshold
     nonrelevant = (judged_grades >= 0) & ~relevant
     return RankedGrades(
-        qids=qids, grades=grades, judged=judged, retrieved=retrieved, ideal=ideal,
+        qids=qids,
+        grades=grades,
+        judged=judged,
+        retrieved=retrieved,
+        ideal=ideal,
         num_rel=np.bincount(judged_rows[relevant], minlength=n),
         num_nonrel=np.bincount(judged_rows[nonrelevant], minlength=n),
-        threshold=threshold, max_grade=max_grade or max(int(judged_grades.max(initial=1)), 1),
+        threshold=threshold,
+        max_grade=max_grade or max(int(judged_grades.max(initial=1)), 1),
         pooled=_pooled(run, qids, {doc for judged in qrels.values() for doc in judged}, grades.shape) if pool else None,
     )
 
 
 # --- metrics: one small function each, (grades, cutoff k or None) -> per-query values -------------
+
 
 def precision(m: RankedGrades, k: int) -> np.ndarray:
     """P@k = |relevant in top k| / k (trec_eval ``P_k``; van Rijsbergen 1979)."""
@@ -273,7 +290,9 @@ def auc(m: RankedGrades, k: int | None = None) -> np.ndarray:
     unretrieved_rel = m.num_rel - relevant_retrieved
     retrieved_nonrel = m.retrieved - relevant_retrieved
     unretrieved_nonrel = m.num_nonrel - m.nonrelevant.sum(axis=1)
-    nonrel_below = (m.retrieved[rows] - 1 - columns) - (relevant_retrieved[rows] - nth)  # retrieved below r, minus relevant below r
+    nonrel_below = (m.retrieved[rows] - 1 - columns) - (
+        relevant_retrieved[rows] - nth
+    )  # retrieved below r, minus relevant below r
     pairs_right = m.per_row(rows, nonrel_below + unretrieved_nonrel[rows]) + 0.5 * unretrieved_rel * unretrieved_nonrel
     nonrel = retrieved_nonrel + unretrieved_nonrel
     no_negatives = divide(m.num_rel - 0.5 * unretrieved_rel, m.num_rel)
@@ -374,47 +393,91 @@ METRICS: dict[str, MetricSpec] = {
     "ndcg": MetricSpec(ndcg, "optional", "normalized DCG, linear gain (trec_eval ndcg_cut)"),
     "ndcg_exp": MetricSpec(ndcg_exp, "optional", "normalized DCG, exponential gain 2^rel - 1 (Burges)"),
     "err": MetricSpec(err, "optional", "expected reciprocal rank (Chapelle et al. 2009), graded"),
-    "mean_rank": MetricSpec(mean_rank, "optional", "rank of the first relevant document (k+1 or depth+1 if none); lower is better"),
+    "mean_rank": MetricSpec(
+        mean_rank, "optional", "rank of the first relevant document (k+1 or depth+1 if none); lower is better"
+    ),
     "auc": MetricSpec(auc, "none", "ROC AUC: share of (relevant, non-relevant) pairs ordered correctly, ties 1/2"),
     "bpref": MetricSpec(bpref, "none", "binary preference (Buckley & Voorhees 2004), ignores unjudged documents"),
     "num_rel_ret": MetricSpec(num_rel_ret, "optional", "number of relevant documents retrieved"),
-    "ndcg_retrieved": MetricSpec(ndcg_retrieved, "optional", "nDCG whose ideal ranking sorts the retrieved documents (textbook variant)"),
-    "p_retrieved": MetricSpec(precision_retrieved, "required", "precision at k over the documents retrieved (divides by min(k, retrieved))"),
+    "ndcg_retrieved": MetricSpec(
+        ndcg_retrieved, "optional", "nDCG whose ideal ranking sorts the retrieved documents (textbook variant)"
+    ),
+    "p_retrieved": MetricSpec(
+        precision_retrieved, "required", "precision at k over the documents retrieved (divides by min(k, retrieved))"
+    ),
     "r_cap": MetricSpec(capped_recall, "required", "capped recall (BEIR): relevant in top k / min(k, judged relevant)"),
     "hole": MetricSpec(hole, "required", "share of the top k documents judged for no query (BEIR)", needs_pool=True),
     "judged": MetricSpec(judged, "required", "share of the top k documents judged for the query (any grade)"),
-    "context_precision": MetricSpec(context_precision, "optional", "ragas context precision: AP over the top k, relevance from the qrels"),
+    "context_precision": MetricSpec(
+        context_precision, "optional", "ragas context precision: AP over the top k, relevance from the qrels"
+    ),
     # trec_eval 10's other measures, under its names (trec_measures.py)
-    "gm_map": MetricSpec(log_average_precision, "none", "log(max(AP, 1e-5)); exp of its mean is trec_eval's gm_map (geometric mean AP)"),
+    "gm_map": MetricSpec(
+        log_average_precision, "none", "log(max(AP, 1e-5)); exp of its mean is trec_eval's gm_map (geometric mean AP)"
+    ),
     "gm_bpref": MetricSpec(log_bpref, "none", "log(max(bpref, 1e-5)); exp of its mean is trec_eval's gm_bpref"),
     "infAP": MetricSpec(trec.infap, "none", "inferred AP (Yilmaz & Aslam 2006): AP estimated from a sampled pool"),
-    "iprec_at_recall": MetricSpec(trec.iprec_at_recall, "required", "interpolated precision at recall x, e.g. iprec_at_recall@0.1",
-                                  parameter="fraction"),
+    "iprec_at_recall": MetricSpec(
+        trec.iprec_at_recall,
+        "required",
+        "interpolated precision at recall x, e.g. iprec_at_recall@0.1",
+        parameter="fraction",
+    ),
     "11pt_avg": MetricSpec(trec.eleven_point_average, "none", "mean interpolated precision at recall 0, 0.1, ..., 1"),
-    "Rprec_mult": MetricSpec(trec.r_precision_multiple, "required", "precision at x times R documents, e.g. Rprec_mult@0.2",
-                             parameter="fraction"),
-    "relative_P": MetricSpec(trec.relative_precision, "required", "relevant in top k / min(k, R): precision up to R, recall after"),
-    "utility": MetricSpec(trec.utility, "none", "relevant retrieved minus non-relevant retrieved (trec_eval utility 1,-1,0,0)"),
+    "Rprec_mult": MetricSpec(
+        trec.r_precision_multiple,
+        "required",
+        "precision at x times R documents, e.g. Rprec_mult@0.2",
+        parameter="fraction",
+    ),
+    "relative_P": MetricSpec(
+        trec.relative_precision, "required", "relevant in top k / min(k, R): precision up to R, recall after"
+    ),
+    "utility": MetricSpec(
+        trec.utility, "none", "relevant retrieved minus non-relevant retrieved (trec_eval utility 1,-1,0,0)"
+    ),
     "binG": MetricSpec(trec.binary_g, "none", "mean over relevant documents of 1 / log2(2 + non-relevant above it)"),
-    "G": MetricSpec(trec.g_measure, "none", "trec_eval's G: gain discounted by the gain still missing (between MAP and nDCG)"),
+    "G": MetricSpec(
+        trec.g_measure, "none", "trec_eval's G: gain discounted by the gain still missing (between MAP and nDCG)"
+    ),
     "ndcg_rel": MetricSpec(trec.ndcg_at_relevant, "none", "nDCG averaged over the documents of positive gain"),
     "Rndcg": MetricSpec(trec.r_ndcg, "none", "nDCG averaged over the ranks where the ideal gain changes"),
     "set_P": MetricSpec(trec.set_precision, "none", "relevant retrieved / retrieved"),
     "set_recall": MetricSpec(trec.set_recall, "none", "relevant retrieved / judged relevant"),
     "set_map": MetricSpec(trec.set_map, "none", "set_P times set_recall"),
     "set_F": MetricSpec(trec.set_f, "none", "harmonic mean of set_P and set_recall"),
-    "set_relative_P": MetricSpec(trec.set_relative_precision, "none", "relevant retrieved / min(retrieved, judged relevant)"),
+    "set_relative_P": MetricSpec(
+        trec.set_relative_precision, "none", "relevant retrieved / min(retrieved, judged relevant)"
+    ),
     "num_ret": MetricSpec(trec.num_ret, "none", "documents retrieved"),
     "num_rel": MetricSpec(trec.num_rel, "none", "documents judged relevant"),
     "num_nonrel_judged_ret": MetricSpec(trec.num_nonrel_judged_ret, "none", "retrieved documents judged non-relevant"),
     "rbp": MetricSpec(trec.rbp, "none", "rank-biased precision, persistence 0.9 (Moffat & Zobel 2008)"),
-    "rbp_resid": MetricSpec(trec.rbp_residual, "none", "how far rbp could rise if the unjudged documents were relevant"),
+    "rbp_resid": MetricSpec(
+        trec.rbp_residual, "none", "how far rbp could rise if the unjudged documents were relevant"
+    ),
     "unj": MetricSpec(trec.unjudged, "required", "share of the top k documents without a judgment (or judged < 0)"),
 }
 
 DEFAULT_METRICS = [
-    "ndcg@1", "ndcg@5", "ndcg@10", "ndcg@100", "recall@1", "recall@5", "recall@10", "recall@100",
-    "p@1", "p@5", "p@10", "hit@1", "hit@5", "hit@10", "mrr", "mrr@10", "map", "map@100",
+    "ndcg@1",
+    "ndcg@5",
+    "ndcg@10",
+    "ndcg@100",
+    "recall@1",
+    "recall@5",
+    "recall@10",
+    "recall@100",
+    "p@1",
+    "p@5",
+    "p@10",
+    "hit@1",
+    "hit@5",
+    "hit@10",
+    "mrr",
+    "mrr@10",
+    "map",
+    "map@100",
 ]
 
 
@@ -423,7 +486,9 @@ def parse_metric(name: str) -> tuple[MetricSpec, int | None]:
     base, at, _ = name.partition("@")
     spec = METRICS.get(base)
     if spec is None:
-        problem = f"unknown metric {name!r}; known: {', '.join(describe_metrics())}{did_you_mean(name, describe_metrics())}"
+        problem = (
+            f"unknown metric {name!r}; known: {', '.join(describe_metrics())}{did_you_mean(name, describe_metrics())}"
+        )
     elif at and spec.cutoff == "none":
         problem = f"metric {base!r} takes no cutoff (got {name!r})"
     elif not at and spec.cutoff == "required":
@@ -456,16 +521,34 @@ def describe_metrics() -> dict[str, str]:
     return names
 
 
-def ranking_values(run: Mapping[str, Mapping[str, float]] | RunColumns, qrels: Qrels, metrics: Sequence[str], threshold: int = RELEVANCE_THRESHOLD,
-                   max_grade: int | None = None) -> tuple[RankedGrades, dict[str, np.ndarray]]:
+def ranking_values(
+    run: Mapping[str, Mapping[str, float]] | RunColumns,
+    qrels: Qrels,
+    metrics: Sequence[str],
+    threshold: int = RELEVANCE_THRESHOLD,
+    max_grade: int | None = None,
+) -> tuple[RankedGrades, dict[str, np.ndarray]]:
     """The grade matrix and the per-query values of ``metrics`` (rows in qrels order)."""
     parsed = {name: parse_metric(name) for name in metrics}
     width = max([k for spec, k in parsed.values() if k and spec.parameter == "cutoff"] + [1])
-    m = rank_grades(run, qrels, threshold, min_width=width, max_grade=max_grade, pool=any(spec.needs_pool for spec, _ in parsed.values()))
+    m = rank_grades(
+        run,
+        qrels,
+        threshold,
+        min_width=width,
+        max_grade=max_grade,
+        pool=any(spec.needs_pool for spec, _ in parsed.values()),
+    )
     return m, {name: spec.function(m, k) for name, (spec, k) in parsed.items()}
 
 
-def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str], threshold: int = RELEVANCE_THRESHOLD, max_grade: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+def score_ranking(
+    run: Mapping[str, Mapping[str, float]],
+    qrels: Qrels,
+    metrics: Sequence[str],
+    threshold: int = RELEVANCE_THRESHOLD,
+    max_grade: int | None = None,
+) -> tuple[pd.DataFrame, np.ndarray]:
     """Per-query values of ``metrics`` (DataFrame indexed by query id, qrels order) and the number of
     relevant judgments per query."""
     import pandas as pd
@@ -476,7 +559,10 @@ def score_ranking(run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics:
 
 WithoutRelevant = Literal["count", "exclude"]
 COUNT_WITHOUT_RELEVANT: WithoutRelevant = "count"  # trec_eval's averaging: the default everywhere
-COUNTED_QUERIES: dict[str, str] = {"count": "judged queries (trec_eval)", "exclude": "queries with a relevant judgment"}  # what n counts
+COUNTED_QUERIES: dict[str, str] = {
+    "count": "judged queries (trec_eval)",
+    "exclude": "queries with a relevant judgment",
+}  # what n counts
 
 
 def counted_rows(num_rel: np.ndarray, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> np.ndarray:
@@ -484,12 +570,20 @@ def counted_rows(num_rel: np.ndarray, without_relevant: WithoutRelevant = COUNT_
     (``count``: trec_eval's ``num_q``, pytrec_eval returns them too), or those with num_rel > 0
     (``exclude``); any other value is a one-line error."""
     num_rel = np.asarray(num_rel)
-    return num_rel > 0 if checked_without_relevant(without_relevant) == "exclude" else np.ones(num_rel.shape, dtype=bool)
+    return (
+        num_rel > 0 if checked_without_relevant(without_relevant) == "exclude" else np.ones(num_rel.shape, dtype=bool)
+    )
 
 
-def counted_queries(qrels: Qrels, threshold: int = RELEVANCE_THRESHOLD, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[str]:
+def counted_queries(
+    qrels: Qrels, threshold: int = RELEVANCE_THRESHOLD, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT
+) -> list[str]:
     """The judged queries of ``qrels`` that enter a mean (:func:`counted_rows`), in qrels order."""
-    num_rel = np.fromiter((sum(grade >= threshold for grade in judged.values()) for judged in qrels.values()), dtype=np.int64, count=len(qrels))
+    num_rel = np.fromiter(
+        (sum(grade >= threshold for grade in judged.values()) for judged in qrels.values()),
+        dtype=np.int64,
+        count=len(qrels),
+    )
     return [qid for qid, counted in zip(qrels, counted_rows(num_rel, without_relevant)) if counted]
 
 
@@ -528,8 +622,14 @@ def __getattr__(name: str) -> object:
 CURVE_CUTOFFS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
 
 
-def cutoff_curves(scores: Mapping[str, Mapping[str, float]], qrels: Qrels, depth: int, threshold: int = RELEVANCE_THRESHOLD,
-                  bases: Sequence[str] = ("recall", "ndcg"), without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> dict[str, dict[int, float]]:
+def cutoff_curves(
+    scores: Mapping[str, Mapping[str, float]],
+    qrels: Qrels,
+    depth: int,
+    threshold: int = RELEVANCE_THRESHOLD,
+    bases: Sequence[str] = ("recall", "ndcg"),
+    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT,
+) -> dict[str, dict[int, float]]:
     """``{base: {k: mean base@k}}`` for the cutoffs in :data:`CURVE_CUTOFFS` up to ``depth``, means over
     the counted queries (:func:`counted_rows`; what a plot of recall or nDCG against k draws)."""
     cutoffs = [k for k in CURVE_CUTOFFS if k <= depth] or [depth]

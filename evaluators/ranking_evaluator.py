@@ -12,8 +12,19 @@ from pydantic import ValidationError, field_validator
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.settings import Count, ItemError, NonNegativeInt
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
-from ragtrack.evaluators.ranking import (COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, METRICS, RELEVANCE_THRESHOLD, WithoutRelevant, checked_threshold,
-                                         checked_without_relevant, counted_queries, describe_metrics, parse_metric, score_ranking)
+from ragtrack.evaluators.ranking import (
+    COUNT_WITHOUT_RELEVANT,
+    DEFAULT_METRICS,
+    METRICS,
+    RELEVANCE_THRESHOLD,
+    WithoutRelevant,
+    checked_threshold,
+    checked_without_relevant,
+    counted_queries,
+    describe_metrics,
+    parse_metric,
+    score_ranking,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,10 +63,16 @@ class RankingEvaluator(Evaluator):
     """All ranking metrics (see module docstring); ``relevance_threshold`` is trec_eval's ``-l``;
     ``max_grade`` is ERR's g_max (default: the largest grade in the qrels); ``without_relevant``: which
     judged queries enter the means (:func:`counted_rows`)."""
+
     settings_schema = RankingSettings
 
-    def __init__(self, metrics: Sequence[str] | None = None, relevance_threshold: int = RELEVANCE_THRESHOLD, max_grade: int | None = None,
-                 without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT):
+    def __init__(
+        self,
+        metrics: Sequence[str] | None = None,
+        relevance_threshold: int = RELEVANCE_THRESHOLD,
+        max_grade: int | None = None,
+        without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT,
+    ):
         super().__init__(metrics)
         self.relevance_threshold = checked_threshold(relevance_threshold)
         self.max_grade = int(max_grade) if max_grade is not None else None

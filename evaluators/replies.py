@@ -40,8 +40,12 @@ def string_list(reply: str) -> list[str]:
     raise ValueError(f"no list of strings in the reply {' '.join(text.split())[:80]!r}")
 
 
-def read_replies(asked: Mapping[tuple, tuple], replies: Mapping[tuple, str], failures: Mapping[tuple, str],
-                 accept: Callable[[tuple, str], None]) -> dict[str, str]:
+def read_replies(
+    asked: Mapping[tuple, tuple],
+    replies: Mapping[tuple, str],
+    failures: Mapping[tuple, str],
+    accept: Callable[[tuple, str], None],
+) -> dict[str, str]:
     """Hand each reply to ``accept(item, reply)`` in the order of ``asked`` (request key: a tuple whose
     first element is the query id, so that its tokens count for that query -> item whose first element
     is the query id); returns errors by query id: a query's first failed request, or
@@ -66,8 +70,15 @@ def report(evaluator: str, system: str, records: Sequence[dict], output_dir: str
     line to ``<output_dir>/systems/<system>/<file_name>`` (when ``output_dir`` is set)."""
     failed = [r for r in records if r["error"]]
     if failed:
-        log.warning("%s %s: %d of %d queries not scored (left out of the means); first: %s: %s",
-                    evaluator, system, len(failed), len(records), failed[0]["qid"], failed[0]["error"])
+        log.warning(
+            "%s %s: %d of %d queries not scored (left out of the means); first: %s: %s",
+            evaluator,
+            system,
+            len(failed),
+            len(records),
+            failed[0]["qid"],
+            failed[0]["error"],
+        )
     if output_dir:
         lines = "".join(json_text(r, ensure_ascii=False) + "\n" for r in records)
         write_atomically(Path(output_dir) / "systems" / system / file_name, lines)

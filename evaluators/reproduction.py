@@ -49,7 +49,9 @@ KTU_DEPTH = 1000  # repro_eval's RUN_LENGTH: the ranks KTU compares
 def _pair(original, reproduced) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(original, dtype=float), np.asarray(reproduced, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"reproduction measures need two equally long 1-d score vectors, got shapes {x.shape} and {y.shape}")
+        raise ValueError(
+            f"reproduction measures need two equally long 1-d score vectors, got shapes {x.shape} and {y.shape}"
+        )
     return x, y
 
 
@@ -72,7 +74,10 @@ def delta_relative_improvement(original, original_baseline, reproduced, reproduc
     x, x_base = _pair(original, original_baseline)
     y, y_base = _pair(reproduced, reproduced_baseline)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return float((x.mean() - x_base.mean()) / np.float64(x_base.mean()) - (y.mean() - y_base.mean()) / np.float64(y_base.mean()))
+        return float(
+            (x.mean() - x_base.mean()) / np.float64(x_base.mean())
+            - (y.mean() - y_base.mean()) / np.float64(y_base.mean())
+        )
 
 
 def equivalence_p(original, reproduced, margin: float) -> float:
@@ -96,7 +101,11 @@ def kendall_tau_union(original: Sequence[str], reproduced: Sequence[str], depth:
     length = min(len(original), len(reproduced), depth)
     a, b = original[:length], reproduced[:length]
     union = {doc: index for index, doc in enumerate(sorted({*a, *b}))}
-    return float(stats.kendalltau([union[doc] for doc in a], [union[doc] for doc in b]).statistic) if length > 1 else float("nan")
+    return (
+        float(stats.kendalltau([union[doc] for doc in a], [union[doc] for doc in b]).statistic)
+        if length > 1
+        else float("nan")
+    )
 
 
 def kendall_tau_b(original: Sequence[str], reproduced: Sequence[str]) -> float:
@@ -107,7 +116,9 @@ def kendall_tau_b(original: Sequence[str], reproduced: Sequence[str]) -> float:
     return float(stats.kendalltau(a, b).statistic) if min(len(original), len(reproduced)) > 1 else float("nan")
 
 
-def rank_biased_overlap(original: Sequence[str], reproduced: Sequence[str], p: float = RBO_P, depth: int | None = None) -> float:
+def rank_biased_overlap(
+    original: Sequence[str], reproduced: Sequence[str], p: float = RBO_P, depth: int | None = None
+) -> float:
     """Truncated, normalized RBO of the top ``depth`` ranks (default: the longer list's length; see module
     docstring); NaN for two empty lists."""
     depth = depth or max(len(original), len(reproduced))
@@ -115,13 +126,16 @@ def rank_biased_overlap(original: Sequence[str], reproduced: Sequence[str], p: f
         return float("nan")
     first = {doc: rank for rank, doc in enumerate(original[:depth], start=1)}
     shared = [max(first[doc], rank) for rank, doc in enumerate(reproduced[:depth], start=1) if doc in first]
-    overlap = np.cumsum(np.bincount(np.asarray(shared, dtype=int), minlength=depth + 1)[1:])  # |A_:d ∩ B_:d|, d = 1..depth
+    overlap = np.cumsum(
+        np.bincount(np.asarray(shared, dtype=int), minlength=depth + 1)[1:]
+    )  # |A_:d ∩ B_:d|, d = 1..depth
     weights = p ** np.arange(depth)
     return float(np.sum(weights * overlap / np.arange(1, depth + 1)) / weights.sum())
 
 
-def ranking_agreement(original: Run, reproduced: Run, p: float = RBO_P, depth: int | None = None,
-                      queries: Collection[str] | None = None) -> tuple[float, float, float]:
+def ranking_agreement(
+    original: Run, reproduced: Run, p: float = RBO_P, depth: int | None = None, queries: Collection[str] | None = None
+) -> tuple[float, float, float]:
     """Mean KTU, mean Kendall's τ_b and mean RBO (``depth`` as in :func:`rank_biased_overlap`) over the
     original's queries (those of them in ``queries`` when given), each over the queries where it is defined."""
     unions, taus, overlaps = [], [], []
@@ -144,8 +158,12 @@ MEASURE_COLUMNS = ["system", "metric", "queries", "rmse", "effect_ratio", "delta
 RANKING_COLUMNS = ["system", "ktu", "kendall_tau_b", "rbo"]
 
 
-def measures_table(pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]], metrics: Sequence[str], baseline: str | None,
-                   margin: float | None = None) -> pd.DataFrame:
+def measures_table(
+    pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]],
+    metrics: Sequence[str],
+    baseline: str | None,
+    margin: float | None = None,
+) -> pd.DataFrame:
     """Per system and metric (columns :data:`MEASURE_COLUMNS`): RMSE and, given a ``margin``, the
     equivalence test's p over the queries both tables scored (non-blank), and effect ratio and ΔRI against the pair labelled ``baseline`` over the queries all four
     tables scored (NaN for the baseline itself, or without it). ``pairs``: (label, original per-query
@@ -155,19 +173,41 @@ def measures_table(pairs: Sequence[tuple[str, pd.DataFrame, pd.DataFrame]], metr
     for label, original, reproduced in pairs:
         for metric in metrics:
             pair = pd.concat([original[metric], reproduced[metric]], axis=1, join="inner").dropna().to_numpy(float).T
-            four = (np.empty((4, 0)) if base is None or label == baseline else
-                    pd.concat([original[metric], base[0][metric], reproduced[metric], base[1][metric]], axis=1, join="inner")
-                    .dropna().to_numpy(float).T)
+            four = (
+                np.empty((4, 0))
+                if base is None or label == baseline
+                else pd.concat(
+                    [original[metric], base[0][metric], reproduced[metric], base[1][metric]], axis=1, join="inner"
+                )
+                .dropna()
+                .to_numpy(float)
+                .T
+            )
             against = four.shape[1] > 0
-            rows.append({"system": label, "metric": metric, "queries": pair.shape[1], "rmse": rmse(*pair) if pair.shape[1] else math.nan,
-                         "effect_ratio": effect_ratio(*four) if against else math.nan,
-                         "delta_ri": delta_relative_improvement(*four) if against else math.nan,
-                         "equivalence_p": equivalence_p(*pair, margin) if margin is not None and pair.shape[1] else math.nan})
+            rows.append(
+                {
+                    "system": label,
+                    "metric": metric,
+                    "queries": pair.shape[1],
+                    "rmse": rmse(*pair) if pair.shape[1] else math.nan,
+                    "effect_ratio": effect_ratio(*four) if against else math.nan,
+                    "delta_ri": delta_relative_improvement(*four) if against else math.nan,
+                    "equivalence_p": equivalence_p(*pair, margin) if margin is not None and pair.shape[1] else math.nan,
+                }
+            )
     return pd.DataFrame(rows, columns=MEASURE_COLUMNS)
 
 
 def rankings_table(pairs: Sequence[tuple[str, Run, Run]], queries: Collection[str] | None = None) -> pd.DataFrame:
     """Per system (columns :data:`RANKING_COLUMNS`): :func:`ranking_agreement` of its original and
     reproduced runs, over ``queries`` when given. ``pairs``: (label, original run, reproduced run)."""
-    return pd.DataFrame([{"system": label, **dict(zip(RANKING_COLUMNS[1:], ranking_agreement(original, reproduced, queries=queries)))}
-                         for label, original, reproduced in pairs], columns=RANKING_COLUMNS)
+    return pd.DataFrame(
+        [
+            {
+                "system": label,
+                **dict(zip(RANKING_COLUMNS[1:], ranking_agreement(original, reproduced, queries=queries))),
+            }
+            for label, original, reproduced in pairs
+        ],
+        columns=RANKING_COLUMNS,
+    )

@@ -92,8 +92,8 @@ def randomization_test(a, b, resamples: int = 10_000, seed: int = 0) -> PairedTe
     n = len(nonzero)
     if n == 0:
         return PairedTest(0.0, 1.0)
-    if 2 ** n <= resamples:  # exact: every sign vector once
-        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+    if 2**n <= resamples:  # exact: every sign vector once
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
         return PairedTest(float(d.mean()), float(np.mean(np.abs(signs @ nonzero) >= threshold)))
     rng = np.random.default_rng(seed)
     hits, chunk = 0, max(1, 2_000_000 // n)
@@ -135,8 +135,13 @@ def effect_size(a, b, alpha: float = ALPHA, power: float = POWER) -> EffectSize:
     nonzero = d[d != 0]
     ranks = stats.rankdata(np.abs(nonzero))
     rank_biserial = (ranks[nonzero > 0].sum() - ranks[nonzero < 0].sum()) / ranks.sum() if len(nonzero) else 0.0
-    return EffectSize(float(mean - half), float(mean + half), float(cohens_d), float(rank_biserial),
-                      detectable_effect(n, alpha, power) * float(sd))
+    return EffectSize(
+        float(mean - half),
+        float(mean + half),
+        float(cohens_d),
+        float(rank_biserial),
+        detectable_effect(n, alpha, power) * float(sd),
+    )
 
 
 def holm(p_values) -> np.ndarray:

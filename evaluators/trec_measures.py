@@ -76,7 +76,10 @@ def _glibc_merge_sort(items: list, before: Callable[[object, object], bool]) -> 
     puts the right one first; it decides the order of items trec_eval's comparator calls equal."""
     if len(items) <= 1:
         return list(items)
-    left, right = _glibc_merge_sort(items[: len(items) // 2], before), _glibc_merge_sort(items[len(items) // 2:], before)
+    left, right = (
+        _glibc_merge_sort(items[: len(items) // 2], before),
+        _glibc_merge_sort(items[len(items) // 2 :], before),
+    )
     merged = []
     while left and right:
         merged.append(right.pop(0) if before(right[0], left[0]) else left.pop(0))
@@ -150,6 +153,7 @@ def _relevant_so_far(m: RankedGrades, upto: np.ndarray) -> np.ndarray:
 
 # --- counts -------------------------------------------------------------------------------------
 
+
 def num_ret(m: RankedGrades, k: int | None = None) -> np.ndarray:
     """Documents retrieved (trec_eval ``num_ret``; its ``all`` line is the sum over queries)."""
     return m.retrieved.astype(float)
@@ -171,6 +175,7 @@ def unjudged(m: RankedGrades, k: int) -> np.ndarray:
 
 
 # --- set measures (the retrieved documents as a set) --------------------------------------------
+
 
 def _relevant_retrieved(m: RankedGrades) -> np.ndarray:
     return m.relevant.sum(axis=1).astype(float)
@@ -204,16 +209,24 @@ def set_f(m: RankedGrades, k: int | None = None, beta: float = 1.0) -> np.ndarra
     return np.where(_relevant_retrieved(m) > 0, divide((beta + 1.0) * p * r, beta * p + r), 0.0)
 
 
-def utility(m: RankedGrades, k: int | None = None, weights: Sequence[float] = (1.0, -1.0, 0.0, 0.0), collection: int = 0) -> np.ndarray:
+def utility(
+    m: RankedGrades, k: int | None = None, weights: Sequence[float] = (1.0, -1.0, 0.0, 0.0), collection: int = 0
+) -> np.ndarray:
     """utility = w1·a + w2·b + w3·c + w4·d over the contingency table of the retrieved set: a relevant
     retrieved, b non-relevant retrieved, c relevant missed, d = N + a − retrieved − relevant the rest of
     a collection of N documents (trec_eval ``utility``, default weights 1, −1, 0, 0; ``-N`` gives N)."""
     found, retrieved, relevant = m.relevant.sum(axis=1), m.retrieved, m.num_rel
     w1, w2, w3, w4 = weights
-    return w1 * found + w2 * (retrieved - found) + w3 * (relevant - found) + w4 * (collection + found - retrieved - relevant)
+    return (
+        w1 * found
+        + w2 * (retrieved - found)
+        + w3 * (relevant - found)
+        + w4 * (collection + found - retrieved - relevant)
+    )
 
 
 # --- rank measures ------------------------------------------------------------------------------
+
 
 def relative_precision(m: RankedGrades, k: int) -> np.ndarray:
     """relative_P@k = |relevant in top k| / min(k, |relevant|): precision up to R, recall after it
@@ -248,7 +261,9 @@ def interpolated_precision(m: RankedGrades, recall_levels: Sequence[float], empt
     reached = (wanted >= 1) & (wanted <= found[:, None])
     cell = np.where(reached, (np.cumsum(found) - found)[:, None] + wanted - 1, 0)
     at_cell = best[rows[cell], columns[cell]] if len(rows) else np.zeros(wanted.shape)
-    return np.where(reached, at_cell, np.where(wanted == 0, np.where(m.retrieved[:, None] > 0, best[:, :1], empty), 0.0))
+    return np.where(
+        reached, at_cell, np.where(wanted == 0, np.where(m.retrieved[:, None] > 0, best[:, :1], empty), 0.0)
+    )
 
 
 def iprec_at_recall(m: RankedGrades, level: float) -> np.ndarray:
@@ -259,8 +274,9 @@ def iprec_at_recall(m: RankedGrades, level: float) -> np.ndarray:
 ELEVEN_POINTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
-def eleven_point_average(m: RankedGrades, k: int | None = None, recall_levels: Sequence[float] = ELEVEN_POINTS,
-                         empty: float = 0.0) -> np.ndarray:
+def eleven_point_average(
+    m: RankedGrades, k: int | None = None, recall_levels: Sequence[float] = ELEVEN_POINTS, empty: float = 0.0
+) -> np.ndarray:
     """11pt_avg = mean interpolated precision at recall 0, 0.1, ..., 1 (or the levels given), summed
     from the highest level down as trec_eval does (trec_eval ``11pt_avg``)."""
     values = interpolated_precision(m, recall_levels, empty)
@@ -278,7 +294,9 @@ def infap(m: RankedGrades, k: int | None = None) -> np.ndarray:
     pooled = _count_before(m.judged & (m.grades < 0), rows, columns)
     j = columns.astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        term = 1.0 / (j + 1.0) + (j / (j + 1.0)) * ((above + nonrel + pooled) / j) * ((above + INFAP_EPSILON) / (above + nonrel + 2 * INFAP_EPSILON))
+        term = 1.0 / (j + 1.0) + (j / (j + 1.0)) * ((above + nonrel + pooled) / j) * (
+            (above + INFAP_EPSILON) / (above + nonrel + 2 * INFAP_EPSILON)
+        )
     return divide(m.per_row(rows, np.where(columns == 0, 1.0, term)), m.num_rel)
 
 
@@ -346,7 +364,9 @@ def r_ndcg(m: RankedGrades, k: int | None = None, gains: Gains = NO_GAINS) -> np
         positives = (ideal > 0).sum(axis=1)
         final = (m.retrieved > positives + 1) & (ideal_first[:, -1] > 0)
         total = total + np.where(final, _last(dcg_first) / ideal_first[:, -1], 0.0)
-        return np.where(m.num_rel > 0, total / (counted.sum(axis=1) + final), 0.0)  # 0/0 (relevant, no positive gain): NaN
+        return np.where(
+            m.num_rel > 0, total / (counted.sum(axis=1) + final), 0.0
+        )  # 0/0 (relevant, no positive gain): NaN
 
 
 def _persistence_powers(p: float, width: int) -> np.ndarray:
@@ -362,9 +382,14 @@ def _rbp_gains(m: RankedGrades, gains: Gains) -> np.ndarray:
     own = np.arange(int(judged_levels.max(initial=-1)) + 1)
     own = np.where((own[None, :] <= judged_levels[:, None]) & ~np.isin(own, list(gains))[None, :], own[None, :], np.nan)
     table = np.hstack([own, np.tile(np.array(list(gains.values()), dtype=float), (len(own), 1))])
-    low, high = np.where(np.isnan(table), np.inf, table).min(axis=1), np.where(np.isnan(table), -np.inf, table).max(axis=1)
+    low, high = (
+        np.where(np.isnan(table), np.inf, table).min(axis=1),
+        np.where(np.isnan(table), -np.inf, table).max(axis=1),
+    )
     values = levels(m)
-    in_table = retrieved_cells(m) & (((values >= 0) & (values <= judged_levels[:, None])) | np.isin(values, list(gains)))
+    in_table = retrieved_cells(m) & (
+        ((values >= 0) & (values <= judged_levels[:, None])) | np.isin(values, list(gains))
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         scaled = np.where(in_table, (_gain(values, gains) - low[:, None]) / (high - low)[:, None], 0.0)
     return np.where(((low < 0) | (high > 1))[:, None], scaled, result_gains(m, gains))
@@ -393,6 +418,9 @@ def rbp_residual(m: RankedGrades, k: int | None = None, p: float = 0.9) -> np.nd
 def relevance_strings(m: RankedGrades, length: int = 10) -> list[str]:
     """trec_eval's ``relstring``: per query the levels of its first ``length`` documents, one character
     each: the grade 0-9, '>' above 9, '-' not judged, '.' judged with a negative grade."""
-    codes = levels(m)[:, :max(length, 0)]
+    codes = levels(m)[:, : max(length, 0)]
     table = {NONPOOL: "-", UNJUDGED: "."} | {level: str(level) for level in range(10)}
-    return ["".join(table.get(int(value), ">") for value in row[: min(length, int(size))]) for row, size in zip(codes, m.retrieved)]
+    return [
+        "".join(table.get(int(value), ">") for value in row[: min(length, int(size))])
+        for row, size in zip(codes, m.retrieved)
+    ]

@@ -44,16 +44,21 @@ class QueryPreferences:
     @property
     def counts(self) -> np.ndarray:
         """(n, n) how many groups prefer rank a to rank b (trec_eval's counts array)."""
-        return sum((group.prefers.astype(np.int64) for group in self.groups), np.zeros((self.judged, self.judged), dtype=np.int64))
+        return sum(
+            (group.prefers.astype(np.int64) for group in self.groups),
+            np.zeros((self.judged, self.judged), dtype=np.int64),
+        )
 
 
-def judged_ranks(preferences: Sequence[Preference], scores: Mapping[str, float], depth: int) -> tuple[dict[str, int], int]:
+def judged_ranks(
+    preferences: Sequence[Preference], scores: Mapping[str, float], depth: int
+) -> tuple[dict[str, int], int]:
     """Each judged document's rank (form_prefs_and_ranks): retrieved ones in ranking order, then the
     others in document id order; and how many were retrieved. Here trec_eval breaks ties of score by
     document id *ascending* (its ``comp_sim_docno`` in form_prefs_counts.c), unlike everywhere else."""
     judged = {doc for _, _, doc, _ in preferences}
     ranking = sorted(scores, key=lambda doc: (-scores[doc], doc))
-    retrieved = [doc for doc in ranking[:max(depth, 0)] if doc in judged]
+    retrieved = [doc for doc in ranking[: max(depth, 0)] if doc in judged]
     ranks = {doc: rank for rank, doc in enumerate(retrieved)}
     for doc in sorted(judged - ranks.keys()):
         ranks[doc] = len(ranks)
@@ -70,7 +75,9 @@ def _closure(prefers: np.ndarray) -> np.ndarray:
         reach = grown
     np.fill_diagonal(reach, False)
     if (reach & reach.T).any():
-        raise RagtrackError("preference judgments contradict each other within a judgment group (trec_eval: 'Pref inconsistency')")
+        raise RagtrackError(
+            "preference judgments contradict each other within a judgment group (trec_eval: 'Pref inconsistency')"
+        )
     return reach
 
 
@@ -90,9 +97,11 @@ def _group(entries: list[tuple[str, float, int]], judged: int) -> Group:
     prefers = np.zeros((judged, judged), dtype=bool)
     for index, (subgroup, level, rank) in enumerate(entries):
         if levels[rank] > 0 and level == 0 or levels[rank] == 0 and level > 0:
-            raise RagtrackError("a document has both level 0 and a level above 0 in one judgment group of the preference judgments")
+            raise RagtrackError(
+                "a document has both level 0 and a level above 0 in one judgment group of the preference judgments"
+            )
         levels[rank] = level
-        lower = [other for sub, other_level, other in entries[index + 1:] if sub == subgroup and other_level < level]
+        lower = [other for sub, other_level, other in entries[index + 1 :] if sub == subgroup and other_level < level]
         prefers[rank, lower] = True
     return Group(_closure(prefers), levels, None)
 
@@ -101,7 +110,9 @@ def query_preferences(preferences: Sequence[Preference], scores: Mapping[str, fl
     """A query's groups, its judged documents' ranks laid out as trec_eval lays them."""
     ranks, retrieved = judged_ranks(preferences, scores, depth)
     entries: dict[str, list[tuple[str, float, int]]] = {}
-    for group, subgroup, doc, level in sorted(preferences, key=lambda entry: (entry[0], entry[1], -entry[3], ranks[entry[2]])):
+    for group, subgroup, doc, level in sorted(
+        preferences, key=lambda entry: (entry[0], entry[1], -entry[3], ranks[entry[2]])
+    ):
         entries.setdefault(group, []).append((subgroup, level, ranks[doc]))
     return QueryPreferences([_group(group, len(ranks)) for group in entries.values()], len(ranks), retrieved)
 
@@ -130,9 +141,17 @@ def group_counts(group: Group, retrieved: int) -> GroupCounts:
     levels = group.levels
     relevant = levels > 0
     nonrelevant = levels <= 0 if group.classes is not None else levels == 0  # the EC form counts any level not above 0
-    return GroupCounts(fulfilled_retrieved, fulfilled_retrieved + unfulfilled_retrieved, fulfilled_implied,
-                       fulfilled_implied + unfulfilled_implied, int(prefers[r:, r:].sum()), int(relevant.sum()),
-                       int(relevant[:r].sum()), int(nonrelevant.sum()), int(nonrelevant[:r].sum()))
+    return GroupCounts(
+        fulfilled_retrieved,
+        fulfilled_retrieved + unfulfilled_retrieved,
+        fulfilled_implied,
+        fulfilled_implied + unfulfilled_implied,
+        int(prefers[r:, r:].sum()),
+        int(relevant.sum()),
+        int(relevant[:r].sum()),
+        int(nonrelevant.sum()),
+        int(nonrelevant[:r].sum()),
+    )
 
 
 # --- the measures: one value per query -----------------------------------------------------------
@@ -153,7 +172,10 @@ def _ratio(numerator: float, denominator: float) -> float:
 def _area_totals(query: QueryPreferences, area: str) -> tuple[int, int]:
     counts = [group_counts(group, query.retrieved) for group in query.groups]
     fulfilled, possible = AREAS[area]
-    return (sum(getattr(c, name) for c in counts for name in fulfilled), sum(getattr(c, name) for c in counts for name in possible))
+    return (
+        sum(getattr(c, name) for c in counts for name in fulfilled),
+        sum(getattr(c, name) for c in counts for name in possible),
+    )
 
 
 def num_possible(query: QueryPreferences) -> float:
@@ -209,7 +231,9 @@ def _recount_classes(group: Group, keep: int, retrieved: int, retrieved_only: bo
     kept = group.classes[-1][1][:keep]
     kept = kept[kept < retrieved] if retrieved_only else kept
     fulfilled = possible = 0
-    pairs_of = [(first, second) for index, first in enumerate(classes) for second in classes[index + 1:-1]] + [(first, kept) for first in classes]
+    pairs_of = [(first, second) for index, first in enumerate(classes) for second in classes[index + 1 : -1]] + [
+        (first, kept) for first in classes
+    ]
     for first, second in pairs_of:
         higher = first[:, None] < second[None, :]
         won = int((higher if retrieved_only else higher & (first[:, None] < retrieved)).sum())
@@ -241,11 +265,16 @@ def average_over_groups_rnonrel(query: QueryPreferences, retrieved_only: bool) -
     total = 0.0
     for group in query.groups:
         counts = group_counts(group, query.retrieved)
-        relevant, nonrelevant = ((counts.relevant_retrieved, counts.nonrelevant_retrieved) if retrieved_only
-                                 else (counts.relevant, counts.nonrelevant))
+        relevant, nonrelevant = (
+            (counts.relevant_retrieved, counts.nonrelevant_retrieved)
+            if retrieved_only
+            else (counts.relevant, counts.nonrelevant)
+        )
         fulfilled, possible = AREAS["retrieved" if retrieved_only else "all"]
         if relevant >= nonrelevant:
-            ful = sum(getattr(counts, name) for name in fulfilled) + counts.relevant_retrieved * (relevant - nonrelevant)
+            ful = sum(getattr(counts, name) for name in fulfilled) + counts.relevant_retrieved * (
+                relevant - nonrelevant
+            )
             poss = sum(getattr(counts, name) for name in possible) + counts.relevant * (relevant - nonrelevant)
         elif group.classes is not None:
             ful, poss = _recount_classes(group, relevant, query.retrieved, retrieved_only)

@@ -59,23 +59,46 @@ def figures(judge: Sequence, human: Sequence, categories: Sequence, seed: int) -
     position = {category: i for i, category in enumerate(categories)}
     graded = len(categories) > 2 and all(isinstance(c, (int, np.integer)) for c in categories)
     weights, level = ("quadratic", "ordinal") if graded else ("none", "nominal")
-    found = agreement([position[v] for v in judge], [position[v] for v in human], len(categories), weights, level,
-                      resamples=1000, seed=seed)
-    return {"compared": found.n, **found.figures, "kappa_weights": weights, "alpha_level": level,
-            "confusion": {"categories": list(categories), "counts": found.confusion.tolist()}}
+    found = agreement(
+        [position[v] for v in judge],
+        [position[v] for v in human],
+        len(categories),
+        weights,
+        level,
+        resamples=1000,
+        seed=seed,
+    )
+    return {
+        "compared": found.n,
+        **found.figures,
+        "kappa_weights": weights,
+        "alpha_level": level,
+        "confusion": {"categories": list(categories), "counts": found.confusion.tolist()},
+    }
 
 
 def _ppi(prefix: str, judged: Mapping[str, float], human: Mapping[str, float]) -> dict:
     """The PPI mean of the judge's scores ``judged`` (query -> score) corrected by ``human`` (query ->
     label, a subset of ``judged``): ``<prefix>ppi`` with CI, and the judge's plain mean."""
-    estimate = ppi_mean([judged[q] for q in human], list(human.values()), [v for q, v in judged.items() if q not in human], CONFIDENCE)
-    return {f"{prefix}judge_mean": estimate.judge_mean, f"{prefix}rectifier": estimate.rectifier, f"{prefix}ppi": estimate.estimate,
-            f"{prefix}ppi_ci_low": estimate.ci_low, f"{prefix}ppi_ci_high": estimate.ci_high}
+    estimate = ppi_mean(
+        [judged[q] for q in human], list(human.values()), [v for q, v in judged.items() if q not in human], CONFIDENCE
+    )
+    return {
+        f"{prefix}judge_mean": estimate.judge_mean,
+        f"{prefix}rectifier": estimate.rectifier,
+        f"{prefix}ppi": estimate.estimate,
+        f"{prefix}ppi_ci_low": estimate.ci_low,
+        f"{prefix}ppi_ci_high": estimate.ci_high,
+    }
 
 
 def _confusion_csv(path: Path, section: dict) -> Path:
     categories, counts = section["confusion"]["categories"], section["confusion"]["counts"]
-    frame = pd.DataFrame(counts, index=pd.Index([str(c) for c in categories], name=CONFUSION_CORNER), columns=[str(c) for c in categories])
+    frame = pd.DataFrame(
+        counts,
+        index=pd.Index([str(c) for c in categories], name=CONFUSION_CORNER),
+        columns=[str(c) for c in categories],
+    )
     return write_atomically(path, csv_text(frame, index=True))
 
 
@@ -83,8 +106,17 @@ def _warn(what: str, labels: HumanLabels, counts: Counter, examples: dict[str, H
     """One warning per kind of label that could not be compared, with its count and first line."""
     for kind, count in counts.items():
         first = examples[kind]
-        log.warning("%s human labels %s: %d label(s) %s; first: line %d (query %r, %s %r)", what, labels.path.name, count,
-                    kind.replace("_", " "), first.line, first.qid, labels.item, first.item)
+        log.warning(
+            "%s human labels %s: %d label(s) %s; first: line %d (query %r, %s %r)",
+            what,
+            labels.path.name,
+            count,
+            kind.replace("_", " "),
+            first.line,
+            first.qid,
+            labels.item,
+            first.item,
+        )
 
 
 def _counted(kinds: Sequence[str], skipped: Counter) -> dict[str, int]:
@@ -121,7 +153,9 @@ def rubric_agreement(judges: Sequence, results: Mapping, dataset: Dataset, outpu
         scales = {r.name: sorted(r.scale) for r in judge.rubrics}
         for (system, criterion), group in sorted(grouped.items()):
             per_query, metric = results[system].per_query, f"judge_{criterion}"
-            scores = per_query[metric].dropna().to_dict() if metric in per_query else {}  # none: the judge did not apply (no answers)
+            scores = (
+                per_query[metric].dropna().to_dict() if metric in per_query else {}
+            )  # none: the judge did not apply (no answers)
             answers = per_query["generated_answer"].to_dict() if "generated_answer" in per_query else {}
             before = skipped.copy()
             labelled, on_scale = {}, {}
@@ -136,16 +170,28 @@ def rubric_agreement(judges: Sequence, results: Mapping, dataset: Dataset, outpu
                         on_scale[label.qid] = label.label
                     else:
                         skip("off_scale", label)
-            found = {"labels": len(group), **_counted(RUBRIC_SKIPS[2:], skipped - before),
-                     **figures([int(scores[q]) for q in on_scale], list(on_scale.values()), scales[criterion], seed),
-                     **_ppi("", scores, labelled), "ppi_labelled": len(labelled), "judged": len(scores)}
+            found = {
+                "labels": len(group),
+                **_counted(RUBRIC_SKIPS[2:], skipped - before),
+                **figures([int(scores[q]) for q in on_scale], list(on_scale.values()), scales[criterion], seed),
+                **_ppi("", scores, labelled),
+                "ppi_labelled": len(labelled),
+                "judged": len(scores),
+            }
             systems.setdefault(system, {})[metric] = found
             _confusion_csv(output_dir / "systems" / system / f"{metric}_confusion.csv", found)
             key = layout.metric_key(metric)
-            system_metrics.setdefault(system, {}).update({f"{key}_{name}": float(found[name]) for name in _logged(("ppi",)) if pd.notna(found[name])}
-                                                         | {f"{key}_human_labels": float(found["compared"])})
+            system_metrics.setdefault(system, {}).update(
+                {f"{key}_{name}": float(found[name]) for name in _logged(("ppi",)) if pd.notna(found[name])}
+                | {f"{key}_human_labels": float(found["compared"])}
+            )
         _warn("llm_judge", labels, skipped, examples)
-        section = {"file": str(labels.path), "labels": len(labels.labels), **_counted(RUBRIC_SKIPS, skipped), "systems": systems}
+        section = {
+            "file": str(labels.path),
+            "labels": len(labels.labels),
+            **_counted(RUBRIC_SKIPS, skipped),
+            "systems": systems,
+        }
     return Findings({"agreement": section}, {}, system_metrics) if section else Findings()
 
 
@@ -154,7 +200,9 @@ def _logged(extra: Sequence[str]) -> list[str]:
     return [f"{name}{suffix}" for name in (*FIGURES, *extra) for suffix in ("", "_ci_low", "_ci_high")]
 
 
-def pairwise_agreement(judge: SystemComparer, records: Sequence[Mapping], dataset: Dataset, output_dir: Path, seed: int) -> Findings:
+def pairwise_agreement(
+    judge: SystemComparer, records: Sequence[Mapping], dataset: Dataset, output_dir: Path, seed: int
+) -> Findings:
     """Agreement of a pairwise judge's outcomes (``records``: those of ``pairwise.jsonl``) with its
     ``human_labels``, per pair (module docstring)."""
     labels = judge.human_labels
@@ -168,8 +216,15 @@ def pairwise_agreement(judge: SystemComparer, records: Sequence[Mapping], datase
         first, second = split_pair(label.item)
         reverse = f"{second}{PAIR_SEPARATOR}{first}"
         pair = label.item if label.item in outcomes else reverse if reverse in outcomes else None
-        kind = "unknown_query" if label.qid not in dataset.queries else "unknown_pair" if pair is None else \
-            "judge_missing" if outcomes[pair].get(label.qid) is None else None
+        kind = (
+            "unknown_query"
+            if label.qid not in dataset.queries
+            else "unknown_pair"
+            if pair is None
+            else "judge_missing"
+            if outcomes[pair].get(label.qid) is None
+            else None
+        )
         if kind:
             skipped[kind] += 1
             examples.setdefault(kind, label)
@@ -178,22 +233,39 @@ def pairwise_agreement(judge: SystemComparer, records: Sequence[Mapping], datase
     pairs, metrics, artifacts = {}, {}, []
     for pair, human in sorted(grouped.items()):
         judged = {q: o for q, o in outcomes[pair].items() if o is not None}
-        found = {"criterion": judge.criterion.name, "labels": len(human), **figures([judged[q] for q in human], list(human.values()), OUTCOMES, seed),
-                 "judged": len(judged)}
+        found = {
+            "criterion": judge.criterion.name,
+            "labels": len(human),
+            **figures([judged[q] for q in human], list(human.values()), OUTCOMES, seed),
+            "judged": len(judged),
+        }
         for outcome in OUTCOMES:
             rate = f"{outcome}_rate_"
-            found |= _ppi(rate, {q: float(o == outcome) for q, o in judged.items()}, {q: float(h == outcome) for q, h in human.items()})
+            found |= _ppi(
+                rate,
+                {q: float(o == outcome) for q, o in judged.items()},
+                {q: float(h == outcome) for q, h in human.items()},
+            )
         pairs[pair] = found
         first, second = split_pair(pair)
-        artifacts.append(_confusion_csv(output_dir / f"pairwise_confusion_{layout.key_part(first)}_vs_{layout.key_part(second)}.csv", found))
+        artifacts.append(
+            _confusion_csv(
+                output_dir / f"pairwise_confusion_{layout.key_part(first)}_vs_{layout.key_part(second)}.csv", found
+            )
+        )
         prefix = f"pairwise/{layout.system_key(first)}_vs_{layout.system_key(second)}/"
-        metrics |= {f"{prefix}{name}": float(found[name]) for name in _logged([f"{o}_rate_ppi" for o in OUTCOMES]) if pd.notna(found[name])}
+        metrics |= {
+            f"{prefix}{name}": float(found[name])
+            for name in _logged([f"{o}_rate_ppi" for o in OUTCOMES])
+            if pd.notna(found[name])
+        }
     _warn("pairwise_judge", labels, skipped, examples)
     section = {"file": str(labels.path), "labels": len(labels.labels), **_counted(PAIR_SKIPS, skipped), "pairs": pairs}
     return Findings({"pairwise_agreement": section}, metrics, {}, artifacts)
 
 
 # --------------------------------------------------------------------------- report and run page
+
 
 def _interval(row: Mapping, name: str) -> str:
     value = row.get(name)
@@ -210,7 +282,15 @@ def _rows(results: Mapping) -> list[tuple[str, str, dict, str, str]]:
         for metric, found in metrics.items():
             rows.append((system, metric, found, f"{found['judge_mean']:.3f}", _interval(found, "ppi")))
     for pair, found in (results.get("pairwise_agreement") or {}).get("pairs", {}).items():
-        rows.append((pair, f"pairwise_{found['criterion']} win rate", found, f"{found['win_rate_judge_mean']:.3f}", _interval(found, "win_rate_ppi")))
+        rows.append(
+            (
+                pair,
+                f"pairwise_{found['criterion']} win rate",
+                found,
+                f"{found['win_rate_judge_mean']:.3f}",
+                _interval(found, "win_rate_ppi"),
+            )
+        )
     return rows
 
 
@@ -219,13 +299,28 @@ def _note(results: Mapping) -> str:
     for name, key in (("llm_judge", "agreement"), ("pairwise_judge", "pairwise_agreement")):
         section = results.get(key)
         if section:
-            skipped = ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in section.items()
-                                if kind not in ("file", "labels", "systems", "pairs") and count)
-            parts.append(f"{name}: {section['labels']} labels from {Path(section['file']).name}" + (f" ({skipped}: not compared)" if skipped else ""))
+            skipped = ", ".join(
+                f"{count} {kind.replace('_', ' ')}"
+                for kind, count in section.items()
+                if kind not in ("file", "labels", "systems", "pairs") and count
+            )
+            parts.append(
+                f"{name}: {section['labels']} labels from {Path(section['file']).name}"
+                + (f" ({skipped}: not compared)" if skipped else "")
+            )
     return "; ".join(parts)
 
 
-HEADER = ("system or pair", "judge", "labels compared", "κ [95% CI]", "α [95% CI]", "accuracy [95% CI]", "judge mean", "PPI-corrected [95% CI]")
+HEADER = (
+    "system or pair",
+    "judge",
+    "labels compared",
+    "κ [95% CI]",
+    "α [95% CI]",
+    "accuracy [95% CI]",
+    "judge mean",
+    "PPI-corrected [95% CI]",
+)
 
 
 def report_section(results: Mapping) -> tuple[str, str, str] | None:
@@ -233,17 +328,39 @@ def report_section(results: Mapping) -> tuple[str, str, str] | None:
     rows = _rows(results)
     if not rows:
         return None
-    frame = pd.DataFrame([(what, figure, found["compared"], _interval(found, "kappa"), _interval(found, "alpha"), _interval(found, "accuracy"),
-                           mean, corrected) for what, figure, found, mean, corrected in rows], columns=list(HEADER))
+    frame = pd.DataFrame(
+        [
+            (
+                what,
+                figure,
+                found["compared"],
+                _interval(found, "kappa"),
+                _interval(found, "alpha"),
+                _interval(found, "accuracy"),
+                mean,
+                corrected,
+            )
+            for what, figure, found, mean, corrected in rows
+        ],
+        columns=list(HEADER),
+    )
     table = frame.to_html(index=False, escape=True)
-    confusions = "".join(f"<details><summary>{html.escape(what)}, {html.escape(figure)}: confusion matrix (rows: judge, columns: people)</summary>"
-                         + pd.DataFrame(found["confusion"]["counts"], index=list(map(str, found["confusion"]["categories"])),
-                                        columns=list(map(str, found["confusion"]["categories"]))).to_html(escape=True) + "</details>"
-                         for what, figure, found, _, _ in rows)
-    note = (f'<p class="note">{html.escape(_note(results))}. κ: Cohen\'s kappa (quadratic weights on graded scales, unweighted on two-point '
-            "scales and pairwise outcomes); α: Krippendorff's alpha (ordinal, or nominal); both and accuracy over the labelled items "
-            "the judge scored, with 95% percentile bootstrap CIs. PPI-corrected: the judge's mean plus the mean human − judge "
-            "difference on the labelled items (prediction-powered inference, Angelopoulos et al., Science 2023), normal 95% CI.</p>")
+    confusions = "".join(
+        f"<details><summary>{html.escape(what)}, {html.escape(figure)}: confusion matrix (rows: judge, columns: people)</summary>"
+        + pd.DataFrame(
+            found["confusion"]["counts"],
+            index=list(map(str, found["confusion"]["categories"])),
+            columns=list(map(str, found["confusion"]["categories"])),
+        ).to_html(escape=True)
+        + "</details>"
+        for what, figure, found, _, _ in rows
+    )
+    note = (
+        f'<p class="note">{html.escape(_note(results))}. κ: Cohen\'s kappa (quadratic weights on graded scales, unweighted on two-point '
+        "scales and pairwise outcomes); α: Krippendorff's alpha (ordinal, or nominal); both and accuracy over the labelled items "
+        "the judge scored, with 95% percentile bootstrap CIs. PPI-corrected: the judge's mean plus the mean human − judge "
+        "difference on the labelled items (prediction-powered inference, Angelopoulos et al., Science 2023), normal 95% CI.</p>"
+    )
     return "agreement", "Judge agreement with people", table + note + confusions
 
 
@@ -254,12 +371,38 @@ def summary_text(results: Mapping) -> str:
     rows = _rows(results)
     if not rows:
         return ""
-    frame = pd.DataFrame([(what, figure, found["compared"], *(_interval(found, name).split(" [")[0] for name in ("kappa", "alpha", "accuracy")),
-                           mean, corrected) for what, figure, found, mean, corrected in rows],
-                         columns=["system or pair", "judge", "compared", "kappa", "alpha", "accuracy", "judge mean", "PPI-corrected [95% CI]"])
-    note = (f"{_note(results)}; kappa: Cohen's, alpha: Krippendorff's, over the labelled items the judge scored (their CIs: "
-            "results.json, report.html); PPI-corrected: the judge's mean plus the mean human - judge difference")
-    return frame.to_string(index=False, line_width=100) + "\n" + textwrap.fill(note, 100, subsequent_indent="  ", break_on_hyphens=False)
+    frame = pd.DataFrame(
+        [
+            (
+                what,
+                figure,
+                found["compared"],
+                *(_interval(found, name).split(" [")[0] for name in ("kappa", "alpha", "accuracy")),
+                mean,
+                corrected,
+            )
+            for what, figure, found, mean, corrected in rows
+        ],
+        columns=[
+            "system or pair",
+            "judge",
+            "compared",
+            "kappa",
+            "alpha",
+            "accuracy",
+            "judge mean",
+            "PPI-corrected [95% CI]",
+        ],
+    )
+    note = (
+        f"{_note(results)}; kappa: Cohen's, alpha: Krippendorff's, over the labelled items the judge scored (their CIs: "
+        "results.json, report.html); PPI-corrected: the judge's mean plus the mean human - judge difference"
+    )
+    return (
+        frame.to_string(index=False, line_width=100)
+        + "\n"
+        + textwrap.fill(note, 100, subsequent_indent="  ", break_on_hyphens=False)
+    )
 
 
 def run_page_note(results: Mapping) -> str:
@@ -267,8 +410,22 @@ def run_page_note(results: Mapping) -> str:
     rows = _rows(results)
     if not rows:
         return ""
-    lines = ["", "", "| " + " | ".join(HEADER) + " |", "|---|---|" + "---:|" * (len(HEADER) - 2)]  # a blank line before the table
-    lines += [f"| {what} | {figure} | {found['compared']} | {_interval(found, 'kappa')} | {_interval(found, 'alpha')} | "
-              f"{_interval(found, 'accuracy')} | {mean} | {corrected} |" for what, figure, found, mean, corrected in rows]
-    return "\n".join([*lines, "", f"**Judge agreement with people** ({_note(results)}): kappa, alpha and accuracy with 95% bootstrap CIs; "
-                      "the judge's mean corrected by the labels (prediction-powered inference) with its 95% CI. Details in report.html."])
+    lines = [
+        "",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|---|---|" + "---:|" * (len(HEADER) - 2),
+    ]  # a blank line before the table
+    lines += [
+        f"| {what} | {figure} | {found['compared']} | {_interval(found, 'kappa')} | {_interval(found, 'alpha')} | "
+        f"{_interval(found, 'accuracy')} | {mean} | {corrected} |"
+        for what, figure, found, mean, corrected in rows
+    ]
+    return "\n".join(
+        [
+            *lines,
+            "",
+            f"**Judge agreement with people** ({_note(results)}): kappa, alpha and accuracy with 95% bootstrap CIs; "
+            "the judge's mean corrected by the labels (prediction-powered inference) with its 95% CI. Details in report.html.",
+        ]
+    )

@@ -86,12 +86,19 @@ def load_gold_answers(path: str | Path) -> dict[str, list[str]]:
 
 def _squad_dataset(path: Path) -> dict[str, list[str]]:
     document, lines = _whole_json(path)
-    shape = "a SQuAD dataset file needs {\"data\": [{\"paragraphs\": [{\"qas\": [{\"id\": ..., \"answers\": [{\"text\": ...}]}]}]}]}"
+    shape = (
+        'a SQuAD dataset file needs {"data": [{"paragraphs": [{"qas": [{"id": ..., "answers": [{"text": ...}]}]}]}]}'
+    )
     try:
         if not isinstance(document, _Object):
             raise TypeError
         articles = dict(document)["data"]
-        questions = [dict(qa) for article in articles for paragraph in dict(article)["paragraphs"] for qa in dict(paragraph)["qas"]]
+        questions = [
+            dict(qa)
+            for article in articles
+            for paragraph in dict(article)["paragraphs"]
+            for qa in dict(paragraph)["qas"]
+        ]
         pairs = [(qa["id"], [dict(answer)["text"] for answer in qa.get("answers", [])]) for qa in questions]
     except (TypeError, ValueError, KeyError):
         raise InputError(path, shape) from None
@@ -110,7 +117,11 @@ def _squad_dataset(path: Path) -> dict[str, list[str]]:
 
 def prediction_problem(qid: str, answer: object) -> str | None:
     """Why ``answer`` cannot be the prediction for question ``qid`` (it is not a string), else None."""
-    return None if isinstance(answer, str) else f"the prediction for question {qid!r} must be a string, got {type(answer).__name__}"
+    return (
+        None
+        if isinstance(answer, str)
+        else f"the prediction for question {qid!r} must be a string, got {type(answer).__name__}"
+    )
 
 
 def load_predictions(path: str | Path, questions: set[str]) -> dict[str, str]:
@@ -127,8 +138,14 @@ def load_predictions(path: str | Path, questions: set[str]) -> dict[str, str]:
             seen[qid] = seen.get(qid, 0) + 1
             entries.append((_line_of(lines, qid, seen[qid]), qid, answer))
     else:
-        entries = [(number, _field(record, ("id", "query_id"), path, number), _field(record, ("answer", "prediction"), path, number))
-                   for number, record in read_json_objects(path)]
+        entries = [
+            (
+                number,
+                _field(record, ("id", "query_id"), path, number),
+                _field(record, ("answer", "prediction"), path, number),
+            )
+            for number, record in read_json_objects(path)
+        ]
     predictions: dict[str, str] = {}
     first_line: dict[str, int | None] = {}
     for line, qid, answer in entries:

@@ -34,10 +34,10 @@ from ragtrack.core.data import Qrels, load_qrels
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.words import counted
-from ragtrack.pipeline.layout import COMPARISON_DIR, KEY_METRICS
-from ragtrack.pipeline.registry import metric_names
 from ragtrack.evaluators.base import EvalInput, Evaluator, aggregate
 from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, RELEVANCE_THRESHOLD, WithoutRelevant, counted_queries
+from ragtrack.pipeline.layout import COMPARISON_DIR, KEY_METRICS
+from ragtrack.pipeline.registry import metric_names
 
 ONE_JOB_AT_A_TIME = threading.RLock()  # run_experiment's jobs in one process, whichever thread calls
 RunLike = Union[Run, Mapping[str, Mapping[str, float]], pd.DataFrame, str, Path]
@@ -52,7 +52,9 @@ class Evaluation:
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
     missing: tuple[str, ...] = ()  # counted judged queries that the run does not answer, or questions with gold answers
     # but no prediction: they score 0
-    no_relevant: tuple[str, ...] = ()  # judged queries without a relevant judgment (no grade >= the threshold): counted,
+    no_relevant: tuple[
+        str, ...
+    ] = ()  # judged queries without a relevant judgment (no grade >= the threshold): counted,
     # as trec_eval counts them, unless without_relevant="exclude"
 
     @property
@@ -89,7 +91,11 @@ class Evaluation:
         return f"Evaluation({counted(len(self.per_query), 'query')})\n{self.summary.to_string(float_format=lambda v: f'{v:.4f}')}"
 
 
-def evaluators_for(metrics: Sequence[str], relevance_threshold: int = RELEVANCE_THRESHOLD, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[Evaluator]:
+def evaluators_for(
+    metrics: Sequence[str],
+    relevance_threshold: int = RELEVANCE_THRESHOLD,
+    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT,
+) -> list[Evaluator]:
     """The evaluators (built-ins and plugins alike) that provide ``metrics`` (names as :func:`metric_names`
     reads them), each given its metrics (the ranking evaluator also the threshold and ``without_relevant``)."""
     from ragtrack.pipeline import registry
@@ -104,11 +110,17 @@ def evaluators_for(metrics: Sequence[str], relevance_threshold: int = RELEVANCE_
         chosen.setdefault(owner, []).append(metric)
     evaluators = []
     for name, names in chosen.items():
-        kwargs = {"relevance_threshold": relevance_threshold, "without_relevant": without_relevant} if name == "ranking" else {}
+        kwargs = (
+            {"relevance_threshold": relevance_threshold, "without_relevant": without_relevant}
+            if name == "ranking"
+            else {}
+        )
         try:
             evaluators.append(classes[name](metrics=names, **kwargs))
         except TypeError:
-            raise RagtrackError(f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})") from None
+            raise RagtrackError(
+                f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})"
+            ) from None
     return evaluators
 
 
@@ -120,7 +132,9 @@ def _suggestion(metric: str, classes: Mapping[str, type[Evaluator]]) -> str:
     return did_you_mean(metric, [m for cls in classes.values() for m in cls.provides()])
 
 
-def _score(evaluators: list[Evaluator], data: EvalInput, metrics: list[str], seed: int, needs: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _score(
+    evaluators: list[Evaluator], data: EvalInput, metrics: list[str], seed: int, needs: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     tables, summaries = [], []
     for evaluator in evaluators:
         if not evaluator.applies_to(data):
@@ -137,8 +151,14 @@ def default_ranking_metrics() -> list[str]:
     return list(registry.load("evaluators", "ranking")().metrics)
 
 
-def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = None, relevance_threshold: int = RELEVANCE_THRESHOLD,
-             seed: int = 0, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> Evaluation:
+def evaluate(
+    qrels: QrelsLike,
+    run: RunLike,
+    metrics: Sequence[str] | None = None,
+    relevance_threshold: int = RELEVANCE_THRESHOLD,
+    seed: int = 0,
+    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT,
+) -> Evaluation:
     """Score ``run`` against ``qrels`` with trec_eval's semantics (``ragtrack metrics`` lists the names).
     The means are over every judged query, as trec_eval's; ``without_relevant="exclude"`` leaves out
     those without a relevant judgment (``ranking.counted_rows``).
@@ -148,16 +168,35 @@ def evaluate(qrels: QrelsLike, run: RunLike, metrics: Sequence[str] | None = Non
     0.5
     """
     metrics = metric_names(metrics) or default_ranking_metrics()
-    evaluators = evaluators_for(metrics, relevance_threshold, without_relevant)  # unknown names fail before any file is read
+    evaluators = evaluators_for(
+        metrics, relevance_threshold, without_relevant
+    )  # unknown names fail before any file is read
     judged, ranked = as_qrels(qrels), as_run(run)
-    per_query, summary = _score(evaluators, EvalInput(qrels=judged, run=ranked), metrics, seed,
-                                "data that a qrels and a run file do not have (answers); score answers with evaluate_answers or in `ragtrack run`")
-    counted, relevant = counted_queries(judged, relevance_threshold, without_relevant), set(counted_queries(judged, relevance_threshold, "exclude"))
-    return Evaluation(per_query, summary, tuple(q for q in counted if not ranked.scores.get(q)), tuple(q for q in judged if q not in relevant))
+    per_query, summary = _score(
+        evaluators,
+        EvalInput(qrels=judged, run=ranked),
+        metrics,
+        seed,
+        "data that a qrels and a run file do not have (answers); score answers with evaluate_answers or in `ragtrack run`",
+    )
+    counted, relevant = (
+        counted_queries(judged, relevance_threshold, without_relevant),
+        set(counted_queries(judged, relevance_threshold, "exclude")),
+    )
+    return Evaluation(
+        per_query,
+        summary,
+        tuple(q for q in counted if not ranked.scores.get(q)),
+        tuple(q for q in judged if q not in relevant),
+    )
 
 
-def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predictions: Mapping[str, str] | str | Path,
-                     metrics: Sequence[str] | None = None, seed: int = 0) -> Evaluation:
+def evaluate_answers(
+    gold: Mapping[str, Sequence[str] | str] | str | Path,
+    predictions: Mapping[str, str] | str | Path,
+    metrics: Sequence[str] | None = None,
+    seed: int = 0,
+) -> Evaluation:
     """Score predicted answers against gold answers (one or several per question; the best counts).
     Either may be a file (``ragtrack eval --answers/--predictions``; formats in
     :mod:`ragtrack.pipeline.answer_files`). Questions without a gold answer are left out (``per_query``
@@ -183,16 +222,30 @@ def evaluate_answers(gold: Mapping[str, Sequence[str] | str] | str | Path, predi
         raise RagtrackError(f"predictions: {problem}")
     if unknown:
         raise RagtrackError(f"predictions for questions without gold answers: {', '.join(unknown[:5])}")
-    data = EvalInput(qrels={}, run=Run("answers"), queries={qid: "" for qid in golds}, answers=golds,
-                     generated={str(qid): text for qid, text in predictions.items()})
-    per_query, summary = _score(evaluators, data, metrics, seed, "retrieved documents or judgments; use evaluate or `ragtrack run`")
+    data = EvalInput(
+        qrels={},
+        run=Run("answers"),
+        queries={qid: "" for qid in golds},
+        answers=golds,
+        generated={str(qid): text for qid, text in predictions.items()},
+    )
+    per_query, summary = _score(
+        evaluators, data, metrics, seed, "retrieved documents or judgments; use evaluate or `ragtrack run`"
+    )
     answered = [qid for qid, answers in golds.items() if answers]
     return Evaluation(per_query.loc[answered], summary, tuple(qid for qid in answered if qid not in data.generated))
 
 
-def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str] | None = None, baseline: str | None = None,
-            relevance_threshold: int = RELEVANCE_THRESHOLD, seed: int = 0, resamples: int = 10_000,
-            without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> pd.DataFrame:
+def compare(
+    runs: Mapping[str, RunLike],
+    qrels: QrelsLike,
+    metrics: Sequence[str] | None = None,
+    baseline: str | None = None,
+    relevance_threshold: int = RELEVANCE_THRESHOLD,
+    seed: int = 0,
+    resamples: int = 10_000,
+    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT,
+) -> pd.DataFrame:
     """Runs side by side with the statistics of ``ragtrack compare``: per system and metric the mean
     and bootstrap 95% CI; against the baseline (default: ``bm25``, else the first run) the difference,
     paired t-test and randomization-test p-values (raw and Holm-corrected per metric) and per-query
@@ -205,8 +258,18 @@ def compare(runs: Mapping[str, RunLike], qrels: QrelsLike, metrics: Sequence[str
         raise RagtrackError("compare needs at least one run")
     metrics = metric_names(metrics) or list(DEFAULT_METRICS)
     judged = as_qrels(qrels)
-    systems = [SystemRun(name, name, name, name, 0, evaluate(judged, run, metrics, relevance_threshold, seed, without_relevant).per_query,
-                         label=name) for name, run in runs.items()]
+    systems = [
+        SystemRun(
+            name,
+            name,
+            name,
+            name,
+            0,
+            evaluate(judged, run, metrics, relevance_threshold, seed, without_relevant).per_query,
+            label=name,
+        )
+        for name, run in runs.items()
+    ]
     queries = counted_queries(judged, relevance_threshold, without_relevant)
     comparison = compare_systems(systems, metrics, find_baseline(systems, baseline), queries, seed, resamples)
     table = comparison.table.set_index(["system", "metric"])
@@ -243,31 +306,50 @@ class ExperimentResult:
 
     def _key_table(self) -> pd.DataFrame:
         systems = self.systems
-        metrics = [m for m in KEY_METRICS if all(m in values for values in systems.values())] or list(next(iter(systems.values()), {}))[:3]
-        return pd.DataFrame({metric: {system: values[metric] for system, values in systems.items()} for metric in metrics})
+        metrics = [m for m in KEY_METRICS if all(m in values for values in systems.values())] or list(
+            next(iter(systems.values()), {})
+        )[:3]
+        return pd.DataFrame(
+            {metric: {system: values[metric] for system, values in systems.items()} for metric in metrics}
+        )
 
     def __repr__(self) -> str:
         table = self._key_table()
-        figures = "; ".join(f"{system}: " + ", ".join(f"{metric} {value:.4f}" for metric, value in row.items()) for system, row in table.iterrows())
+        figures = "; ".join(
+            f"{system}: " + ", ".join(f"{metric} {value:.4f}" for metric, value in row.items())
+            for system, row in table.iterrows()
+        )
         run = f", run {self.run_id[:8]}" if self.run_id else ""
         return f"<ExperimentResult {self.dataset}: {figures}{run}; {self.output_dir}>"
 
     def _repr_html_(self) -> str:
-        caption = f"{html.escape(self.dataset)}" + (f", MLflow run {html.escape(self.run_id[:8])}" if self.run_id else "")
+        caption = f"{html.escape(self.dataset)}" + (
+            f", MLflow run {html.escape(self.run_id[:8])}" if self.run_id else ""
+        )
         return f"<p>{caption}</p>" + self._key_table().to_html(float_format=lambda v: f"{v:.4f}")
 
     @property
     def summary(self) -> pd.DataFrame:
         """One row per (system, metric): mean, std, ci_low, ci_high (bootstrap 95%) and n (the queries counted)."""
-        rows = {(system, metric): {**values, "n": self.results["queries_counted"][system][metric]}
-                for system, metrics in self.results["aggregates"].items() for metric, values in metrics.items()}
+        rows = {
+            (system, metric): {**values, "n": self.results["queries_counted"][system][metric]}
+            for system, metrics in self.results["aggregates"].items()
+            for metric, values in metrics.items()
+        }
         table = pd.DataFrame.from_dict(rows, orient="index")
         table.index = pd.MultiIndex.from_tuples(table.index, names=["system", "metric"])
         return table
 
 
-def benchmark(jobs: Sequence[ExperimentResult], metrics: Sequence[str] | None = None, baseline: str | None = None, pooled: bool = False,
-              labels: Mapping[str, str] | None = None, seed: int = 0, resamples: int = 10_000):
+def benchmark(
+    jobs: Sequence[ExperimentResult],
+    metrics: Sequence[str] | None = None,
+    baseline: str | None = None,
+    pooled: bool = False,
+    labels: Mapping[str, str] | None = None,
+    seed: int = 0,
+    resamples: int = 10_000,
+):
     """The systems of ``jobs`` (results of :func:`run_experiment`) as ``ragtrack compare`` shows jobs of
     several datasets: each dataset's systems compared apart (paired tests against ``baseline``, Holm
     within the dataset), then the datasets × systems table with the average of the dataset means
@@ -284,14 +366,27 @@ def benchmark(jobs: Sequence[ExperimentResult], metrics: Sequence[str] | None = 
     for job in jobs:
         for system, frame in job.per_query.groupby("system", sort=False):
             per_query = frame.drop(columns="system").set_index("qid")
-            groups.setdefault(job.dataset, []).append(SystemRun(system, job.run_id or "", job.dataset, job.run_id or "", 0, per_query,
-                                                                label=labels.get(system, job.results.get("aliases", {}).get(system, system))))
-    comparisons = {dataset: compare_systems(systems, metrics, find_baseline(systems, baseline), None, seed, resamples)
-                   for dataset, systems in groups.items()}
+            groups.setdefault(job.dataset, []).append(
+                SystemRun(
+                    system,
+                    job.run_id or "",
+                    job.dataset,
+                    job.run_id or "",
+                    0,
+                    per_query,
+                    label=labels.get(system, job.results.get("aliases", {}).get(system, system)),
+                )
+            )
+    comparisons = {
+        dataset: compare_systems(systems, metrics, find_baseline(systems, baseline), None, seed, resamples)
+        for dataset, systems in groups.items()
+    }
     return build(comparisons, pooled, seed, resamples)
 
 
-def run_experiment(overrides: Sequence[str] | str = (), config_dir: str | Path | None = None, dataset: Any = None) -> ExperimentResult:
+def run_experiment(
+    overrides: Sequence[str] | str = (), config_dir: str | Path | None = None, dataset: Any = None
+) -> ExperimentResult:
     """One experiment from Python, composed by Hydra's compose API from ``overrides`` exactly as
     ``ragtrack run OVERRIDES`` composes it (``config_dir``: a folder of your own configs, like
     ``--config-dir``). ``dataset``: a dataset of DataFrames, ``dict(corpus=..., queries=..., qrels=...,
@@ -304,7 +399,9 @@ def run_experiment(overrides: Sequence[str] | str = (), config_dir: str | Path |
     if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
         raise TypeError("run_experiment: overrides must be a list of strings, e.g. ['dataset=toy', 'retriever=[bm25]']")
     if dataset is not None and not isinstance(dataset, Mapping):
-        raise TypeError("run_experiment: dataset must be a dict of DataFrames: corpus, queries, qrels (answers and name optional)")
+        raise TypeError(
+            "run_experiment: dataset must be a dict of DataFrames: corpus, queries, qrels (answers and name optional)"
+        )
     with ONE_JOB_AT_A_TIME, environment_kept():
         return _run_experiment(list(overrides), config_dir, dataset)
 
@@ -325,8 +422,8 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
     from omegaconf import open_dict
 
     from ragtrack.pipeline.config import compose
-    from ragtrack.pipeline.job import JobInfo
     from ragtrack.pipeline.experiment import run_experiment as run_job
+    from ragtrack.pipeline.job import JobInfo
     from ragtrack.pipeline.redaction import remember_config_secrets
     from ragtrack.pipeline.settings import absolute_inputs, validate
     from ragtrack.providers import FRAME_COLUMNS, dataset_from_frames
@@ -339,10 +436,16 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
         missing = [key for key in ("corpus", "queries", "qrels") if key not in frames]
         if unknown or missing:
             problem = f"has no key {unknown[0]!r}" if unknown else f"lacks {missing[0]!r}"
-            raise TypeError(f"run_experiment: dataset {problem}; its keys: corpus, queries, qrels, and optionally answers, name")
+            raise TypeError(
+                f"run_experiment: dataset {problem}; its keys: corpus, queries, qrels, and optionally answers, name"
+            )
         given = dataset_from_frames(**frames, check_documents=False)  # the job checks them against what it indexes
-        with open_dict(cfg):  # the job records where its data came from (the frames cannot be read from a config) and keeps
-            slicing = {k: cfg.dataset[k] for k in ("slices_file", "slice_metadata") if k in cfg.dataset}  # how to slice them
+        with open_dict(
+            cfg
+        ):  # the job records where its data came from (the frames cannot be read from a config) and keeps
+            slicing = {
+                k: cfg.dataset[k] for k in ("slices_file", "slice_metadata") if k in cfg.dataset
+            }  # how to slice them
             cfg.dataset = {"type": "frames", "name": given.name, **slicing}
     absolute_inputs(cfg, validate(cfg))  # bad settings fail here: no folder, no MLflow run, no cache entry
     made = None
@@ -358,10 +461,13 @@ def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames:
             with contextlib.suppress(OSError):
                 Path(made).rmdir()
         raise
-    return ExperimentResult(results, Path(cfg.paths.output_dir), results.pop("mlflow_run_id", None), results.pop("per_query_table"))
+    return ExperimentResult(
+        results, Path(cfg.paths.output_dir), results.pop("mlflow_run_id", None), results.pop("per_query_table")
+    )
 
 
 # --------------------------------------------------------------------------- inputs
+
 
 def as_run(run: RunLike, name: str | None = None) -> Run:
     """A :class:`Run` from a Run, a ``{qid: {docid: score}}`` dict (or an iterable of its items), a DataFrame
@@ -417,9 +523,11 @@ def _mapping(value: object, label: str, figure: str) -> Mapping:
     try:
         return dict(value)
     except (TypeError, ValueError):
-        raise TypeError(f"{label}: expected a {{qid: {{docid: {figure}}}}} mapping or an iterable of (qid, {{docid: {figure}}}) pairs, "
-                        f"a DataFrame (qid, docid, {figure}){', a Run' if label == 'run' else ''} or a file path; "
-                        f"got {type(value).__name__}") from None
+        raise TypeError(
+            f"{label}: expected a {{qid: {{docid: {figure}}}}} mapping or an iterable of (qid, {{docid: {figure}}}) pairs, "
+            f"a DataFrame (qid, docid, {figure}){', a Run' if label == 'run' else ''} or a file path; "
+            f"got {type(value).__name__}"
+        ) from None
 
 
 def _missing(value: object) -> bool:
@@ -443,8 +551,11 @@ def _nested(frame: pd.DataFrame, value: str, label: str) -> dict[str, dict[str, 
     absent = [c for c in ("qid", "docid", value) if c not in frame.columns]
     if absent:
         raise RagtrackError(f"{label}: the DataFrame needs columns qid, docid, {value}; missing: {', '.join(absent)}")
-    problems = {"query id is missing": frame["qid"].map(_missing), "document id is missing": frame["docid"].map(_missing),
-                f"{value} is missing": frame[value].map(_missing)}
+    problems = {
+        "query id is missing": frame["qid"].map(_missing),
+        "document id is missing": frame["docid"].map(_missing),
+        f"{value} is missing": frame[value].map(_missing),
+    }
     if value == "grade":
         from ragtrack.providers import grade_problem
 
@@ -452,7 +563,9 @@ def _nested(frame: pd.DataFrame, value: str, label: str) -> dict[str, dict[str, 
     for problem, bad in problems.items():
         if bad.any():
             row = bad.to_numpy().argmax()
-            raise RagtrackError(f"{label} row {frame.index[row]}: {grade_problem(frame[value].to_numpy(dtype=object)[row]) if problem == 'grade' else problem}")
+            raise RagtrackError(
+                f"{label} row {frame.index[row]}: {grade_problem(frame[value].to_numpy(dtype=object)[row]) if problem == 'grade' else problem}"
+            )
     duplicated = frame.duplicated(["qid", "docid"])
     if duplicated.any():
         row = frame[duplicated].iloc[0]

@@ -27,9 +27,9 @@ from ragtrack.core.files import check_writable_folder
 from ragtrack.core.progress import step
 from ragtrack.core.secrets import mask
 from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
-from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.job import JobInfo
+from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.redaction import redact_hydra_files, redact_overrides, remember_config_secrets
 from ragtrack.pipeline.settings import absolute_inputs, discard_job_folder, validate
 
@@ -55,7 +55,9 @@ def main(cfg: DictConfig) -> float | None:
         choices=dict(hydra_cfg.runtime.choices),
         overrides=list(hydra_cfg.overrides.task),
         sweep=hydra_cfg.sweep.dir if multirun else None,
-        hydra_dir=None if hydra_cfg.output_subdir is None else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
+        hydra_dir=None
+        if hydra_cfg.output_subdir is None
+        else Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir,
     )
     before = existing_paths(Path(hydra_cfg.runtime.output_dir))
     try:  # the dataset is read before the stages' modules are imported: a data mistake too is told in about a second
@@ -110,7 +112,9 @@ def mark_failed(output_dir: Path, message: str, before: set[Path]) -> None:
     a user's own files, and what Hydra wrote before the job, stay. ``FAILED`` holds the error (as far as
     the folder can still be written: it may be the fault)."""
     with contextlib.suppress(OSError):
-        made = sorted(existing_paths(output_dir) - before, key=lambda path: len(path.parts), reverse=True)  # deepest first
+        made = sorted(
+            existing_paths(output_dir) - before, key=lambda path: len(path.parts), reverse=True
+        )  # deepest first
         for path in made:
             if path.is_symlink() or not path.is_dir():
                 path.unlink(missing_ok=True)
@@ -183,8 +187,20 @@ class SweepSummary(Callback):
             print(mask(f"\nSweep summary ({folder}):\n{text}"))
         if text and config.tracking.get("enabled"):
             try:
-                print(mask("\n".join(sweep_page(config.tracking, str(config.hydra.sweep.dir), key_metrics,
-                                                 lambda key: OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)))))
+                print(
+                    mask(
+                        "\n".join(
+                            sweep_page(
+                                config.tracking,
+                                str(config.hydra.sweep.dir),
+                                key_metrics,
+                                lambda key: OmegaConf.select(
+                                    config, key, default=None, throw_on_resolution_failure=False
+                                ),
+                            )
+                        )
+                    )
+                )
             except RagtrackError as exc:
                 print(mask(f"ragtrack: no sweep page: {exc}"), file=sys.stderr)
 
@@ -214,16 +230,29 @@ def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str], default
     rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
     experiment_id = MlflowClient(uri).get_experiment_by_name(experiment).experiment_id
     base = ui_base(uri)
-    lines = [f"{short_settings(s.params) or s.label}  {s.system} {metric} {rows.at[s.label, 'mean']:.4f} "
-             f"[{rows.at[s.label, 'ci_low']:.4f}, {rows.at[s.label, 'ci_high']:.4f}]  {base}/{run_page(experiment_id, s.job_id)}"
-             for s in swept]
+    lines = [
+        f"{short_settings(s.params) or s.label}  {s.system} {metric} {rows.at[s.label, 'mean']:.4f} "
+        f"[{rows.at[s.label, 'ci_low']:.4f}, {rows.at[s.label, 'ci_high']:.4f}]  {base}/{run_page(experiment_id, s.job_id)}"
+        for s in swept
+    ]
     systems = list(dict.fromkeys(s.system for s in swept))
     swept_keys = dict.fromkeys(key for s in comparison.systems for key in s.params)
     metric_columns = [f"metrics.`{system_metric_key(system, m)}`" for system in systems for m in comparison.metrics]
-    share_view(MlflowClient(uri), experiment_id, name, f"tags.`{TAG_SWEEP}` = '{sweep}'",
-               [*(f"params.`{key}`" for key in swept_keys), *metric_columns], order_by=metric_columns[0])
-    return ["", *lines, f"Sweep runs:   {base}/{runs_table_page(experiment_id, name)}",
-            f"Sweep report: {comparison.links['report.html']}", f"Next:         ragtrack compare --sweep {name}" + (f" --tune-on {tune_on}" if tune_on else "")]
+    share_view(
+        MlflowClient(uri),
+        experiment_id,
+        name,
+        f"tags.`{TAG_SWEEP}` = '{sweep}'",
+        [*(f"params.`{key}`" for key in swept_keys), *metric_columns],
+        order_by=metric_columns[0],
+    )
+    return [
+        "",
+        *lines,
+        f"Sweep runs:   {base}/{runs_table_page(experiment_id, name)}",
+        f"Sweep report: {comparison.links['report.html']}",
+        f"Next:         ragtrack compare --sweep {name}" + (f" --tune-on {tune_on}" if tune_on else ""),
+    ]
 
 
 def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
@@ -235,16 +264,33 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
 
     jobs = []
-    for results_file in sorted(folder.glob(f"*/{RESULTS_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
+    for results_file in sorted(
+        folder.glob(f"*/{RESULTS_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0
+    ):
         overrides_file = results_file.parent / ".hydra" / "overrides.yaml"
         swept = redact_overrides(yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else []
         systems = json.loads(results_file.read_text())["systems"]
-        jobs.append((swept, {f"{system} {metric}": values[metric] for system, values in systems.items() for metric in key_metrics if metric in values}))
+        jobs.append(
+            (
+                swept,
+                {
+                    f"{system} {metric}": values[metric]
+                    for system, values in systems.items()
+                    for metric in key_metrics
+                    if metric in values
+                },
+            )
+        )
     if not jobs:
         return ""
     shared = set.intersection(*(set(swept) for swept, _ in jobs))
-    table = pd.DataFrame([values for _, values in jobs], index=[" ".join(o for o in swept if o not in shared) or "(same)" for swept, _ in jobs])
-    varying = [column for column in table if not is_best(table[column].astype(float)).all()]  # one rule: means that tie are the same
+    table = pd.DataFrame(
+        [values for _, values in jobs],
+        index=[" ".join(o for o in swept if o not in shared) or "(same)" for swept, _ in jobs],
+    )
+    varying = [
+        column for column in table if not is_best(table[column].astype(float)).all()
+    ]  # one rule: means that tie are the same
     notes = [f"{len(jobs)} jobs; * marks the best value of each column"]
     if not varying:
         same = ", ".join(f"{c} {table[c].iloc[0]:.4f}" for c in table)
@@ -252,11 +298,19 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
         notes += [f"every job: {' '.join(o for o in jobs[0][0] if o in shared)}"] if shared else []
         return "\n".join(textwrap.fill(note, TEXT_WIDTH, subsequent_indent="  ") for note in notes)
     if len(varying) < len(table.columns):
-        notes.append(f"the same in every job: {', '.join(f'{c} {table[c].iloc[0]:.4f}' for c in table if c not in varying)}")
+        notes.append(
+            f"the same in every job: {', '.join(f'{c} {table[c].iloc[0]:.4f}' for c in table if c not in varying)}"
+        )
         table = table[varying]
     if shared:
         notes.append(f"every job: {' '.join(o for o in jobs[0][0] if o in shared)}")
-    cells = table.apply(lambda column: [("" if pd.isna(v) else f"{v:.4f}") + ("*" if best else " ")
-                                        for v, best in zip(column, is_best(column.astype(float)))])
+    cells = table.apply(
+        lambda column: [
+            ("" if pd.isna(v) else f"{v:.4f}") + ("*" if best else " ")
+            for v, best in zip(column, is_best(column.astype(float)))
+        ]
+    )
     cells.index.name = "job"
-    return cells.to_string() + "\n" + "\n".join(textwrap.fill(note, TEXT_WIDTH, subsequent_indent="  ") for note in notes)
+    return (
+        cells.to_string() + "\n" + "\n".join(textwrap.fill(note, TEXT_WIDTH, subsequent_indent="  ") for note in notes)
+    )

@@ -66,8 +66,14 @@ class Benchmark:
         for metric in self.metrics:
             cells = _cells(self, metric, ("<b>", "</b>"), MARKS)
             head = "".join(f"<th>{html.escape(c)}</th>" for c in [metric, *cells.columns])
-            body = "".join("<tr><th>" + html.escape(row) + "</th>" + "".join(f"<td>{cell}</td>" for cell in cells.loc[row]) + "</tr>"
-                           for row in cells.index)
+            body = "".join(
+                "<tr><th>"
+                + html.escape(row)
+                + "</th>"
+                + "".join(f"<td>{cell}</td>" for cell in cells.loc[row])
+                + "</tr>"
+                for row in cells.index
+            )
             parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         return "".join(parts) + f"<p>{html.escape(legend(self))}</p>"
 
@@ -92,7 +98,9 @@ class Benchmark:
     def reproduced(self, metric: str) -> pd.DataFrame:
         """Rows × datasets: True / False where the dataset's reference (``--reference``) gives the
         row's figure and it is reproduced within the tolerance or not; None where none is given."""
-        table = pd.DataFrame(None, index=pd.Index(self.rows, name="system"), columns=list(self.comparisons), dtype=object)
+        table = pd.DataFrame(
+            None, index=pd.Index(self.rows, name="system"), columns=list(self.comparisons), dtype=object
+        )
         for dataset, comparison in self.comparisons.items():
             if comparison.reference is not None:
                 found = comparison.reference.differences
@@ -109,12 +117,18 @@ class Benchmark:
             return f"{(signs > 0).sum()}/{(signs == 0).sum()}/{(signs < 0).sum()}"
 
         others = [row for row in self.rows if row != self.baseline]
-        per_row = pd.Series({row: counted(marks.loc[row], present.loc[row]) if row != self.baseline else "" for row in self.rows})
-        per_dataset = pd.Series({dataset: counted(marks.loc[others, dataset], present.loc[others, dataset]) for dataset in self.comparisons})
+        per_row = pd.Series(
+            {row: counted(marks.loc[row], present.loc[row]) if row != self.baseline else "" for row in self.rows}
+        )
+        per_dataset = pd.Series(
+            {dataset: counted(marks.loc[others, dataset], present.loc[others, dataset]) for dataset in self.comparisons}
+        )
         return per_row, per_dataset
 
 
-def benchmark(comparisons: Mapping[str, Comparison], pooled: bool = False, seed: int = 0, resamples: int = 10_000) -> Benchmark:
+def benchmark(
+    comparisons: Mapping[str, Comparison], pooled: bool = False, seed: int = 0, resamples: int = 10_000
+) -> Benchmark:
     """The benchmark of per-dataset comparisons (module docstring); every dataset's baseline must carry
     the same label."""
     if len(comparisons) < 1:
@@ -122,7 +136,9 @@ def benchmark(comparisons: Mapping[str, Comparison], pooled: bool = False, seed:
     baselines = {dataset: c.baseline.label for dataset, c in comparisons.items()}
     if len(set(baselines.values())) > 1:
         shown = ", ".join(f"{label!r} on {dataset}" for dataset, label in baselines.items())
-        raise RagtrackError(f"the datasets' baselines differ ({shown}); name one present on every dataset with --baseline, or rename rows with --label")
+        raise RagtrackError(
+            f"the datasets' baselines differ ({shown}); name one present on every dataset with --baseline, or rename rows with --label"
+        )
     first = next(iter(comparisons.values()))
     rows = list(dict.fromkeys(s.label for c in comparisons.values() for s in c.systems))
     result = Benchmark(dict(comparisons), list(first.metrics), first.baseline.label, rows)
@@ -140,7 +156,9 @@ def pooled_tests(comparisons: Mapping[str, Comparison], result: Benchmark, seed:
         frames = []
         for dataset, comparison in comparisons.items():
             system = next(s for s in comparison.systems if s.label == row)
-            frame = pd.DataFrame({metric: system.per_query[metric].reindex(comparison.paired[metric]) for metric in result.metrics})
+            frame = pd.DataFrame(
+                {metric: system.per_query[metric].reindex(comparison.paired[metric]) for metric in result.metrics}
+            )
             frames.append(frame.set_axis([f"{dataset}/{qid}" for qid in frame.index]))
         merged = pd.concat(frames)
         systems.append(SystemRun(row, row, row, row, 0, merged, label=row))
@@ -148,8 +166,13 @@ def pooled_tests(comparisons: Mapping[str, Comparison], result: Benchmark, seed:
     return compare_systems(systems, result.metrics, baseline, list(systems[0].per_query.index), seed, resamples).table
 
 
-def _cells(result: Benchmark, metric: str, bold: tuple[str, str], marks: Mapping[int, str],
-           reproduced: Mapping[bool, str] = REPRODUCED) -> pd.DataFrame:
+def _cells(
+    result: Benchmark,
+    metric: str,
+    bold: tuple[str, str],
+    marks: Mapping[int, str],
+    reproduced: Mapping[bool, str] = REPRODUCED,
+) -> pd.DataFrame:
     """The table of one metric as text cells: means to 4 decimals with the significance mark (and the
     reference's mark, where a reference gives the figure), the column's best wrapped in ``bold``,
     ``W/T/L`` as the last column and row."""
@@ -177,11 +200,19 @@ def _cells(result: Benchmark, metric: str, bold: tuple[str, str], marks: Mapping
 def legend(result: Benchmark, latex: bool = False) -> str:
     better, worse = ("dagger", "double dagger") if latex else (MARKS[1], MARKS[-1])
     checks = [c.reference for c in result.comparisons.values() if c.reference is not None]
-    reference = (f"; {'=' if latex else REPRODUCED[True]} / {'neq' if latex else REPRODUCED[False]}: the reference's figure "
-                 f"reproduced within {checks[0].tolerance} / not") if checks else ""
-    return (f"{better} / {worse}: significantly better / worse than {result.baseline} on that dataset (paired randomization test, "
-            f"Holm-corrected within the dataset, p < {ALPHA}){reference}; best of each column marked; average: mean of the dataset means; "
-            f"W/T/L: datasets (row) or systems (column) significantly better / neither / worse than {result.baseline}")
+    reference = (
+        (
+            f"; {'=' if latex else REPRODUCED[True]} / {'neq' if latex else REPRODUCED[False]}: the reference's figure "
+            f"reproduced within {checks[0].tolerance} / not"
+        )
+        if checks
+        else ""
+    )
+    return (
+        f"{better} / {worse}: significantly better / worse than {result.baseline} on that dataset (paired randomization test, "
+        f"Holm-corrected within the dataset, p < {ALPHA}){reference}; best of each column marked; average: mean of the dataset means; "
+        f"W/T/L: datasets (row) or systems (column) significantly better / neither / worse than {result.baseline}"
+    )
 
 
 def render_benchmark(result: Benchmark, fmt: str = "table") -> str:
@@ -190,23 +221,52 @@ def render_benchmark(result: Benchmark, fmt: str = "table") -> str:
     if fmt not in FORMATS:
         raise RagtrackError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if fmt in ("csv", "json"):
-        long = pd.concat([c.table.assign(dataset=dataset) for dataset, c in result.comparisons.items()], ignore_index=True)
+        long = pd.concat(
+            [c.table.assign(dataset=dataset) for dataset, c in result.comparisons.items()], ignore_index=True
+        )
         long = long[["dataset", *(column for column in long.columns if column != "dataset")]]
         if fmt == "csv":
             return csv_text(long, float_format="%.17g")
         pooled = json.loads(result.pooled.to_json(orient="records")) if result.pooled is not None else None
-        return json_text({"baseline": result.baseline, "metrics": result.metrics, "datasets": list(result.comparisons),
-                          "rows": json.loads(long.to_json(orient="records")), "pooled": pooled}, indent=2)
+        return json_text(
+            {
+                "baseline": result.baseline,
+                "metrics": result.metrics,
+                "datasets": list(result.comparisons),
+                "rows": json.loads(long.to_json(orient="records")),
+                "pooled": pooled,
+            },
+            indent=2,
+        )
     parts = []
     for metric in result.metrics:
         if fmt == "latex":
             cells = _cells(result, metric, (r"\textbf{", "}"), LATEX_MARKS, LATEX_REPRODUCED)
             header = " & ".join(["System", *(latex_escape(c) for c in cells.columns)]) + r" \\"
-            body = [" & ".join([latex_escape(row), *(cell if "\\" in cell else latex_escape(cell) for cell in cells.loc[row])]) + r" \\"
-                    for row in cells.index[:-1]]
+            body = [
+                " & ".join(
+                    [latex_escape(row), *(cell if "\\" in cell else latex_escape(cell) for cell in cells.loc[row])]
+                )
+                + r" \\"
+                for row in cells.index[:-1]
+            ]
             last = " & ".join(["W/T/L", *cells.iloc[-1]]) + r" \\"
-            parts.append("\n".join([f"% {latex_escape(metric)}; needs \\usepackage{{booktabs}}", r"\begin{tabular}{l" + "r" * len(cells.columns) + "}",
-                                    r"\toprule", header, r"\midrule", *body, r"\midrule", last, r"\bottomrule", r"\end{tabular}"]))
+            parts.append(
+                "\n".join(
+                    [
+                        f"% {latex_escape(metric)}; needs \\usepackage{{booktabs}}",
+                        r"\begin{tabular}{l" + "r" * len(cells.columns) + "}",
+                        r"\toprule",
+                        header,
+                        r"\midrule",
+                        *body,
+                        r"\midrule",
+                        last,
+                        r"\bottomrule",
+                        r"\end{tabular}",
+                    ]
+                )
+            )
         elif fmt == "markdown":
             cells = _cells(result, metric, ("**", "**"), MARKS)
             lines = ["| " + " | ".join([metric, *cells.columns]) + " |", "|---" + "|---:" * len(cells.columns) + "|"]
@@ -223,13 +283,19 @@ def render_benchmark(result: Benchmark, fmt: str = "table") -> str:
 
 def pooled_section(pooled: pd.DataFrame, fmt: str) -> str:
     """The pooled tests: per metric and row, the mean over all queries, Δ and Holm-corrected p-values."""
-    shown = pooled.assign(delta=pooled["delta"].map(lambda v: "" if pd.isna(v) else f"{v:+.4f}"),
-                          mean=pooled["mean"].map("{:.4f}".format),
-                          p_randomization_holm=pooled["p_randomization_holm"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}"),
-                          p_ttest_holm=pooled["p_ttest_holm"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}"))
+    shown = pooled.assign(
+        delta=pooled["delta"].map(lambda v: "" if pd.isna(v) else f"{v:+.4f}"),
+        mean=pooled["mean"].map("{:.4f}".format),
+        p_randomization_holm=pooled["p_randomization_holm"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}"),
+        p_ttest_holm=pooled["p_ttest_holm"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}"),
+    )
     frame = shown[["metric", "system", "n", "mean", "delta", "p_randomization_holm", "p_ttest_holm"]]
     title = "Pooled over every dataset's queries (paired tests against the baseline, Holm-corrected across rows)"
     if fmt == "markdown":
         lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-        return f"{title}\n\n" + "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in frame.to_numpy()]) + "\n"
+        return (
+            f"{title}\n\n"
+            + "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in frame.to_numpy()])
+            + "\n"
+        )
     return f"{title}\n" + frame.to_string(index=False) + "\n"

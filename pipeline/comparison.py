@@ -75,7 +75,9 @@ class Comparison:
     baseline: SystemRun
     metrics: list[str]
     queries: list[str]  # the candidate queries: scored by every row (and in ``queries`` when given)
-    paired: dict[str, list[str]] = field(default_factory=dict)  # per metric: those of ``queries`` where every row has a value
+    paired: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # per metric: those of ``queries`` where every row has a value
     logged: str | None = None  # "<run id> (<run name>)" of the comparison run ``run_compare`` logged
     links: dict[str, str] = field(default_factory=dict)  # that run's page and report.html in the UI
     scope: str = ""  # what ``run_compare`` searched and compared: the experiment, the sweep and its sweeps
@@ -87,18 +89,32 @@ def find_baseline(systems: list[SystemRun], baseline: str | None) -> SystemRun:
     refused when several rows match; default: the first bm25 row, else the first row."""
     if baseline is None:
         return next((s for s in systems if s.system == "bm25"), systems[0])
-    for matches in ([s for s in systems if s.label == baseline], [s for s in systems if s.system == baseline],
-                    [s for s in systems if baseline in (s.run_id, s.job_id, *s.merged, *s.merged.values())]):
+    for matches in (
+        [s for s in systems if s.label == baseline],
+        [s for s in systems if s.system == baseline],
+        [s for s in systems if baseline in (s.run_id, s.job_id, *s.merged, *s.merged.values())],
+    ):
         if len(matches) > 1:
-            raise RagtrackError(f"baseline {baseline!r} matches {len(matches)} rows; pass one of: "
-                                + ", ".join(repr(s.label) for s in matches))
+            raise RagtrackError(
+                f"baseline {baseline!r} matches {len(matches)} rows; pass one of: "
+                + ", ".join(repr(s.label) for s in matches)
+            )
         if matches:
             return matches[0]
-    raise RagtrackError(f"baseline {baseline!r} is not a compared system or run; rows: {', '.join(s.label for s in systems)}")
+    raise RagtrackError(
+        f"baseline {baseline!r} is not a compared system or run; rows: {', '.join(s.label for s in systems)}"
+    )
 
 
-def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: SystemRun, queries: Sequence[str] | None = None,
-                    seed: int = 0, resamples: int = 10_000, judged: Sequence[str] | None = None) -> Comparison:
+def compare_systems(
+    systems: list[SystemRun],
+    metrics: Sequence[str],
+    baseline: SystemRun,
+    queries: Sequence[str] | None = None,
+    seed: int = 0,
+    resamples: int = 10_000,
+    judged: Sequence[str] | None = None,
+) -> Comparison:
     """Mean, CI, difference, paired tests (Holm-corrected per metric and test) and win/tie/loss per row,
     each metric over its paired queries (module docstring): those of ``queries`` (default: the
     baseline's) that every row scored and where every row's value is defined; ``judged`` (the judged
@@ -111,7 +127,9 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
             other_cutoffs = [m for m in logged if m.partition("@")[0] == metric.partition("@")[0]]
             hint = did_you_mean(metric, logged) if not other_cutoffs else ""
             where = f" for {', '.join(lacking)}" if len(lacking) < len(systems) else ""
-            raise RagtrackError(f"{metric!r} is not a logged metric{where}{hint or '; logged: ' + ', '.join(other_cutoffs or logged)}")
+            raise RagtrackError(
+                f"{metric!r} is not a logged metric{where}{hint or '; logged: ' + ', '.join(other_cutoffs or logged)}"
+            )
     if queries is None:
         queries = list(baseline.per_query.index)
     queries = [q for q in queries if all(q in s.per_query.index for s in systems)]
@@ -124,30 +142,68 @@ def compare_systems(systems: list[SystemRun], metrics: Sequence[str], baseline: 
         for s in systems:
             values = s.per_query.loc[paired[metric], metric].to_numpy(float)
             summary = aggregate(pd.DataFrame({metric: values}), seed=seed).loc[metric]
-            row = {"system": s.label, "metric": metric, "mean": summary["mean"], "ci_low": summary["ci_low"],
-                   "ci_high": summary["ci_high"], "n": int(summary["n"]), "baseline": s is baseline}
+            row = {
+                "system": s.label,
+                "metric": metric,
+                "mean": summary["mean"],
+                "ci_low": summary["ci_low"],
+                "ci_high": summary["ci_high"],
+                "n": int(summary["n"]),
+                "baseline": s is baseline,
+            }
             if s is not baseline:
                 wins, ties, losses = win_tie_loss(values, base)
-                delta, p_ttest, effect = (values.mean() - base.mean() if len(values) else np.nan), paired_t_test(values, base).p_value, effect_size(values, base)
-                row |= {"delta": delta, "p_ttest": p_ttest,
-                        "p_randomization": randomization_test(values, base, resamples=resamples, seed=seed).p_value,
-                        "wins": wins, "ties": ties, "losses": losses, "delta_ci_low": effect.ci_low, "delta_ci_high": effect.ci_high,
-                        "cohens_d": effect.cohens_d, "rank_biserial": effect.rank_biserial, "mdd": effect.mdd}
+                delta, p_ttest, effect = (
+                    (values.mean() - base.mean() if len(values) else np.nan),
+                    paired_t_test(values, base).p_value,
+                    effect_size(values, base),
+                )
+                row |= {
+                    "delta": delta,
+                    "p_ttest": p_ttest,
+                    "p_randomization": randomization_test(values, base, resamples=resamples, seed=seed).p_value,
+                    "wins": wins,
+                    "ties": ties,
+                    "losses": losses,
+                    "delta_ci_low": effect.ci_low,
+                    "delta_ci_high": effect.ci_high,
+                    "cohens_d": effect.cohens_d,
+                    "rank_biserial": effect.rank_biserial,
+                    "mdd": effect.mdd,
+                }
             rows.append(row)
     table = pd.DataFrame(rows)
-    for column in ("delta", "p_ttest", "p_randomization", "wins", "ties", "losses", "delta_ci_low", "delta_ci_high", "cohens_d",
-                   "rank_biserial", "mdd", "underpowered"):
+    for column in (
+        "delta",
+        "p_ttest",
+        "p_randomization",
+        "wins",
+        "ties",
+        "losses",
+        "delta_ci_low",
+        "delta_ci_high",
+        "cohens_d",
+        "rank_biserial",
+        "mdd",
+        "underpowered",
+    ):
         if column not in table:
             table[column] = np.nan
     for test in ("p_ttest", "p_randomization"):
-        table[f"{test}_holm"] = table.groupby("metric")[test].transform(lambda p: pd.Series(holm(p.to_numpy()), index=p.index))
+        table[f"{test}_holm"] = table.groupby("metric")[test].transform(
+            lambda p: pd.Series(holm(p.to_numpy()), index=p.index)
+        )
     compared = table["delta"].notna()  # underpowered: as every p of a report, the Holm-corrected one
-    table["underpowered"] = ((table["delta"].abs() < table["mdd"]) & (table["p_ttest_holm"] > ALPHA)).astype(object).where(compared)
+    table["underpowered"] = (
+        ((table["delta"].abs() < table["mdd"]) & (table["p_ttest_holm"] > ALPHA)).astype(object).where(compared)
+    )
     table["best"] = table.groupby("metric")["mean"].transform(is_best).astype(bool)
     return Comparison(table, systems, baseline, list(metrics), list(queries), paired)
 
 
-def defined_queries(systems: Sequence[SystemRun], metric: str, queries: Sequence[str], judged: Sequence[str] | None = None) -> list[str]:
+def defined_queries(
+    systems: Sequence[SystemRun], metric: str, queries: Sequence[str], judged: Sequence[str] | None = None
+) -> list[str]:
     """Those of ``queries`` where every row's ``metric`` has a value (not NaN), limited to ``judged``
     for a ranking metric when ``judged`` is given: the paired queries of one metric."""
     from ragtrack.evaluators.ranking import RankingEvaluator
@@ -171,8 +227,10 @@ def coverage_note(comparison: Comparison) -> str:
         if not paired:
             notes.append(f"{metric}: no query has a value for every row; shown blank")
         elif any(n != paired for n in own.values()):
-            notes.append(f"{metric}: rows have values on different queries ({', '.join(f'{label} {n}' for label, n in own.items())}); "
-                         f"compared on the {paired} where all have one, so these means differ from each row's own mean over its queries")
+            notes.append(
+                f"{metric}: rows have values on different queries ({', '.join(f'{label} {n}' for label, n in own.items())}); "
+                f"compared on the {paired} where all have one, so these means differ from each row's own mean over its queries"
+            )
     return ". ".join(notes)
 
 
@@ -182,14 +240,23 @@ def query_counts(comparison: Comparison) -> str:
     counts = {m: len(comparison.paired.get(m, comparison.queries)) for m in comparison.metrics}
     if len(set(counts.values())) == 1:
         return f"{next(iter(counts.values()))} queries"
-    return "n = " + ", ".join(f"{n} ({m})" for m, n in counts.items()) + " queries (per metric: those where every row has a value)"
+    return (
+        "n = "
+        + ", ".join(f"{n} ({m})" for m, n in counts.items())
+        + " queries (per metric: those where every row has a value)"
+    )
 
 
 def logged_metrics(per_query: pd.DataFrame) -> list[str]:
     """The metric columns of a per-query table: its numbers, less the latency (``layout.LATENCY_COLUMNS``)
     and slice columns."""
-    return [c for c in per_query.columns if pd.api.types.is_numeric_dtype(per_query[c]) and c not in LATENCY_COLUMNS.values()
-            and not c.startswith(SLICE_COLUMN_PREFIX)]
+    return [
+        c
+        for c in per_query.columns
+        if pd.api.types.is_numeric_dtype(per_query[c])
+        and c not in LATENCY_COLUMNS.values()
+        and not c.startswith(SLICE_COLUMN_PREFIX)
+    ]
 
 
 def is_best(means: pd.Series) -> pd.Series:

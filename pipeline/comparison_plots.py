@@ -48,7 +48,9 @@ def plot(comparison: Comparison, path: Path, title: str = "") -> Path:
             curve = s.curves.get(key)
             if curve:
                 ks = sorted(curve)
-                axes[1].plot(ks, [curve[k] for k in ks], style, marker=".", color=color, label=s.label if style == "-" else None)
+                axes[1].plot(
+                    ks, [curve[k] for k in ks], style, marker=".", color=color, label=s.label if style == "-" else None
+                )
     axes[1].set_xscale("log")
     axes[1].set_xlabel("k (log)")
     axes[1].set_title("recall@k (solid) and ndcg@k (dashed)")
@@ -85,8 +87,12 @@ def _number(text: str) -> float | None:
 def numeric_params(systems: Sequence[SystemRun]) -> list[str]:
     """The parameters that take at least two numeric values among the rows (swept numeric settings)."""
     names = dict.fromkeys(name for s in systems for name in s.params)
-    return [name for name in names if len({_number(s.params[name]) for s in systems if name in s.params} - {None}) >= 2
-            and all(_number(s.params[name]) is not None for s in systems if name in s.params)]
+    return [
+        name
+        for name in names
+        if len({_number(s.params[name]) for s in systems if name in s.params} - {None}) >= 2
+        and all(_number(s.params[name]) is not None for s in systems if name in s.params)
+    ]
 
 
 def _swept_rows(comparison: Comparison, metric: str, param: str) -> dict[str, list[tuple[float, pd.Series]]]:
@@ -115,19 +121,30 @@ def against_param(axis, comparison: Comparison, metric: str, param: str) -> None
         delta = np.array([0.0 if r["baseline"] else r["delta"] for _, r in points])
         low = np.array([0.0 if r["baseline"] else r["delta_ci_low"] for _, r in points])
         high = np.array([0.0 if r["baseline"] else r["delta_ci_high"] for _, r in points])
-        axis.errorbar(xs, delta, yerr=[np.nan_to_num(delta - low), np.nan_to_num(high - delta)], marker="o", capsize=4, label=f"{system}: Δ")
+        axis.errorbar(
+            xs,
+            delta,
+            yerr=[np.nan_to_num(delta - low), np.nan_to_num(high - delta)],
+            marker="o",
+            capsize=4,
+            label=f"{system}: Δ",
+        )
         values += xs
     rows = comparison.table[comparison.table["metric"] == metric].set_index("system")
     for s in comparison.systems:
         if param not in s.params and s is not comparison.baseline:
-            axis.axhline(rows.loc[s.label, "delta"], linestyle=":", linewidth=1, color="gray", label=f"{s.label} (Δ, not swept)")
+            axis.axhline(
+                rows.loc[s.label, "delta"], linestyle=":", linewidth=1, color="gray", label=f"{s.label} (Δ, not swept)"
+            )
     axis.axhline(0, color="black", linewidth=0.6)
     if min(values) > 0 and max(values) / min(values) >= 100:
         axis.set_xscale("log")
     axis.set_xlabel(param)
     axis.set_ylabel(f"Δ {metric} vs {comparison.baseline.label} (95% CI)")
     base = float(rows.loc[comparison.baseline.label, "mean"])
-    axis.secondary_yaxis("right", functions=(lambda delta: delta + base, lambda mean: mean - base)).set_ylabel(f"{metric} mean")
+    axis.secondary_yaxis("right", functions=(lambda delta: delta + base, lambda mean: mean - base)).set_ylabel(
+        f"{metric} mean"
+    )
     axis.set_title(f"{metric} against {param}")
     axis.legend(fontsize=7, loc="best")
 
@@ -151,7 +168,9 @@ def sweep_plot(comparison: Comparison, path: Path, title: str = "") -> Path | No
     for axis, (metric, param) in zip(axes[:, 0], panels):
         against_param(axis, comparison, metric, param)
     if title or constant:
-        figure.suptitle("\n".join(filter(None, [title, "(every metric the same at every setting)" if constant else ""])))
+        figure.suptitle(
+            "\n".join(filter(None, [title, "(every metric the same at every setting)" if constant else ""]))
+        )
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)

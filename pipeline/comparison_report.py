@@ -22,8 +22,12 @@ from ragtrack.pipeline.comparison_tables import render, slice_table, wide_table
 
 def _top(run: Run, qid: str, dataset: Dataset, titles: dict[str, str], k: int = 5) -> list[str]:
     judged = dataset.qrels.get(qid, {})
-    return [f"  {rank}. {doc} (grade {judged[doc]}) {titles.get(doc, '')}" if doc in judged else f"  {rank}. {doc} {titles.get(doc, '')}"
-            for rank, (doc, _) in enumerate(run.ranking(qid)[:k], start=1)] or ["  (nothing retrieved)"]
+    return [
+        f"  {rank}. {doc} (grade {judged[doc]}) {titles.get(doc, '')}"
+        if doc in judged
+        else f"  {rank}. {doc} {titles.get(doc, '')}"
+        for rank, (doc, _) in enumerate(run.ranking(qid)[:k], start=1)
+    ] or ["  (nothing retrieved)"]
 
 
 def _relevant(qid: str, dataset: Dataset, titles: dict[str, str]) -> list[str]:
@@ -35,22 +39,41 @@ def _differences(comparison: Comparison, system: SystemRun) -> pd.Series:
     """Per paired query: ``system`` minus the baseline on the first metric, most negative first."""
     metric = comparison.metrics[0]
     rows = comparison.paired[metric]
-    return (system.per_query.loc[rows, metric] - comparison.baseline.per_query.loc[rows, metric]).sort_values(kind="stable")
+    return (system.per_query.loc[rows, metric] - comparison.baseline.per_query.loc[rows, metric]).sort_values(
+        kind="stable"
+    )
 
 
-def failure_report(comparison: Comparison, system: SystemRun, runs: dict[str, Run], dataset: Dataset, limit: int = 10) -> str:
+def failure_report(
+    comparison: Comparison, system: SystemRun, runs: dict[str, Run], dataset: Dataset, limit: int = 10
+) -> str:
     """Markdown: the queries where ``system`` loses most against the baseline, with both top-5 lists."""
     metric, baseline = comparison.metrics[0], comparison.baseline
     titles = dict(zip(dataset.corpus.ids, dataset.corpus.titles))
     diff = _differences(comparison, system)
     losses = diff[diff < 0].head(limit)
-    lines = [f"# {system.label} vs {baseline.label}: largest {metric} losses", "",
-             f"{int((diff < 0).sum())} of {len(diff)} queries lose; the {len(losses)} largest losses follow.", ""]
+    lines = [
+        f"# {system.label} vs {baseline.label}: largest {metric} losses",
+        "",
+        f"{int((diff < 0).sum())} of {len(diff)} queries lose; the {len(losses)} largest losses follow.",
+        "",
+    ]
     for qid, delta in losses.items():
-        lines += [f"## {qid}: {metric} {baseline.per_query.loc[qid, metric]:.4f} -> {system.per_query.loc[qid, metric]:.4f} ({delta:+.4f})",
-                  "", f"Query: {dataset.queries.get(qid, '?')}", "", "Relevant:", *_relevant(qid, dataset, titles), "",
-                  f"{baseline.label} top 5:", *_top(runs[baseline.run_id], qid, dataset, titles), "",
-                  f"{system.label} top 5:", *_top(runs[system.run_id], qid, dataset, titles), ""]
+        lines += [
+            f"## {qid}: {metric} {baseline.per_query.loc[qid, metric]:.4f} -> {system.per_query.loc[qid, metric]:.4f} ({delta:+.4f})",
+            "",
+            f"Query: {dataset.queries.get(qid, '?')}",
+            "",
+            "Relevant:",
+            *_relevant(qid, dataset, titles),
+            "",
+            f"{baseline.label} top 5:",
+            *_top(runs[baseline.run_id], qid, dataset, titles),
+            "",
+            f"{system.label} top 5:",
+            *_top(runs[system.run_id], qid, dataset, titles),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -58,18 +81,29 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_") or "system"
 
 
-
-
 # --------------------------------------------------------------------------- files
 
-def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: Dataset | None = None,
-                     runs: dict[str, Run] | None = None, failures: int = 10, config_text: str = "",
-                     sections: Sequence[tuple[str, str, str]] = ()) -> None:
+
+def write_comparison(
+    comparison: Comparison,
+    folder: Path,
+    title: str,
+    dataset: Dataset | None = None,
+    runs: dict[str, Run] | None = None,
+    failures: int = 10,
+    config_text: str = "",
+    sections: Sequence[tuple[str, str, str]] = (),
+) -> None:
     """Write ``comparison.{md,csv,json,txt}``, ``comparison.png``, ``sweep.png`` (rows with a swept
     numeric setting), ``failures/<row>.md`` (with the dataset and the rows' runs, by run id) and
     ``report.html`` (with the extra ``sections``: anchor, heading, HTML body) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, kind in (("comparison.md", "markdown"), ("comparison.csv", "csv"), ("comparison.json", "json"), ("comparison.txt", "table")):
+    for name, kind in (
+        ("comparison.md", "markdown"),
+        ("comparison.csv", "csv"),
+        ("comparison.json", "json"),
+        ("comparison.txt", "table"),
+    ):
         (folder / name).write_text(render(comparison, kind), encoding="utf-8")
     figure = plot(comparison, folder / "comparison.png", title)
     swept = sweep_plot(comparison, folder / SWEEP_PLOT_FILE, title)
@@ -80,8 +114,14 @@ def write_comparison(comparison: Comparison, folder: Path, title: str, dataset: 
             if s is not comparison.baseline:
                 text = failure_report(comparison, s, runs, dataset, failures)
                 (folder / "failures" / f"{_slug(s.label)}.md").write_text(text, encoding="utf-8")
-    report = html_report(comparison, title, [figure.read_bytes(), *([swept.read_bytes()] if swept else [])], config_text,
-                         *((dataset, runs, failures) if cases else (None, None, failures)), extra_sections=sections)
+    report = html_report(
+        comparison,
+        title,
+        [figure.read_bytes(), *([swept.read_bytes()] if swept else [])],
+        config_text,
+        *((dataset, runs, failures) if cases else (None, None, failures)),
+        extra_sections=sections,
+    )
     (folder / REPORT_FILE).write_text(report, encoding="utf-8")
 
 
@@ -121,14 +161,18 @@ def verdicts(comparison: Comparison) -> list[str]:
         with_ties = f" (tied with {', '.join(tied)})" if tied else ""
         others = rows[~rows["baseline"] & ~rows["best"]]
         if not best["baseline"]:
-            sentences.append(f"{best['system']} best on {metric}{with_ties}: {best['mean']:.4f}, {best['delta']:+.4f} over "
-                             f"{comparison.baseline.label}, {_p_phrase(best['p_ttest_holm'])} (paired t-test, Holm)")
+            sentences.append(
+                f"{best['system']} best on {metric}{with_ties}: {best['mean']:.4f}, {best['delta']:+.4f} over "
+                f"{comparison.baseline.label}, {_p_phrase(best['p_ttest_holm'])} (paired t-test, Holm)"
+            )
         elif others.empty:
             sentences.append(f"{best['system']} on {metric}{with_ties}: {best['mean']:.4f} (no other system below it)")
         else:
             runner = others.loc[others["mean"].fillna(-np.inf).idxmax()]
-            sentences.append(f"{best['system']} (the baseline) best on {metric}{with_ties}: {best['mean']:.4f}; next {runner['system']}, "
-                             f"{runner['delta']:+.4f}, {_p_phrase(runner['p_ttest_holm'])} (paired t-test, Holm)")
+            sentences.append(
+                f"{best['system']} (the baseline) best on {metric}{with_ties}: {best['mean']:.4f}; next {runner['system']}, "
+                f"{runner['delta']:+.4f}, {_p_phrase(runner['p_ttest_holm'])} (paired t-test, Holm)"
+            )
     return sentences
 
 
@@ -156,15 +200,26 @@ def _power_table(comparison: Comparison) -> str:
     rows = comparison.table[~comparison.table["baseline"]]
     if rows.empty:
         return '<p class="note">no comparison: one system</p>'
-    frame = pd.DataFrame({"metric": rows["metric"].to_numpy(),
-                          "n": rows["n"].to_numpy(),
-                          "Δ [95% CI]": [_figure(r.delta, "+.4f") + (f" [{_figure(r.delta_ci_low, '+.4f')}, {_figure(r.delta_ci_high, '+.4f')}]"
-                                                                    if pd.notna(r.delta_ci_low) else "") for r in rows.itertuples()],
-                          "d_z": rows["cohens_d"].map(lambda v: _figure(v, "+.2f")).to_numpy(),
-                          "r (rank)": rows["rank_biserial"].map(lambda v: _figure(v, "+.2f")).to_numpy(),
-                          "MDD (80%)": rows["mdd"].map(lambda v: _figure(v, ".4f")).to_numpy(),
-                          "could this query set see it?": [detectability(r) for _, r in rows.iterrows()]},
-                         index=pd.Index(rows["system"].to_numpy(), name="system"))
+    frame = pd.DataFrame(
+        {
+            "metric": rows["metric"].to_numpy(),
+            "n": rows["n"].to_numpy(),
+            "Δ [95% CI]": [
+                _figure(r.delta, "+.4f")
+                + (
+                    f" [{_figure(r.delta_ci_low, '+.4f')}, {_figure(r.delta_ci_high, '+.4f')}]"
+                    if pd.notna(r.delta_ci_low)
+                    else ""
+                )
+                for r in rows.itertuples()
+            ],
+            "d_z": rows["cohens_d"].map(lambda v: _figure(v, "+.2f")).to_numpy(),
+            "r (rank)": rows["rank_biserial"].map(lambda v: _figure(v, "+.2f")).to_numpy(),
+            "MDD (80%)": rows["mdd"].map(lambda v: _figure(v, ".4f")).to_numpy(),
+            "could this query set see it?": [detectability(r) for _, r in rows.iterrows()],
+        },
+        index=pd.Index(rows["system"].to_numpy(), name="system"),
+    )
     return _html_table(frame)
 
 
@@ -179,31 +234,53 @@ def _html_table(frame: pd.DataFrame, best: Sequence[bool] = ()) -> str:
     rows = []
     for i, (label, cells) in enumerate(zip(frame.index, frame.to_numpy())):
         mark = ' class="best"' if i < len(best) and best[i] else ""
-        rows.append(f"<tr{mark}><td>{html.escape(str(label))}</td>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        rows.append(
+            f"<tr{mark}><td>{html.escape(str(label))}</td>"
+            + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+            + "</tr>"
+        )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _metric_block(comparison: Comparison, wide: pd.DataFrame, metric: str) -> str:
-    columns = {metric: "mean [95% CI]", f"Δ {metric}": "Δ", f"p t-test {metric}": "p t-test (Holm)",
-               f"p rand. {metric}": "p rand. (Holm)", f"W/T/L {metric}": "W/T/L"}
+    columns = {
+        metric: "mean [95% CI]",
+        f"Δ {metric}": "Δ",
+        f"p t-test {metric}": "p t-test (Holm)",
+        f"p rand. {metric}": "p rand. (Holm)",
+        f"W/T/L {metric}": "W/T/L",
+    }
     best = comparison.table[comparison.table["metric"] == metric]["best"].tolist()
-    return f"<h3>{html.escape(metric)} (n = {len(comparison.paired[metric])})</h3>" + _html_table(wide[list(columns)].rename(columns=columns), best)
+    return f"<h3>{html.escape(metric)} (n = {len(comparison.paired[metric])})</h3>" + _html_table(
+        wide[list(columns)].rename(columns=columns), best
+    )
 
 
 def _lines(lines: list[str]) -> str:
     return "<br>".join(html.escape(line.strip()) for line in lines)
 
 
-def _cases_table(comparison: Comparison, system: SystemRun, qids: pd.Series, runs: dict[str, Run], dataset: Dataset,
-                 titles: dict[str, str]) -> str:
+def _cases_table(
+    comparison: Comparison,
+    system: SystemRun,
+    qids: pd.Series,
+    runs: dict[str, Run],
+    dataset: Dataset,
+    titles: dict[str, str],
+) -> str:
     metric, base = comparison.metrics[0], comparison.baseline
-    head = (f"<tr><th>query</th><th>{html.escape(metric)}</th><th>relevant</th><th>{html.escape(base.label)} top 3</th>"
-            f"<th>{html.escape(system.label)} top 3</th></tr>")
-    rows = [f"<tr><td>{html.escape(qid)}: {html.escape(dataset.queries.get(qid, '?'))}</td>"
-            f"<td>{base.per_query.loc[qid, metric]:.4f} → {system.per_query.loc[qid, metric]:.4f} ({delta:+.4f})</td>"
-            f"<td>{_lines(_relevant(qid, dataset, titles))}</td><td>{_lines(_top(runs[base.run_id], qid, dataset, titles, 3))}</td>"
-            f"<td>{_lines(_top(runs[system.run_id], qid, dataset, titles, 3))}</td></tr>" for qid, delta in qids.items()]
-    return f'<table class="cases">{head}{"".join(rows)}</table>' if rows else "<p class=\"note\">none</p>"
+    head = (
+        f"<tr><th>query</th><th>{html.escape(metric)}</th><th>relevant</th><th>{html.escape(base.label)} top 3</th>"
+        f"<th>{html.escape(system.label)} top 3</th></tr>"
+    )
+    rows = [
+        f"<tr><td>{html.escape(qid)}: {html.escape(dataset.queries.get(qid, '?'))}</td>"
+        f"<td>{base.per_query.loc[qid, metric]:.4f} → {system.per_query.loc[qid, metric]:.4f} ({delta:+.4f})</td>"
+        f"<td>{_lines(_relevant(qid, dataset, titles))}</td><td>{_lines(_top(runs[base.run_id], qid, dataset, titles, 3))}</td>"
+        f"<td>{_lines(_top(runs[system.run_id], qid, dataset, titles, 3))}</td></tr>"
+        for qid, delta in qids.items()
+    ]
+    return f'<table class="cases">{head}{"".join(rows)}</table>' if rows else '<p class="note">none</p>'
 
 
 def _wins_and_losses(comparison: Comparison, runs: dict[str, Run], dataset: Dataset, limit: int) -> list[str]:
@@ -215,15 +292,25 @@ def _wins_and_losses(comparison: Comparison, runs: dict[str, Run], dataset: Data
             continue
         diff = _differences(comparison, s)
         wins, losses = diff[diff > 0].iloc[::-1].head(limit), diff[diff < 0].head(limit)
-        parts.append(f"<details><summary>{html.escape(s.label)}: {int((diff > 0).sum())} wins, {int((diff == 0).sum())} ties, "
-                     f"{int((diff < 0).sum())} losses against {html.escape(comparison.baseline.label)}</summary>"
-                     f"<h4>Largest wins</h4>{_cases_table(comparison, s, wins, runs, dataset, titles)}"
-                     f"<h4>Largest losses</h4>{_cases_table(comparison, s, losses, runs, dataset, titles)}</details>")
+        parts.append(
+            f"<details><summary>{html.escape(s.label)}: {int((diff > 0).sum())} wins, {int((diff == 0).sum())} ties, "
+            f"{int((diff < 0).sum())} losses against {html.escape(comparison.baseline.label)}</summary>"
+            f"<h4>Largest wins</h4>{_cases_table(comparison, s, wins, runs, dataset, titles)}"
+            f"<h4>Largest losses</h4>{_cases_table(comparison, s, losses, runs, dataset, titles)}</details>"
+        )
     return parts
 
 
-def html_report(comparison: Comparison, title: str, plots: list[bytes], config_text: str = "", dataset: Dataset | None = None,
-                runs: dict[str, Run] | None = None, limit: int = 10, extra_sections: Sequence[tuple[str, str, str]] = ()) -> str:
+def html_report(
+    comparison: Comparison,
+    title: str,
+    plots: list[bytes],
+    config_text: str = "",
+    dataset: Dataset | None = None,
+    runs: dict[str, Run] | None = None,
+    limit: int = 10,
+    extra_sections: Sequence[tuple[str, str, str]] = (),
+) -> str:
     """One self-contained HTML page (inline CSS, the plot as a data URI) that fits 1,280 px: a verdict
     per metric, contents, a table per metric (CIs, Δ and Holm-corrected tests against the baseline),
     effect sizes with whether the query set could detect each difference (:func:`detectability`), the
@@ -231,35 +318,72 @@ def html_report(comparison: Comparison, title: str, plots: list[bytes], config_t
     the ``extra_sections`` (anchor, heading, HTML body: the judges' agreement, a job's cost and tokens) and
     the (redacted) config."""
     wide = wide_table(comparison, ("", ""))
-    sections = [("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
-                ("metrics", "Systems and metrics",
-                 f'<p class="note">{query_counts(comparison)}; '
-                 f'{html.escape(coverage_note(comparison) + "; " if coverage_note(comparison) else "")}mean [95% bootstrap CI]; Δ [95% t-interval of the paired difference] and p-values (paired t-test, '
-                 f"randomization test, Holm-corrected; every p in this report) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
-                 "per-query wins/ties/losses; best value highlighted.</p>"
-                 + "".join(_metric_block(comparison, wide, m) for m in comparison.metrics)),
-                ("power", "Effect size and power",
-                 f'<p class="note">Against <b>{html.escape(comparison.baseline.label)}</b> on {query_counts(comparison)}: '
-                 "mean difference with its 95% CI, paired Cohen's d_z, rank-biserial r, and the minimal detectable difference "
-                 f"(MDD) of a two-sided paired t-test at α = {ALPHA:g} and 80% power (docs/metrics.md).</p>" + _power_table(comparison)),
-                ("plot", "Plots", "".join(f'<img alt="comparison plot" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-                                          for png in plots))]
+    sections = [
+        ("verdict", "Verdict", "".join(f'<p class="verdict">{html.escape(v)}.</p>' for v in verdicts(comparison))),
+        (
+            "metrics",
+            "Systems and metrics",
+            f'<p class="note">{query_counts(comparison)}; '
+            f"{html.escape(coverage_note(comparison) + '; ' if coverage_note(comparison) else '')}mean [95% bootstrap CI]; Δ [95% t-interval of the paired difference] and p-values (paired t-test, "
+            f"randomization test, Holm-corrected; every p in this report) against <b>{html.escape(comparison.baseline.label)}</b>; W/T/L: "
+            "per-query wins/ties/losses; best value highlighted.</p>"
+            + "".join(_metric_block(comparison, wide, m) for m in comparison.metrics),
+        ),
+        (
+            "power",
+            "Effect size and power",
+            f'<p class="note">Against <b>{html.escape(comparison.baseline.label)}</b> on {query_counts(comparison)}: '
+            "mean difference with its 95% CI, paired Cohen's d_z, rank-biserial r, and the minimal detectable difference "
+            f"(MDD) of a two-sided paired t-test at α = {ALPHA:g} and 80% power (docs/metrics.md).</p>"
+            + _power_table(comparison),
+        ),
+        (
+            "plot",
+            "Plots",
+            "".join(
+                f'<img alt="comparison plot" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+                for png in plots
+            ),
+        ),
+    ]
     slices = slice_table(comparison)
-    sections.append(("slices", "Slices", '<p class="note">no slices in this dataset</p>' if slices is None else
-                     slices.to_html() + '<p class="note">mean [95% bootstrap CI] over each slice\'s queries</p>'))
+    sections.append(
+        (
+            "slices",
+            "Slices",
+            '<p class="note">no slices in this dataset</p>'
+            if slices is None
+            else slices.to_html() + '<p class="note">mean [95% bootstrap CI] over each slice\'s queries</p>',
+        )
+    )
     sections += list(extra_sections)
     if comparison.reference is not None:
-        tables = "".join(f"<h3>{html.escape(title)}</h3>" + _html_table(frame.set_index(frame.columns[0]))
-                         for title, frame in comparison.reference.tables())
-        sections.append(("reference", f"Against the reference {comparison.reference.source}",
-                         tables + "".join(f'<p class="note">{html.escape(note)}</p>' for note in comparison.reference.notes)))
+        tables = "".join(
+            f"<h3>{html.escape(title)}</h3>" + _html_table(frame.set_index(frame.columns[0]))
+            for title, frame in comparison.reference.tables()
+        )
+        sections.append(
+            (
+                "reference",
+                f"Against the reference {comparison.reference.source}",
+                tables + "".join(f'<p class="note">{html.escape(note)}</p>' for note in comparison.reference.notes),
+            )
+        )
     if dataset is not None and runs:
-        sections.append(("queries", f"Wins and losses against {comparison.baseline.label} ({comparison.metrics[0]})",
-                         "".join(_wins_and_losses(comparison, runs, dataset, limit))))
+        sections.append(
+            (
+                "queries",
+                f"Wins and losses against {comparison.baseline.label} ({comparison.metrics[0]})",
+                "".join(_wins_and_losses(comparison, runs, dataset, limit)),
+            )
+        )
     if config_text:
         sections.append(("config", "Config", f"<pre>{html.escape(config_text)}</pre>"))
     contents = "".join(f'<li><a href="#{anchor}">{html.escape(heading)}</a></li>' for anchor, heading, _ in sections)
-    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title><style>{_REPORT_STYLE}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1>", f"<nav><b>Contents</b><ul>{contents}</ul></nav>",
-             *(f'<h2 id="{anchor}">{html.escape(heading)}</h2>{body}' for anchor, heading, body in sections)]
+    parts = [
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_REPORT_STYLE}</style></head><body>',
+        f"<h1>{html.escape(title)}</h1>",
+        f"<nav><b>Contents</b><ul>{contents}</ul></nav>",
+        *(f'<h2 id="{anchor}">{html.escape(heading)}</h2>{body}' for anchor, heading, body in sections),
+    ]
     return "\n".join([*parts, "</body></html>"]) + "\n"

@@ -69,7 +69,9 @@ def stem(path: str) -> str:
     return Path(str(path).rstrip("/\\")).name.partition(".")[0] or "dataset"
 
 
-def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
+def compose(
+    overrides: Sequence[str] = (), config_dir: str | Path | None = None, hydra_node: bool = False
+) -> DictConfig:
     """The job config Hydra would compose for ``ragtrack run OVERRIDES`` (without Hydra's own
     ``hydra:`` node, so ``paths.output_dir`` must be given), for tests and Python callers;
     ``config_dir`` adds a folder of the user's configs, like ``--config-dir``. An unknown key or group
@@ -91,7 +93,9 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None,
             raise explain_composition_error(exc, [config_dir] if config_dir else []) from None
 
 
-def sweep_jobs(overrides: Sequence[str], config_dir: str | Path | None = None) -> tuple[list[str], list[list[str]]] | None:
+def sweep_jobs(
+    overrides: Sequence[str], config_dir: str | Path | None = None
+) -> tuple[list[str], list[list[str]]] | None:
     """The fixed overrides and the swept ones of each job ``ragtrack run -m OVERRIDES`` makes with Hydra's basic sweeper, in its
     order (the last swept key varies fastest): the sweeps of ``hydra.sweeper.params`` (a preset's) and
     of the command line (``k=1,2``, ``choice(...)``, ``range(...)``; the command line's win for a key in
@@ -124,7 +128,9 @@ def check_sweep(overrides: Sequence[str], config_dir: str | Path | None = None) 
 
     planned = sweep_jobs(overrides, config_dir)
     fixed, jobs = planned or ([], [])
-    placeholder = [] if any(o.lstrip("+").startswith("paths.output_dir=") for o in fixed) else ["paths.output_dir=sweep-job"]  # Hydra's, per job
+    placeholder = (
+        [] if any(o.lstrip("+").startswith("paths.output_dir=") for o in fixed) else ["paths.output_dir=sweep-job"]
+    )  # Hydra's, per job
     for swept in jobs:
         try:
             validate(compose([*fixed, *swept, *placeholder], config_dir))
@@ -160,7 +166,9 @@ def composition_errors_explained(config_dirs: Sequence[str | Path] = ()) -> Iter
             os.environ["HYDRA_FULL_ERROR"] = previous
 
 
-PLUGIN_EXTRAS = {("hydra/sweeper", "optuna"): "ragtrack[optuna]"}  # Hydra plugins a preset may ask for, by the extra that installs them
+PLUGIN_EXTRAS = {
+    ("hydra/sweeper", "optuna"): "ragtrack[optuna]"
+}  # Hydra plugins a preset may ask for, by the extra that installs them
 
 
 def explain_composition_error(exc: Exception, config_dirs: Sequence[str | Path] = ()) -> RagtrackError:
@@ -176,18 +184,26 @@ def explain_composition_error(exc: Exception, config_dirs: Sequence[str | Path] 
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
         group, _, option = exc.missing_cfg_file.rpartition("/")
         options = sorted(set(group_options(group, config_dirs)) | set(exc.options or ()))
-        hint = did_you_mean(option, options) or ("" if config_dirs else f" (your own: --config-dir DIR with DIR/{group}/{option}.yaml)")
+        hint = did_you_mean(option, options) or (
+            "" if config_dirs else f" (your own: --config-dir DIR with DIR/{group}/{option}.yaml)"
+        )
         if (group, option) in PLUGIN_EXTRAS:
             hint = f" (it comes with {PLUGIN_EXTRAS[group, option]}: pip install '{PLUGIN_EXTRAS[group, option]}')"
         return InputError(group, f"{option!r} is not allowed: one of {', '.join(options) or '(none found)'}{hint}")
-    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None) and str(exc).startswith("Could not override"):
+    if (
+        isinstance(cause, OmegaConfBaseException)
+        and getattr(cause, "full_key", None)
+        and str(exc).startswith("Could not override")
+    ):
         wanted = str(exc).split("'")[1]
         parent = cause.parent_node
         siblings = [str(k) for k in parent.keys()] if isinstance(parent, DictConfig) else []
         if cause.full_key != wanted:
             return InputError(wanted, f"no such key ({cause.full_key} is not set in this config)")
         return InputError(wanted, "no such key" + key_hint(wanted, wanted.rpartition(".")[0], str(cause.key), siblings))
-    return RagtrackError("; ".join(line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("\t")))
+    return RagtrackError(
+        "; ".join(line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("\t"))
+    )
 
 
 def group_options(group: str, config_dirs: Sequence[str | Path] = ()) -> list[str]:

@@ -55,8 +55,17 @@ from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import Evaluator
 from ragtrack.generation import Generator, NoGenerator
 from ragtrack.pipeline import registry, robustness, usage
-from ragtrack.pipeline.experiment import (_with_output_dir, build_chunker, build_evaluators, build_stages, check_stages_on, eval_input, stage,
-                                          stage_context, stage_label)
+from ragtrack.pipeline.experiment import (
+    _with_output_dir,
+    build_chunker,
+    build_evaluators,
+    build_stages,
+    check_stages_on,
+    eval_input,
+    stage,
+    stage_context,
+    stage_label,
+)
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.redaction import check_variable_names, remember_config_secrets
 from ragtrack.pipeline.systems import PlannedSystem
@@ -88,17 +97,27 @@ class DryRun:
         rows = []
         for (system, stage_name), group in self.calls.groupby(["system", "stage"], sort=False):
             spend = group[~group["cached"].astype(bool)]
-            rows.append({"system": system, "stage": stage_name, "to_send": len(spend), "cached": int(group["cached"].astype(bool).sum()),
-                         "upper_bound": bool(spend["bound"].astype(bool).any()),
-                         "prompt_tokens": _total(spend["prompt_tokens"]), "completion_tokens": _total(spend["completion_tokens"]),
-                         "cost": float(spend["cost"].sum()) if spend["cost"].notna().any() else None})
+            rows.append(
+                {
+                    "system": system,
+                    "stage": stage_name,
+                    "to_send": len(spend),
+                    "cached": int(group["cached"].astype(bool).sum()),
+                    "upper_bound": bool(spend["bound"].astype(bool).any()),
+                    "prompt_tokens": _total(spend["prompt_tokens"]),
+                    "completion_tokens": _total(spend["completion_tokens"]),
+                    "cost": float(spend["cost"].sum()) if spend["cost"].notna().any() else None,
+                }
+            )
         return {"to_send": self.to_send, "upper_bound": self.upper_bound, "stages": rows}
 
     def text(self) -> str:
         if self.calls.empty:
             return "Dry run: this job makes no LLM calls."
-        head = (f"Dry run: nothing was sent. The job would send {'at most ' if self.upper_bound else ''}{self.to_send:,} LLM "
-                "requests (caches as they are now):")
+        head = (
+            f"Dry run: nothing was sent. The job would send {'at most ' if self.upper_bound else ''}{self.to_send:,} LLM "
+            "requests (caches as they are now):"
+        )
         return "\n".join([usage.wrapped(head), usage.summary_text(self.calls, dry=True)])
 
 
@@ -130,6 +149,7 @@ def dry_run(cfg: DictConfig, dataset: Dataset | None = None) -> DryRun:
 @contextlib.contextmanager
 def _quiet_about_unsent():
     """Without the stages' warnings about prompts that failed because a dry run did not send them."""
+
     def sent(record: logging.LogRecord) -> bool:
         return NOT_SENT not in record.getMessage()
 
@@ -162,19 +182,28 @@ def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
     perturbed = robustness.perturbed_queries(cfg.robustness, dataset) if cfg.get("robustness") else {}
     plan = plan_chunks(dataset, chunker, oversample)
     cache = Cache(cfg.paths.cache_dir)
-    answers, stood_in = _plan_systems(stages, generator, judges, stage_context(dataset, cache, int(cfg.depth), plan), meter)
+    answers, stood_in = _plan_systems(
+        stages, generator, judges, stage_context(dataset, cache, int(cfg.depth), plan), meter
+    )
     if any(chat_clients(component) for component in metered):  # else the reruns cost nothing: no need to retrieve
         for name, queries in perturbed.items():
             context = stage_context(replace(dataset, queries=queries), cache, int(cfg.depth), plan)
             _plan_systems(stages, generator, judges, context, meter.rerun(name))
     for judge in pair_judges:
         judge.compare(answers, dataset.queries, dataset.answers)
-        meter.collect(usage.PAIRWISE, meter.stage_of(judge), [judge], bound=lambda qid: any(qid in s for s in stood_in.values()))
+        meter.collect(
+            usage.PAIRWISE, meter.stage_of(judge), [judge], bound=lambda qid: any(qid in s for s in stood_in.values())
+        )
     return meter.table()
 
 
-def _plan_systems(stages: list[tuple[PlannedSystem, Stage]], generator: Generator | None, judges: list[Evaluator], context: StageContext,
-                  meter: Meter) -> tuple[dict[str, dict[str, str]], dict[str, set[str]]]:
+def _plan_systems(
+    stages: list[tuple[PlannedSystem, Stage]],
+    generator: Generator | None,
+    judges: list[Evaluator],
+    context: StageContext,
+    meter: Meter,
+) -> tuple[dict[str, dict[str, str]], dict[str, set[str]]]:
     """Steps 1 to 3 (module docstring) on the queries of ``context``, the judges but the pairwise ones:
     the planned calls go to ``meter``; returns each system's answers (stand-ins where not generated yet)
     and the queries whose answers are stand-ins."""
@@ -184,26 +213,44 @@ def _plan_systems(stages: list[tuple[PlannedSystem, Stage]], generator: Generato
     for system, stage_object in stages:
         if any(name not in outputs for name in system.inputs):  # made from an unknown system
             for client in chat_clients(stage_object):
-                meter.add_bound(system.name, system.section, client, stage_object.max_chat_calls(len(queries), context.depth), chain=True)
+                meter.add_bound(
+                    system.name,
+                    system.section,
+                    client,
+                    stage_object.max_chat_calls(len(queries), context.depth),
+                    chain=True,
+                )
             continue
-        with contextlib.suppress(NotSent), stage(stage_label(system)):  # NotSent: a prompt needed a reply not cached yet
+        with (
+            contextlib.suppress(NotSent),
+            stage(stage_label(system)),
+        ):  # NotSent: a prompt needed a reply not cached yet
             outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
         counted = meter.collect(system.name, system.section, [stage_object], chain=True)
         if system.name not in outputs:  # the prompts after those that need replies not cached yet
             for client in chat_clients(stage_object):
-                meter.add_bound(system.name, system.section, client, stage_object.max_chat_calls(len(queries), context.depth) - counted,
-                                chain=True)
+                meter.add_bound(
+                    system.name,
+                    system.section,
+                    client,
+                    stage_object.max_chat_calls(len(queries), context.depth) - counted,
+                    chain=True,
+                )
     answers, stood_in = {}, {}
     for name in inputs:
         known = name in outputs
         output = outputs[name] if known else outputs[_nearest_known(name, inputs, outputs)]
         generated, stood_in[name] = {}, set() if known else set(queries)
         if generator is not None:
-            texts = generator.generate(queries, retrieved_passages(output.passage_run, context.dataset.corpus, queries, generator.top_k))
+            texts = generator.generate(
+                queries, retrieved_passages(output.passage_run, context.dataset.corpus, queries, generator.top_k)
+            )
             meter.collect(name, "generator", [generator], bound=lambda qid, known=known: not known)
             stood_in[name] |= {qid for qid, reason in generator.failures.items() if reason == NOT_SENT}
             longest = max((client.max_tokens or 0 for client in chat_clients(generator)), default=0) or None
-            generated = {qid: stand_in(name, longest) if qid in stood_in[name] else texts.get(qid, "") for qid in queries}
+            generated = {
+                qid: stand_in(name, longest) if qid in stood_in[name] else texts.get(qid, "") for qid in queries
+            }
             answers[name] = generated
         data = eval_input(output.run, context.dataset, generated, output.passage_run)
         for judge in judges:
@@ -211,7 +258,9 @@ def _plan_systems(stages: list[tuple[PlannedSystem, Stage]], generator: Generato
             if judge.applies_to(data):
                 judge.evaluate(data)
                 followups = judge.unsent_followups()
-            meter.collect(name, meter.stage_of(judge), [judge], bound=lambda qid, guessed=stood_in[name]: qid in guessed)
+            meter.collect(
+                name, meter.stage_of(judge), [judge], bound=lambda qid, guessed=stood_in[name]: qid in guessed
+            )
             for client in chat_clients(judge)[:1]:  # later rounds built from replies not sent: upper bounds
                 meter.add_bound(name, meter.stage_of(judge), client, followups)
     return answers, stood_in

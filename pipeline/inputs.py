@@ -34,7 +34,9 @@ def _files_signature(settings: Mapping) -> tuple:
     so a process that keeps running (a notebook, a service) reads an edited qrels file again."""
     signature = []
     for value in _strings(settings):
-        for path in sorted(Path(value).rglob("*")) if os.path.isdir(value) else [Path(value)] if os.path.isfile(value) else []:
+        for path in (
+            sorted(Path(value).rglob("*")) if os.path.isdir(value) else [Path(value)] if os.path.isfile(value) else []
+        ):
             with contextlib.suppress(OSError):  # gone meanwhile: the reader says so
                 info = path.stat()
                 signature.append((str(path), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))

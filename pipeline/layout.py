@@ -57,13 +57,18 @@ RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.csv"
 TAG_VIEW_PREFIX = "mlflow.sharedViewState."  # MLflow UI's own: an experiment tag holding a shared runs-table view
 QUERIES_TABLE = "queries.json"  # a system run's and (every system side by side) a job's per-query table (MlflowClient.log_table): query, top documents, answer, metrics
-COMPARISON_DIR = "comparison"  # the job's systems side by side: comparison.md/.png, failures/, report.html (pipeline.comparison)
+COMPARISON_DIR = (
+    "comparison"  # the job's systems side by side: comparison.md/.png, failures/, report.html (pipeline.comparison)
+)
 JOB_ARTIFACTS = (RESULTS_FILE, COMPARISON_FILE, CONFIG_FILE, PER_QUERY_FILE, COMPARISON_DIR)
 
 STORE_FOLDER = "mlruns"  # under the root folder (the working folder or $RAGTRACK_ROOT)
 STORE_FILE = "mlflow.db"
 CURVE_METRICS = ("recall", "ndcg")
-LATENCY_COLUMNS = {"retrieval": "retrieval_ms", "generation": "generation_ms"}  # per_query.csv's wall-clock columns per stage (time per query, docs/performance.md): they differ run to run
+LATENCY_COLUMNS = {
+    "retrieval": "retrieval_ms",
+    "generation": "generation_ms",
+}  # per_query.csv's wall-clock columns per stage (time per query, docs/performance.md): they differ run to run
 
 
 def metric_key(name: str) -> str:
@@ -82,7 +87,12 @@ def system_key(system: str) -> str:
     return system.replace("+", "_")
 
 
-SUMMARY_SUFFIXES = {"": "mean", "_std": "std", "_ci_low": "ci_low", "_ci_high": "ci_high"}  # key suffix -> summary column
+SUMMARY_SUFFIXES = {
+    "": "mean",
+    "_std": "std",
+    "_ci_low": "ci_low",
+    "_ci_high": "ci_high",
+}  # key suffix -> summary column
 
 
 def key_part(text: str) -> str:

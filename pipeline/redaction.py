@@ -25,8 +25,16 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ragtrack.core.files import write_atomically, yaml_files
-from ragtrack.core.secrets import (check_variable_name, is_variable_name_key, known_secrets, looks_like_key, mask, masked, remember,
-                                   remember_url_credentials)
+from ragtrack.core.secrets import (
+    check_variable_name,
+    is_variable_name_key,
+    known_secrets,
+    looks_like_key,
+    mask,
+    masked,
+    remember,
+    remember_url_credentials,
+)
 
 SECRET_WORDS = r"api_?key|token|secret|password|authorization"  # a key ending in one of these holds a secret
 SECRET_KEY = re.compile(rf"({SECRET_WORDS})$", re.IGNORECASE)
@@ -35,7 +43,9 @@ SECRET_KEY = re.compile(rf"({SECRET_WORDS})$", re.IGNORECASE)
 def _redacted(key: object, value: Any) -> Any:
     if isinstance(value, str) and value and is_variable_name_key(str(key)) and looks_like_key(value):
         return "***"  # a key where a variable name belongs
-    return "***" if SECRET_KEY.search(str(key)) and value not in (None, "") and not isinstance(value, Mapping) else value
+    return (
+        "***" if SECRET_KEY.search(str(key)) and value not in (None, "") and not isinstance(value, Mapping) else value
+    )
 
 
 def redact(config: Any) -> Any:
@@ -58,10 +68,16 @@ def redact_overrides(overrides: list[str]) -> list[str]:
     return redacted
 
 
-SECRET_YAML_ENTRY = re.compile(rf"""^[\s-]*['"]?[\w.\-]*(?:{SECRET_WORDS})['"]?:[ \t]*(?!null$|''$|""$|'\*\*\*'$)\S""",
-                               re.IGNORECASE | re.MULTILINE)
-VARIABLE_NAME_SETTING = re.compile(r"""([\w.\-]*_env)['"]?\s*[=:]\s*(?:'([^']*)'|"([^"]*)"|([^\s,'"{}\[\]]*))""", re.IGNORECASE)
-SECRET_ASSIGNMENT = re.compile(rf"""([\w.\-]*(?:{SECRET_WORDS}))=(?!\*\*\*)(?:'[^']*'|"[^"]*"|[^\s,'"\]]+)""", re.IGNORECASE)
+SECRET_YAML_ENTRY = re.compile(
+    rf"""^[\s-]*['"]?[\w.\-]*(?:{SECRET_WORDS})['"]?:[ \t]*(?!null$|''$|""$|'\*\*\*'$)\S""",
+    re.IGNORECASE | re.MULTILINE,
+)
+VARIABLE_NAME_SETTING = re.compile(
+    r"""([\w.\-]*_env)['"]?\s*[=:]\s*(?:'([^']*)'|"([^"]*)"|([^\s,'"{}\[\]]*))""", re.IGNORECASE
+)
+SECRET_ASSIGNMENT = re.compile(
+    rf"""([\w.\-]*(?:{SECRET_WORDS}))=(?!\*\*\*)(?:'[^']*'|"[^"]*"|[^\s,'"\]]+)""", re.IGNORECASE
+)
 
 
 def _setting_value(match: re.Match) -> str:
@@ -70,7 +86,11 @@ def _setting_value(match: re.Match) -> str:
 
 def _masked_variable_name(match: re.Match) -> str:
     value = _setting_value(match)
-    return match.group(0).replace(value, "***") if value and looks_like_key(value) and not value.startswith("$") else match.group(0)
+    return (
+        match.group(0).replace(value, "***")
+        if value and looks_like_key(value) and not value.startswith("$")
+        else match.group(0)
+    )
 
 
 def redact_text(text: str) -> str:
@@ -95,7 +115,12 @@ def redact_hydra_files(paths: list[Path]) -> None:
 
     for path in paths:
         original = path.read_text(encoding="utf-8")
-        if not (known_secrets() or SECRET_ASSIGNMENT.search(original) or SECRET_YAML_ENTRY.search(original) or redact_text(original) != original):
+        if not (
+            known_secrets()
+            or SECRET_ASSIGNMENT.search(original)
+            or SECRET_YAML_ENTRY.search(original)
+            or redact_text(original) != original
+        ):
             continue  # nothing to redact (parsing Hydra's YAML costs ~0.1 s per job); a known secret may be quoted or escaped there
         loaded = yaml.safe_load(original)
         redacted = redact_everywhere(loaded)
@@ -173,7 +198,9 @@ def check_variable_names(config: Any, prefix: str = "") -> None:
 
 
 OC_ENV = re.compile(r"""\$\{\s*oc\.env\s*:\s*['"]?([^,'"}\s]+)""")
-LOCATION_VARIABLES = frozenset({"RAGTRACK_ROOT", "MLFLOW_TRACKING_URI"})  # read by the shipped configs for where things go: not secrets
+LOCATION_VARIABLES = frozenset(
+    {"RAGTRACK_ROOT", "MLFLOW_TRACKING_URI"}
+)  # read by the shipped configs for where things go: not secrets
 # (the credentials of a URI they hold still are)
 
 

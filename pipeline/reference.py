@@ -53,7 +53,14 @@ from omegaconf.errors import OmegaConfBaseException
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
 from ragtrack.core.files import read_bytes, read_lines, yaml_error, yaml_text
 from ragtrack.core.runs import Run, read_trec
-from ragtrack.evaluators.reproduction import MEASURE_COLUMNS, RANKING_COLUMNS, delta_relative_improvement, effect_ratio, measures_table, rankings_table
+from ragtrack.evaluators.reproduction import (
+    MEASURE_COLUMNS,
+    RANKING_COLUMNS,
+    delta_relative_improvement,
+    effect_ratio,
+    measures_table,
+    rankings_table,
+)
 from ragtrack.pipeline.comparison_tables import p_text
 from ragtrack.pipeline.config import datasets_dir
 from ragtrack.pipeline.csv_files import read_csv
@@ -68,7 +75,9 @@ TABLE_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 YAML_SUFFIXES = (".yaml", ".yml")
 TABLE_COLUMNS = ("system", "metric", "value")
 BUILT_IN = {"beir": "beir_published.tsv"}  # --reference NAME -> a table shipped in ragtrack.datasets
-DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # a table's value, as written in a paper
+DECIMAL = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+)  # a table's value, as written in a paper
 DIFFERENCE_COLUMNS = ["system", "reference", "metric", "value", "reference_value", "difference", "within_tolerance"]
 
 
@@ -85,8 +94,12 @@ class Reference:
     dataset_hash: str | None = None
     threshold: int | None = None
     per_query_file: str = ""  # where the per-query values came from (for messages)
-    lines: dict[tuple[str, str], int] = field(default_factory=dict)  # a table's (system, metric in lower case) -> its line
-    datasets: dict[str, Reference] = field(default_factory=dict)  # a table with a dataset column: one reference per dataset
+    lines: dict[tuple[str, str], int] = field(
+        default_factory=dict
+    )  # a table's (system, metric in lower case) -> its line
+    datasets: dict[str, Reference] = field(
+        default_factory=dict
+    )  # a table with a dataset column: one reference per dataset
 
     def for_dataset(self, name: str) -> Reference:
         """The reference for the dataset ``name`` (a table with a dataset column; else itself)."""
@@ -94,25 +107,38 @@ class Reference:
             return self
         wanted = canonical_dataset(name)
         if wanted not in self.datasets:
-            raise RagtrackError(f"the reference {self.source} has no figures for dataset {name!r} (as {wanted!r}); its datasets: "
-                                f"{', '.join(self.datasets)}{did_you_mean(wanted, list(self.datasets))}")
+            raise RagtrackError(
+                f"the reference {self.source} has no figures for dataset {name!r} (as {wanted!r}); its datasets: "
+                f"{', '.join(self.datasets)}{did_you_mean(wanted, list(self.datasets))}"
+            )
         return self.datasets[wanted]
 
     def only(self, system: str) -> Reference:
         """The reference restricted to one system (a system run given as the reference)."""
-        return Reference(self.source, self.kind, {system: self.values[system]}, {k: v for k, v in self.per_query.items() if k == system},
-                         {k: v for k, v in self.runs.items() if k == system}, self.dataset_hash, self.threshold, self.per_query_file,
-                         {k: v for k, v in self.lines.items() if k[0] == system})
+        return Reference(
+            self.source,
+            self.kind,
+            {system: self.values[system]},
+            {k: v for k, v in self.per_query.items() if k == system},
+            {k: v for k, v in self.runs.items() if k == system},
+            self.dataset_hash,
+            self.threshold,
+            self.per_query_file,
+            {k: v for k, v in self.lines.items() if k[0] == system},
+        )
 
 
 # --------------------------------------------------------------------------- reading
+
 
 def read_reference(source: str) -> Reference | None:
     """The reference at the path ``source``: a table, a job's results.json or its output folder; None
     when no such path exists (then ``source`` may be an MLflow run id). A relative ``data/...`` path
     that is not in the current folder names a shipped file (``data/scifact/published.tsv``), as in a
     checkout of the repository."""
-    path = datasets_dir() / BUILT_IN[source] if source in BUILT_IN and not Path(source).exists() else shipped(Path(source))
+    path = (
+        datasets_dir() / BUILT_IN[source] if source in BUILT_IN and not Path(source).exists() else shipped(Path(source))
+    )
     if path.is_dir():
         return read_job(path / RESULTS_FILE, source)
     if not path.exists():
@@ -125,8 +151,16 @@ def read_reference(source: str) -> Reference | None:
         if None in tables:
             values, lines = tables[None]
             return Reference(source, "table", values, lines=lines)
-        return Reference(source, "table", {}, datasets={d: Reference(f"{source} [{d}]", "table", *table) for d, table in tables.items()})
-    raise InputError(path, "not a reference: give a table (.csv, .tsv, .yaml), a job's results.json or output folder, or an MLflow run id")
+        return Reference(
+            source,
+            "table",
+            {},
+            datasets={d: Reference(f"{source} [{d}]", "table", *table) for d, table in tables.items()},
+        )
+    raise InputError(
+        path,
+        "not a reference: give a table (.csv, .tsv, .yaml), a job's results.json or output folder, or an MLflow run id",
+    )
 
 
 def shipped(path: Path) -> Path:
@@ -160,9 +194,21 @@ def read_job(results: Path, source: str, runs: Mapping[str, Callable[[], Run]] |
     per_query_path = folder / PER_QUERY_FILE
     per_query = read_per_query(per_query_path) if per_query_path.exists() else {}
     if runs is None:
-        runs = {name: partial(read_trec, folder / "runs" / f"{name}.trec") for name in values if (folder / "runs" / f"{name}.trec").is_file()}
-    return Reference(source, "job", values, per_query, dict(runs), dataset.get("hash") if isinstance(dataset, dict) else None,
-                     _threshold(folder / CONFIG_FILE), str(per_query_path))
+        runs = {
+            name: partial(read_trec, folder / "runs" / f"{name}.trec")
+            for name in values
+            if (folder / "runs" / f"{name}.trec").is_file()
+        }
+    return Reference(
+        source,
+        "job",
+        values,
+        per_query,
+        dict(runs),
+        dataset.get("hash") if isinstance(dataset, dict) else None,
+        _threshold(folder / CONFIG_FILE),
+        str(per_query_path),
+    )
 
 
 def _number(value: object) -> bool:
@@ -220,7 +266,9 @@ def _row_lines(path: Path) -> list[int]:
 
 def by_system(per_query: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """A per-query table (columns system, qid, ...) split by system, indexed by qid."""
-    return {name: rows.drop(columns="system").set_index("qid") for name, rows in per_query.groupby("system", sort=False)}
+    return {
+        name: rows.drop(columns="system").set_index("qid") for name, rows in per_query.groupby("system", sort=False)
+    }
 
 
 def read_table(path: Path) -> dict[str | None, tuple[dict[str, dict[str, float]], dict[tuple[str, str], int]]]:
@@ -255,7 +303,9 @@ def _add(values: dict, first: dict, path: Path, line: int, system: str, metric: 
         raise InputError(path, f"empty {'system' if not system else 'metric'} name", line)
     if not DECIMAL.fullmatch(value):
         finite = value.strip("+-").lower() not in ("nan", "inf", "infinity")
-        raise InputError(path, f"value {value!r} of {system} {metric} is not a {'' if finite else 'finite '}number", line)
+        raise InputError(
+            path, f"value {value!r} of {system} {metric} is not a {'' if finite else 'finite '}number", line
+        )
     number = float(value)
     key = (system, metric.lower())
     if key in first:
@@ -276,7 +326,11 @@ def _delimited_rows(path: Path):
             names = [cell.lower() for cell in cells]
             missing = [c for c in TABLE_COLUMNS if c not in names]
             if missing:
-                raise InputError(path, f"the header has no {', '.join(missing)} column (a table's columns: system, metric, value)", line)
+                raise InputError(
+                    path,
+                    f"the header has no {', '.join(missing)} column (a table's columns: system, metric, value)",
+                    line,
+                )
             columns, width = [names.index(c) for c in TABLE_COLUMNS], len(cells)
             dataset_column = names.index("dataset") if "dataset" in names else None
             continue
@@ -296,7 +350,9 @@ def _read_yaml_table(path: Path) -> dict[str, dict[str, float]]:
     except yaml.YAMLError as exc:
         raise yaml_error(path, exc) from None
     if not isinstance(root, yaml.MappingNode):
-        raise InputError(path, "expected a mapping of system to {metric: value}", root.start_mark.line + 1 if root else None)
+        raise InputError(
+            path, "expected a mapping of system to {metric: value}", root.start_mark.line + 1 if root else None
+        )
     values, first = {}, {}
     for key, metrics in root.value:
         if not isinstance(key, yaml.ScalarNode) or not isinstance(metrics, yaml.MappingNode):
@@ -304,11 +360,20 @@ def _read_yaml_table(path: Path) -> dict[str, dict[str, float]]:
         for metric, value in metrics.value:
             if not isinstance(metric, yaml.ScalarNode) or not isinstance(value, yaml.ScalarNode):
                 raise InputError(path, f"{key.value}: expected metric: value", metric.start_mark.line + 1)
-            _add(values, first, path, value.start_mark.line + 1, key.value.strip(), metric.value.strip(), value.value.strip())
+            _add(
+                values,
+                first,
+                path,
+                value.start_mark.line + 1,
+                key.value.strip(),
+                metric.value.strip(),
+                value.value.strip(),
+            )
     return values, first
 
 
 # --------------------------------------------------------------------------- checking
+
 
 @dataclass
 class ReferenceCheck:
@@ -326,34 +391,67 @@ class ReferenceCheck:
     def annotate(self, table: pd.DataFrame) -> pd.DataFrame:
         """A comparison's long table with the reference's columns (``reference`` and ``reference_*``)
         on the rows it matched; csv and json carry them."""
-        differences = self.differences.drop(columns="value").rename(columns={c: f"reference_{c}" for c in ("difference", "within_tolerance")})
+        differences = self.differences.drop(columns="value").rename(
+            columns={c: f"reference_{c}" for c in ("difference", "within_tolerance")}
+        )
         measures = self.measures.rename(columns={c: f"reference_{c}" for c in MEASURE_COLUMNS[2:]})
         rankings = self.rankings.rename(columns={c: f"reference_{c}" for c in RANKING_COLUMNS[1:]})
-        merged = table.merge(differences, on=["system", "metric"], how="left").merge(measures, on=["system", "metric"], how="left")
+        merged = table.merge(differences, on=["system", "metric"], how="left").merge(
+            measures, on=["system", "metric"], how="left"
+        )
         return merged.merge(rankings, on="system", how="left")
 
     def summary(self) -> dict:
         """The json format's ``reference`` section (the figures are in its rows)."""
-        return {"source": self.source, "kind": self.kind, "tolerance": self.tolerance, "baseline": self.baseline, "notes": self.notes}
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "tolerance": self.tolerance,
+            "baseline": self.baseline,
+            "notes": self.notes,
+        }
 
     def tables(self) -> list[tuple[str, pd.DataFrame]]:
         """(title, table of display strings) for the text, markdown, latex and HTML formats."""
         differences = self.differences.assign(
-            value=self.differences["value"].map(lambda v: f"{v:.4f}"), reference_value=self.differences["reference_value"].map(_as_given),
+            value=self.differences["value"].map(lambda v: f"{v:.4f}"),
+            reference_value=self.differences["reference_value"].map(_as_given),
             difference=self.differences["difference"].map(lambda v: f"{round(v, 4) + 0.0:+.4f}"),  # + 0.0: no "-0.0000"
-            within_tolerance=self.differences["within_tolerance"].map({True: "yes", False: "no"}))
-        shown = [(f"against the reference {self.source}: Δ = value − reference value", differences.rename(
-            columns={"reference_value": "reference value", "difference": "Δ", "within_tolerance": f"±{self.tolerance:g}"}))]
+            within_tolerance=self.differences["within_tolerance"].map({True: "yes", False: "no"}),
+        )
+        shown = [
+            (
+                f"against the reference {self.source}: Δ = value − reference value",
+                differences.rename(
+                    columns={
+                        "reference_value": "reference value",
+                        "difference": "Δ",
+                        "within_tolerance": f"±{self.tolerance:g}",
+                    }
+                ),
+            )
+        ]
         measured = self.measures.dropna(subset=["rmse", "effect_ratio", "delta_ri", "equivalence_p"], how="all")
         if not measured.empty:
             columns = ["system", "metric", "effect_ratio", "delta_ri"] if self.kind == "table" else MEASURE_COLUMNS
-            what = ("from the means" if self.kind == "table" else
-                    f"RMSE over the queries both scored; equivalence_p: TOST p that the mean difference lies within ±{self.tolerance:g} (small: equivalent)")
-            shown.append((f"reproduction measures (docs/metrics.md): effect ratio and ΔRI against {self.baseline}; {what}",
-                          _strings(measured[columns])))
+            what = (
+                "from the means"
+                if self.kind == "table"
+                else f"RMSE over the queries both scored; equivalence_p: TOST p that the mean difference lies within ±{self.tolerance:g} (small: equivalent)"
+            )
+            shown.append(
+                (
+                    f"reproduction measures (docs/metrics.md): effect ratio and ΔRI against {self.baseline}; {what}",
+                    _strings(measured[columns]),
+                )
+            )
         if not self.rankings.empty:
-            shown.append(("rankings: KTU (repro_eval's Kendall's tau union), Kendall's tau_b and RBO (p=0.95) between the reference's runs and the rows', mean over queries",
-                          _strings(self.rankings)))
+            shown.append(
+                (
+                    "rankings: KTU (repro_eval's Kendall's tau union), Kendall's tau_b and RBO (p=0.95) between the reference's runs and the rows', mean over queries",
+                    _strings(self.rankings),
+                )
+            )
         return shown
 
 
@@ -364,6 +462,7 @@ def _as_given(value: float) -> str:
 
 def _strings(frame: pd.DataFrame) -> pd.DataFrame:
     """Numbers to 4 decimals (counts as integers, p-values as :func:`p_text`), blank where there is none."""
+
     def shown(column: pd.Series) -> pd.Series:
         if column.name == "equivalence_p":
             return column.map(p_text)
@@ -382,11 +481,15 @@ def match(systems: Sequence[SystemRun], names: Sequence[str], pairs: Sequence[st
         if not sep or not row or not name:
             raise RagtrackError(f"--reference-map {pair!r}: give ROW=REFERENCE, e.g. bm25=anserini-bm25-flat")
         if name not in names:
-            raise RagtrackError(f"--reference-map {pair!r}: the reference has no system {name!r}{did_you_mean(name, names)}; "
-                                f"its systems: {', '.join(names)}")
+            raise RagtrackError(
+                f"--reference-map {pair!r}: the reference has no system {name!r}{did_you_mean(name, names)}; "
+                f"its systems: {', '.join(names)}"
+            )
         rows = [s for s in systems if s.label == row] or [s for s in systems if s.system == row]
         if not rows:
-            raise RagtrackError(f"--reference-map {pair!r}: no compared row {row!r}; rows: {', '.join(s.label for s in systems)}")
+            raise RagtrackError(
+                f"--reference-map {pair!r}: no compared row {row!r}; rows: {', '.join(s.label for s in systems)}"
+            )
         chosen.update((s.label, name) for s in rows)
     matched = []
     for s in systems:
@@ -396,15 +499,22 @@ def match(systems: Sequence[SystemRun], names: Sequence[str], pairs: Sequence[st
     return matched
 
 
-def check_reference(comparison: Comparison, reference: Reference, pairs: Sequence[str] = (), tolerance: float = TOLERANCE,
-                    row_run: Callable[[SystemRun], Run] | None = None) -> ReferenceCheck:
+def check_reference(
+    comparison: Comparison,
+    reference: Reference,
+    pairs: Sequence[str] = (),
+    tolerance: float = TOLERANCE,
+    row_run: Callable[[SystemRun], Run] | None = None,
+) -> ReferenceCheck:
     """The comparison's rows against ``reference`` (module docstring); ``pairs``: ``ROW=REFERENCE``;
     ``row_run``: a row's run (for Kendall's τ and RBO; without it they are not computed)."""
     names = list(reference.values)
     matched = match(comparison.systems, names, pairs)
     if not matched:
-        raise RagtrackError(f"no compared row matches a system of the reference {reference.source} ({', '.join(names)}); rows: "
-                            f"{', '.join(s.label for s in comparison.systems)}; pair them with --reference-map ROW=REFERENCE")
+        raise RagtrackError(
+            f"no compared row matches a system of the reference {reference.source} ({', '.join(names)}); rows: "
+            f"{', '.join(s.label for s in comparison.systems)}; pair them with --reference-map ROW=REFERENCE"
+        )
     notes = []
     means = comparison.table.set_index(["system", "metric"])["mean"]
     rows, lacking = [], {}
@@ -419,41 +529,74 @@ def check_reference(comparison: Comparison, reference: Reference, pairs: Sequenc
             if reference.kind == "table":
                 _refuse_percent(reference, name, metric, expected, s.per_query.get(metric))
             difference = 0.0 if value == expected else value - expected
-            rows.append({"system": s.label, "reference": name, "metric": metric, "value": value, "reference_value": expected,
-                         "difference": difference, "within_tolerance": bool(abs(difference) <= tolerance + FLOAT_SLACK)})
+            rows.append(
+                {
+                    "system": s.label,
+                    "reference": name,
+                    "metric": metric,
+                    "value": value,
+                    "reference_value": expected,
+                    "difference": difference,
+                    "within_tolerance": bool(abs(difference) <= tolerance + FLOAT_SLACK),
+                }
+            )
     if not rows:
         given = ", ".join(dict.fromkeys(m for _, name in matched for m in reference.values[name]))
-        raise RagtrackError(f"the reference {reference.source} gives none of the compared metrics ({', '.join(comparison.metrics)}) for "
-                            f"{', '.join(dict.fromkeys(name for _, name in matched))}; it gives {given}: compare those (-m METRIC)")
+        raise RagtrackError(
+            f"the reference {reference.source} gives none of the compared metrics ({', '.join(comparison.metrics)}) for "
+            f"{', '.join(dict.fromkeys(name for _, name in matched))}; it gives {given}: compare those (-m METRIC)"
+        )
     differences = pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
-    notes += [f"the reference gives no {metric} for {', '.join(dict.fromkeys(systems))}" for metric, systems in lacking.items()]
+    notes += [
+        f"the reference gives no {metric} for {', '.join(dict.fromkeys(systems))}"
+        for metric, systems in lacking.items()
+    ]
     unmatched = [n for n in names if n not in {name for _, name in matched}]
     if unmatched:
-        notes.append(f"reference systems matched by no row: {', '.join(unmatched)} (pair them with --reference-map ROW=REFERENCE)")
+        notes.append(
+            f"reference systems matched by no row: {', '.join(unmatched)} (pair them with --reference-map ROW=REFERENCE)"
+        )
     alone = [s.label for s in comparison.systems if s.label not in {m.label for m, _ in matched}]
     if alone:
         notes.append(f"rows without a reference: {', '.join(alone)}")
     base = next((name for s, name in matched if s is comparison.baseline), None)
     if base is None:
-        notes.append(f"effect ratio and ΔRI need a reference for the baseline {comparison.baseline.label} (--baseline, --reference-map)")
+        notes.append(
+            f"effect ratio and ΔRI need a reference for the baseline {comparison.baseline.label} (--baseline, --reference-map)"
+        )
     if reference.kind == "table":
-        notes.append(f"per-query measures (RMSE, Kendall's tau, RBO) are not computable: {reference.source} is a table of means")
+        notes.append(
+            f"per-query measures (RMSE, Kendall's tau, RBO) are not computable: {reference.source} is a table of means"
+        )
         measures = _measures_from_means(differences, comparison.baseline.label if base else None)
     else:
         measures = _per_query_measures(comparison, reference, matched, base, notes, tolerance)
-    return ReferenceCheck(reference.source, reference.kind, tolerance, comparison.baseline.label, differences, measures,
-                          _rankings(comparison, reference, matched, row_run, notes), notes)
+    return ReferenceCheck(
+        reference.source,
+        reference.kind,
+        tolerance,
+        comparison.baseline.label,
+        differences,
+        measures,
+        _rankings(comparison, reference, matched, row_run, notes),
+        notes,
+    )
 
 
-def _refuse_percent(reference: Reference, system: str, metric: str, expected: float, measured: pd.Series | None) -> None:
+def _refuse_percent(
+    reference: Reference, system: str, metric: str, expected: float, measured: pd.Series | None
+) -> None:
     """Stop where a table gives a figure above 1 for a metric whose every per-query value here lies in
     [0, 1] (nDCG, recall, MRR, ...): published tables often print 100 x the mean (67.89 for 0.6789)."""
     if measured is None or expected <= 1 or not len(measured) or not measured.between(0, 1).all():
         return
     path = shipped(Path(reference.source))
-    raise InputError(path, f"{system} {metric} is {expected:g}, but {metric} lies in [0, 1] (here every query's value does): "
-                           f"a table in percent? give fractions ({expected / 100:g}, not {expected:g})",
-                     reference.lines.get((system, metric.lower())))
+    raise InputError(
+        path,
+        f"{system} {metric} is {expected:g}, but {metric} lies in [0, 1] (here every query's value does): "
+        f"a table in percent? give fractions ({expected / 100:g}, not {expected:g})",
+        reference.lines.get((system, metric.lower())),
+    )
 
 
 def _measures_from_means(differences: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
@@ -461,32 +604,59 @@ def _measures_from_means(differences: pd.DataFrame, baseline: str | None) -> pd.
     by = differences.set_index(["system", "metric"])
     rows = []
     for (system, metric), row in by.iterrows():
-        base = by.loc[(baseline, metric)] if baseline is not None and (baseline, metric) in by.index and system != baseline else None
-        four = ([row["reference_value"]], [base["reference_value"]], [row["value"]], [base["value"]]) if base is not None else None
-        rows.append({"system": system, "metric": metric, "queries": math.nan, "rmse": math.nan,
-                     "effect_ratio": effect_ratio(*four) if four else math.nan, "delta_ri": delta_relative_improvement(*four) if four else math.nan,
-                     "equivalence_p": math.nan})
+        base = (
+            by.loc[(baseline, metric)]
+            if baseline is not None and (baseline, metric) in by.index and system != baseline
+            else None
+        )
+        four = (
+            ([row["reference_value"]], [base["reference_value"]], [row["value"]], [base["value"]])
+            if base is not None
+            else None
+        )
+        rows.append(
+            {
+                "system": system,
+                "metric": metric,
+                "queries": math.nan,
+                "rmse": math.nan,
+                "effect_ratio": effect_ratio(*four) if four else math.nan,
+                "delta_ri": delta_relative_improvement(*four) if four else math.nan,
+                "equivalence_p": math.nan,
+            }
+        )
     return pd.DataFrame(rows, columns=MEASURE_COLUMNS)
 
 
-def _per_query_measures(comparison: Comparison, reference: Reference, matched: list, base: str | None, notes: list[str],
-                        tolerance: float) -> pd.DataFrame:
+def _per_query_measures(
+    comparison: Comparison, reference: Reference, matched: list, base: str | None, notes: list[str], tolerance: float
+) -> pd.DataFrame:
     """RMSE, the equivalence test within ±``tolerance``, effect ratio and ΔRI (``evaluators.reproduction.measures_table``)
     over the compared queries."""
     with_values = [(s, name) for s, name in matched if name in reference.per_query]
     if not with_values:
-        notes.append(f"per-query measures (RMSE, effect ratio, ΔRI) are not computable: {reference.source} has no per-query values "
-                     f"of the matched systems ({PER_QUERY_FILE})")
+        notes.append(
+            f"per-query measures (RMSE, effect ratio, ΔRI) are not computable: {reference.source} has no per-query values "
+            f"of the matched systems ({PER_QUERY_FILE})"
+        )
         return pd.DataFrame(columns=MEASURE_COLUMNS)
     metrics = [m for m in comparison.metrics if all(m in reference.per_query[name].columns for _, name in with_values)]
     if len(metrics) < len(comparison.metrics):
-        notes.append(f"{PER_QUERY_FILE} of {reference.source} has no per-query "
-                     f"{', '.join(m for m in comparison.metrics if m not in metrics)}: no RMSE, effect ratio or ΔRI for it")
+        notes.append(
+            f"{PER_QUERY_FILE} of {reference.source} has no per-query "
+            f"{', '.join(m for m in comparison.metrics if m not in metrics)}: no RMSE, effect ratio or ΔRI for it"
+        )
     queries = pd.Index(comparison.queries)
-    pairs = [(s.label, _numbers(reference, name, metrics), s.per_query.loc[queries, metrics]) for s, name in with_values]
+    pairs = [
+        (s.label, _numbers(reference, name, metrics), s.per_query.loc[queries, metrics]) for s, name in with_values
+    ]
     baseline = comparison.baseline.label if base is not None and base in reference.per_query else None
-    return measures_table([(label, original[original.index.isin(queries)], ours) for label, original, ours in pairs], metrics, baseline,
-                          tolerance)
+    return measures_table(
+        [(label, original[original.index.isin(queries)], ours) for label, original, ours in pairs],
+        metrics,
+        baseline,
+        tolerance,
+    )
 
 
 def _numbers(reference: Reference, system: str, metrics: Sequence[str]) -> pd.DataFrame:
@@ -497,7 +667,10 @@ def _numbers(reference: Reference, system: str, metrics: Sequence[str]) -> pd.Da
     if bad.any().any():
         metric = bad.any().idxmax()
         qid = bad[metric].idxmax()
-        raise InputError(reference.per_query_file, f"{metric} of {system} for query {qid!r} is {table.loc[qid, metric]!r}, not a number")
+        raise InputError(
+            reference.per_query_file,
+            f"{metric} of {system} for query {qid!r} is {table.loc[qid, metric]!r}, not a number",
+        )
     return numbers
 
 
@@ -507,7 +680,11 @@ def _rankings(comparison: Comparison, reference: Reference, matched: list, row_r
         return pd.DataFrame(columns=RANKING_COLUMNS)
     with_runs = [(s, name) for s, name in matched if name in reference.runs]
     if not with_runs or row_run is None:
-        notes.append(f"Kendall's tau and RBO are not computable: {'the rows have no run files' if with_runs else reference.source + ' has no run files'} "
-                     "of the matched systems")
+        notes.append(
+            f"Kendall's tau and RBO are not computable: {'the rows have no run files' if with_runs else reference.source + ' has no run files'} "
+            "of the matched systems"
+        )
         return pd.DataFrame(columns=RANKING_COLUMNS)
-    return rankings_table([(s.label, reference.runs[name](), row_run(s)) for s, name in with_runs], set(comparison.queries))
+    return rankings_table(
+        [(s.label, reference.runs[name](), row_run(s)) for s, name in with_runs], set(comparison.queries)
+    )

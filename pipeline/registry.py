@@ -23,11 +23,19 @@ from ragtrack.core.stage_kinds import STAGE_KINDS
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-    from omegaconf import DictConfig  # Hydra, OmegaConf and pydantic are imported where a plugin is built: listing needs none
+    from omegaconf import (
+        DictConfig,  # Hydra, OmegaConf and pydantic are imported where a plugin is built: listing needs none
+    )
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("datasets", *(kind.group for kind in STAGE_KINDS), "evaluators", "generators", "chunkers")  # stage kinds: their table
+GROUPS = (
+    "datasets",
+    *(kind.group for kind in STAGE_KINDS),
+    "evaluators",
+    "generators",
+    "chunkers",
+)  # stage kinds: their table
 
 
 def installed(group: str) -> dict[str, EntryPoint]:
@@ -48,7 +56,9 @@ def load(group: str, name: str) -> Any:
     """The object an entry point names; unknown names fail listing the installed ones."""
     found = installed(group)
     if name not in found:
-        raise RagtrackError(f"unknown {group[:-1]} {name!r}; installed: {', '.join(sorted(found)) or 'none'}{did_you_mean(name, found)}")
+        raise RagtrackError(
+            f"unknown {group[:-1]} {name!r}; installed: {', '.join(sorted(found)) or 'none'}{did_you_mean(name, found)}"
+        )
     return found[name].load()
 
 
@@ -88,20 +98,28 @@ def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
     kind = settings.pop("type", None)
     if "_target_" not in settings:
         if kind is None:
-            raise RagtrackError(f"a {group[:-1]} config needs 'type' (one of: {', '.join(sorted(installed(group)))}) or '_target_'")
+            raise RagtrackError(
+                f"a {group[:-1]} config needs 'type' (one of: {', '.join(sorted(installed(group)))}) or '_target_'"
+            )
         found = installed(group)
         if kind not in found:
-            raise RagtrackError(f"unknown {group[:-1]} type {kind!r}; installed: {', '.join(sorted(found)) or 'none'}{did_you_mean(str(kind), found)}")
+            raise RagtrackError(
+                f"unknown {group[:-1]} type {kind!r}; installed: {', '.join(sorted(found)) or 'none'}{did_you_mean(str(kind), found)}"
+            )
         schema = getattr(load(group, kind), "settings_schema", None)
         if schema is not None:
             try:
                 settings = schema.model_validate(settings).model_dump(exclude={"type", "target", "alias"})
-            except ValidationError as exc:  # a caller that skipped pipeline.settings.validate: the first problem, one line
+            except (
+                ValidationError
+            ) as exc:  # a caller that skipped pipeline.settings.validate: the first problem, one line
                 error = exc.errors()[0]
                 where = ".".join(map(str, error["loc"]))
                 raise RagtrackError(f"cannot construct {found[kind].value}: {where}: {error['msg']}") from None
         settings["_target_"] = found[kind].value.replace(":", ".")
-    settings.pop("alias", None)  # a system's label (ragtrack.core.settings.SystemSettings): the pipeline's, not the component's
+    settings.pop(
+        "alias", None
+    )  # a system's label (ragtrack.core.settings.SystemSettings): the pipeline's, not the component's
     settings.setdefault("_convert_", "all")
     return instantiate(settings, **kwargs)
 
@@ -117,7 +135,9 @@ def metric_names(metrics: str | Sequence[str] | None, parameter: str = "metrics"
     names = [metrics] if isinstance(metrics, str) else metrics
     if not isinstance(names, Sequence) or not all(isinstance(name, str) for name in names):
         raise TypeError(f"{parameter}: a metric name or a list of them, e.g. ['ndcg@10', 'mrr'], got {metrics!r}")
-    if all(name.partition("@")[0] in METRICS for name in names):  # the ranking evaluator's: no plugin (nor pydantic) to load
+    if all(
+        name.partition("@")[0] in METRICS for name in names
+    ):  # the ranking evaluator's: no plugin (nor pydantic) to load
         return list(names)
     classes = load_all("evaluators")
     bases = {name.partition("@")[0].rstrip("[") for cls in classes.values() for name in cls.provides()}

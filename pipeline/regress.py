@@ -41,7 +41,9 @@ class Condition:
     default_tolerance: float
 
     def tolerance_for(self, figure: str) -> float:
-        return next((t for pattern, t in self.tolerance.items() if fnmatch.fnmatchcase(figure, pattern)), self.default_tolerance)
+        return next(
+            (t for pattern, t in self.tolerance.items() if fnmatch.fnmatchcase(figure, pattern)), self.default_tolerance
+        )
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,10 @@ class Check:
 
     def line(self, name_width: int = 0, figure_width: int = 0) -> str:
         status, note = ("OK", "") if self.ok else ("FAIL", f", tolerance {self.tolerance:g}")
-        return (f"{status:<4} {self.condition:<{name_width}}  {self.figure:<{figure_width}}  {self.measured:.4f}  "
-                f"(expected {self.expected:.4f}, delta {round(self.delta, 4) + 0.0:+.4f}{note})")  # + 0.0: no "-0.0000"
+        return (
+            f"{status:<4} {self.condition:<{name_width}}  {self.figure:<{figure_width}}  {self.measured:.4f}  "
+            f"(expected {self.expected:.4f}, delta {round(self.delta, 4) + 0.0:+.4f}{note})"
+        )  # + 0.0: no "-0.0000"
 
 
 def default_file() -> Path:
@@ -113,25 +117,39 @@ def _condition(path: Path, number: int, entry: Any, default: float) -> Condition
     if not isinstance(entry.get("slow", False), bool):
         raise bad("'slow' must be true or false")
     expected = entry.get("expected")
-    if (not isinstance(expected, dict) or not expected
-            or not all(isinstance(k, str) and k.count("/") == 1 and _number(v) for k, v in expected.items())):
+    if (
+        not isinstance(expected, dict)
+        or not expected
+        or not all(isinstance(k, str) and k.count("/") == 1 and _number(v) for k, v in expected.items())
+    ):
         raise bad("'expected' must map \"<system>/<metric>\" to numbers, e.g. bm25/ndcg@10: 0.6789")
     tolerance = entry.get("tolerance", {})
     if _number(tolerance):
         tolerance = {"*": tolerance}
     if not isinstance(tolerance, dict) or not all(isinstance(k, str) and _number(v) for k, v in tolerance.items()):
         raise bad("'tolerance' must be a number or map \"<system>/<metric>\" patterns to numbers")
-    return Condition(name, str(entry.get("description", "")), list(overrides), entry.get("slow", False),
-                     {k: float(v) for k, v in expected.items()}, {k: float(v) for k, v in tolerance.items()}, default)
+    return Condition(
+        name,
+        str(entry.get("description", "")),
+        list(overrides),
+        entry.get("slow", False),
+        {k: float(v) for k, v in expected.items()},
+        {k: float(v) for k, v in tolerance.items()},
+        default,
+    )
 
 
-def select(conditions: Sequence[Condition], patterns: Iterable[str] = (), slow: bool = False) -> tuple[list[Condition], list[Condition]]:
+def select(
+    conditions: Sequence[Condition], patterns: Iterable[str] = (), slow: bool = False
+) -> tuple[list[Condition], list[Condition]]:
     """``(to run, skipped as slow)``: the conditions matching any pattern (all without patterns);
     slow ones run with ``slow`` or when a pattern is exactly their name."""
     patterns = [p.strip() for item in patterns for p in item.split(",") if p.strip()]
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(c.name, pattern) for c in conditions):
-            raise RagtrackError(f"no regression condition matches {pattern!r}; conditions: {', '.join(c.name for c in conditions)}")
+            raise RagtrackError(
+                f"no regression condition matches {pattern!r}; conditions: {', '.join(c.name for c in conditions)}"
+            )
     chosen = [c for c in conditions if not patterns or any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]
     runs = [c for c in chosen if slow or not c.slow or c.name in patterns]
     return runs, [c for c in chosen if c not in runs]
@@ -141,6 +159,7 @@ def measure(condition: Condition, extra_overrides: Sequence[str] = ()) -> dict[s
     """Run the condition in-process; its ``results["systems"]`` (system -> metric -> mean)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
+
     from ragtrack.pipeline.config import compose
     from ragtrack.pipeline.experiment import run_experiment
 
@@ -154,7 +173,9 @@ def measure(condition: Condition, extra_overrides: Sequence[str] = ()) -> dict[s
             with contextlib.redirect_stdout(io.StringIO()):  # the job's own result table
                 return run_experiment(cfg)["systems"]
         except (RagtrackError, HydraException, OmegaConfBaseException) as exc:  # e.g. a mistake in the overrides
-            raise RagtrackError(f"condition {condition.name!r}: {(str(exc) or type(exc).__name__).splitlines()[0]}") from None
+            raise RagtrackError(
+                f"condition {condition.name!r}: {(str(exc) or type(exc).__name__).splitlines()[0]}"
+            ) from None
 
 
 def check(condition: Condition, systems: dict[str, dict[str, float]]) -> list[Check]:
@@ -163,16 +184,26 @@ def check(condition: Condition, systems: dict[str, dict[str, float]]) -> list[Ch
     for figure, expected in condition.expected.items():
         system, metric = figure.split("/")
         if system not in systems:
-            raise RagtrackError(f"condition {condition.name!r}: no system {system!r} was run (systems: {', '.join(systems)})")
+            raise RagtrackError(
+                f"condition {condition.name!r}: no system {system!r} was run (systems: {', '.join(systems)})"
+            )
         if metric not in systems[system]:
-            raise RagtrackError(f"condition {condition.name!r}: metric {metric!r} was not produced for {system} "
-                                f"(metrics: {', '.join(systems[system])})")
-        checks.append(Check(condition.name, figure, float(systems[system][metric]), expected, condition.tolerance_for(figure)))
+            raise RagtrackError(
+                f"condition {condition.name!r}: metric {metric!r} was not produced for {system} "
+                f"(metrics: {', '.join(systems[system])})"
+            )
+        checks.append(
+            Check(condition.name, figure, float(systems[system][metric]), expected, condition.tolerance_for(figure))
+        )
     return checks
 
 
-def run_regressions(conditions: Sequence[Condition], skipped: Sequence[Condition] = (), extra_overrides: Sequence[str] = (),
-                    out: TextIO | None = None) -> list[Check]:
+def run_regressions(
+    conditions: Sequence[Condition],
+    skipped: Sequence[Condition] = (),
+    extra_overrides: Sequence[str] = (),
+    out: TextIO | None = None,
+) -> list[Check]:
     """Run and check ``conditions``, printing one line per figure and a summary line."""
     out = out or sys.stdout
     started = time.perf_counter()
@@ -187,8 +218,11 @@ def run_regressions(conditions: Sequence[Condition], skipped: Sequence[Condition
         print(f"SKIP {condition.name:<{name_width}}  (slow: run with --slow or name it in --only)", file=out)
     failed = sum(not c.ok for c in checks)
     skip_note = f", {len(skipped)} skipped as slow" if skipped else ""
-    print(f"{'FAILED' if failed else 'PASSED'}: {len(checks) - failed} OK, {failed} FAIL in {len(conditions)} condition(s)"
-          f"{skip_note} ({time.perf_counter() - started:.1f} s)", file=out)
+    print(
+        f"{'FAILED' if failed else 'PASSED'}: {len(checks) - failed} OK, {failed} FAIL in {len(conditions)} condition(s)"
+        f"{skip_note} ({time.perf_counter() - started:.1f} s)",
+        file=out,
+    )
     return checks
 
 
@@ -196,4 +230,7 @@ def list_conditions(conditions: Sequence[Condition], out: TextIO | None = None) 
     """One line per condition: name, slow marker, number of figures, description."""
     width = max((len(c.name) for c in conditions), default=0)
     for c in conditions:
-        print(f"{c.name:<{width}}  {'slow' if c.slow else 'fast'}  {len(c.expected):>2} figures  {c.description}", file=out or sys.stdout)
+        print(
+            f"{c.name:<{width}}  {'slow' if c.slow else 'fast'}  {len(c.expected):>2} figures  {c.description}",
+            file=out or sys.stdout,
+        )

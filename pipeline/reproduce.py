@@ -39,7 +39,15 @@ from omegaconf.errors import OmegaConfBaseException
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.files import check_writable_folder, yaml_text
 from ragtrack.core.secrets import is_variable_name_key
-from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, RUN_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM, system_metric_key
+from ragtrack.pipeline.layout import (
+    CONFIG_FILE,
+    PER_QUERY_FILE,
+    RUN_FILE,
+    TAG_DATASET_HASH,
+    TAG_PARENT,
+    TAG_SYSTEM,
+    system_metric_key,
+)
 from ragtrack.pipeline.tracking import reading_client, run_and_job
 
 if TYPE_CHECKING:
@@ -52,7 +60,9 @@ RESOLVER = re.compile(r"\$\{\s*([\w.\-]+)\s*:")  # ${name:...}: a resolver call 
 class Reproduction:
     run_id: str
     table: pd.DataFrame  # system, metric, logged, reproduced, difference
-    measures: pd.DataFrame  # system, metric, queries, rmse, effect_ratio, delta_ri (against ``baseline``), equivalence_p (within ±TOLERANCE)
+    measures: (
+        pd.DataFrame
+    )  # system, metric, queries, rmse, effect_ratio, delta_ri (against ``baseline``), equivalence_p (within ±TOLERANCE)
     rankings: pd.DataFrame  # system, ktu, kendall_tau_b, rbo
     baseline: str
 
@@ -79,7 +89,9 @@ def registered_targets() -> set[str]:
     from ragtrack.pipeline import registry
     from ragtrack.pipeline.settings import shipped_encoders
 
-    entry_points = {ep.value.replace(":", ".") for group in registry.GROUPS for ep in registry.installed(group).values()}
+    entry_points = {
+        ep.value.replace(":", ".") for group in registry.GROUPS for ep in registry.installed(group).values()
+    }
     return entry_points | {f"{encoder.__module__}.{encoder.__name__}" for encoder in shipped_encoders()}
 
 
@@ -100,7 +112,9 @@ def parse_overrides(overrides: Sequence[str]) -> DictConfig:
     that does not parse, raises :class:`RagtrackError`."""
     for override in overrides:
         if not override.partition("=")[0] or "=" not in override:
-            raise RagtrackError(f"override {override!r}: reproduce takes KEY=VALUE, e.g. generator.api_key_env=OPENAI_API_KEY")
+            raise RagtrackError(
+                f"override {override!r}: reproduce takes KEY=VALUE, e.g. generator.api_key_env=OPENAI_API_KEY"
+            )
     try:
         return OmegaConf.from_dotlist(list(overrides))
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
@@ -117,7 +131,9 @@ def check_arguments(overrides: Sequence[str] = (), output_dir: str | None = None
             check_writable_folder(Path(folder), f"the {option} folder", keep=False)
 
 
-def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: bool = False) -> tuple[DictConfig, list[str]]:
+def prepare(
+    cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: bool = False
+) -> tuple[DictConfig, list[str]]:
     """A downloaded config made safe to run, with the reproducer's ``KEY=VALUE`` overrides merged, and
     what was dropped (one line each). A ``_target_`` that is not registered, a resolver call, or an
     endpoint not given by an override (without ``allow_endpoints``) raises :class:`RagtrackError`."""
@@ -127,20 +143,28 @@ def prepare(cfg: DictConfig, overrides: Sequence[str] = (), allow_endpoints: boo
     targets = registered_targets()
     for path, key, value in _entries(plain):
         if key == "_target_" and str(value) not in targets:
-            raise RagtrackError(f"refused {path}: {value!r} is not a registered component (an entry point of ragtrack.<group> "
-                                f"or a shipped encoder); a downloaded config may not name arbitrary code")
+            raise RagtrackError(
+                f"refused {path}: {value!r} is not a registered component (an entry point of ragtrack.<group> "
+                f"or a shipped encoder); a downloaded config may not name arbitrary code"
+            )
         if isinstance(value, str) and (call := RESOLVER.search(value)):
-            raise RagtrackError(f"refused {path}: a downloaded config may not call resolvers (${{{call.group(1)}:...}}); "
-                                f"it is never resolved on this machine")
+            raise RagtrackError(
+                f"refused {path}: a downloaded config may not call resolvers (${{{call.group(1)}:...}}); "
+                f"it is never resolved on this machine"
+            )
     foreign = [f"{path}={address}" for path, address in endpoints(plain) if path not in yours]
     if foreign and not allow_endpoints:
-        raise RagtrackError(f"refused the downloaded config's endpoints {', '.join(foreign)}: contact them with --allow-endpoints, "
-                            f"or give your own as overrides (e.g. {foreign[0].split('=')[0]}=...)")
+        raise RagtrackError(
+            f"refused the downloaded config's endpoints {', '.join(foreign)}: contact them with --allow-endpoints, "
+            f"or give your own as overrides (e.g. {foreign[0].split('=')[0]}=...)"
+        )
     dropped = []
     for path, key, value in _entries(plain):
         if is_variable_name_key(key) and value is not None and path not in yours:
             OmegaConf.update(cfg, path, None)
-            dropped.append(f"dropped {path} of the downloaded config (your keys go only to hosts you configure; give it again as an override)")
+            dropped.append(
+                f"dropped {path} of the downloaded config (your keys go only to hosts you configure; give it again as an override)"
+            )
     return OmegaConf.merge(cfg, given), dropped
 
 
@@ -152,19 +176,34 @@ def logged_job(client: Any, run_id: str, missing: str, baseline: str | None = No
 
     _, job = run_and_job(client, run_id, missing)
     if TAG_DATASET_HASH not in job.data.tags:
-        raise RagtrackError(f"run {run_id} is not a ragtrack job (no tag {TAG_DATASET_HASH}): give the run id of a job of "
-                            "`ragtrack run` or of one of its system runs")
-    children = client.search_runs([job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'",
-                                  order_by=["attribute.start_time ASC"])  # the job's order of systems
+        raise RagtrackError(
+            f"run {run_id} is not a ragtrack job (no tag {TAG_DATASET_HASH}): give the run id of a job of "
+            "`ragtrack run` or of one of its system runs"
+        )
+    children = client.search_runs(
+        [job.info.experiment_id], f"tags.`{TAG_PARENT}` = '{job.info.run_id}'", order_by=["attribute.start_time ASC"]
+    )  # the job's order of systems
     children = {c.data.tags[TAG_SYSTEM]: c for c in children if c.data.tags.get(TAG_SYSTEM)}
     if baseline is not None and children:  # a wrong --baseline fails before anything is downloaded
-        find_baseline([SystemRun(name, c.info.run_id, job.info.run_name, job.info.run_id, c.info.start_time, None, label=name)
-                       for name, c in children.items()], baseline)
+        find_baseline(
+            [
+                SystemRun(name, c.info.run_id, job.info.run_name, job.info.run_id, c.info.start_time, None, label=name)
+                for name, c in children.items()
+            ],
+            baseline,
+        )
     return job, children
 
 
-def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, overrides: Sequence[str] = (),
-              allow_endpoints: bool = False, baseline: str | None = None, output_dir: str | None = None) -> Reproduction:
+def reproduce(
+    run_id: str,
+    tracking_uri: str,
+    cache_dir: str | None = None,
+    overrides: Sequence[str] = (),
+    allow_endpoints: bool = False,
+    baseline: str | None = None,
+    output_dir: str | None = None,
+) -> Reproduction:
     """Re-run the job of ``run_id`` (a job or one of its system runs) and compare every metric;
     ``overrides`` (``KEY=VALUE``) and ``allow_endpoints`` as in :func:`prepare`; ``baseline`` (a system
     name or run id) as in ``ragtrack compare``; ``output_dir``: where the re-run job's outputs stay
@@ -180,10 +219,9 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
     from ragtrack.pipeline.compare import download_artifact
     from ragtrack.pipeline.comparison import SystemRun, find_baseline
     from ragtrack.pipeline.csv_files import read_csv
-    from ragtrack.pipeline.reference import TOLERANCE
     from ragtrack.pipeline.inputs import load_dataset
     from ragtrack.pipeline.job import JobInfo
-    from ragtrack.pipeline.reference import by_system
+    from ragtrack.pipeline.reference import TOLERANCE, by_system
     from ragtrack.pipeline.settings import validate
 
     with tempfile.TemporaryDirectory(prefix="ragtrack-reproduce-") as scratch:
@@ -200,30 +238,60 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
         validate(cfg)
         for line in dropped:
             print(f"ragtrack: {line}", file=sys.stderr)
-        current = load_dataset(cfg.dataset, check_documents=False)  # as ``ragtrack run``: read before the stages are imported
+        current = load_dataset(
+            cfg.dataset, check_documents=False
+        )  # as ``ragtrack run``: read before the stages are imported
         logged_hash = job.data.tags[TAG_DATASET_HASH]
         if logged_hash != current.hash:
-            raise RagtrackError(f"dataset {current.source} changed since run {job.info.run_id}: hash {current.hash[:12]} != logged {logged_hash[:12]}")
+            raise RagtrackError(
+                f"dataset {current.source} changed since run {job.info.run_id}: hash {current.hash[:12]} != logged {logged_hash[:12]}"
+            )
         try:
-            logged_per_query = read_csv(download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str})
+            logged_per_query = read_csv(
+                download_artifact(client, job.info.run_id, PER_QUERY_FILE, Path(scratch) / "logged"), dtype={"qid": str}
+            )
         except RagtrackError as exc:  # a run logged without its per-query values: the metrics are still compared
             print(f"ragtrack: {exc}: no reproduction measures", file=sys.stderr)
             logged_per_query = pd.DataFrame(columns=["system", "qid"])
         logged_tables = by_system(logged_per_query)
-        logged = {name: SystemRun(name, children.get(name, job).info.run_id, job.info.run_name, job.info.run_id, job.info.start_time,
-                                  table, label=name) for name, table in logged_tables.items()}
+        logged = {
+            name: SystemRun(
+                name,
+                children.get(name, job).info.run_id,
+                job.info.run_name,
+                job.info.run_id,
+                job.info.start_time,
+                table,
+                label=name,
+            )
+            for name, table in logged_tables.items()
+        }
         base = find_baseline(list(logged.values()), baseline) if logged else None
         from ragtrack.pipeline.experiment import run_experiment
 
         results = run_experiment(cfg, JobInfo(report=False), current)
-        reproduced_runs = {name: read_trec(Path(cfg.paths.output_dir) / "runs" / f"{name}.trec") for name in results["systems"]}
-        original_runs = {name: read_trec(download_artifact(client, c.info.run_id, RUN_FILE, Path(scratch) / c.info.run_id))
-                         for name, c in children.items() if name in reproduced_runs}
+        reproduced_runs = {
+            name: read_trec(Path(cfg.paths.output_dir) / "runs" / f"{name}.trec") for name in results["systems"]
+        }
+        original_runs = {
+            name: read_trec(download_artifact(client, c.info.run_id, RUN_FILE, Path(scratch) / c.info.run_id))
+            for name, c in children.items()
+            if name in reproduced_runs
+        }
     reproduced_tables = by_system(results["per_query_table"])
     originals = [logged[name] for name in results["systems"] if name in logged]
-    metrics = [m for m in dict.fromkeys(m for values in results["systems"].values() for m in values) if m in logged_per_query.columns]
-    measures = (measures_table([(s.label, s.per_query, reproduced_tables[s.system]) for s in originals], metrics, base.label, TOLERANCE)
-                if base else pd.DataFrame(columns=MEASURE_COLUMNS))
+    metrics = [
+        m
+        for m in dict.fromkeys(m for values in results["systems"].values() for m in values)
+        if m in logged_per_query.columns
+    ]
+    measures = (
+        measures_table(
+            [(s.label, s.per_query, reproduced_tables[s.system]) for s in originals], metrics, base.label, TOLERANCE
+        )
+        if base
+        else pd.DataFrame(columns=MEASURE_COLUMNS)
+    )
     rankings = rankings_table([(name, run, reproduced_runs[name]) for name, run in original_runs.items()])
     rows = []
     for system, values in results["systems"].items():
@@ -233,5 +301,7 @@ def reproduce(run_id: str, tracking_uri: str, cache_dir: str | None = None, over
                 continue
             logged = math.nan if logged is None else logged
             difference = 0.0 if logged == value else value - logged
-            rows.append({"system": system, "metric": metric, "logged": logged, "reproduced": value, "difference": difference})
+            rows.append(
+                {"system": system, "metric": metric, "logged": logged, "reproduced": value, "difference": difference}
+            )
     return Reproduction(job.info.run_id, pd.DataFrame(rows), measures, rankings, base.label if base else "")

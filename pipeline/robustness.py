@@ -38,10 +38,10 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
+from ragtrack.core import words
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
-from ragtrack.core import words
 from ragtrack.evaluators.base import aggregate
 from ragtrack.perturbation import KINDS, perturb_queries
 from ragtrack.pipeline import layout
@@ -60,7 +60,9 @@ def perturbations(settings: Mapping) -> dict[str, dict]:
     """The configured perturbations, checked: name -> {kind, rate}."""
     configured = settings.get("perturbations") or {}
     if not isinstance(configured, Mapping) or not configured:
-        raise RagtrackError("robustness.perturbations must map names to {kind, rate}, e.g. typos_10: {kind: typos, rate: 0.1}")
+        raise RagtrackError(
+            "robustness.perturbations must map names to {kind, rate}, e.g. typos_10: {kind: typos, rate: 0.1}"
+        )
     checked = {}
     for name, spec in configured.items():
         spec = spec or {}
@@ -78,16 +80,24 @@ def perturbed_queries(settings: Mapping, dataset: Dataset) -> dict[str, dict[str
     block, checked by :func:`perturbations`): name -> (query id -> text)."""
     settings = _plain(settings)
     seed = int(settings.get("seed", 0))
-    return {name: perturb_queries(dataset.queries, name, spec["kind"], spec["rate"] or 0.0, seed)
-            for name, spec in perturbations(settings).items()}
+    return {
+        name: perturb_queries(dataset.queries, name, spec["kind"], spec["rate"] or 0.0, seed)
+        for name, spec in perturbations(settings).items()
+    }
 
 
 def _plain(settings: Mapping) -> dict:
     return OmegaConf.to_container(settings, resolve=True) if OmegaConf.is_config(settings) else dict(settings)
 
 
-def study(settings: Mapping, dataset: Dataset, clean: Mapping, rerun: Callable[[str, Dataset, Path], Mapping], output_dir: Path,
-          bootstrap_seed: int = 0) -> Findings:
+def study(
+    settings: Mapping,
+    dataset: Dataset,
+    clean: Mapping,
+    rerun: Callable[[str, Dataset, Path], Mapping],
+    output_dir: Path,
+    bootstrap_seed: int = 0,
+) -> Findings:
     """Run the study; ``clean``: the job's system results (``per_query``, ``counted``, ``summary``),
     ``rerun(perturbation, dataset, folder)``: every system on another dataset. results.json ``robustness``::
 
@@ -112,10 +122,21 @@ def study(settings: Mapping, dataset: Dataset, clean: Mapping, rerun: Callable[[
             rows += [_drop(system, name, metric, result, perturbed[system], bootstrap_seed) for metric in metrics]
     table = pd.DataFrame(rows)
     write_atomically(output_dir / TABLE_FILE, csv_text(table))
-    write_atomically(output_dir / QUERIES_FILE, "".join(
-        json.dumps({"perturbation": name, "_id": qid, "text": text, "original": dataset.queries[qid]}, ensure_ascii=False) + "\n"
-        for name, queries in texts.items() for qid, text in queries.items()))
-    log.info("robustness: metric drops (clean - perturbed)\n%s", table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    write_atomically(
+        output_dir / QUERIES_FILE,
+        "".join(
+            json.dumps(
+                {"perturbation": name, "_id": qid, "text": text, "original": dataset.queries[qid]}, ensure_ascii=False
+            )
+            + "\n"
+            for name, queries in texts.items()
+            for qid, text in queries.items()
+        ),
+    )
+    log.info(
+        "robustness: metric drops (clean - perturbed)\n%s",
+        table.to_string(index=False, float_format=lambda v: f"{v:.4f}"),
+    )
     return _findings(table, chosen, texts, dataset, seed, output_dir)
 
 
@@ -125,25 +146,48 @@ def _drop(system: str, perturbation: str, metric: str, clean, perturbed, seed: i
     difference = clean.per_query[metric] - perturbed.per_query[metric].reindex(clean.per_query.index)
     summary = aggregate(pd.DataFrame({metric: difference}), counted, seed=seed).loc[metric]
     rows = counted[counted].index
-    return {"system": system, "perturbation": perturbation, "metric": metric,
-            "clean": clean.per_query.loc[rows, metric].mean(), "perturbed": perturbed.per_query.loc[rows, metric].mean(),
-            "drop": summary["mean"], "ci_low": summary["ci_low"], "ci_high": summary["ci_high"], "n": int(summary["n"])}
+    return {
+        "system": system,
+        "perturbation": perturbation,
+        "metric": metric,
+        "clean": clean.per_query.loc[rows, metric].mean(),
+        "perturbed": perturbed.per_query.loc[rows, metric].mean(),
+        "drop": summary["mean"],
+        "ci_low": summary["ci_low"],
+        "ci_high": summary["ci_high"],
+        "n": int(summary["n"]),
+    }
 
 
-def _findings(table: pd.DataFrame, chosen: dict, texts: dict, dataset: Dataset, seed: int, output_dir: Path) -> Findings:
+def _findings(
+    table: pd.DataFrame, chosen: dict, texts: dict, dataset: Dataset, seed: int, output_dir: Path
+) -> Findings:
     found = Findings(artifacts=[output_dir / TABLE_FILE, output_dir / QUERIES_FILE])
     drops: dict = {}
     for row in table.itertuples(index=False):
-        figures = {"clean": row.clean, "perturbed": row.perturbed, "drop": row.drop, "ci_low": row.ci_low, "ci_high": row.ci_high}
+        figures = {
+            "clean": row.clean,
+            "perturbed": row.perturbed,
+            "drop": row.drop,
+            "ci_low": row.ci_low,
+            "ci_high": row.ci_high,
+        }
         drops.setdefault(row.system, {}).setdefault(row.perturbation, {})[row.metric] = {
-            **{k: None if pd.isna(v) else float(v) for k, v in figures.items()}, "n": int(row.n)}
+            **{k: None if pd.isna(v) else float(v) for k, v in figures.items()},
+            "n": int(row.n),
+        }
         key = layout.drop_key(row.metric, row.perturbation)
-        metrics = {f"{key}{suffix}": getattr(row, column) for suffix, column in (("", "drop"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"))}
+        metrics = {
+            f"{key}{suffix}": getattr(row, column)
+            for suffix, column in (("", "drop"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"))
+        }
         metrics = {k: float(v) for k, v in metrics.items() if pd.notna(v)}
         found.system_metrics.setdefault(row.system, {}).update(metrics)
         found.parent_metrics |= {layout.system_metric_key(row.system, k): v for k, v in metrics.items()}
-    described = {name: {**spec, "queries_changed": sum(texts[name][q] != dataset.queries[q] for q in dataset.queries)}
-                 for name, spec in chosen.items()}
+    described = {
+        name: {**spec, "queries_changed": sum(texts[name][q] != dataset.queries[q] for q in dataset.queries)}
+        for name, spec in chosen.items()
+    }
     found.results = {"robustness": {"seed": seed, "perturbations": described, "drops": drops}}
     return found
 
@@ -159,20 +203,36 @@ def drop_rows(results: Mapping) -> pd.DataFrame | None:
     def shown(value: float | None, sign: str = "") -> str:
         return "" if value is None else f"{value:{sign}.4f}"
 
-    rows = [(system, perturbation, metric, shown(f["clean"]), shown(f["perturbed"]),
-             "" if f["drop"] is None else f"{f['drop']:+.4f} [{shown(f['ci_low'], '+')}, {shown(f['ci_high'], '+')}]", f["n"])
-            for system, by_perturbation in section["drops"].items() for perturbation, by_metric in by_perturbation.items()
-            for metric, f in by_metric.items()]
+    rows = [
+        (
+            system,
+            perturbation,
+            metric,
+            shown(f["clean"]),
+            shown(f["perturbed"]),
+            "" if f["drop"] is None else f"{f['drop']:+.4f} [{shown(f['ci_low'], '+')}, {shown(f['ci_high'], '+')}]",
+            f["n"],
+        )
+        for system, by_perturbation in section["drops"].items()
+        for perturbation, by_metric in by_perturbation.items()
+        for metric, f in by_metric.items()
+    ]
     return pd.DataFrame(rows, columns=["system", "perturbation", "metric", "clean", "perturbed", "drop [95% CI]", "n"])
 
 
 def _note(results: Mapping) -> str:
     section = results["robustness"]
     queries = {name: spec["queries_changed"] for name, spec in section["perturbations"].items()}
-    described = "; ".join(f"{name}: {spec['kind']}" + (f" at rate {spec['rate']:g}" if spec.get("rate") is not None else "")
-                          + f", {words.counted(queries[name], 'query')} changed" for name, spec in section["perturbations"].items())
-    return (f"drop = mean over the queries counted in both runs of (clean - perturbed), with its paired percentile-bootstrap "
-            f"95% CI; positive: the perturbation hurts (seed {section['seed']}; {described}; per query: robustness.csv)")
+    described = "; ".join(
+        f"{name}: {spec['kind']}"
+        + (f" at rate {spec['rate']:g}" if spec.get("rate") is not None else "")
+        + f", {words.counted(queries[name], 'query')} changed"
+        for name, spec in section["perturbations"].items()
+    )
+    return (
+        f"drop = mean over the queries counted in both runs of (clean - perturbed), with its paired percentile-bootstrap "
+        f"95% CI; positive: the perturbation hurts (seed {section['seed']}; {described}; per query: robustness.csv)"
+    )
 
 
 def summary_text(results: Mapping) -> str:
@@ -180,8 +240,11 @@ def summary_text(results: Mapping) -> str:
     rows = drop_rows(results)
     if rows is None:
         return ""
-    return (rows.to_string(index=False, line_width=TEXT_WIDTH) + "\n"
-            + textwrap.fill(_note(results), TEXT_WIDTH, subsequent_indent="  ", break_on_hyphens=False))
+    return (
+        rows.to_string(index=False, line_width=TEXT_WIDTH)
+        + "\n"
+        + textwrap.fill(_note(results), TEXT_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+    )
 
 
 def report_section(results: Mapping) -> tuple[str, str, str] | None:
@@ -189,5 +252,8 @@ def report_section(results: Mapping) -> tuple[str, str, str] | None:
     rows = drop_rows(results)
     if rows is None:
         return None
-    return ("robustness", "Robustness to perturbed queries",
-            rows.to_html(index=False, escape=True) + f'<p class="note">{html.escape(_note(results))}</p>')
+    return (
+        "robustness",
+        "Robustness to perturbed queries",
+        rows.to_html(index=False, escape=True) + f'<p class="note">{html.escape(_note(results))}</p>',
+    )

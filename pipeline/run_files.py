@@ -23,7 +23,15 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_ready
 from ragtrack.core.runs import read_run_scores
 from ragtrack.evaluators.common import summarize
-from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, DEFAULT_METRICS, RELEVANCE_THRESHOLD, WithoutRelevant, counted_rows, parse_metric, ranking_values
+from ragtrack.evaluators.ranking import (
+    COUNT_WITHOUT_RELEVANT,
+    DEFAULT_METRICS,
+    RELEVANCE_THRESHOLD,
+    WithoutRelevant,
+    counted_rows,
+    parse_metric,
+    ranking_values,
+)
 
 
 @dataclass(frozen=True)
@@ -34,13 +42,18 @@ class FileEvaluation:
     values: dict[str, np.ndarray]  # metric -> value per query
     summary: dict[str, dict[str, float]]  # metric -> mean std ci_low ci_high n
     missing: tuple[str, ...] = ()
-    no_relevant: tuple[str, ...] = ()  # judged queries without a relevant judgment: counted unless without_relevant="exclude"
+    no_relevant: tuple[
+        str, ...
+    ] = ()  # judged queries without a relevant judgment: counted unless without_relevant="exclude"
 
     def summary_rows(self) -> dict[str, dict[str, float]]:
         return self.summary
 
     def per_query_rows(self) -> dict[str, dict[str, float]]:
-        return {qid: {metric: float(values[row]) for metric, values in self.values.items()} for row, qid in enumerate(self.qids)}
+        return {
+            qid: {metric: float(values[row]) for metric, values in self.values.items()}
+            for row, qid in enumerate(self.qids)
+        }
 
     def to_dict(self, per_query: bool = False) -> dict:
         """The payload of ``ragtrack eval --json``."""
@@ -52,12 +65,18 @@ def counted_queries(summary: Mapping[str, Mapping[str, float]]) -> int:
     return max(int(row["n"]) for row in summary.values())
 
 
-def json_payload(summary: Mapping[str, Mapping[str, float]], per_query: Mapping[str, Mapping[str, float]] | None = None) -> dict:
+def json_payload(
+    summary: Mapping[str, Mapping[str, float]], per_query: Mapping[str, Mapping[str, float]] | None = None
+) -> dict:
     """What ``ragtrack eval --json`` prints (``to_dict`` of both result types): ``aggregate``, ``std``,
     ``ci95``, ``queries`` and, when given, ``per_query``; valid JSON, with null (None) for undefined
     values (NaN: a mean over no query, a metric that does not apply to a query; ``core.files.json_ready``)."""
-    payload = {"aggregate": {m: row["mean"] for m, row in summary.items()}, "std": {m: row["std"] for m, row in summary.items()},
-               "ci95": {m: [row["ci_low"], row["ci_high"]] for m, row in summary.items()}, "queries": counted_queries(summary)}
+    payload = {
+        "aggregate": {m: row["mean"] for m, row in summary.items()},
+        "std": {m: row["std"] for m, row in summary.items()},
+        "ci95": {m: [row["ci_low"], row["ci_high"]] for m, row in summary.items()},
+        "queries": counted_queries(summary),
+    }
     if per_query is not None:
         payload["per_query"] = per_query
     return json_ready(payload)
@@ -71,8 +90,14 @@ def _ranking_only(metrics: Sequence[str]) -> bool:
         return False  # the general path words the error, with every evaluator's names
 
 
-def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | None = None, relevance_threshold: int = RELEVANCE_THRESHOLD,
-                   seed: int = 0, without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT):
+def evaluate_files(
+    qrels_path: Path,
+    run_path: Path,
+    metrics: Sequence[str] | None = None,
+    relevance_threshold: int = RELEVANCE_THRESHOLD,
+    seed: int = 0,
+    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT,
+):
     """Score the run file against the qrels file; a :class:`FileEvaluation`, or an ``api.Evaluation``
     where the general path is needed (see the module docstring). ``without_relevant``: which judged
     queries enter the means (``ranking.counted_rows``). Where no query counts (``exclude`` and no
@@ -87,14 +112,20 @@ def evaluate_files(qrels_path: Path, run_path: Path, metrics: Sequence[str] | No
         counted = counted_rows(m.num_rel, without_relevant)
         stats = summarize(np.column_stack([values[name] for name in metrics])[counted], seed=seed)
         n = int(stats.pop("n"))
-        summary = {name: {key: float(column[i]) for key, column in stats.items()} | {"n": n} for i, name in enumerate(metrics)}
+        summary = {
+            name: {key: float(column[i]) for key, column in stats.items()} | {"n": n} for i, name in enumerate(metrics)
+        }
         missing = tuple(qid for qid, retrieved, kept in zip(m.qids, m.retrieved, counted) if kept and not retrieved)
-        result = FileEvaluation(m.qids, values, summary, missing, tuple(qid for qid, num_rel in zip(m.qids, m.num_rel) if not num_rel))
+        result = FileEvaluation(
+            m.qids, values, summary, missing, tuple(qid for qid, num_rel in zip(m.qids, m.num_rel) if not num_rel)
+        )
     else:
         from ragtrack.pipeline.api import evaluate  # pandas and the plugins: only where a metric needs them
 
         result = evaluate(qrels_path, run_path, metrics, relevance_threshold, seed, without_relevant)
     if counted_queries(result.summary_rows()) == 0:
-        raise RagtrackError(f"no query in {qrels_path} has a relevant judgment at relevance threshold {relevance_threshold} "
-                            f"(a grade >= {relevance_threshold}), so nothing can be evaluated with without_relevant=exclude")
+        raise RagtrackError(
+            f"no query in {qrels_path} has a relevant judgment at relevance threshold {relevance_threshold} "
+            f"(a grade >= {relevance_threshold}), so nothing can be evaluated with without_relevant=exclude"
+        )
     return result

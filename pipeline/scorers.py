@@ -42,7 +42,13 @@ from mlflow.entities import AssessmentError, AssessmentSource, AssessmentSourceT
 from mlflow.genai.scorers import Scorer
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.evaluators.ranking import COUNT_WITHOUT_RELEVANT, RELEVANCE_THRESHOLD, WithoutRelevant, checked_threshold, checked_without_relevant
+from ragtrack.evaluators.ranking import (
+    COUNT_WITHOUT_RELEVANT,
+    RELEVANCE_THRESHOLD,
+    WithoutRelevant,
+    checked_threshold,
+    checked_without_relevant,
+)
 from ragtrack.pipeline.layout import metric_key
 
 RELEVANT_DOCS = "relevant_docs"  # ragtrack's expectation: {doc_id: grade} or [doc_id, ...]
@@ -70,6 +76,7 @@ class ScorerInputError(Exception):
 
 
 # --------------------------------------------------------------------------- retrieved documents
+
 
 @dataclass(frozen=True)
 class Retrieved:
@@ -100,13 +107,17 @@ def document_id(document: Any, id_fields: Sequence[str] = DEFAULT_ID_FIELDS) -> 
 
 def _ids(documents: Any, origin: str, id_fields: Sequence[str]) -> list[str]:
     if isinstance(documents, (str, bytes, Mapping)) or not isinstance(documents, Sequence):
-        raise ScorerInputError("BAD_RETRIEVED_DOCUMENTS", f"{origin}: expected a list of documents or ids, got {type(documents).__name__}")
+        raise ScorerInputError(
+            "BAD_RETRIEVED_DOCUMENTS", f"{origin}: expected a list of documents or ids, got {type(documents).__name__}"
+        )
     ids = []
     for rank, document in enumerate(documents, start=1):
         doc_id = document_id(document, id_fields)
         if doc_id is None:
             looked = ", ".join("Document.id" if f == "id" else f"metadata['{f}']" for f in id_fields)
-            raise ScorerInputError("DOCUMENT_WITHOUT_ID", f"{origin}: the document at rank {rank} has no id (looked for {looked})")
+            raise ScorerInputError(
+                "DOCUMENT_WITHOUT_ID", f"{origin}: the document at rank {rank} has no id (looked for {looked})"
+            )
         ids.append(doc_id)
     return ids
 
@@ -116,12 +127,16 @@ def retriever_span(trace: Any, span_name: str | None = None) -> Any:
     top-level RETRIEVER spans (those not inside another RETRIEVER span: a retriever that calls other
     retrievers is scored as a whole, as MLflow's own retrieval judges read it); with ``span_name``, the
     last to start of the RETRIEVER spans of that name, nested or not. Raises :class:`ScorerInputError`."""
-    spans = list(trace.search_spans(span_type=SpanType.RETRIEVER)) if trace is not None and trace.data is not None else []
+    spans = (
+        list(trace.search_spans(span_type=SpanType.RETRIEVER)) if trace is not None and trace.data is not None else []
+    )
     if span_name is not None:
         chosen = [s for s in spans if s.name == span_name]
         if not chosen:
             present = ", ".join(sorted({repr(s.name) for s in spans})) or "none"
-            raise ScorerInputError("NO_RETRIEVER_SPAN", f"the trace has no RETRIEVER span named {span_name!r} (RETRIEVER spans: {present})")
+            raise ScorerInputError(
+                "NO_RETRIEVER_SPAN", f"the trace has no RETRIEVER span named {span_name!r} (RETRIEVER spans: {present})"
+            )
     else:
         by_id = {s.span_id: s for s in trace.data.spans} if spans else {}
 
@@ -135,8 +150,11 @@ def retriever_span(trace: Any, span_name: str | None = None) -> Any:
 
         chosen = [s for s in spans if not nested(s)]
         if not chosen:
-            raise ScorerInputError("NO_RETRIEVER_SPAN", "the trace has no RETRIEVER span: decorate the retrieval function with "
-                                                        "@mlflow.trace(span_type='RETRIEVER'), or return the ids in the outputs")
+            raise ScorerInputError(
+                "NO_RETRIEVER_SPAN",
+                "the trace has no RETRIEVER span: decorate the retrieval function with "
+                "@mlflow.trace(span_type='RETRIEVER'), or return the ids in the outputs",
+            )
     return max(chosen, key=lambda s: (s.start_time_ns or 0, s.end_time_ns or 0))
 
 
@@ -156,14 +174,21 @@ def _from_outputs(outputs: Any, id_fields: Sequence[str]) -> Retrieved | None:
     ``OUTPUT_DOCUMENT_KEYS``; ``None`` when ``outputs`` has no such list."""
     if isinstance(outputs, Mapping):
         key = next((k for k in OUTPUT_DOCUMENT_KEYS if k in outputs), None)
-        return None if key is None else Retrieved(_ids(outputs[key], f"outputs[{key!r}]", id_fields), f"outputs[{key!r}]")
+        return (
+            None if key is None else Retrieved(_ids(outputs[key], f"outputs[{key!r}]", id_fields), f"outputs[{key!r}]")
+        )
     if isinstance(outputs, Sequence) and not isinstance(outputs, (str, bytes)):
         return Retrieved(_ids(outputs, "outputs", id_fields), "outputs")
     return None
 
 
-def retrieved_documents(trace: Any = None, outputs: Any = None, source: str = "auto", span_name: str | None = None,
-                        id_fields: Sequence[str] = DEFAULT_ID_FIELDS) -> Retrieved:
+def retrieved_documents(
+    trace: Any = None,
+    outputs: Any = None,
+    source: str = "auto",
+    span_name: str | None = None,
+    id_fields: Sequence[str] = DEFAULT_ID_FIELDS,
+) -> Retrieved:
     """The ranked document ids of one row (see the module docstring). ``source``: ``"trace"`` reads the
     RETRIEVER span only, ``"outputs"`` the outputs only, ``"auto"`` the span when the trace has a
     RETRIEVER span (or ``span_name`` is given), else the outputs. Raises :class:`ScorerInputError`."""
@@ -175,12 +200,16 @@ def retrieved_documents(trace: Any = None, outputs: Any = None, source: str = "a
     found = _from_outputs(outputs, id_fields)
     if found is None:
         where = "outputs" if source == "outputs" else "the trace has no RETRIEVER span and outputs"
-        raise ScorerInputError("NO_RETRIEVED_DOCUMENTS", f"no retrieved documents: {where} hold no list of document ids "
-                                                         f"(a list, or a dict with {' or '.join(map(repr, OUTPUT_DOCUMENT_KEYS))})")
+        raise ScorerInputError(
+            "NO_RETRIEVED_DOCUMENTS",
+            f"no retrieved documents: {where} hold no list of document ids "
+            f"(a list, or a dict with {' or '.join(map(repr, OUTPUT_DOCUMENT_KEYS))})",
+        )
     return found
 
 
 # --------------------------------------------------------------------------- expectations
+
 
 def _grade(value: Any, where: str) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
@@ -188,15 +217,20 @@ def _grade(value: Any, where: str) -> int:
     return int(value)
 
 
-def judgments(expectations: Mapping[str, Any] | None, id_fields: Sequence[str] = DEFAULT_ID_FIELDS) -> tuple[dict[str, int], str]:
+def judgments(
+    expectations: Mapping[str, Any] | None, id_fields: Sequence[str] = DEFAULT_ID_FIELDS
+) -> tuple[dict[str, int], str]:
     """``({doc_id: grade}, key)`` from ``expectations[RELEVANT_DOCS]`` (a mapping to integer grades, or
     a list of ids with grade 1), else ``expectations[EXPECTED_RETRIEVED_CONTEXT]`` (entries: an id, or a
     dict whose id is the first of ``id_fields`` among its keys — ``doc_uri`` in MLflow's schema — with
     an optional integer ``grade``, default 1; a repeated id keeps its highest grade)."""
     expectations = expectations or {}
     if not isinstance(expectations, Mapping):
-        raise ScorerInputError("NO_JUDGMENTS", f"expectations must be a dict with {RELEVANT_DOCS!r} or {EXPECTED_RETRIEVED_CONTEXT!r}, "
-                                               f"got {type(expectations).__name__}")
+        raise ScorerInputError(
+            "NO_JUDGMENTS",
+            f"expectations must be a dict with {RELEVANT_DOCS!r} or {EXPECTED_RETRIEVED_CONTEXT!r}, "
+            f"got {type(expectations).__name__}",
+        )
     if RELEVANT_DOCS in expectations:
         key, given = RELEVANT_DOCS, expectations[RELEVANT_DOCS]
         if isinstance(given, Mapping):
@@ -205,8 +239,11 @@ def judgments(expectations: Mapping[str, Any] | None, id_fields: Sequence[str] =
     elif EXPECTED_RETRIEVED_CONTEXT in expectations:
         key, entries = EXPECTED_RETRIEVED_CONTEXT, expectations[EXPECTED_RETRIEVED_CONTEXT]
     else:
-        raise ScorerInputError("NO_JUDGMENTS", f"expectations have neither {RELEVANT_DOCS!r} ({{doc_id: grade}}) nor "
-                                               f"{EXPECTED_RETRIEVED_CONTEXT!r} ([{{'doc_uri': ...}}]); found: {sorted(expectations) or 'none'}")
+        raise ScorerInputError(
+            "NO_JUDGMENTS",
+            f"expectations have neither {RELEVANT_DOCS!r} ({{doc_id: grade}}) nor "
+            f"{EXPECTED_RETRIEVED_CONTEXT!r} ([{{'doc_uri': ...}}]); found: {sorted(expectations) or 'none'}",
+        )
     if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence):
         raise ScorerInputError("BAD_JUDGMENTS", f"expectations[{key!r}] must be a list, got {type(entries).__name__}")
     graded: dict[str, int] = {}
@@ -231,14 +268,23 @@ def gold_answers(expectations: Mapping[str, Any] | None) -> list[str]:
     elif isinstance(expectations, Mapping):
         given = expectations.get(EXPECTED_RESPONSE)
     else:
-        raise ScorerInputError("NO_GOLD_ANSWER", f"expectations have no {EXPECTED_RESPONSE!r} (got {type(expectations).__name__})")
+        raise ScorerInputError(
+            "NO_GOLD_ANSWER", f"expectations have no {EXPECTED_RESPONSE!r} (got {type(expectations).__name__})"
+        )
     if given is None:
-        raise ScorerInputError("NO_GOLD_ANSWER", f"expectations have no {EXPECTED_RESPONSE!r}; keys: {sorted(map(str, expectations))}")
+        raise ScorerInputError(
+            "NO_GOLD_ANSWER", f"expectations have no {EXPECTED_RESPONSE!r}; keys: {sorted(map(str, expectations))}"
+        )
     golds = [given] if isinstance(given, str) else given
     if not isinstance(golds, Sequence) or not all(isinstance(g, str) for g in golds):
-        raise ScorerInputError("NO_GOLD_ANSWER", f"expectations[{EXPECTED_RESPONSE!r}] must be a string or a list of strings, got {given!r}")
+        raise ScorerInputError(
+            "NO_GOLD_ANSWER",
+            f"expectations[{EXPECTED_RESPONSE!r}] must be a string or a list of strings, got {given!r}",
+        )
     if not golds:  # as in evaluate_answers: a question without gold answers is not counted
-        raise ScorerInputError("NO_GOLD_ANSWER", f"expectations[{EXPECTED_RESPONSE!r}] is an empty list: the question is not counted")
+        raise ScorerInputError(
+            "NO_GOLD_ANSWER", f"expectations[{EXPECTED_RESPONSE!r}] is an empty list: the question is not counted"
+        )
     return list(golds)
 
 
@@ -250,12 +296,18 @@ def answer_text(outputs: Any) -> str:
         key = next((k for k in OUTPUT_ANSWER_KEYS if isinstance(outputs.get(k), str)), None)
         if key is not None:
             return outputs[key]
-        raise ScorerInputError("NO_ANSWER", f"outputs hold no answer text under {' or '.join(map(repr, OUTPUT_ANSWER_KEYS))}; "
-                                            f"keys: {sorted(map(str, outputs))}")
-    raise ScorerInputError("NO_ANSWER", f"outputs must be the answer text or a dict with 'answer', got {type(outputs).__name__}")
+        raise ScorerInputError(
+            "NO_ANSWER",
+            f"outputs hold no answer text under {' or '.join(map(repr, OUTPUT_ANSWER_KEYS))}; "
+            f"keys: {sorted(map(str, outputs))}",
+        )
+    raise ScorerInputError(
+        "NO_ANSWER", f"outputs must be the answer text or a dict with 'answer', got {type(outputs).__name__}"
+    )
 
 
 # --------------------------------------------------------------------------- scorers
+
 
 def _listed(items: list[str]) -> str:
     shown = ", ".join(items[:LISTED])
@@ -263,8 +315,11 @@ def _listed(items: list[str]) -> str:
 
 
 def _error(name: str, problem: ScorerInputError) -> Feedback:
-    return Feedback(name=name, error=AssessmentError(error_code=problem.code, error_message=str(problem)),
-                    source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=name))
+    return Feedback(
+        name=name,
+        error=AssessmentError(error_code=problem.code, error_message=str(problem)),
+        source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=name),
+    )
 
 
 class RankingScorer(Scorer):
@@ -278,15 +333,20 @@ class RankingScorer(Scorer):
     source: Literal["auto", "trace", "outputs"] = "auto"
     id_fields: tuple[str, ...] = DEFAULT_ID_FIELDS
 
-    def __call__(self, *, outputs: Any = None, expectations: dict[str, Any] | None = None, trace: Any = None) -> Feedback:
+    def __call__(
+        self, *, outputs: Any = None, expectations: dict[str, Any] | None = None, trace: Any = None
+    ) -> Feedback:
         from ragtrack.pipeline.api import evaluate
 
         try:
             graded, key = judgments(expectations, self.id_fields)
             relevant = {doc: grade for doc, grade in graded.items() if grade >= self.relevance_threshold}
             if not relevant and self.without_relevant == "exclude":
-                raise ScorerInputError("NO_RELEVANT_DOCUMENT", f"expectations[{key!r}] judge no document relevant (grade >= "
-                                                               f"{self.relevance_threshold}): not counted with without_relevant='exclude'")
+                raise ScorerInputError(
+                    "NO_RELEVANT_DOCUMENT",
+                    f"expectations[{key!r}] judge no document relevant (grade >= "
+                    f"{self.relevance_threshold}): not counted with without_relevant='exclude'",
+                )
             retrieved = retrieved_documents(trace, outputs, self.source, self.span_name, self.id_fields)
         except ScorerInputError as problem:
             return _error(self.name, problem)
@@ -295,18 +355,32 @@ class RankingScorer(Scorer):
             ranks.setdefault(doc, rank)  # a repeated id counts once, at its first rank
         n = len(ranks)
         run = {_QID: {doc: float(n - rank + 1) for doc, rank in ranks.items()}}  # scores n, n-1, ...: the given order
-        value = float(evaluate({_QID: graded}, run, [self.metric], self.relevance_threshold).per_query.loc[_QID, self.metric])
+        value = float(
+            evaluate({_QID: graded}, run, [self.metric], self.relevance_threshold).per_query.loc[_QID, self.metric]
+        )
         found = sorted((rank, doc) for doc, rank in ranks.items() if doc in relevant)
         missed = [doc for doc in sorted(relevant, key=lambda d: (-relevant[d], d)) if doc not in ranks]
-        rationale = (f"{self.metric} = {value:.4f} over {n} documents from {retrieved.origin}; relevant (grade >= "
-                     f"{self.relevance_threshold}): {len(relevant)}. Found: "
-                     f"{_listed([f'{doc} (rank {rank}, grade {relevant[doc]})' for rank, doc in found])}. "
-                     f"Missed: {_listed([f'{doc} (grade {relevant[doc]})' for doc in missed])}.")
-        metadata = {"retrieved_from": retrieved.origin, "retrieved": str(n), "relevant": str(len(relevant)), "judgments": key}
+        rationale = (
+            f"{self.metric} = {value:.4f} over {n} documents from {retrieved.origin}; relevant (grade >= "
+            f"{self.relevance_threshold}): {len(relevant)}. Found: "
+            f"{_listed([f'{doc} (rank {rank}, grade {relevant[doc]})' for rank, doc in found])}. "
+            f"Missed: {_listed([f'{doc} (grade {relevant[doc]})' for doc in missed])}."
+        )
+        metadata = {
+            "retrieved_from": retrieved.origin,
+            "retrieved": str(n),
+            "relevant": str(len(relevant)),
+            "judgments": key,
+        }
         if retrieved.span_id:
             metadata["span_id"] = retrieved.span_id
-        return Feedback(name=self.name, value=value, rationale=rationale, metadata=metadata,
-                        source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=self.name))
+        return Feedback(
+            name=self.name,
+            value=value,
+            rationale=rationale,
+            metadata=metadata,
+            source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=self.name),
+        )
 
 
 class AnswerScorer(Scorer):
@@ -327,21 +401,36 @@ class AnswerScorer(Scorer):
         value = float(evaluate_answers({_QID: golds}, {_QID: answer}, [self.metric]).per_query.loc[_QID, self.metric])
         shown = answer if len(answer) <= 200 else answer[:200] + "..."
         rationale = f"{self.metric} = {value:.4f}: answer {shown!r} against the gold answers {_listed([repr(g) for g in golds])} (the best counts)."
-        return Feedback(name=self.name, value=value, rationale=rationale,
-                        source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=self.name))
+        return Feedback(
+            name=self.name,
+            value=value,
+            rationale=rationale,
+            source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=self.name),
+        )
 
 
 def _owner(metric: str, evaluators: Mapping[str, type]) -> str:
     owner = next((name for name, cls in evaluators.items() if cls.handles(metric)), None)
     if owner is None:
-        known = sorted(m for name, cls in evaluators.items() if name == "ranking" or name in ANSWER_EVALUATORS for m in cls.provides())
+        known = sorted(
+            m
+            for name, cls in evaluators.items()
+            if name == "ranking" or name in ANSWER_EVALUATORS
+            for m in cls.provides()
+        )
         raise RagtrackError(f"unknown metric {metric!r}; known: {', '.join(known)}")
     return owner
 
 
-def scorers(metrics: Sequence[str], relevance_threshold: int = RELEVANCE_THRESHOLD, span_name: str | None = None,
-            source: Literal["auto", "trace", "outputs"] = "auto", id_fields: Sequence[str] = DEFAULT_ID_FIELDS,
-            prefix: str = "", without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT) -> list[Scorer]:
+def scorers(
+    metrics: Sequence[str],
+    relevance_threshold: int = RELEVANCE_THRESHOLD,
+    span_name: str | None = None,
+    source: Literal["auto", "trace", "outputs"] = "auto",
+    id_fields: Sequence[str] = DEFAULT_ID_FIELDS,
+    prefix: str = "",
+    without_relevant: WithoutRelevant = COUNT_WITHOUT_RELEVANT,
+) -> list[Scorer]:
     """One MLflow scorer per metric, for ``mlflow.genai.evaluate(..., scorers=...)``.
 
     Ranking metrics (``ragtrack metrics`` lists them) read the retrieved documents and the judgments
@@ -366,28 +455,51 @@ def scorers(metrics: Sequence[str], relevance_threshold: int = RELEVANCE_THRESHO
         raise RagtrackError("scorers needs at least one metric")
     if source not in SOURCES:
         raise RagtrackError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-    relevance_threshold, without_relevant = checked_threshold(relevance_threshold), checked_without_relevant(without_relevant)
+    relevance_threshold, without_relevant = (
+        checked_threshold(relevance_threshold),
+        checked_without_relevant(without_relevant),
+    )
     if "/" in prefix:
-        raise RagtrackError(f"prefix {prefix!r} must not contain '/': MLflow treats what precedes it as a namespace "
-                            "and its UI would show the scorer under the bare metric name; use e.g. 'bm25_'")
+        raise RagtrackError(
+            f"prefix {prefix!r} must not contain '/': MLflow treats what precedes it as a namespace "
+            "and its UI would show the scorer under the bare metric name; use e.g. 'bm25_'"
+        )
     if isinstance(id_fields, str) or not id_fields:
         raise RagtrackError(f"id_fields must be a non-empty list of field names, got {id_fields!r}")
     evaluators = registry.load_all("evaluators")
     built: list[Scorer] = []
     for metric in metrics:
         owner = _owner(metric, evaluators)
-        description = next((text for name, text in evaluators[owner].provides().items()
-                            if name in (metric, f"{metric.partition('@')[0]}@k", f"{metric.partition('@')[0]}[@k]")), metric)
+        description = next(
+            (
+                text
+                for name, text in evaluators[owner].provides().items()
+                if name in (metric, f"{metric.partition('@')[0]}@k", f"{metric.partition('@')[0]}[@k]")
+            ),
+            metric,
+        )
         name = prefix + metric_key(metric)
         if owner == "ranking":
             evaluators[owner](metrics=[metric])  # a malformed cutoff fails here, not on every row
-            built.append(RankingScorer(name=name, description=description, metric=metric, relevance_threshold=relevance_threshold,
-                                       without_relevant=without_relevant, span_name=span_name, source=source, id_fields=tuple(id_fields)))
+            built.append(
+                RankingScorer(
+                    name=name,
+                    description=description,
+                    metric=metric,
+                    relevance_threshold=relevance_threshold,
+                    without_relevant=without_relevant,
+                    span_name=span_name,
+                    source=source,
+                    id_fields=tuple(id_fields),
+                )
+            )
         elif owner in ANSWER_EVALUATORS:
             built.append(AnswerScorer(name=name, description=description, metric=metric))
         else:
-            raise RagtrackError(f"metric {metric!r} (evaluator {owner!r}) has no MLflow scorer: scorers cover ranking metrics "
-                                f"and answer metrics ({', '.join(ANSWER_EVALUATORS)} evaluators)")
+            raise RagtrackError(
+                f"metric {metric!r} (evaluator {owner!r}) has no MLflow scorer: scorers cover ranking metrics "
+                f"and answer metrics ({', '.join(ANSWER_EVALUATORS)} evaluators)"
+            )
     names = [s.name for s in built]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:

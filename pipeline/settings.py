@@ -37,20 +37,33 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, Field, Strict, ValidationError, ValidationInfo, create_model, field_validator
 from pydantic.fields import FieldInfo
 
+from ragtrack.chunking import ChunkerSettings, NoChunkingSettings
 from ragtrack.core import stage_kinds
 from ragtrack.core.errors import InputError, did_you_mean
+from ragtrack.core.settings import (
+    Count,
+    Flag,
+    InputLocation,
+    ItemError,
+    MetricName,
+    NonNegative,
+    NonNegativeInt,
+    Normalization,
+    Positive,
+    Section,
+    SystemName,
+    Text,
+)
 from ragtrack.core.stage_kinds import StageKind
-from ragtrack.chunking import ChunkerSettings, NoChunkingSettings
-from ragtrack.core.settings import (Count, Flag, InputLocation, ItemError, MetricName, NonNegative, NonNegativeInt, Normalization, Positive, Section,
-                                    SystemName, Text)
 from ragtrack.evaluators.base import EvaluatorSettings
 from ragtrack.generation import GeneratorSettings
-from ragtrack.providers import DatasetSettings
 from ragtrack.pipeline import registry
 from ragtrack.pipeline.redaction import SECRET_KEY
 from ragtrack.pipeline.systems import PlannedSystem, plan_systems
+from ragtrack.providers import DatasetSettings
 from ragtrack.retrievers.dense import DenseSettings
 from ragtrack.retrievers.encoders import Encoder, EncoderSettings
+
 
 # ----------------------------------------------------------------------------- top-level blocks
 class PathsSettings(Section):
@@ -101,8 +114,12 @@ class JobSettings(Section):
     run_name: str | None = None
     slices: list[Literal["query_length", "relevant_docs"]] = []
     robustness: RobustnessSettings | None = None
-    optimize_metric: Annotated[str, Field(pattern=r"^[^/]+/[^/]+$", description="'<system>/<metric>', e.g. hybrid/ndcg@10")] | None = None
-    tune_on: Text | None = None  # a sweep over splits: the one its setting is chosen on (pipeline.app.sweep_page, compare --tune-on)
+    optimize_metric: (
+        Annotated[str, Field(pattern=r"^[^/]+/[^/]+$", description="'<system>/<metric>', e.g. hybrid/ndcg@10")] | None
+    ) = None
+    tune_on: Text | None = (
+        None  # a sweep over splits: the one its setting is chosen on (pipeline.app.sweep_page, compare --tune-on)
+    )
     dry_run: Flag = False  # ragtrack run --dry-run: count the LLM calls and tokens, send nothing (pipeline.dryrun)
     normalization: Normalization | None = None  # experiment=fusion_methods: the normalization of every score fusion
     dense_weight: NonNegative | None = None  # hparams_search=rrf_optuna: the dense member's RRF weight
@@ -114,9 +131,6 @@ class JobSettings(Section):
     generator: dict[str, Any] | None = None
     chunking: dict[str, Any] | None = None
     tracking: TrackingSettings
-
-
-
 
 
 @functools.cache
@@ -131,13 +145,19 @@ def job_model(kinds: tuple[StageKind, ...]) -> type[JobSettings]:
 
 
 # The common keys of the groups that are no stage kind (a stage kind's: its table's ``settings``).
-COMMON: dict[str, type[Section]] = {"datasets": DatasetSettings, "evaluators": EvaluatorSettings, "generators": GeneratorSettings,
-                                    "chunkers": ChunkerSettings}
+COMMON: dict[str, type[Section]] = {
+    "datasets": DatasetSettings,
+    "evaluators": EvaluatorSettings,
+    "generators": GeneratorSettings,
+    "chunkers": ChunkerSettings,
+}
 
 
 def common_model(group: str) -> type[Section]:
     """The keys every plugin of ``group`` has: what a plugin without its own ``settings_schema`` is checked on."""
-    return next((kind.settings_model() for kind in stage_kinds.STAGE_KINDS if kind.group == group), None) or COMMON[group]
+    return (
+        next((kind.settings_model() for kind in stage_kinds.STAGE_KINDS if kind.group == group), None) or COMMON[group]
+    )
 
 
 # ----------------------------------------------------------------------------- validation
@@ -185,7 +205,9 @@ def _check_key_variables(node: Any, path: str) -> None:
         for key, value in node.items():
             where = f"{path}.{key}" if path else str(key)
             if key == "api_key_env" and isinstance(value, str) and value and value not in os.environ:
-                raise InputError(where, f"the environment variable {value} is not set (export {value}=... before the run)")
+                raise InputError(
+                    where, f"the environment variable {value} is not set (export {value}=... before the run)"
+                )
             _check_key_variables(value, where)
 
 
@@ -197,14 +219,22 @@ def _check_chains(planned: list[PlannedSystem]) -> None:
         for index, name in enumerate(system.inputs):
             problem = classes[system.name] and classes[name] and classes[system.name].input_problem(classes[name])
             if problem:
-                at = f"{system.path}.input" if len(system.inputs) == 1 and "input" in system.config else f"{system.path}.members[{index}]"
+                at = (
+                    f"{system.path}.input"
+                    if len(system.inputs) == 1 and "input" in system.config
+                    else f"{system.path}.members[{index}]"
+                )
                 raise InputError(at, f"{name!r} is not allowed: {problem}; {name} is a {classes[name].__name__}")
 
 
 def _stage_class(system: PlannedSystem) -> type | None:
     """The class of a stage config that names an installed ``type`` (``None`` for a ``_target_``)."""
     kind = system.config.get("type")
-    return registry.load(system.group, kind) if system.config.get("_target_") is None and kind in registry.installed(system.group) else None
+    return (
+        registry.load(system.group, kind)
+        if system.config.get("_target_") is None and kind in registry.installed(system.group)
+        else None
+    )
 
 
 def _check_fusion_depths(settings: Mapping) -> None:
@@ -212,20 +242,29 @@ def _check_fusion_depths(settings: Mapping) -> None:
     ``depth`` (how deep it reads its members, which return ``depth`` each) may not be larger."""
     for name, fusion in (settings.get("fusion") or {}).items():
         if isinstance(fusion, Mapping) and isinstance(fusion.get("depth"), int) and fusion["depth"] > settings["depth"]:
-            raise InputError(f"fusion.{name}.depth", f"{fusion['depth']} is not allowed: at most the job's depth ({settings['depth']}), "
-                                                     "the documents each system returns")
+            raise InputError(
+                f"fusion.{name}.depth",
+                f"{fusion['depth']} is not allowed: at most the job's depth ({settings['depth']}), "
+                "the documents each system returns",
+            )
 
 
 def _check_key_metrics(settings: Mapping) -> None:
     """Each of ``tracking.key_metrics`` that an evaluator of the job can score must be in the ``metrics``
     of one that does (where every such evaluator lists its metrics): else it would silently be missing."""
-    evaluators = [(name, e) for name, e in (settings.get("evaluator") or {}).items()
-                  if isinstance(e, Mapping) and e.get("type") in registry.installed("evaluators")]
+    evaluators = [
+        (name, e)
+        for name, e in (settings.get("evaluator") or {}).items()
+        if isinstance(e, Mapping) and e.get("type") in registry.installed("evaluators")
+    ]
     for index, metric in enumerate((settings.get("tracking") or {}).get("key_metrics") or []):
         scoring = [(name, e) for name, e in evaluators if registry.load("evaluators", e["type"]).handles(str(metric))]
         if scoring and all(isinstance(e.get("metrics"), list) and metric not in e["metrics"] for _, e in scoring):
             lists = " or ".join(f"evaluator.{name}.metrics" for name, _ in scoring)
-            raise InputError(f"tracking.key_metrics[{index}]", f"{_shown(metric)} is not allowed: a metric this job scores; add it to {lists}")
+            raise InputError(
+                f"tracking.key_metrics[{index}]",
+                f"{_shown(metric)} is not allowed: a metric this job scores; add it to {lists}",
+            )
 
 
 def absolute_inputs(cfg: DictConfig, checked: list[tuple[str, type[Section]]]) -> None:
@@ -316,7 +355,9 @@ def _component_model(group: str, settings: Any, path: str) -> type[Section]:
         return common
     installed = registry.installed(group)
     if kind not in installed:
-        raise InputError(f"{path}.type", f"{_shown(kind)} is not allowed: {_known_types(group)}{did_you_mean(str(kind), installed)}")
+        raise InputError(
+            f"{path}.type", f"{_shown(kind)} is not allowed: {_known_types(group)}{did_you_mean(str(kind), installed)}"
+        )
     schema = getattr(registry.load(group, kind), "settings_schema", None)
     return schema if isinstance(schema, type) and issubclass(schema, common) else common
 
@@ -336,11 +377,19 @@ def _check_metrics(evaluator: Mapping, path: str) -> None:
     for index, metric in enumerate(evaluator["metrics"]):
         base, at, cutoff = str(metric).partition("@")
         if not plugin.handles(metric):
-            raise InputError(f"{path}.metrics[{index}]", f"{_shown(metric)} is not allowed: a metric of the {kind!r} evaluator "
-                                                         f"(ragtrack metrics lists them){did_you_mean(str(metric), plugin.provides())}")
-        number = f"{base}@x" in plugin.provides()  # a parameter that is a number (iprec_at_recall@0.25), checked by the plugin's settings
+            raise InputError(
+                f"{path}.metrics[{index}]",
+                f"{_shown(metric)} is not allowed: a metric of the {kind!r} evaluator "
+                f"(ragtrack metrics lists them){did_you_mean(str(metric), plugin.provides())}",
+            )
+        number = (
+            f"{base}@x" in plugin.provides()
+        )  # a parameter that is a number (iprec_at_recall@0.25), checked by the plugin's settings
         if at and not number and not (cutoff.isascii() and cutoff.isdigit() and int(cutoff) >= 1):
-            raise InputError(f"{path}.metrics[{index}]", f"{_shown(metric)} is not allowed: a cutoff that is an integer >= 1, e.g. {base}@10")
+            raise InputError(
+                f"{path}.metrics[{index}]",
+                f"{_shown(metric)} is not allowed: a cutoff that is an integer >= 1, e.g. {base}@10",
+            )
 
 
 def _check_block(model: type[Section], settings: Any, path: str, context: dict | None = None) -> None:
@@ -354,7 +403,13 @@ def _one_line(model: type[Section], settings: Any, path: str, error: dict) -> In
     """The first pydantic error as ``key: value is not allowed: what is allowed``."""
     keys, value = [], settings
     for part in error["loc"]:
-        inside = isinstance(value, Mapping) and part in value or isinstance(value, list) and isinstance(part, int) and part < len(value)
+        inside = (
+            isinstance(value, Mapping)
+            and part in value
+            or isinstance(value, list)
+            and isinstance(part, int)
+            and part < len(value)
+        )
         if not inside:
             if error["type"] == "missing":
                 keys.append(part)
@@ -461,7 +516,9 @@ def _describe(annotation: Any) -> str:
         return "a mapping"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return f"a mapping of {', '.join(info.alias or name for name, info in annotation.model_fields.items())}"
-    return {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}.get(annotation, "any value")
+    return {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}.get(
+        annotation, "any value"
+    )
 
 
 def _bounded(text: str, constraints: list) -> str:
@@ -475,8 +532,12 @@ def _bounded(text: str, constraints: list) -> str:
         return f"{text} in {opening}{limit}, {high.le}]"
     for bound in (low, high):
         if bound is not None:
-            sign, limit = {annotated_types.Ge: (">=", "ge"), annotated_types.Gt: (">", "gt"), annotated_types.Le: ("<=", "le"),
-                           annotated_types.Lt: ("<", "lt")}[type(bound)]
+            sign, limit = {
+                annotated_types.Ge: (">=", "ge"),
+                annotated_types.Gt: (">", "gt"),
+                annotated_types.Le: ("<=", "le"),
+                annotated_types.Lt: ("<", "lt"),
+            }[type(bound)]
             text += f" {sign} {getattr(bound, limit)}"
     return text
 
@@ -498,14 +559,28 @@ def settings_table() -> str:
     (a component's ``type``/``_target_`` picks its rows: the "where" column)."""
     rows: dict[tuple[str, str], list[str]] = {}
 
-    components = ("dataset", "encoder", *(kind.section for kind in stage_kinds.STAGE_KINDS), "evaluator", "generator", "chunking")  # their own rows below
+    components = (
+        "dataset",
+        "encoder",
+        *(kind.section for kind in stage_kinds.STAGE_KINDS),
+        "evaluator",
+        "generator",
+        "chunking",
+    )  # their own rows below
     job = job_model(stage_kinds.STAGE_KINDS)
 
     def add(prefix: str, model: type[BaseModel], where: str) -> None:
         for name, info in model.model_fields.items():
             key = info.alias or name
-            if key in ("type", "_target_") and where or key in components and model in (job, DenseSettings) and where != "" or \
-                    key in components and model is job:
+            if (
+                key in ("type", "_target_")
+                and where
+                or key in components
+                and model in (job, DenseSettings)
+                and where != ""
+                or key in components
+                and model is job
+            ):
                 continue
             annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
             inner = _without_null(annotation)
@@ -520,7 +595,10 @@ def settings_table() -> str:
         add("dataset.", plugin.settings_schema, f"`type: {kind}`")
     for encoder in shipped_encoders():
         add("encoder.", encoder.settings_schema, f"`_target_: ...{encoder.__name__}`")
-    for section, group in (*((kind.section, kind.group) for kind in stage_kinds.STAGE_KINDS), ("evaluator", "evaluators")):
+    for section, group in (
+        *((kind.section, kind.group) for kind in stage_kinds.STAGE_KINDS),
+        ("evaluator", "evaluators"),
+    ):
         for kind, plugin in _shipped(group).items():
             add(f"{section}.{kind}.", plugin.settings_schema, f"`type: {kind}`")
     for section, group in (("generator", "generators"), ("chunking", "chunkers")):
@@ -533,8 +611,11 @@ def settings_table() -> str:
 
 def _shipped(group: str) -> dict[str, Any]:
     """The plugins ragtrack itself registers in ``group`` (third-party ones are their own docs' business)."""
-    return {kind: plugin for kind, plugin in registry.load_all(group).items()
-            if registry.installed(group)[kind].value.startswith("ragtrack.") and getattr(plugin, "settings_schema", None)}
+    return {
+        kind: plugin
+        for kind, plugin in registry.load_all(group).items()
+        if registry.installed(group)[kind].value.startswith("ragtrack.") and getattr(plugin, "settings_schema", None)
+    }
 
 
 def shipped_encoders() -> list[type]:

@@ -74,13 +74,20 @@ class Findings:
     artifacts: list[Path] = field(default_factory=list)
 
     def merge(self, other: Findings) -> Findings:
-        systems = {name: {**self.system_metrics.get(name, {}), **other.system_metrics.get(name, {})}
-                   for name in {**self.system_metrics, **other.system_metrics}}
-        return Findings({**self.results, **other.results}, {**self.parent_metrics, **other.parent_metrics}, systems,
-                        [*self.artifacts, *other.artifacts])
+        systems = {
+            name: {**self.system_metrics.get(name, {}), **other.system_metrics.get(name, {})}
+            for name in {**self.system_metrics, **other.system_metrics}
+        }
+        return Findings(
+            {**self.results, **other.results},
+            {**self.parent_metrics, **other.parent_metrics},
+            systems,
+            [*self.artifacts, *other.artifacts],
+        )
 
 
 # --------------------------------------------------------------------------- attributes
+
 
 def query_attributes(cfg: Mapping, dataset: Dataset, threshold: int = RELEVANCE_THRESHOLD) -> list[Attribute]:
     """The attributes a job's config asks for (``dataset.slices_file``, ``dataset.slice_metadata``,
@@ -94,11 +101,15 @@ def query_attributes(cfg: Mapping, dataset: Dataset, threshold: int = RELEVANCE_
     for name in _string_list(cfg.get("slices"), "slices"):
         if name not in AUTOMATIC:
             raise RagtrackError(f"slices: unknown automatic slice {name!r}; known: {', '.join(AUTOMATIC)}")
-        attributes.append(query_length_terciles(dataset.queries) if name == "query_length" else relevant_documents(dataset, threshold))
+        attributes.append(
+            query_length_terciles(dataset.queries) if name == "query_length" else relevant_documents(dataset, threshold)
+        )
     names = [a.name for a in attributes]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise RagtrackError(f"slice attribute {repeated[0]!r} is defined twice (slices file, dataset.slice_metadata or slices)")
+        raise RagtrackError(
+            f"slice attribute {repeated[0]!r} is defined twice (slices file, dataset.slice_metadata or slices)"
+        )
     return attributes
 
 
@@ -133,7 +144,9 @@ def read_slices_file(path: Path, dataset: Dataset) -> list[Attribute]:
         raise InputError(path, "the header repeats a column name", number)
     columns: list[dict[str, str]] = [{} for _ in names[1:]]
     first_line: dict[str, int] = {}
-    known: set[str] | None = None  # every query id of the queries file, read only if a line names a query outside the run
+    known: set[str] | None = (
+        None  # every query id of the queries file, read only if a line names a query outside the run
+    )
     for number, text in lines:
         cells = text.split("\t")
         if len(cells) != len(names):
@@ -145,7 +158,11 @@ def read_slices_file(path: Path, dataset: Dataset) -> list[Attribute]:
         if qid not in dataset.queries:
             known = known if known is not None else _all_query_ids(dataset)
             if qid not in known:
-                raise InputError(path, f"unknown query id {qid!r} (not in {queries_path.name if queries_path else 'the dataset'})", number)
+                raise InputError(
+                    path,
+                    f"unknown query id {qid!r} (not in {queries_path.name if queries_path else 'the dataset'})",
+                    number,
+                )
             continue  # a query of another split
         for name, column, cell in zip(names[1:], columns, cells[1:]):
             if not cell.strip():
@@ -154,8 +171,16 @@ def read_slices_file(path: Path, dataset: Dataset) -> list[Attribute]:
     missing = [qid for qid in dataset.queries if qid not in first_line]
     if missing:
         raise InputError(path, f"no line for {counted(len(missing), 'query')} of the run, the first: {missing[0]!r}")
-    return [Attribute(name, {qid: column[qid] for qid in dataset.queries}, _ordered(column), "slices_file", f"column {name!r} of {path.name}")
-            for name, column in zip(names[1:], columns)]
+    return [
+        Attribute(
+            name,
+            {qid: column[qid] for qid in dataset.queries},
+            _ordered(column),
+            "slices_file",
+            f"column {name!r} of {path.name}",
+        )
+        for name, column in zip(names[1:], columns)
+    ]
 
 
 def _all_query_ids(dataset: Dataset) -> set[str]:
@@ -179,8 +204,11 @@ def metadata_attribute(key: str, dataset: Dataset) -> Attribute:
             value = str(value).strip()
         else:
             problem = "no" if value is None else f"a {type(value).__name__} (not a string, integer or boolean) as"
-            raise InputError(queries_path or f"{dataset.source} queries", f"query {qid!r} has {problem} metadata {key!r} (dataset.slice_metadata)",
-                             _line_of(queries_path, qid) if queries_path and queries_path.name.endswith(".jsonl") else None)
+            raise InputError(
+                queries_path or f"{dataset.source} queries",
+                f"query {qid!r} has {problem} metadata {key!r} (dataset.slice_metadata)",
+                _line_of(queries_path, qid) if queries_path and queries_path.name.endswith(".jsonl") else None,
+            )
         values[qid] = value
     return Attribute(key, values, _ordered(values), "metadata", f"metadata key {key!r} of queries.jsonl")
 
@@ -195,7 +223,9 @@ def query_length_terciles(queries: Mapping[str, str]) -> Attribute:
     ranked = sorted(lengths.values())
     n = len(ranked)
     first, second = ranked[math.ceil(n / 3) - 1], ranked[math.ceil(2 * n / 3) - 1]
-    values = {qid: "short" if length <= first else "medium" if length <= second else "long" for qid, length in lengths.items()}
+    values = {
+        qid: "short" if length <= first else "medium" if length <= second else "long" for qid, length in lengths.items()
+    }
     order = tuple(v for v in ("short", "medium", "long") if v in values.values())
     rule = f"whitespace tokens: short <= {first} < medium <= {second} < long (terciles, ties to the shorter slice)"
     return Attribute("query_length", values, order, "automatic", rule)
@@ -209,8 +239,17 @@ def relevant_documents(dataset: Dataset, threshold: int) -> Attribute:
     return Attribute("relevant_docs", values, order, "automatic", f"judged documents with grade >= {threshold}")
 
 
-_WH_WORDS = {"what": "what", "who": "who", "whom": "who", "whose": "who", "when": "when", "where": "where", "which": "which",
-             "why": "why", "how": "how"}
+_WH_WORDS = {
+    "what": "what",
+    "who": "who",
+    "whom": "who",
+    "whose": "who",
+    "when": "when",
+    "where": "where",
+    "which": "which",
+    "why": "why",
+    "how": "how",
+}
 
 
 def question_type(question: str) -> str:
@@ -232,16 +271,21 @@ def question_types_tsv(queries: Mapping[str, str]) -> str:
 
 # --------------------------------------------------------------------------- scoring
 
+
 def annotate(per_query: pd.DataFrame, attributes: list[Attribute]) -> pd.DataFrame:
     """The per-query table with a ``slice.<attribute>`` column per attribute appended."""
     if not attributes:
         return per_query
-    labels = pd.DataFrame({COLUMN_PREFIX + a.name: [a.values.get(qid, "") for qid in per_query.index] for a in attributes},
-                          index=per_query.index)
+    labels = pd.DataFrame(
+        {COLUMN_PREFIX + a.name: [a.values.get(qid, "") for qid in per_query.index] for a in attributes},
+        index=per_query.index,
+    )
     return pd.concat([per_query, labels], axis=1)
 
 
-def slice_summaries(per_query: pd.DataFrame, counted: pd.DataFrame, attribute: Attribute, seed: int) -> dict[str, pd.DataFrame]:
+def slice_summaries(
+    per_query: pd.DataFrame, counted: pd.DataFrame, attribute: Attribute, seed: int
+) -> dict[str, pd.DataFrame]:
     """Per value: mean, std, 95% CI and n of every metric column of ``counted`` over the value's
     counted queries (``counted``: booleans, queries x metrics, as the evaluators decided)."""
     out = {}
@@ -262,7 +306,9 @@ def _columns_by_mask(counted: pd.DataFrame) -> dict[tuple[bool, ...], list[str]]
     return groups
 
 
-def summarize(systems: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], attributes: list[Attribute], seed: int) -> Findings:
+def summarize(
+    systems: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], attributes: list[Attribute], seed: int
+) -> Findings:
     """Slice findings of every system (``systems``: name -> (per-query table, counted mask)).
 
     results.json ``slices``::
@@ -277,8 +323,14 @@ def summarize(systems: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], attribut
     if not attributes:
         return Findings()
     findings = Findings()
-    described = {a.name: {"source": a.source, "rule": a.rule, "queries": {v: sum(x == v for x in a.values.values()) for v in a.order}}
-                 for a in attributes}
+    described = {
+        a.name: {
+            "source": a.source,
+            "rule": a.rule,
+            "queries": {v: sum(x == v for x in a.values.values()) for v in a.order},
+        }
+        for a in attributes
+    }
     report: dict = {}
     for system, (per_query, judged) in systems.items():
         metrics: dict[str, float] = {}
@@ -287,10 +339,15 @@ def summarize(systems: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], attribut
             for value, summary in slice_summaries(per_query, judged, attribute, seed).items():
                 report.setdefault(system, {}).setdefault(attribute.name, {})[value] = {
                     metric: {k: (None if pd.isna(v) else float(v)) if k != "n" else int(v) for k, v in row.items()}
-                    for metric, row in summary.to_dict(orient="index").items()}
+                    for metric, row in summary.to_dict(orient="index").items()
+                }
                 for metric, row in summary.iterrows():
                     key = layout.slice_key(str(metric), attribute.name, keys[value])
-                    metrics |= {f"{key}{suffix}": row[column] for suffix, column in layout.SUMMARY_SUFFIXES.items() if pd.notna(row[column])}
+                    metrics |= {
+                        f"{key}{suffix}": row[column]
+                        for suffix, column in layout.SUMMARY_SUFFIXES.items()
+                        if pd.notna(row[column])
+                    }
                     if pd.notna(row["mean"]):
                         findings.parent_metrics[layout.system_metric_key(system, key)] = float(row["mean"])
         findings.system_metrics[system] = metrics
@@ -305,6 +362,8 @@ def _value_keys(attribute: Attribute) -> dict[str, str]:
     seen: dict[str, str] = {}
     for value, key in keys.items():
         if key in seen:
-            raise RagtrackError(f"slice attribute {attribute.name!r}: values {seen[key]!r} and {value!r} map to the same MLflow key {key!r}")
+            raise RagtrackError(
+                f"slice attribute {attribute.name!r}: values {seen[key]!r} and {value!r} map to the same MLflow key {key!r}"
+            )
         seen[key] = value
     return keys

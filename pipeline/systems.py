@@ -62,25 +62,35 @@ def plan_systems(cfg: Mapping) -> list[PlannedSystem]:
             inputs, _ = _inputs(kind, config)
             name = str(config.get("system") or (f"{inputs[0]}+{key}" if kind.named == "input+key" and inputs else key))
             if len(name) > MAX_NAME_LENGTH:  # MLflow would refuse its keys after every stage had run
-                raise InputError(f"{section}.{key}.system" if kind.named != "key" or "system" in config else f"{section}.{key}",
-                                 f"a system name of {len(name)} characters is not allowed: at most {MAX_NAME_LENGTH} "
-                                 "(MLflow keys and file names are made from it)")
+                raise InputError(
+                    f"{section}.{key}.system" if kind.named != "key" or "system" in config else f"{section}.{key}",
+                    f"a system name of {len(name)} characters is not allowed: at most {MAX_NAME_LENGTH} "
+                    "(MLflow keys and file names are made from it)",
+                )
             clash = next((other for other in where if system_key(other) == system_key(name)), None)
             if clash is not None:  # equal names, or names MLflow would log under one key (bm25+rm3, bm25_rm3)
-                raise InputError(f"{section}.{key}.system" if kind.named != "key" or "system" in config else f"{section}.{key}",
-                                 f"{name!r} is not allowed: a name no other system has ({where[clash]} makes {clash!r})")
+                raise InputError(
+                    f"{section}.{key}.system" if kind.named != "key" or "system" in config else f"{section}.{key}",
+                    f"{name!r} is not allowed: a name no other system has ({where[clash]} makes {clash!r})",
+                )
             where[name] = f"{section}.{key}"
             planned.append(PlannedSystem(section, str(key), name, inputs, config))
     for system in planned:
         _, named_by = _inputs(stage_kind(system.section), system.config)
         for index, name in enumerate(system.inputs):
             if name in system.inputs[:index]:
-                raise InputError(f"{system.path}.{named_by}[{index}]", f"{name!r} is not allowed: a member given once ({name!r} is "
-                                                                       f"{named_by}[{system.inputs.index(name)}])")
+                raise InputError(
+                    f"{system.path}.{named_by}[{index}]",
+                    f"{name!r} is not allowed: a member given once ({name!r} is "
+                    f"{named_by}[{system.inputs.index(name)}])",
+                )
             if name not in where:
                 at = f"{system.path}.{named_by}" + (f"[{index}]" if named_by == "members" else "")
                 known = [n for n in where if n != system.name]
-                raise InputError(at, f"{name!r} is not allowed: a system of this job ({', '.join(known) or 'none'}){did_you_mean(name, known)}")
+                raise InputError(
+                    at,
+                    f"{name!r} is not allowed: a system of this job ({', '.join(known) or 'none'}){did_you_mean(name, known)}",
+                )
     return _ordered(planned)
 
 
@@ -93,7 +103,10 @@ def _ordered(planned: list[PlannedSystem]) -> list[PlannedSystem]:
         ready = next((s for s in waiting if set(s.inputs) <= done), None)
         if ready is None:
             cycle = " -> ".join(s.name for s in waiting)
-            raise InputError(f"{waiting[0].path}", f"the systems {cycle} read each other in a cycle: a system may read only systems made before it")
+            raise InputError(
+                f"{waiting[0].path}",
+                f"the systems {cycle} read each other in a cycle: a system may read only systems made before it",
+            )
         waiting.remove(ready)
         done.add(ready.name)
         ordered.append(ready)

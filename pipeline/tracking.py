@@ -16,8 +16,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
-import json
 import importlib
+import json
 import logging
 import math
 import os
@@ -37,25 +37,46 @@ from filelock import FileLock
 from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.core.secrets import mask, remember_url_credentials, split_credentials, without_credentials
-from ragtrack.pipeline.layout import (EXPERIMENT_KIND, QUERIES_TABLE, TAG_DATASET, TAG_DATASET_HASH, TAG_ERROR, TAG_EXPERIMENT_KIND, TAG_NOTE, TAG_PARENT, TAG_PROCESS,
-                                      TAG_SYSTEM, TAG_VIEW_PREFIX, child_run_name, metric_key, run_page, runs_table_page, sqlite_path,
-                                      sqlite_uri)
+from ragtrack.pipeline.layout import (
+    EXPERIMENT_KIND,
+    QUERIES_TABLE,
+    TAG_DATASET,
+    TAG_DATASET_HASH,
+    TAG_ERROR,
+    TAG_EXPERIMENT_KIND,
+    TAG_NOTE,
+    TAG_PARENT,
+    TAG_PROCESS,
+    TAG_SYSTEM,
+    TAG_VIEW_PREFIX,
+    child_run_name,
+    metric_key,
+    run_page,
+    runs_table_page,
+    sqlite_path,
+    sqlite_uri,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT_NOTE = ("Retrieval experiments tracked by ragtrack: one parent run per job, its systems (bm25, dense, hybrid, ...) "
-                   "as child runs named `<system> · <job>`. Each job's description holds its systems x key metrics table; "
-                   "`ragtrack compare` adds paired tests.")
+EXPERIMENT_NOTE = (
+    "Retrieval experiments tracked by ragtrack: one parent run per job, its systems (bm25, dense, hybrid, ...) "
+    "as child runs named `<system> · <job>`. Each job's description holds its systems x key metrics table; "
+    "`ragtrack compare` adds paired tests."
+)
 UI_URL = "http://127.0.0.1:5000"  # where `ragtrack ui` serves by default
 PARAM_LIMIT = 6000  # characters of one logged param value
 BATCH_PARAMS, BATCH_ENTRIES = 100, 1000  # MLflow's log_batch limits
 
 
 DEFAULT_TIMEOUT, DEFAULT_RETRIES = 10, 2  # tracking.timeout (seconds), tracking.retries
-CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")  # MLflow's documented basic authentication
+CREDENTIAL_VARIABLES = (
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+)  # MLflow's documented basic authentication
 _credentials_set: dict[str, str] = {}  # what use_credentials put there, to take back for a URI without credentials
 
 
@@ -74,17 +95,25 @@ def ensure_store(uri: str) -> None:
     is created or opened anew, never written through a connection to the deleted file."""
     if not uri.startswith("sqlite:///"):
         return
-    os.environ.setdefault(POOL_VARIABLE, "NullPool")  # before MLflow's first engine for the URI: no connection kept to a file deleted later
+    os.environ.setdefault(
+        POOL_VARIABLE, "NullPool"
+    )  # before MLflow's first engine for the URI: no connection kept to a file deleted later
     database = sqlite_path(uri)
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock"):
         if database.exists() and _half_created(database):
             if _count_runs(database):  # a store holding runs is never replaced
-                raise RagtrackError(f"MLflow store {uri} holds runs but not the schema of the installed MLflow: "
-                                    f"back it up, then run: mlflow db upgrade {uri}")
+                raise RagtrackError(
+                    f"MLflow store {uri} holds runs but not the schema of the installed MLflow: "
+                    f"back it up, then run: mlflow db upgrade {uri}"
+                )
             aside = database.with_name(f"{database.name}.broken-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             os.replace(database, aside)
-            log.warning("MLflow store %s was left half-created (a killed first job?); set aside as %s, creating it anew", database, aside)
+            log.warning(
+                "MLflow store %s was left half-created (a killed first job?); set aside as %s, creating it anew",
+                database,
+                aside,
+            )
         if not database.exists():
             _create_store(database)
         _open_store(uri)
@@ -216,8 +245,10 @@ def check_store_exists(uri: str) -> None:
     else:
         return
     if not path.exists():
-        raise RagtrackError(f"no MLflow store at {path} (tracking URI {without_credentials(uri)}): "
-                            "give the store of your runs with --tracking-uri, or log one with `ragtrack run`")
+        raise RagtrackError(
+            f"no MLflow store at {path} (tracking URI {without_credentials(uri)}): "
+            "give the store of your runs with --tracking-uri, or log one with `ragtrack run`"
+        )
 
 
 def reading_client(uri: str) -> Any:
@@ -282,11 +313,16 @@ def log_figures(client, run_id: str, figures: dict[str, float]) -> None:
     now = int(time.time() * 1000)
     logged = [Metric(key, float(value), now, 0) for key, value in figures.items() if math.isfinite(value)]
     for start in range(0, len(logged), BATCH_ENTRIES):
-        client.log_batch(run_id, metrics=logged[start:start + BATCH_ENTRIES])
+        client.log_batch(run_id, metrics=logged[start : start + BATCH_ENTRIES])
 
 
-def _open_experiment(uri: str, experiment: str, artifact_location: str | None, timeout: int = DEFAULT_TIMEOUT,
-                     retries: int = DEFAULT_RETRIES) -> tuple[Any, str]:
+def _open_experiment(
+    uri: str,
+    experiment: str,
+    artifact_location: str | None,
+    timeout: int = DEFAULT_TIMEOUT,
+    retries: int = DEFAULT_RETRIES,
+) -> tuple[Any, str]:
     """Client and experiment id, checked anew for every job (a process that keeps running, a notebook or
     a service, sees a store deleted or an experiment deleted in the UI since its last job): probes a
     tracking server, creates a SQLite store that is not there, and ends the runs of killed jobs
@@ -303,12 +339,18 @@ def _open_experiment(uri: str, experiment: str, artifact_location: str | None, t
         log.info("MLflow server %s: artifacts go where the server says (artifact_location ignored)", given)
         artifact_location = None
     if found is not None and found.lifecycle_stage == "deleted":
-        raise RagtrackError(f"the MLflow experiment {experiment!r} was deleted (in the UI or with `mlflow experiments delete`): restore it with "
-                            f"`mlflow experiments restore --experiment-id {found.experiment_id}` against the same tracking URI, "
-                            "or log elsewhere with tracking.experiment=NAME")
+        raise RagtrackError(
+            f"the MLflow experiment {experiment!r} was deleted (in the UI or with `mlflow experiments delete`): restore it with "
+            f"`mlflow experiments restore --experiment-id {found.experiment_id}` against the same tracking URI, "
+            "or log elsewhere with tracking.experiment=NAME"
+        )
     if found is None:
         try:
-            experiment_id = client.create_experiment(experiment, artifact_location=artifact_location, tags={TAG_NOTE: EXPERIMENT_NOTE, TAG_EXPERIMENT_KIND: EXPERIMENT_KIND})
+            experiment_id = client.create_experiment(
+                experiment,
+                artifact_location=artifact_location,
+                tags={TAG_NOTE: EXPERIMENT_NOTE, TAG_EXPERIMENT_KIND: EXPERIMENT_KIND},
+            )
         except Exception:  # created meanwhile by a parallel job
             experiment_id = client.get_experiment_by_name(experiment).experiment_id
     else:
@@ -341,10 +383,15 @@ def store_faults(uri: str) -> Any:
 
 def mark_killed_runs(client: Any, experiment_id: str) -> list[str]:
     """End as KILLED the RUNNING runs of the experiment whose process (on this host) is gone."""
-    stale = [run for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
-             if TAG_PROCESS in run.data.tags and not process_alive(run.data.tags[TAG_PROCESS])]
+    stale = [
+        run
+        for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
+        if TAG_PROCESS in run.data.tags and not process_alive(run.data.tags[TAG_PROCESS])
+    ]
     for run in stale:
-        client.set_tag(run.info.run_id, TAG_ERROR, f"process {run.data.tags[TAG_PROCESS]} ended without finishing the run")
+        client.set_tag(
+            run.info.run_id, TAG_ERROR, f"process {run.data.tags[TAG_PROCESS]} ended without finishing the run"
+        )
         client.set_terminated(run.info.run_id, "KILLED")
     if stale:
         log.warning("MLflow: marked %d run(s) of killed jobs as KILLED", len(stale))
@@ -356,7 +403,10 @@ def reported_as_one_line() -> Any:
     return faults_as_one_line("MLflow logging failed")
 
 
-DATASET_CONTEXT_TAG, DATASET_CONTEXT = "mlflow.data.context", "evaluation"  # MLflow's tag for what a dataset input was used for
+DATASET_CONTEXT_TAG, DATASET_CONTEXT = (
+    "mlflow.data.context",
+    "evaluation",
+)  # MLflow's tag for what a dataset input was used for
 
 
 @dataclass(frozen=True)
@@ -380,10 +430,23 @@ class Tracker:
 
     def start(self, run_name: str, tags: dict, params: dict) -> None: ...
     def log_dataset(self, identity: DatasetIdentity) -> None: ...
-    def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
-                   steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None: ...
-    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None,
-                   table: pd.DataFrame | None = None) -> None: ...
+    def log_system(
+        self,
+        system: str,
+        params: dict,
+        metrics: dict[str, float],
+        artifacts: list[Path],
+        tags: dict | None = None,
+        steps: dict[str, dict[int, float]] | None = None,
+        table: pd.DataFrame | None = None,
+    ) -> None: ...
+    def log_parent(
+        self,
+        metrics: dict[str, float],
+        artifacts: list[Path],
+        note: str | None = None,
+        table: pd.DataFrame | None = None,
+    ) -> None: ...
     def share_runs_view(self, key_metrics: list[str]) -> None: ...
     def finish(self, error: BaseException | None = None) -> None: ...
 
@@ -399,11 +462,19 @@ class MlflowTracker(Tracker):
 
     enabled = True
 
-    def __init__(self, uri: str, experiment: str, artifact_location: str | None = None, timeout: int = DEFAULT_TIMEOUT,
-                 retries: int = DEFAULT_RETRIES):
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        artifact_location: str | None = None,
+        timeout: int = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+    ):
         self.experiment_name = experiment
         with reported_as_one_line():
-            configure_http(timeout, retries)  # every job: ragtrack.run_experiment restores the caller's environment after each
+            configure_http(
+                timeout, retries
+            )  # every job: ragtrack.run_experiment restores the caller's environment after each
             self.uri = use_credentials(uri)
             self.client, self.experiment_id = _open_experiment(uri, experiment, artifact_location, timeout, retries)
         self.process = process_tag()
@@ -428,18 +499,39 @@ class MlflowTracker(Tracker):
         system's run: the UI's Datasets column and section show its name, digest and source."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        entity = Dataset(name=identity.name, digest=identity.digest, source_type=identity.provider,
-                         source=json.dumps({"uri": identity.source}), profile=json.dumps(identity.profile))
+        entity = Dataset(
+            name=identity.name,
+            digest=identity.digest,
+            source_type=identity.provider,
+            source=json.dumps({"uri": identity.source}),
+            profile=json.dumps(identity.profile),
+        )
         self.dataset_inputs = [DatasetInput(entity, [InputTag(DATASET_CONTEXT_TAG, DATASET_CONTEXT)])]
         with reported_as_one_line():
             self.client.log_inputs(self.run_id, self.dataset_inputs)
 
-    def log_system(self, system: str, params: dict, metrics: dict[str, float], artifacts: list[Path], tags: dict | None = None,
-                   steps: dict[str, dict[int, float]] | None = None, table: pd.DataFrame | None = None) -> None:
+    def log_system(
+        self,
+        system: str,
+        params: dict,
+        metrics: dict[str, float],
+        artifacts: list[Path],
+        tags: dict | None = None,
+        steps: dict[str, dict[int, float]] | None = None,
+        table: pd.DataFrame | None = None,
+    ) -> None:
         """``table``: logged with ``MlflowClient.log_table`` as :data:`QUERIES_TABLE` (the UI's table view)."""
-        tags = {TAG_PARENT: self.run_id, TAG_SYSTEM: system, TAG_PROCESS: self.process, **self.dataset_tags, **(tags or {})}
+        tags = {
+            TAG_PARENT: self.run_id,
+            TAG_SYSTEM: system,
+            TAG_PROCESS: self.process,
+            **self.dataset_tags,
+            **(tags or {}),
+        }
         with reported_as_one_line():
-            run = self.client.create_run(self.experiment_id, run_name=mask(child_run_name(system, self.run_name)), tags=_masked_tags(tags))
+            run = self.client.create_run(
+                self.experiment_id, run_name=mask(child_run_name(system, self.run_name)), tags=_masked_tags(tags)
+            )
             self.unfinished.append(run.info.run_id)  # ended by finish() if logging it fails
             self._log_artifacts(run.info.run_id, artifacts)  # first: finding a run's artifact store reads the whole run
             if table is not None:
@@ -450,8 +542,13 @@ class MlflowTracker(Tracker):
             self.client.set_terminated(run.info.run_id, "FINISHED")
             self.unfinished.remove(run.info.run_id)
 
-    def log_parent(self, metrics: dict[str, float], artifacts: list[Path], note: str | None = None,
-                   table: pd.DataFrame | None = None) -> None:
+    def log_parent(
+        self,
+        metrics: dict[str, float],
+        artifacts: list[Path],
+        note: str | None = None,
+        table: pd.DataFrame | None = None,
+    ) -> None:
         """The job's metrics and artifacts; ``note``: markdown shown as the run's description; ``table``:
         its systems per query, logged as :data:`QUERIES_TABLE`."""
         with reported_as_one_line():
@@ -470,22 +567,44 @@ class MlflowTracker(Tracker):
                 self.client.set_terminated(self.run_id, "FINISHED")
             return
         status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-        writes = [(self.run_id, lambda: self.client.set_terminated(self.run_id, status))]  # statuses first: a full disk has little room
-        writes += [(run_id, lambda run_id=run_id: self.client.set_terminated(run_id, status)) for run_id in self.unfinished]
-        writes.append((self.run_id, lambda: self.client.set_tag(self.run_id, TAG_ERROR, mask(f"{type(error).__name__}: {error}")[:5000])))
-        for run_id, write in writes:  # as far as the store takes writes; the job reports ``error``, never a failure here
+        writes = [
+            (self.run_id, lambda: self.client.set_terminated(self.run_id, status))
+        ]  # statuses first: a full disk has little room
+        writes += [
+            (run_id, lambda run_id=run_id: self.client.set_terminated(run_id, status)) for run_id in self.unfinished
+        ]
+        writes.append(
+            (
+                self.run_id,
+                lambda: self.client.set_tag(self.run_id, TAG_ERROR, mask(f"{type(error).__name__}: {error}")[:5000]),
+            )
+        )
+        for (
+            run_id,
+            write,
+        ) in writes:  # as far as the store takes writes; the job reports ``error``, never a failure here
             try:
                 write()
             except Exception as exc:
-                log.warning("MLflow: the end of run %s (%s) could not be written: %s", run_id, status, describe_fault(exc) or f"{type(exc).__name__}: {exc}")
+                log.warning(
+                    "MLflow: the end of run %s (%s) could not be written: %s",
+                    run_id,
+                    status,
+                    describe_fault(exc) or f"{type(exc).__name__}: {exc}",
+                )
 
     def share_runs_view(self, key_metrics: list[str]) -> None:
         """The job's systems in the runs table with the key metric columns showing, stored the way the
         MLflow UI stores a shared view (an experiment tag :data:`TAG_VIEW_PREFIX` + the job's run id,
         opened by ``?viewStateShareKey=``): filtered on the job, sorted by the first key metric."""
         with reported_as_one_line():
-            share_view(self.client, self.experiment_id, self.run_id, f"tags.`{TAG_PARENT}` = '{self.run_id}'",
-                       [f"metrics.`{metric_key(m)}`" for m in key_metrics])
+            share_view(
+                self.client,
+                self.experiment_id,
+                self.run_id,
+                f"tags.`{TAG_PARENT}` = '{self.run_id}'",
+                [f"metrics.`{metric_key(m)}`" for m in key_metrics],
+            )
         self.view_shared = True
 
     def where(self) -> list[str]:
@@ -493,13 +612,17 @@ class MlflowTracker(Tracker):
         tracking server, or in ``ragtrack ui`` for a local store."""
         local = is_local_store(self.uri)
         base = ui_base(self.uri)
-        lines = [f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})",
-                 f"Run page:      {base}/{run_page(self.experiment_id, self.run_id)}"]
+        lines = [
+            f"MLflow run:    {self.run_id} (experiment {self.experiment_name!r})",
+            f"Run page:      {base}/{run_page(self.experiment_id, self.run_id)}",
+        ]
         if self.view_shared:
             lines.append(f"Runs table:    {base}/{runs_table_page(self.experiment_id, self.run_id)}")
         return lines + ([f"               after: ragtrack ui --tracking-uri {self.uri}"] if local else [])
 
-    def _log(self, run_id: str, params: dict | None = None, metrics: dict | None = None, steps: dict | None = None) -> None:
+    def _log(
+        self, run_id: str, params: dict | None = None, metrics: dict | None = None, steps: dict | None = None
+    ) -> None:
         """``steps``: ``{key: {step: value}}``, metrics MLflow draws against the step (e.g. recall by k)."""
         from mlflow.entities import Metric, Param
 
@@ -521,12 +644,20 @@ class MlflowTracker(Tracker):
                 self.client.log_artifact(run_id, str(path))
 
 
-def share_view(client: Any, experiment_id: str, key: str, search_filter: str, columns: list[str], order_by: str | None = None) -> None:
+def share_view(
+    client: Any, experiment_id: str, key: str, search_filter: str, columns: list[str], order_by: str | None = None
+) -> None:
     """A runs-table view stored the way the MLflow UI stores a shared one (experiment tag
     :data:`TAG_VIEW_PREFIX` + ``key``, opened by ``?viewStateShareKey=``): the runs ``search_filter``
     selects, ``columns`` showing, sorted by ``order_by`` (default: the first column), descending."""
-    state = {"searchFilter": search_filter, "orderByKey": order_by or columns[0], "orderByAsc": False,
-             "selectedColumns": columns, "columnOrder": columns, "columnWidths": {c: 170 for c in columns}}
+    state = {
+        "searchFilter": search_filter,
+        "orderByKey": order_by or columns[0],
+        "orderByAsc": False,
+        "selectedColumns": columns,
+        "columnOrder": columns,
+        "columnWidths": {c: 170 for c in columns},
+    }
     client.set_experiment_tag(experiment_id, f"{TAG_VIEW_PREFIX}{key}", json.dumps(state))
 
 
@@ -542,5 +673,10 @@ def _masked_tags(tags: Mapping) -> dict[str, str]:
 def tracking_target(cfg: Mapping) -> tuple[str, str, str | None, int, int]:
     """(uri, experiment, artifact location, timeout, retries) of a ``tracking`` config."""
     location = cfg.get("artifact_location")
-    return (str(cfg["uri"]), str(cfg["experiment"]), None if location is None else str(location),
-            int(cfg.get("timeout", DEFAULT_TIMEOUT)), int(cfg.get("retries", DEFAULT_RETRIES)))
+    return (
+        str(cfg["uri"]),
+        str(cfg["experiment"]),
+        None if location is None else str(location),
+        int(cfg.get("timeout", DEFAULT_TIMEOUT)),
+        int(cfg.get("retries", DEFAULT_RETRIES)),
+    )

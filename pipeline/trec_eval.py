@@ -35,17 +35,46 @@ from ragtrack.core.data import load_preferences, load_qrels, load_qrels_groups
 from ragtrack.core.errors import RagtrackError, did_you_mean
 from ragtrack.core.files import read_lines
 from ragtrack.core.runs import RunColumns, read_run_scores, run_tag
-from ragtrack.evaluators import ranking, trec_measures as trec, trec_prefs as prefs
+from ragtrack.evaluators import ranking
+from ragtrack.evaluators import trec_measures as trec
+from ragtrack.evaluators import trec_prefs as prefs
 from ragtrack.evaluators.ranking import RankedGrades
 
 SHORT_OPTIONS = "hvqm:cl:nD:JN:M:R:T:oZ:"
-LONG_OPTIONS = ["help", "version", "query_eval_wanted", "measure=", "complete_rel_info_wanted", "level_for_rel=", "nosummary",
-                "Debug_level=", "Judged_docs_only", "Number_docs_in_coll=", "Max_retrieved_per_topic=", "Rel_info_format=",
-                "Results_format=", "Output_old_results_format", "Zscore="]
-LONG_TO_SHORT = {"--help": "-h", "--version": "-v", "--query_eval_wanted": "-q", "--measure": "-m", "--complete_rel_info_wanted": "-c",
-                 "--level_for_rel": "-l", "--nosummary": "-n", "--Debug_level": "-D", "--Judged_docs_only": "-J",
-                 "--Number_docs_in_coll": "-N", "--Max_retrieved_per_topic": "-M", "--Rel_info_format": "-R", "--Results_format": "-T",
-                 "--Output_old_results_format": "-o", "--Zscore": "-Z"}
+LONG_OPTIONS = [
+    "help",
+    "version",
+    "query_eval_wanted",
+    "measure=",
+    "complete_rel_info_wanted",
+    "level_for_rel=",
+    "nosummary",
+    "Debug_level=",
+    "Judged_docs_only",
+    "Number_docs_in_coll=",
+    "Max_retrieved_per_topic=",
+    "Rel_info_format=",
+    "Results_format=",
+    "Output_old_results_format",
+    "Zscore=",
+]
+LONG_TO_SHORT = {
+    "--help": "-h",
+    "--version": "-v",
+    "--query_eval_wanted": "-q",
+    "--measure": "-m",
+    "--complete_rel_info_wanted": "-c",
+    "--level_for_rel": "-l",
+    "--nosummary": "-n",
+    "--Debug_level": "-D",
+    "--Judged_docs_only": "-J",
+    "--Number_docs_in_coll": "-N",
+    "--Max_retrieved_per_topic": "-M",
+    "--Rel_info_format": "-R",
+    "--Results_format": "-T",
+    "--Output_old_results_format": "-o",
+    "--Zscore": "-Z",
+}
 USAGE = "usage: ragtrack trec_eval [-q] [-c] [-n] [-J] [-l N] [-M N] [-N N] [-Z FILE] {-m measure[.params]}* QRELS RUN"
 MISSING_ZSCORE = -1000000.0
 NAN = -math.nan  # what 0.0 / 0.0 gives in C on x86: a NaN with the sign bit, printed "-nan"
@@ -65,6 +94,7 @@ def c_double(text: str) -> float:
 
 
 # --- the measures, in trec_eval's order (measures.c) ---------------------------------------------
+
 
 @dataclass(frozen=True)
 class Measure:
@@ -109,9 +139,15 @@ def _group_mean(values: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
 
 def _per_group(compute: Callable[..., np.ndarray | list]) -> Callable[..., np.ndarray | list]:
     """A measure over judgment groups (``-R qrels_jg``): ``compute`` per query and group, averaged per query."""
+
     def averaged(m: RankedGrades, params: tuple, context: Context) -> np.ndarray | list:
         values = compute(m, params, context)
-        return [_group_mean(column, context.groups) for column in values] if isinstance(values, list) else _group_mean(values, context.groups)
+        return (
+            [_group_mean(column, context.groups) for column in values]
+            if isinstance(values, list)
+            else _group_mean(values, context.groups)
+        )
+
     return averaged
 
 
@@ -132,17 +168,41 @@ MEASURES: tuple[Measure, ...] = (
     Measure("Rprec", "mean", "none", _fixed(ranking.r_precision)),
     Measure("bpref", "mean", "none", _fixed(ranking.bpref)),
     Measure("recip_rank", "mean", "none", _fixed(ranking.reciprocal_rank)),
-    Measure("iprec_at_recall", "mean", "fractions", lambda m, params, context: list(trec.interpolated_precision(m, params, NAN).T),
-            trec.ELEVEN_POINTS),
+    Measure(
+        "iprec_at_recall",
+        "mean",
+        "fractions",
+        lambda m, params, context: list(trec.interpolated_precision(m, params, NAN).T),
+        trec.ELEVEN_POINTS,
+    ),
     Measure("P", "mean", "cutoffs", _per_cutoff(ranking.precision), CUTOFFS),
-    Measure("relstring", "text", "numbers", lambda m, params, context: trec.relevance_strings(m, int(params[0])), (10,)),
+    Measure(
+        "relstring", "text", "numbers", lambda m, params, context: trec.relevance_strings(m, int(params[0])), (10,)
+    ),
     Measure("recall", "mean", "cutoffs", _per_cutoff(ranking.recall), CUTOFFS),
     Measure("infAP", "mean", "none", _fixed(trec.infap)),
     Measure("gm_bpref", "geometric", "none", _fixed(ranking.log_bpref)),
-    Measure("Rprec_mult", "mean", "fractions", _per_cutoff(trec.r_precision_multiple), (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)),
-    Measure("utility", "mean", "numbers", lambda m, params, context: trec.utility(m, None, params, context.collection), (1.0, -1.0, 0.0, 0.0)),
-    Measure("11pt_avg", "mean", "numbers", lambda m, params, context: trec.eleven_point_average(m, None, params, NAN),
-            trec.ELEVEN_POINTS),
+    Measure(
+        "Rprec_mult",
+        "mean",
+        "fractions",
+        _per_cutoff(trec.r_precision_multiple),
+        (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0),
+    ),
+    Measure(
+        "utility",
+        "mean",
+        "numbers",
+        lambda m, params, context: trec.utility(m, None, params, context.collection),
+        (1.0, -1.0, 0.0, 0.0),
+    ),
+    Measure(
+        "11pt_avg",
+        "mean",
+        "numbers",
+        lambda m, params, context: trec.eleven_point_average(m, None, params, NAN),
+        trec.ELEVEN_POINTS,
+    ),
     Measure("binG", "mean", "none", _fixed(trec.binary_g)),
     Measure("G", "mean", "pairs", _with_gains(trec.g_measure)),
     Measure("dcg", "mean", "pairs", _with_gains(trec.gain_dcg)),
@@ -176,34 +236,124 @@ MEASURES: tuple[Measure, ...] = (
     Measure("prefs_avgjg_imp", "mean", "none", _preferences(prefs.average_over_groups, "implied")),
     Measure("map_avgjg", "mean", "none", _per_group(_fixed(ranking.average_precision))),
     Measure("P_avgjg", "mean", "cutoffs", _per_group(_per_cutoff(ranking.precision)), CUTOFFS),
-    Measure("Rprec_mult_avgjg", "mean", "fractions", _per_group(_per_cutoff(trec.r_precision_multiple)),
-            (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)),
+    Measure(
+        "Rprec_mult_avgjg",
+        "mean",
+        "fractions",
+        _per_group(_per_cutoff(trec.r_precision_multiple)),
+        (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0),
+    ),
     Measure("rbp", "mean", "pairs", lambda m, params, context: trec.rbp(m, None, _persistence(params), _gains(params))),
     Measure("rbp_resid", "mean", "pairs", lambda m, params, context: trec.rbp_residual(m, None, _persistence(params))),
     Measure("unj", "mean", "cutoffs", _per_cutoff(trec.unjudged), (5, 10, 20)),
 )
 BY_NAME = {measure.name: measure for measure in MEASURES}
 NICKNAMES = {
-    "official": ("runid", "num_q", "num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec", "bpref", "recip_rank",
-                 "iprec_at_recall", "P"),
-    "all_trec": ("runid", "num_q", "num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec", "bpref", "recip_rank",
-                 "iprec_at_recall", "P", "relstring", "recall", "unj", "rbp", "rbp_resid", "infAP", "gm_bpref", "utility", "11pt_avg",
-                 "ndcg", "relative_P", "Rprec_mult", "success", "map_cut", "ndcg_cut", "ndcg_rel", "Rndcg", "binG", "G", "set_P",
-                 "set_recall", "set_relative_P", "set_map", "set_F", "num_nonrel_judged_ret"),
-    "set": ("runid", "num_q", "num_ret", "num_rel", "num_rel_ret", "utility", "set_P", "set_recall", "set_relative_P", "set_map", "set_F"),
+    "official": (
+        "runid",
+        "num_q",
+        "num_ret",
+        "num_rel",
+        "num_rel_ret",
+        "map",
+        "gm_map",
+        "Rprec",
+        "bpref",
+        "recip_rank",
+        "iprec_at_recall",
+        "P",
+    ),
+    "all_trec": (
+        "runid",
+        "num_q",
+        "num_ret",
+        "num_rel",
+        "num_rel_ret",
+        "map",
+        "gm_map",
+        "Rprec",
+        "bpref",
+        "recip_rank",
+        "iprec_at_recall",
+        "P",
+        "relstring",
+        "recall",
+        "unj",
+        "rbp",
+        "rbp_resid",
+        "infAP",
+        "gm_bpref",
+        "utility",
+        "11pt_avg",
+        "ndcg",
+        "relative_P",
+        "Rprec_mult",
+        "success",
+        "map_cut",
+        "ndcg_cut",
+        "ndcg_rel",
+        "Rndcg",
+        "binG",
+        "G",
+        "set_P",
+        "set_recall",
+        "set_relative_P",
+        "set_map",
+        "set_F",
+        "num_nonrel_judged_ret",
+    ),
+    "set": (
+        "runid",
+        "num_q",
+        "num_ret",
+        "num_rel",
+        "num_rel_ret",
+        "utility",
+        "set_P",
+        "set_recall",
+        "set_relative_P",
+        "set_map",
+        "set_F",
+    ),
     "qrels_jg": ("runid", "num_q", "map_avgjg", "P_avgjg", "Rprec_mult_avgjg"),
-    "all_prefs": ("runid", "num_q", "prefs_num_prefs_poss", "prefs_num_prefs_ful", "prefs_num_prefs_ful_ret", "prefs_simp", "prefs_pair",
-                  "prefs_avgjg", "prefs_avgjg_Rnonrel", "prefs_simp_ret", "prefs_pair_ret", "prefs_avgjg_ret", "prefs_avgjg_Rnonrel_ret",
-                  "prefs_simp_imp", "prefs_pair_imp", "prefs_avgjg_imp"),
-    "prefs": ("runid", "num_q", "prefs_num_prefs_poss", "prefs_num_prefs_ful", "prefs_num_prefs_ful_ret", "prefs_simp", "prefs_pair",
-              "prefs_avgjg"),
+    "all_prefs": (
+        "runid",
+        "num_q",
+        "prefs_num_prefs_poss",
+        "prefs_num_prefs_ful",
+        "prefs_num_prefs_ful_ret",
+        "prefs_simp",
+        "prefs_pair",
+        "prefs_avgjg",
+        "prefs_avgjg_Rnonrel",
+        "prefs_simp_ret",
+        "prefs_pair_ret",
+        "prefs_avgjg_ret",
+        "prefs_avgjg_Rnonrel_ret",
+        "prefs_simp_imp",
+        "prefs_pair_imp",
+        "prefs_avgjg_imp",
+    ),
+    "prefs": (
+        "runid",
+        "num_q",
+        "prefs_num_prefs_poss",
+        "prefs_num_prefs_ful",
+        "prefs_num_prefs_ful_ret",
+        "prefs_simp",
+        "prefs_pair",
+        "prefs_avgjg",
+    ),
 }
-FORMAT_MEASURES = {"qrels_jg": ("map_avgjg", "P_avgjg", "Rprec_mult_avgjg"),  # the measures each -R format gives (qrels: the others;
-                   "prefs": NICKNAMES["all_prefs"][2:]}                     # qrels_prefs: those of prefs)
+FORMAT_MEASURES = {
+    "qrels_jg": ("map_avgjg", "P_avgjg", "Rprec_mult_avgjg"),  # the measures each -R format gives (qrels: the others;
+    "prefs": NICKNAMES["all_prefs"][2:],
+}  # qrels_prefs: those of prefs)
 NOT_READ = {"yaap", "ndcg_p"}  # in trec_eval's table, in none of its nicknames
 
 
 # --- the command line ---------------------------------------------------------------------------
+
 
 @dataclass
 class Options:
@@ -230,13 +380,23 @@ def parse_options(argv: Sequence[str]) -> Options | str:
     except getopt.GetoptError as exc:
         raise RagtrackError(f"{exc.msg}; {USAGE}") from None
     options = Options(files=files)
-    setters = {"-q": lambda value: setattr(options, "query", True), "-c": lambda value: setattr(options, "complete", True),
-               "-n": lambda value: setattr(options, "summary", False), "-J": lambda value: setattr(options, "judged_only", True),
-               "-l": lambda value: setattr(options, "level", c_long(value)), "-N": lambda value: setattr(options, "collection", c_long(value)),
-               "-M": lambda value: setattr(options, "max_docs", c_long(value)), "-Z": lambda value: setattr(options, "zscores", value),
-               "-m": lambda value: mark_measure(options, value), "-o": lambda value: None,
-               "-R": lambda value: setattr(options, "rel_format", _supported("-R", value, "qrels", "qrels_jg", "prefs", "qrels_prefs")),
-               "-T": lambda value: _supported("-T", value, "trec_results"), "-D": lambda value: _supported("-D", value, "0")}
+    setters = {
+        "-q": lambda value: setattr(options, "query", True),
+        "-c": lambda value: setattr(options, "complete", True),
+        "-n": lambda value: setattr(options, "summary", False),
+        "-J": lambda value: setattr(options, "judged_only", True),
+        "-l": lambda value: setattr(options, "level", c_long(value)),
+        "-N": lambda value: setattr(options, "collection", c_long(value)),
+        "-M": lambda value: setattr(options, "max_docs", c_long(value)),
+        "-Z": lambda value: setattr(options, "zscores", value),
+        "-m": lambda value: mark_measure(options, value),
+        "-o": lambda value: None,
+        "-R": lambda value: setattr(
+            options, "rel_format", _supported("-R", value, "qrels", "qrels_jg", "prefs", "qrels_prefs")
+        ),
+        "-T": lambda value: _supported("-T", value, "trec_results"),
+        "-D": lambda value: _supported("-D", value, "0"),
+    }
     for flag, value in given:
         flag = LONG_TO_SHORT.get(flag, flag)
         if flag in ("-h", "-v"):
@@ -252,8 +412,10 @@ def parse_options(argv: Sequence[str]) -> Options | str:
 def _supported(flag: str, value: str, *read: str) -> str:
     """``value`` if ragtrack trec_eval reads it for ``flag``, else a one-line error."""
     if value not in read:
-        raise RagtrackError(f"{flag} {value}: ragtrack trec_eval reads {flag} {' or '.join(read)} (trec_eval's debug output is not "
-                            "written)")
+        raise RagtrackError(
+            f"{flag} {value}: ragtrack trec_eval reads {flag} {' or '.join(read)} (trec_eval's debug output is not "
+            "written)"
+        )
     return value
 
 
@@ -269,7 +431,9 @@ def mark_measure(options: Options, given: str) -> None:
     elif name in BY_NAME:
         options.marked.add(name)
     elif name in NOT_READ:
-        raise RagtrackError(f"-m {given}: ragtrack trec_eval does not compute this measure of trec_eval's (in none of its nicknames)")
+        raise RagtrackError(
+            f"-m {given}: ragtrack trec_eval does not compute this measure of trec_eval's (in none of its nicknames)"
+        )
     else:
         raise RagtrackError(f"-m {given}: no such trec_eval measure{did_you_mean(name, [*BY_NAME, *NICKNAMES])}")
 
@@ -280,6 +444,7 @@ def help_text() -> str:
 
 
 # --- parameters and measure names ---------------------------------------------------------------
+
 
 def measure_params(measure: Measure, text: str | None) -> tuple[list[str], tuple]:
     """The names of the values ``measure`` prints and its parameters, from ``-m name.text`` or its default
@@ -303,18 +468,26 @@ def measure_params(measure: Measure, text: str | None) -> tuple[list[str], tuple
     if measure.params == "pairs" and text:
         if not re.fullmatch(r"[^,=]*=[^,=]*(?:,[^,=]*=[^,=]*)*", text):
             raise RagtrackError(f"-m {name}.{text}: malformed pair parameters (level=gain,...)")
-        return [f"{name}_{text}"], tuple((key, c_double(value)) for key, value in (part.split("=") for part in text.split(",")))
+        return [f"{name}_{text}"], tuple(
+            (key, c_double(value)) for key, value in (part.split("=") for part in text.split(","))
+        )
     return [name], measure.default
 
 
 # --- evaluation ---------------------------------------------------------------------------------
 
+
 def at_most(m: RankedGrades, depth: int) -> RankedGrades:
     """``-M depth``: each ranking cut after ``depth`` documents."""
     width = max(min(depth, m.grades.shape[1]), 1)
     kept = m.ranks[:width] <= depth
-    return replace(m, grades=np.where(kept, m.grades[:, :width], 0.0), judged=m.judged[:, :width] & kept,
-                   retrieved=np.minimum(m.retrieved, depth), pooled=None)
+    return replace(
+        m,
+        grades=np.where(kept, m.grades[:, :width], 0.0),
+        judged=m.judged[:, :width] & kept,
+        retrieved=np.minimum(m.retrieved, depth),
+        pooled=None,
+    )
 
 
 def judged_only(m: RankedGrades) -> RankedGrades:
@@ -362,7 +535,12 @@ def read_grades(options: Options) -> tuple[RankedGrades, list[str], Context, int
     if options.rel_format == "qrels":
         qrels = load_qrels(qrels_path)[0]
         m = ranking.rank_grades(read_run_scores(run_path), qrels, threshold)
-        return m, m.qids, Context(len(m.qids), options.collection), sum(grade > 0 for judged in qrels.values() for grade in judged.values())
+        return (
+            m,
+            m.qids,
+            Context(len(m.qids), options.collection),
+            sum(grade > 0 for judged in qrels.values() for grade in judged.values()),
+        )
     run = read_run_scores(run_path)
     run = run.to_run("run").scores if isinstance(run, RunColumns) else run
     if options.rel_format in ("prefs", "qrels_prefs"):
@@ -371,28 +549,53 @@ def read_grades(options: Options) -> tuple[RankedGrades, list[str], Context, int
         m = ranking.rank_grades(run, dict.fromkeys(preferences, {}), threshold)  # what the run retrieved per query
         return m, list(preferences), Context(len(queries), options.collection, preferences=queries), 0
     judgments = load_qrels_groups(qrels_path)
-    rows = {f"{qid}\t{group}": (qid, judged) for qid, groups in judgments.items() for group, judged in sorted(groups.items())}
-    m = ranking.rank_grades({row: run[qid] for row, (qid, _) in rows.items() if qid in run}, {row: judged for row, (_, judged) in rows.items()},
-                            threshold)
+    rows = {
+        f"{qid}\t{group}": (qid, judged)
+        for qid, groups in judgments.items()
+        for group, judged in sorted(groups.items())
+    }
+    m = ranking.rank_grades(
+        {row: run[qid] for row, (qid, _) in rows.items() if qid in run},
+        {row: judged for row, (_, judged) in rows.items()},
+        threshold,
+    )
     owners = np.array([list(judgments).index(qid) for qid, _ in rows.values()])
     groups = [np.flatnonzero(owners == index) for index in range(len(judgments))]
-    return m, list(judgments), Context(len(groups), options.collection, groups), sum(grade > 0 for _, judged in rows.values() for grade in judged.values())
+    return (
+        m,
+        list(judgments),
+        Context(len(groups), options.collection, groups),
+        sum(grade > 0 for _, judged in rows.values() for grade in judged.values()),
+    )
 
 
 def evaluate(options: Options) -> Evaluated:
     """Read the two files and compute every marked measure per judged query, as trec_eval does."""
-    chosen = [(measure, *measure_params(measure, options.params.get(measure.name))) for measure in MEASURES if measure.name in options.marked]
+    chosen = [
+        (measure, *measure_params(measure, options.params.get(measure.name)))
+        for measure in MEASURES
+        if measure.name in options.marked
+    ]
     for measure, _, _ in chosen:
         needs = next((form for form, names in FORMAT_MEASURES.items() if measure.name in names), "qrels")
-        if measure.style not in ("runid", "num_q") and options.rel_format not in (needs, *(("qrels_prefs",) if needs == "prefs" else ())):
+        if measure.style not in ("runid", "num_q") and options.rel_format not in (
+            needs,
+            *(("qrels_prefs",) if needs == "prefs" else ()),
+        ):
             raise RagtrackError(f"-m {measure.name} needs -R {needs} judgments")
     m, qids, context, judged_relevant = read_grades(options)
-    missing = m.retrieved == 0 if context.groups is None else np.array([m.retrieved[rows[0]] == 0 for rows in context.groups], dtype=bool)
+    missing = (
+        m.retrieved == 0
+        if context.groups is None
+        else np.array([m.retrieved[rows[0]] == 0 for rows in context.groups], dtype=bool)
+    )
     order = sorted(range(len(qids)), key=qids.__getitem__)
     if missing.any() and not options.complete:
         qid = qids[next(row for row in order if missing[row])]
-        raise RagtrackError(f"judged query {qid!r} of {options.files[0]} has no results in {options.files[1]}; trec_eval 10 stops there "
-                            "too (exit 4); -c scores such queries (on an empty ranking)")
+        raise RagtrackError(
+            f"judged query {qid!r} of {options.files[0]} has no results in {options.files[1]}; trec_eval 10 stops there "
+            "too (exit 4); -c scores such queries (on an empty ranking)"
+        )
     m = replace(m, retrieved=np.where(m.retrieved == 0, 1, m.retrieved))  # trec_eval's one-document stand-in ranking
     m = at_most(m, options.max_docs) if options.max_docs < m.grades.shape[1] else m
     m = judged_only(m) if options.judged_only else m
@@ -423,7 +626,9 @@ def read_zscores(path: Path) -> dict[tuple[str, str], tuple[float, float]]:
     table = {}
     for number, text in read_lines(path):
         parts = text.split()
-        if len(parts) != 4 or not all(re.fullmatch(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", part) for part in parts[2:]):
+        if len(parts) != 4 or not all(
+            re.fullmatch(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", part) for part in parts[2:]
+        ):
             raise RagtrackError(f"{path}:{number}: expected 'qid measure mean stddev'")
         table[parts[0], parts[1]] = (float(parts[2]), float(parts[3]))
     return table
@@ -445,6 +650,7 @@ def to_zscores(evaluated: Evaluated, table: dict[tuple[str, str], tuple[float, f
 
 
 # --- output -------------------------------------------------------------------------------------
+
 
 def c_fixed(value: float) -> str:
     """``printf("%6.4f", value)`` as glibc prints it (a NaN as ``nan`` or ``-nan`` by its sign bit)."""
@@ -492,8 +698,16 @@ def summary_lines(evaluated: Evaluated, complete: bool, zscores: bool) -> list[s
         if measure.style == "runid":
             lines.append(f"{'runid':<22}\tall\t{evaluated.tag}")
         elif measure.style != "text":
-            lines += [_line(name, "all", summary(measure, column, evaluated, complete), measure.style in ("sum", "num_q"), zscores)
-                      for name, column in values]
+            lines += [
+                _line(
+                    name,
+                    "all",
+                    summary(measure, column, evaluated, complete),
+                    measure.style in ("sum", "num_q"),
+                    zscores,
+                )
+                for name, column in values
+            ]
     return lines
 
 
@@ -519,8 +733,15 @@ def run(argv: Sequence[str]) -> str:
 
 # --- trec_eval's names in ragtrack eval -----------------------------------------------------------
 
-REGISTRY_NAMES = {"P": "p", "recall": "recall", "ndcg_cut": "ndcg", "map_cut": "map", "success": "hit", "recip_rank": "mrr",
-                  "Rprec": "r-precision"}  # trec_eval's name -> the registry's, where they differ
+REGISTRY_NAMES = {
+    "P": "p",
+    "recall": "recall",
+    "ndcg_cut": "ndcg",
+    "map_cut": "map",
+    "success": "hit",
+    "recip_rank": "mrr",
+    "Rprec": "r-precision",
+}  # trec_eval's name -> the registry's, where they differ
 
 
 def registry_names(names: Sequence[str]) -> list[str]:
@@ -531,20 +752,26 @@ def registry_names(names: Sequence[str]) -> list[str]:
     result = []
     for given in names:
         name, dot, text = given.partition(".")
-        printed = re.fullmatch(r"(.+)_(\d+(?:\.\d*)?)", given)  # P_5, iprec_at_recall_0.10: a name as trec_eval prints it
+        printed = re.fullmatch(
+            r"(.+)_(\d+(?:\.\d*)?)", given
+        )  # P_5, iprec_at_recall_0.10: a name as trec_eval prints it
         if printed and printed[1] in BY_NAME and BY_NAME[printed[1]].params in ("cutoffs", "fractions"):
             name, text = printed[1], printed[2]
         measure = BY_NAME.get(name)
         if name in NICKNAMES:
-            result += registry_names([part for part in NICKNAMES[name] if BY_NAME[part].style in ("mean", "sum", "geometric")])
+            result += registry_names(
+                [part for part in NICKNAMES[name] if BY_NAME[part].style in ("mean", "sum", "geometric")]
+            )
         elif measure is None or "@" in given or not (dot or text or measure.params != "none" or name in REGISTRY_NAMES):
             result.append(given)
         elif measure.params in ("cutoffs", "fractions"):
             values = measure_params(measure, text or None)[1]
             result += [f"{REGISTRY_NAMES.get(name, name)}@{value:g}" for value in values]
         elif text and measure.params != "none":
-            raise RagtrackError(f"-m {given}: ragtrack eval takes trec_eval's cutoffs and recall levels, not other parameters; "
-                                f"ragtrack trec_eval -m {given} computes it")
+            raise RagtrackError(
+                f"-m {given}: ragtrack eval takes trec_eval's cutoffs and recall levels, not other parameters; "
+                f"ragtrack trec_eval -m {given} computes it"
+            )
         else:
             result.append(REGISTRY_NAMES.get(name, name))
     return list(dict.fromkeys(result))

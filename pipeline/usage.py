@@ -49,7 +49,19 @@ from ragtrack.pipeline import layout
 from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
 from ragtrack.pipeline.csv_files import csv_text
 
-COLUMNS = ("system", "stage", "qid", "chain", "cached", "planned", "bound", "prompt_tokens", "completion_tokens", "cost", "seconds")
+COLUMNS = (
+    "system",
+    "stage",
+    "qid",
+    "chain",
+    "cached",
+    "planned",
+    "bound",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost",
+    "seconds",
+)
 FILE = "usage.csv"  # per query and stage: a system's (its folder) and the job's (with a system column)
 ALL = "all"  # the stage name of every stage of the main run together
 ROBUSTNESS = "robustness"  # the robustness study's reruns file their calls under robustness/<perturbation>/<stage>
@@ -88,8 +100,14 @@ class Meter:
     def stage_of(self, component: object) -> str:
         return self.stages.get(id(component), type(component).__name__)
 
-    def collect(self, system: str, stage: str, components: Iterable[object], chain: bool = False,
-                bound: Callable[[str], bool] | None = None) -> int:
+    def collect(
+        self,
+        system: str,
+        stage: str,
+        components: Iterable[object],
+        chain: bool = False,
+        bound: Callable[[str], bool] | None = None,
+    ) -> int:
         """File the calls recorded by the chat clients of ``components`` since the last take under
         ``system`` and ``stage``; ``chain``: the calls made the system's run (they count for the systems
         made from it too); ``bound(qid)``: that query's prompts are guesses (built from a stand-in), so each
@@ -101,9 +119,22 @@ class Meter:
                 for call in client.take_calls():
                     qid = query_of(call.prompt_id)
                     guessed = bool(bound and bound(qid))
-                    hit = call.cached and not call.planned  # a reply from the cache (not a prompt the dry run counted already)
-                    self._add(system, stage, qid, chain, call.cached and not (guessed and hit), call.planned or guessed, guessed,
-                              call.prompt_tokens, call.completion_tokens, client, call.seconds)
+                    hit = (
+                        call.cached and not call.planned
+                    )  # a reply from the cache (not a prompt the dry run counted already)
+                    self._add(
+                        system,
+                        stage,
+                        qid,
+                        chain,
+                        call.cached and not (guessed and hit),
+                        call.planned or guessed,
+                        guessed,
+                        call.prompt_tokens,
+                        call.completion_tokens,
+                        client,
+                        call.seconds,
+                    )
                     taken += 1
         return taken
 
@@ -113,10 +144,40 @@ class Meter:
         for _ in range(max(calls, 0)):
             self._add(system, stage, "", chain, False, True, True, None, client.max_tokens, client, 0.0)
 
-    def _add(self, system: str, stage: str, qid: str, chain: bool, cached: bool, planned: bool, bound: bool,
-             prompt_tokens: int | None, completion_tokens: int | None, client: ChatClient, seconds: float) -> None:
-        self.rows.append(dict(zip(COLUMNS, (system, self.prefix + stage, qid, chain, cached, planned, bound, prompt_tokens, completion_tokens,
-                                            client.cost(prompt_tokens, completion_tokens), seconds))))
+    def _add(
+        self,
+        system: str,
+        stage: str,
+        qid: str,
+        chain: bool,
+        cached: bool,
+        planned: bool,
+        bound: bool,
+        prompt_tokens: int | None,
+        completion_tokens: int | None,
+        client: ChatClient,
+        seconds: float,
+    ) -> None:
+        self.rows.append(
+            dict(
+                zip(
+                    COLUMNS,
+                    (
+                        system,
+                        self.prefix + stage,
+                        qid,
+                        chain,
+                        cached,
+                        planned,
+                        bound,
+                        prompt_tokens,
+                        completion_tokens,
+                        client.cost(prompt_tokens, completion_tokens),
+                        seconds,
+                    ),
+                )
+            )
+        )
 
     def table(self) -> pd.DataFrame:
         table = pd.DataFrame(self.rows, columns=list(COLUMNS))
@@ -133,10 +194,16 @@ def figures(calls: pd.DataFrame, queries: int | None = None) -> dict[str, int | 
     cached = calls["cached"].astype(bool)
     known = calls["prompt_tokens"].notna() & calls["completion_tokens"].notna()
     new = calls[~cached]
-    result = {"calls": len(calls), "sent": len(new), "cached": int(cached.sum()),
-              "unknown_usage": int((~known).sum()),
-              "prompt_tokens": _total(calls["prompt_tokens"]), "completion_tokens": _total(calls["completion_tokens"]),
-              "new_prompt_tokens": _total(new["prompt_tokens"]), "new_completion_tokens": _total(new["completion_tokens"])}
+    result = {
+        "calls": len(calls),
+        "sent": len(new),
+        "cached": int(cached.sum()),
+        "unknown_usage": int((~known).sum()),
+        "prompt_tokens": _total(calls["prompt_tokens"]),
+        "completion_tokens": _total(calls["completion_tokens"]),
+        "new_prompt_tokens": _total(new["prompt_tokens"]),
+        "new_completion_tokens": _total(new["completion_tokens"]),
+    }
     if calls["cost"].notna().any():
         result |= {"cost": _total(calls["cost"], float), "new_cost": _total(new["cost"], float)}
         if queries:
@@ -185,21 +252,31 @@ def ancestors(system: str, inputs: Mapping[str, list[str]]) -> set[str]:
 
 def system_calls(calls: pd.DataFrame, system: str, inputs: Mapping[str, list[str]]) -> pd.DataFrame:
     """A system's calls: those filed under it and the calls that made the runs it is made from."""
-    return calls[(calls["system"] == system) | (calls["chain"].astype(bool) & calls["system"].isin(ancestors(system, inputs)))]
+    return calls[
+        (calls["system"] == system) | (calls["chain"].astype(bool) & calls["system"].isin(ancestors(system, inputs)))
+    ]
 
 
 def per_query(calls: pd.DataFrame, keys: tuple[str, ...] = ("stage", "qid")) -> pd.DataFrame:
     """Per query and stage (and ``keys``): calls, cached, unknown_usage, token sums, cost and
     seconds (of the sent calls)."""
-    frame = calls.assign(calls=1, unknown_usage=(calls["prompt_tokens"].isna() | calls["completion_tokens"].isna()).astype(int),
-                         cached=calls["cached"].astype(int), seconds=calls["seconds"].where(~calls["cached"].astype(bool), 0.0))
+    frame = calls.assign(
+        calls=1,
+        unknown_usage=(calls["prompt_tokens"].isna() | calls["completion_tokens"].isna()).astype(int),
+        cached=calls["cached"].astype(int),
+        seconds=calls["seconds"].where(~calls["cached"].astype(bool), 0.0),
+    )
     grouped = frame.groupby(list(keys))  # sorted: replies arrive in any order, the file is the same
     table = grouped[["calls", "cached", "unknown_usage", "seconds"]].sum()
     for column in ("prompt_tokens", "completion_tokens", "cost"):  # blank, not 0, where no call's figure is known
         table[column] = grouped[column].sum(min_count=1)
     table["seconds"] = table["seconds"].round(6)
     table = table.reset_index()
-    return table[[*keys, *PER_QUERY_FIGURES]] if table["cost"].notna().any() else table[[*keys, *[f for f in PER_QUERY_FIGURES if f != "cost"]]]
+    return (
+        table[[*keys, *PER_QUERY_FIGURES]]
+        if table["cost"].notna().any()
+        else table[[*keys, *[f for f in PER_QUERY_FIGURES if f != "cost"]]]
+    )
 
 
 def usage_csv(calls: pd.DataFrame, keys: tuple[str, ...] = ("stage", "qid")) -> str:
@@ -208,8 +285,12 @@ def usage_csv(calls: pd.DataFrame, keys: tuple[str, ...] = ("stage", "qid")) -> 
 
 def metrics(stages: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """MLflow metrics of :func:`by_stage`: ``llm/<stage>/<figure>`` (``llm/all/cost``)."""
-    return {layout.usage_key(stage, name): value for stage, values in stages.items() for name, value in values.items()
-            if np.isfinite(value)}
+    return {
+        layout.usage_key(stage, name): value
+        for stage, values in stages.items()
+        for name, value in values.items()
+        if np.isfinite(value)
+    }
 
 
 @dataclass
@@ -259,9 +340,13 @@ def _cells(group: pd.DataFrame, dry: bool) -> dict[str, str]:
         text = f"{bound}{int(values.sum()):,}" if unknown < len(values) or not len(values) else "?"
         return text + (f" (+{unknown} ?)" if unknown and unknown < len(values) else "")
 
-    cells = {"calls" if not dry else "to send": f"{bound}{len(spend):,}", "cached": f"{int(cached.sum()):,}",
-             "prompt tokens": tokens("prompt_tokens"), "completion tokens": tokens("completion_tokens"),
-             "cost": f"{bound}{spend['cost'].sum():.4g}" if spend["cost"].notna().any() else ""}
+    cells = {
+        "calls" if not dry else "to send": f"{bound}{len(spend):,}",
+        "cached": f"{int(cached.sum()):,}",
+        "prompt tokens": tokens("prompt_tokens"),
+        "completion tokens": tokens("completion_tokens"),
+        "cost": f"{bound}{spend['cost'].sum():.4g}" if spend["cost"].notna().any() else "",
+    }
     if not dry:
         sent = group[~cached]
         cells["s/request"] = f"{sent['seconds'].mean():.3f}" if len(sent) else ""
@@ -285,9 +370,13 @@ def summary_html(calls: pd.DataFrame) -> str:
     """:func:`summary_table` as an HTML table with its notes, for report.html."""
     table = summary_table(calls)
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in ["system", "stage", *table.columns])
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in [*index, *cells]) + "</tr>"
-                   for index, cells in zip(table.index, table.to_numpy()))
-    return f"<table><tr>{head}</tr>{rows}</table>" + "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes(calls, table.columns))
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in [*index, *cells]) + "</tr>"
+        for index, cells in zip(table.index, table.to_numpy())
+    )
+    return f"<table><tr>{head}</tr>{rows}</table>" + "".join(
+        f'<p class="note">{html.escape(n)}</p>' for n in notes(calls, table.columns)
+    )
 
 
 def notes(calls: pd.DataFrame, shown: Iterable[str], dry: bool = False) -> list[str]:
@@ -296,17 +385,27 @@ def notes(calls: pd.DataFrame, shown: Iterable[str], dry: bool = False) -> list[
     shown = set(shown)
     cost = "; cost: with the stages' price_prompt / price_completion per million tokens" if "cost" in shown else ""
     apart = "dry_run.json" if dry else "usage.csv, results.json"
-    reruns = [f"{ROBUSTNESS}/<stage>: the stage's calls in the robustness study's reruns on perturbed queries, all perturbations "
-              f"together (each apart: {apart}); total: the main run's calls and the reruns'"] if is_rerun(calls).any() else []
+    reruns = (
+        [
+            f"{ROBUSTNESS}/<stage>: the stage's calls in the robustness study's reruns on perturbed queries, all perturbations "
+            f"together (each apart: {apart}); total: the main run's calls and the reruns'"
+        ]
+        if is_rerun(calls).any()
+        else []
+    )
     if dry:
-        return ["to send: requests the job would send (the rest are answered from the reply or run cache); ≤: an upper bound, where "
-                "prompts depend on replies that are not cached yet (answers, rewritten queries, reranked rankings)",
-                "prompt tokens: characters / 4 of each prompt (an estimate; ? where the prompt cannot be built yet); completion tokens: "
-                f"max_tokens per request (? where it is not set){cost}"] + reruns
+        return [
+            "to send: requests the job would send (the rest are answered from the reply or run cache); ≤: an upper bound, where "
+            "prompts depend on replies that are not cached yet (answers, rewritten queries, reranked rankings)",
+            "prompt tokens: characters / 4 of each prompt (an estimate; ? where the prompt cannot be built yet); completion tokens: "
+            f"max_tokens per request (? where it is not set){cost}",
+        ] + reruns
     seconds = "; s/request: mean wall time of the requests sent" if "s/request" in shown else ""
-    return [f"tokens as the server reported them (cached replies with their original usage; (+n ?): n replies without usage){cost}{seconds}",
-            "every call once: a system made from another (a reranker's) counts its input's calls in results.json "
-            "and MLflow, not here; details per query: usage.csv"] + reruns
+    return [
+        f"tokens as the server reported them (cached replies with their original usage; (+n ?): n replies without usage){cost}{seconds}",
+        "every call once: a system made from another (a reranker's) counts its input's calls in results.json "
+        "and MLflow, not here; details per query: usage.csv",
+    ] + reruns
 
 
 def write(usage: Usage, output_dir: Path) -> None:

@@ -39,7 +39,6 @@ votes), chunk runs for chunk judgments. Generators read chunk texts through :met
 
 from __future__ import annotations
 
-from typing import Annotated
 import hashlib
 import json
 import logging
@@ -48,6 +47,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, Strict, ValidationInfo, field_validator
 
@@ -55,9 +55,9 @@ from ragtrack.core.data import Corpus, Dataset, Qrels, check_judged_documents
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.models import model_fingerprint, resolve_model
 from ragtrack.core.runs import Run
+from ragtrack.core.settings import ComponentSettings, Count, Flag, Text, validated
 from ragtrack.core.text import Tokenizer
 from ragtrack.core.words import counted
-from ragtrack.core.settings import ComponentSettings, Count, Flag, Text, validated
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,9 @@ def windows(count: int, size: int, overlap: int) -> list[Span]:
     return found
 
 
-Overlap = Annotated[float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")]
+Overlap = Annotated[
+    float, Strict(), Field(ge=0, description="an integer >= 0 below size, or a fraction of size in (0, 1)")
+]
 
 
 class ChunkerSettings(ComponentSettings):
@@ -169,7 +171,9 @@ class Chunker(ABC):
                 positions.append(position)
         digest = hashlib.sha256(f"{corpus.hash}:{json.dumps(self.settings(), sort_keys=True)}".encode()).hexdigest()
         chunks = Corpus(ids=ids, titles=titles, texts=texts, hash=digest)
-        log.info("chunking %s: %s -> %s", self.settings(), counted(len(corpus), "document"), counted(len(chunks), "chunk"))
+        log.info(
+            "chunking %s: %s -> %s", self.settings(), counted(len(corpus), "document"), counted(len(chunks), "chunk")
+        )
         return ChunkedCorpus(chunks, parents, positions, corpus, self.settings())
 
 
@@ -181,8 +185,10 @@ class UnitChunker(Chunker):
         """Character spans of every unit of every text."""
 
     def spans(self, texts: Sequence[str]) -> list[list[Span]]:
-        return [[(units[a][0], units[b - 1][1]) for a, b in windows(len(units), self.size, self.overlap)]
-                for units in self.units(texts)]
+        return [
+            [(units[a][0], units[b - 1][1]) for a, b in windows(len(units), self.size, self.overlap)]
+            for units in self.units(texts)
+        ]
 
 
 class TokenChunker(UnitChunker):
@@ -199,7 +205,9 @@ class TokenChunker(UnitChunker):
         self._tokenizer = None
         if self.model_path is None:
             self._words = re.compile(Tokenizer().pattern)
-            log.info("tokens chunker: the encoder has no subword tokenizer; counting words (%s) instead", self._words.pattern)
+            log.info(
+                "tokens chunker: the encoder has no subword tokenizer; counting words (%s) instead", self._words.pattern
+            )
 
     def settings(self) -> dict:
         unit = {"tokenizer": self.model_fingerprint} if self.model_path else {"words": self._words.pattern}
@@ -214,7 +222,9 @@ class TokenChunker(UnitChunker):
             try:
                 self._tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
             except (OSError, ValueError) as exc:
-                raise RagtrackError(f"cannot load the tokenizer of {self.model_path!r}: {str(exc).splitlines()[0]}") from None
+                raise RagtrackError(
+                    f"cannot load the tokenizer of {self.model_path!r}: {str(exc).splitlines()[0]}"
+                ) from None
         encoded = self._tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True, verbose=False)
         return [[(int(s), int(e)) for s, e in offsets] for offsets in encoded["offset_mapping"]]
 
@@ -310,8 +320,11 @@ def judgment_level(qrels: Qrels, chunked: ChunkedCorpus, qrels_path: Path) -> st
         return "document"
     if judged <= chunks:
         return "chunk"
-    raise InputError(qrels_path, f"judgments mix document ids (e.g. {min(judged & documents)!r}) and chunk ids "
-                                 f"(e.g. {min(judged - documents)!r}); judge one level")
+    raise InputError(
+        qrels_path,
+        f"judgments mix document ids (e.g. {min(judged & documents)!r}) and chunk ids "
+        f"(e.g. {min(judged - documents)!r}); judge one level",
+    )
 
 
 class ChunkPlan:
@@ -352,14 +365,20 @@ class ChunkPlan:
                     parent = self._parent_of[chunk_id]
                     if parent not in per_doc or rank < per_doc[parent][0]:
                         per_doc[parent] = (rank, chunk_id)
-        return Run(evaluated.name, {qid: {best[qid][doc_id][1]: score for doc_id, score in ranked.items()}
-                                    for qid, ranked in evaluated.scores.items()})
+        return Run(
+            evaluated.name,
+            {
+                qid: {best[qid][doc_id][1]: score for doc_id, score in ranked.items()}
+                for qid, ranked in evaluated.scores.items()
+            },
+        )
 
     def params(self) -> dict:
         """The chunker settings, logged with each system's parameters (they change its index)."""
         settings = self.chunked.settings if self.chunked else {"method": "none"}
         return {f"chunking.{key}": value for key, value in settings.items()} | (
-            {"chunking.oversample": self.oversample, "chunking.judged": self.level} if self.chunked else {})
+            {"chunking.oversample": self.oversample, "chunking.judged": self.level} if self.chunked else {}
+        )
 
     def stats(self, documents: Corpus) -> dict[str, float]:
         """Indexed units (chunks; documents without chunking), logged with each system's efficiency."""
@@ -375,5 +394,9 @@ def plan_chunks(dataset: Dataset, chunker: Chunker | None, oversample: int = 1) 
     chunked = chunker.chunk(dataset.corpus)
     check_judged_documents(dataset, chunked.documents.ids, chunked.corpus.ids)
     level = judgment_level(dataset.qrels, chunked, dataset.qrels_path or Path("qrels"))
-    log.info("judgments are %s-level%s", level, "; chunk runs become document runs by max-passage" if level == "document" else "")
+    log.info(
+        "judgments are %s-level%s",
+        level,
+        "; chunk runs become document runs by max-passage" if level == "document" else "",
+    )
     return ChunkPlan(chunked, level, oversample)

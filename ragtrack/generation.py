@@ -17,7 +17,6 @@ and writes ``generation.json`` (failure count and the failed queries) into the s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
 import functools
 import json
 import logging
@@ -29,15 +28,24 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
+from typing import TYPE_CHECKING, Any, Literal
 
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import ChatClient, check_template, is_abstention, numbered_passages, retrieved_passages
 from ragtrack.core.runs import Run
+from ragtrack.core.settings import (
+    ChatSettings,
+    ComponentSettings,
+    Count,
+    Flag,
+    Fraction,
+    Text,
+    TokenizerSettings,
+    validated,
+)
 from ragtrack.core.text import Tokenizer
-from ragtrack.core.settings import ChatSettings, ComponentSettings, Count, Flag, Fraction, Text, TokenizerSettings, validated
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,11 +78,14 @@ class OpenAISettings(GeneratorSettings, ChatSettings, extra="forbid"):
     top_k: Count = 3
     no_answer: Text | None = "unanswerable"
     parameters: dict[str, Any] = {"temperature": 0.0, "max_tokens": 64}
-    system_prompt: str | None = "You answer questions from the given passages with a short phrase, as in reading-comprehension datasets."
+    system_prompt: str | None = (
+        "You answer questions from the given passages with a short phrase, as in reading-comprehension datasets."
+    )
 
 
 class Generator(ABC):
     """``generate(queries, contexts)`` -> answer per query id; unanswerable queries go to ``failures``."""
+
     settings_schema = GeneratorSettings
 
     top_k: int = 0  # passages per query handed to generate()
@@ -90,6 +101,7 @@ class Generator(ABC):
 
 class NoGenerator(Generator):
     """Generates nothing: retrieval-only runs stay as fast as before."""
+
     settings_schema = NoGeneratorSettings
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
@@ -128,21 +140,36 @@ class ExtractiveGenerator(Generator):
     On XQuAD-en given the *gold* passage (top_k=1): span F1 0.280 / EM 0.153, sentence F1 0.161 / EM 0.
     A heuristic baseline that needs no model, not a reader: plug in ``openai`` for real answers.
     """
+
     settings_schema = ExtractiveSettings
 
     def __init__(self, **values):
         super().__init__()
         settings = validated(self.settings_schema, values, "extractive generator")
         if settings.abstain_below > 0 and not settings.no_answer:
-            raise RagtrackError(f"extractive generator: abstain_below {settings.abstain_below!r} needs no_answer (the answer that abstains)")
-        self.top_k, self.unit, self.no_answer, self.abstain_below = settings.top_k, settings.unit, settings.no_answer, settings.abstain_below
+            raise RagtrackError(
+                f"extractive generator: abstain_below {settings.abstain_below!r} needs no_answer (the answer that abstains)"
+            )
+        self.top_k, self.unit, self.no_answer, self.abstain_below = (
+            settings.top_k,
+            settings.unit,
+            settings.no_answer,
+            settings.abstain_below,
+        )
         self.cite = settings.cite
         self.tokenize = Tokenizer(**settings.tokenizer.model_dump())
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
         self.failures = {}
-        numbered = {qid: [(number, s) for number, passage in enumerate(contexts.get(qid, [])[:self.top_k], start=1)
-                          for s in _SENTENCE_END.split(passage) if s.strip()] for qid in queries}
+        numbered = {
+            qid: [
+                (number, s)
+                for number, passage in enumerate(contexts.get(qid, [])[: self.top_k], start=1)
+                for s in _SENTENCE_END.split(passage)
+                if s.strip()
+            ]
+            for qid in queries
+        }
         sentences = {qid: [s for _, s in found] for qid, found in numbered.items()}
         unique = list(dict.fromkeys(s for found in sentences.values() for s in found))
         terms = dict(zip(unique, map(set, self.tokenize(unique))))
@@ -154,9 +181,14 @@ class ExtractiveGenerator(Generator):
                 self.failures[qid] = "no retrieved passage"
                 continue
             asked = set(self.tokenize([question])[0])
-            position, best = max(enumerate(sentences[qid]), key=lambda item: (sum(idf.get(t, 0.0) for t in asked & terms[item[1]]), -item[0]))
+            position, best = max(
+                enumerate(sentences[qid]),
+                key=lambda item: (sum(idf.get(t, 0.0) for t in asked & terms[item[1]]), -item[0]),
+            )
             unseen = math.log(1 + len(unique))  # the idf of a term in no sentence (df -> 1)
-            covered = sum(idf.get(t, 0.0) for t in asked & terms[best]) / (sum(idf.get(t, unseen) for t in asked) or 1.0)
+            covered = sum(idf.get(t, 0.0) for t in asked & terms[best]) / (
+                sum(idf.get(t, unseen) for t in asked) or 1.0
+            )
             if covered < self.abstain_below:
                 answers[qid] = self.no_answer
                 continue
@@ -184,7 +216,7 @@ class ExtractiveGenerator(Generator):
         if not candidates:
             return sentence.strip()
         chosen = min(candidates)[-1]
-        return " ".join(words[chosen[0]:chosen[-1] + 1]).strip(_EDGE_PUNCTUATION)
+        return " ".join(words[chosen[0] : chosen[-1] + 1]).strip(_EDGE_PUNCTUATION)
 
     @staticmethod
     def _is_filler(word: str) -> bool:
@@ -228,9 +260,13 @@ def _stretches(words: list[str], runs: list[list[int]], wanted) -> list[list[int
     return found
 
 
-_NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
-                          "hundred thousand million billion trillion half dozen".split())
-_NUMBER_QUESTION = re.compile(r"^\s*(how (many|much|long|old|far|large|big|tall|often)|when|what (year|percentage|decade|century|date))\b", re.I)
+_NUMBER_WORDS = frozenset(
+    "one two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
+    "hundred thousand million billion trillion half dozen".split()
+)
+_NUMBER_QUESTION = re.compile(
+    r"^\s*(how (many|much|long|old|far|large|big|tall|often)|when|what (year|percentage|decade|century|date))\b", re.I
+)
 _NAME_QUESTION = re.compile(r"^\s*(who|whom|whose|where|which (person|team|company|country|city))\b", re.I)
 
 
@@ -255,6 +291,7 @@ def _expected_type(question: str):
 class OpenAIGenerator(Generator):
     """Answers with an OpenAI-compatible chat model; ``prompt`` has ``{question}`` and ``{context}``;
     the other settings (``base_url``, ``model``, ``api_key_env``, ...) are :class:`ChatClient`'s."""
+
     settings_schema = OpenAISettings
 
     def __init__(self, **values):
@@ -268,10 +305,19 @@ class OpenAIGenerator(Generator):
         self.client = ChatClient(**settings.client_settings())
 
     def generate(self, queries: Mapping[str, str], contexts: Mapping[str, list[str]]) -> dict[str, str]:
-        prompts = {qid: self.prompt.format(question=question, context=numbered_passages(contexts.get(qid, [])[:self.top_k]), no_answer=self.no_answer)
-                   for qid, question in queries.items()}
+        prompts = {
+            qid: self.prompt.format(
+                question=question,
+                context=numbered_passages(contexts.get(qid, [])[: self.top_k]),
+                no_answer=self.no_answer,
+            )
+            for qid, question in queries.items()
+        }
         replies, self.failures = self.client.complete_all(prompts, label="generate")
-        return {qid: self.no_answer if is_abstention(reply, self.no_answer) else reply.strip() for qid, reply in replies.items()}
+        return {
+            qid: self.no_answer if is_abstention(reply, self.no_answer) else reply.strip()
+            for qid, reply in replies.items()
+        }
 
 
 @dataclass
@@ -292,7 +338,9 @@ class Answers:
         if any(text.strip() for text in self.texts.values()):
             return ""
         empty = len(self.texts) - len(self.failures)
-        return f"{len(self.failures)} of {len(self.texts)} generations failed" + (f", {empty} came back empty" if empty else "")
+        return f"{len(self.failures)} of {len(self.texts)} generations failed" + (
+            f", {empty} came back empty" if empty else ""
+        )
 
     def annotate(self, per_query: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
         """The per-query table with question, gold answers (JSON list), answer and error in front, then
@@ -301,14 +349,19 @@ class Answers:
         import pandas as pd
 
         qids = per_query.index
-        text = pd.DataFrame({
-            "question": [dataset.queries.get(q, "") for q in qids],
-            "gold_answers": [json.dumps(dataset.answers.get(q, []), ensure_ascii=False) for q in qids],
-            "generated_answer": [self.texts.get(q, "") for q in qids],
-            "generation_error": [self.failures.get(q, "") for q in qids],
-            "answerable": pd.array([int(bool(dataset.answers[q])) if q in dataset.answers else None for q in qids], dtype="Int64"),
-            "abstained": [int(is_abstention(self.texts.get(q, ""), self.no_answer)) for q in qids],
-        }, index=qids)
+        text = pd.DataFrame(
+            {
+                "question": [dataset.queries.get(q, "") for q in qids],
+                "gold_answers": [json.dumps(dataset.answers.get(q, []), ensure_ascii=False) for q in qids],
+                "generated_answer": [self.texts.get(q, "") for q in qids],
+                "generation_error": [self.failures.get(q, "") for q in qids],
+                "answerable": pd.array(
+                    [int(bool(dataset.answers[q])) if q in dataset.answers else None for q in qids], dtype="Int64"
+                ),
+                "abstained": [int(is_abstention(self.texts.get(q, ""), self.no_answer)) for q in qids],
+            },
+            index=qids,
+        )
         return pd.concat([text, per_query], axis=1)
 
 
@@ -321,15 +374,31 @@ def answer_questions(generator: Generator | None, run: Run, dataset: Dataset, fo
     if generator is None or isinstance(generator, NoGenerator):
         return None
     started = time.perf_counter()
-    texts = generator.generate(dataset.queries, retrieved_passages(run, dataset.corpus, dataset.queries, generator.top_k))
-    answers = Answers({qid: texts.get(qid, "") for qid in dataset.queries}, dict(generator.failures), generator.no_answer)
+    texts = generator.generate(
+        dataset.queries, retrieved_passages(run, dataset.corpus, dataset.queries, generator.top_k)
+    )
+    answers = Answers(
+        {qid: texts.get(qid, "") for qid in dataset.queries}, dict(generator.failures), generator.no_answer
+    )
     folder.mkdir(parents=True, exist_ok=True)
     first_error = next((f"{qid}: {answers.failures[qid]}" for qid in dataset.queries if qid in answers.failures), "")
-    report = {"system": run.name, "generator": type(generator).__name__, "queries": len(dataset.queries),
-              "failed": len(answers.failures), "first_error": first_error, "seconds": time.perf_counter() - started,
-              "errors": answers.failures}
+    report = {
+        "system": run.name,
+        "generator": type(generator).__name__,
+        "queries": len(dataset.queries),
+        "failed": len(answers.failures),
+        "first_error": first_error,
+        "seconds": time.perf_counter() - started,
+        "errors": answers.failures,
+    }
     write_atomically(folder / "generation.json", json_text(report, indent=2, ensure_ascii=False))
     if answers.failures:
-        log.warning("%s: answer generation failed for %d of %d queries (they score 0); first: %s; see %s",
-                    run.name, len(answers.failures), len(dataset.queries), first_error, folder / "generation.json")
+        log.warning(
+            "%s: answer generation failed for %d of %d queries (they score 0); first: %s; see %s",
+            run.name,
+            len(answers.failures),
+            len(dataset.queries),
+            first_error,
+            folder / "generation.json",
+        )
     return answers

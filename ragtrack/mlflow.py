@@ -32,7 +32,19 @@ from ragtrack.pipeline.scorers import (
 )
 
 __all__ = [
-    "scorers", "RankingScorer", "AnswerScorer", "ScorerInputError", "Retrieved", "retrieved_documents", "retriever_span",
-    "document_id", "judgments", "gold_answers", "answer_text", "RELEVANT_DOCS", "EXPECTED_RETRIEVED_CONTEXT",
-    "EXPECTED_RESPONSE", "DEFAULT_ID_FIELDS",
+    "scorers",
+    "RankingScorer",
+    "AnswerScorer",
+    "ScorerInputError",
+    "Retrieved",
+    "retrieved_documents",
+    "retriever_span",
+    "document_id",
+    "judgments",
+    "gold_answers",
+    "answer_text",
+    "RELEVANT_DOCS",
+    "EXPECTED_RETRIEVED_CONTEXT",
+    "EXPECTED_RESPONSE",
+    "DEFAULT_ID_FIELDS",
 ]

@@ -95,7 +95,9 @@ def perturb(text: str, kind: str, rate: float, rng: random.Random) -> str:
     return changed if any(ch.isalnum() for ch in changed) else text
 
 
-def perturb_queries(queries: Mapping[str, str], name: str, kind: str, rate: float = 0.0, seed: int = 0) -> dict[str, str]:
+def perturb_queries(
+    queries: Mapping[str, str], name: str, kind: str, rate: float = 0.0, seed: int = 0
+) -> dict[str, str]:
     """Every query under perturbation ``name`` (its ``kind`` and ``rate``), seeded per query."""
     if kind not in KINDS:
         raise ValueError(f"unknown perturbation kind {kind!r}; known: {', '.join(KINDS)}")

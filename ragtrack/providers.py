@@ -25,8 +25,20 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from ragtrack.core.data import (Corpus, CorpusBuilder, Dataset, Judged, Qrels, Sources, assemble, load_beir, load_corpus, load_qrels, load_topics,
-                                load_tsv_corpus)
+from ragtrack.core.data import (
+    Corpus,
+    CorpusBuilder,
+    Dataset,
+    Judged,
+    Qrels,
+    Sources,
+    assemble,
+    load_beir,
+    load_corpus,
+    load_qrels,
+    load_topics,
+    load_tsv_corpus,
+)
 from ragtrack.core.errors import InputError, RagtrackError, did_you_mean
 from ragtrack.core.fields import check_id, check_text, parse_grade
 from ragtrack.core.progress import Progress
@@ -35,15 +47,19 @@ from ragtrack.core.settings import MAX_NAME_LENGTH, ComponentSettings, InputPath
 if TYPE_CHECKING:
     import pandas as pd
 
-DATASET_NAME = (f"a dataset name (no / or \\ or control characters, not . or ..; at most {MAX_NAME_LENGTH} characters: it names folders "
-                "and the MLflow experiment), or null: named after its source")
+DATASET_NAME = (
+    f"a dataset name (no / or \\ or control characters, not . or ..; at most {MAX_NAME_LENGTH} characters: it names folders "
+    "and the MLflow experiment), or null: named after its source"
+)
 
 
 class DatasetSettings(ComponentSettings):
     """Keys of every dataset: ``name`` (the MLflow experiment is ``ragtrack-<name>``; the shipped YAMLs
     derive it from the path or id) and the query attributes to slice metrics by (docs/slices.md)."""
 
-    name: Annotated[str, Field(pattern=r"^[^/\\\x00-\x1f]+$", max_length=MAX_NAME_LENGTH)] | None = Field(None, description=DATASET_NAME)
+    name: Annotated[str, Field(pattern=r"^[^/\\\x00-\x1f]+$", max_length=MAX_NAME_LENGTH)] | None = Field(
+        None, description=DATASET_NAME
+    )
     slices_file: InputPath | None = None
     slice_metadata: list[Text] = []
 
@@ -88,7 +104,9 @@ class BeirDataset(DatasetProvider):
 
 
 class TrecSettings(DatasetSettings, extra="forbid"):
-    corpus: InputPath = Field(description="corpus.jsonl(.gz) as in BEIR, or docid<TAB>text (or docid<TAB>title<TAB>text) lines")
+    corpus: InputPath = Field(
+        description="corpus.jsonl(.gz) as in BEIR, or docid<TAB>text (or docid<TAB>title<TAB>text) lines"
+    )
     topics: InputPath = Field(description="qid<TAB>text lines, or classic TREC <top> blocks")
     qrels: InputPath = Field(description="a TREC qrels file (qid 0 docid grade), or BEIR's qrels tsv")
     query_field: Literal["title", "description", "narrative"] = "title"
@@ -107,16 +125,27 @@ class TrecDataset(DatasetProvider):
         corpus = load_corpus(corpus_path) if jsonl else load_tsv_corpus(corpus_path)
         queries, queries_hash = load_topics(topics_path, s.query_field)
         qrels, qrels_hash = load_qrels(qrels_path)
-        return assemble(Sources(s.name or topics_path.name.partition(".")[0], f"trec:{topics_path}", topics_path, qrels_path),
-                        corpus, Judged(queries, qrels, queries_hash, qrels_hash), check_documents=check_documents)
+        return assemble(
+            Sources(s.name or topics_path.name.partition(".")[0], f"trec:{topics_path}", topics_path, qrels_path),
+            corpus,
+            Judged(queries, qrels, queries_hash, qrels_hash),
+            check_documents=check_documents,
+        )
 
 
 class IrdsSettings(DatasetSettings, extra="forbid"):
     id: Text = Field(description="an ir_datasets id with queries and qrels, e.g. beir/scifact/test")
-    fields: list[Text] | None = Field(None, description="document fields forming the text (the first of several is the title); "
-                                                        "null: title and text where the documents have both, else text")
-    query_field: Text | None = Field(None, description="the query field (title, description, ... for TREC topics); null: text, else title")
-    home: InputPath | None = Field(None, description="ir_datasets' download and cache folder; null: its own ($IR_DATASETS_HOME or ~/.ir_datasets)")
+    fields: list[Text] | None = Field(
+        None,
+        description="document fields forming the text (the first of several is the title); "
+        "null: title and text where the documents have both, else text",
+    )
+    query_field: Text | None = Field(
+        None, description="the query field (title, description, ... for TREC topics); null: text, else title"
+    )
+    home: InputPath | None = Field(
+        None, description="ir_datasets' download and cache folder; null: its own ($IR_DATASETS_HOME or ~/.ir_datasets)"
+    )
 
 
 class IrdsDataset(DatasetProvider):
@@ -134,8 +163,12 @@ class IrdsDataset(DatasetProvider):
             queries, queries_hash = self._queries(source)
             qrels, qrels_hash = self._qrels(source)
         label = f"ir_datasets {s.id}"
-        return assemble(Sources(s.name or s.id.replace("/", "-"), f"irds:{s.id}", f"{label} queries", f"{label} qrels"), corpus,
-                        Judged(queries, qrels, queries_hash, qrels_hash), check_documents=check_documents)
+        return assemble(
+            Sources(s.name or s.id.replace("/", "-"), f"irds:{s.id}", f"{label} queries", f"{label} qrels"),
+            corpus,
+            Judged(queries, qrels, queries_hash, qrels_hash),
+            check_documents=check_documents,
+        )
 
     @contextlib.contextmanager
     def _home(self) -> Iterator[None]:
@@ -162,20 +195,26 @@ class IrdsDataset(DatasetProvider):
             source = ir_datasets.load(self.settings.id)
         except KeyError:
             known = list(ir_datasets.registry)
-            raise RagtrackError(f"dataset.id: {self.settings.id!r} is not an ir_datasets id{did_you_mean(self.settings.id, known)}"
-                                " (ir_datasets lists them: https://ir-datasets.com)") from None
+            raise RagtrackError(
+                f"dataset.id: {self.settings.id!r} is not an ir_datasets id{did_you_mean(self.settings.id, known)}"
+                " (ir_datasets lists them: https://ir-datasets.com)"
+            ) from None
         missing = [part for part in ("docs", "queries", "qrels") if not getattr(source, f"has_{part}")()]
         if missing:
-            raise RagtrackError(f"dataset.id: ir_datasets {self.settings.id!r} has no {' and no '.join(missing)}; "
-                                "name a split that has queries and qrels, e.g. beir/scifact/test")
+            raise RagtrackError(
+                f"dataset.id: ir_datasets {self.settings.id!r} has no {' and no '.join(missing)}; "
+                "name a split that has queries and qrels, e.g. beir/scifact/test"
+            )
         return source
 
     def _fields(self, available: tuple[str, ...], chosen: list[str] | None, default: list[str], key: str) -> list[str]:
         fields = chosen or default
         for name in fields:
             if name not in available:
-                raise RagtrackError(f"dataset.{key}: {name!r} is not a field of ir_datasets {self.settings.id!r}; "
-                                    f"its fields: {', '.join(available)}{did_you_mean(name, available)}")
+                raise RagtrackError(
+                    f"dataset.{key}: {name!r} is not a field of ir_datasets {self.settings.id!r}; "
+                    f"its fields: {', '.join(available)}{did_you_mean(name, available)}"
+                )
         return fields
 
     def _corpus(self, source: Any) -> Corpus:
@@ -184,7 +223,10 @@ class IrdsDataset(DatasetProvider):
         fields = self._fields(available, self.settings.fields, default, "fields")
         where = f"ir_datasets {self.settings.id} documents"
         corpus = CorpusBuilder(records_hash=True)
-        with _reading(self.settings.id, "documents"), Progress(f"{self.settings.id}: read documents", source.docs_count() or 0, "docs") as progress:
+        with (
+            _reading(self.settings.id, "documents"),
+            Progress(f"{self.settings.id}: read documents", source.docs_count() or 0, "docs") as progress,
+        ):
             for number, doc in enumerate(source.docs_iter(), start=1):
                 doc_id = check_id(doc.doc_id, where, number, "doc_id")
                 values = [_text_field(doc, name, where, number) for name in fields]
@@ -254,6 +296,7 @@ def _reading(dataset_id: str, part: str) -> Iterator[None]:
 
 # ----------------------------------------------------------------------------- DataFrames
 
+
 class FramesDataset(DatasetProvider):
     """The ``type`` a job records for a dataset given as DataFrames: it lives only in the Python process
     that gave it, so loading it from a config (``ragtrack reproduce``) is one line saying so."""
@@ -261,15 +304,28 @@ class FramesDataset(DatasetProvider):
     kind = "frames"
 
     def load(self, check_documents: bool = True) -> Dataset:
-        raise RagtrackError(f"dataset {self.settings.name or ''!r} was given as DataFrames (ragtrack.run_experiment(dataset=...)): "
-                            "it cannot be read from a config; pass the DataFrames again")
+        raise RagtrackError(
+            f"dataset {self.settings.name or ''!r} was given as DataFrames (ragtrack.run_experiment(dataset=...)): "
+            "it cannot be read from a config; pass the DataFrames again"
+        )
 
 
-FRAME_COLUMNS = {"corpus": ("docid", "text"), "queries": ("qid", "text"), "qrels": ("qid", "docid", "grade"), "answers": ("qid", "answer")}
+FRAME_COLUMNS = {
+    "corpus": ("docid", "text"),
+    "queries": ("qid", "text"),
+    "qrels": ("qid", "docid", "grade"),
+    "answers": ("qid", "answer"),
+}
 
 
-def dataset_from_frames(corpus: pd.DataFrame, queries: pd.DataFrame, qrels: pd.DataFrame, answers: pd.DataFrame | None = None,
-                        name: str = "frames", check_documents: bool = True) -> Dataset:
+def dataset_from_frames(
+    corpus: pd.DataFrame,
+    queries: pd.DataFrame,
+    qrels: pd.DataFrame,
+    answers: pd.DataFrame | None = None,
+    name: str = "frames",
+    check_documents: bool = True,
+) -> Dataset:
     """A :class:`Dataset` from DataFrames, checked as the files are (ids without whitespace, texts, integer
     grades, no duplicates, judged queries and documents known); every problem is one line naming the
     DataFrame, the row (its index label) and the column:
@@ -284,29 +340,45 @@ def dataset_from_frames(corpus: pd.DataFrame, queries: pd.DataFrame, qrels: pd.D
     names the row too."""
     validated(DatasetSettings, {"name": name}, "dataset_from_frames")
     _columns(corpus, "corpus", optional=("title",))
-    builder = CorpusBuilder(lambda doc_id: f"row {corpus.index.tolist()[(corpus['docid'] == doc_id).to_numpy().argmax()]!r}", records_hash=True)
+    builder = CorpusBuilder(
+        lambda doc_id: f"row {corpus.index.tolist()[(corpus['docid'] == doc_id).to_numpy().argmax()]!r}",
+        records_hash=True,
+    )
     title_column = corpus["title"] if "title" in corpus.columns else [""] * len(corpus)
     for label, doc_id, title, text in zip(corpus.index, corpus["docid"], title_column, corpus["text"]):
         where = f"corpus DataFrame row {label!r}"
         doc_id = _frame_id(doc_id, where, "docid")
-        builder.add(doc_id, _frame_text(title, where, "title", optional=True), _frame_text(text, where, "text", optional=True), where)
+        builder.add(
+            doc_id,
+            _frame_text(title, where, "title", optional=True),
+            _frame_text(text, where, "text", optional=True),
+            where,
+        )
     documents = builder.corpus("corpus DataFrame")
     all_queries, metadata, queries_hash = _frame_queries(queries)
     judged, qrels_hash, places = _frame_qrels(qrels)
     gold = _frame_answers(answers, all_queries) if answers is not None else {}
-    return assemble(Sources(name, f"frames:{name}", "queries DataFrame", "qrels DataFrame"), documents,
-                    Judged(all_queries, judged, queries_hash, qrels_hash, gold, metadata, places), check_documents=check_documents)
+    return assemble(
+        Sources(name, f"frames:{name}", "queries DataFrame", "qrels DataFrame"),
+        documents,
+        Judged(all_queries, judged, queries_hash, qrels_hash, gold, metadata, places),
+        check_documents=check_documents,
+    )
 
 
 def _columns(frame: Any, label: str, optional: tuple[str, ...] = ()) -> None:
     import pandas as pd
 
     if not isinstance(frame, pd.DataFrame):
-        raise TypeError(f"{label}: a pandas DataFrame with columns {', '.join(FRAME_COLUMNS[label])}, got {type(frame).__name__}")
+        raise TypeError(
+            f"{label}: a pandas DataFrame with columns {', '.join(FRAME_COLUMNS[label])}, got {type(frame).__name__}"
+        )
     absent = [c for c in FRAME_COLUMNS[label] if c not in frame.columns]
     if absent:
-        raise RagtrackError(f"{label} DataFrame: missing column{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
-                            f"(needs {', '.join(FRAME_COLUMNS[label])}{', optional ' + ', '.join(optional) if optional else ''})")
+        raise RagtrackError(
+            f"{label} DataFrame: missing column{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
+            f"(needs {', '.join(FRAME_COLUMNS[label])}{', optional ' + ', '.join(optional) if optional else ''})"
+        )
 
 
 def _absent(value: Any) -> bool:
@@ -314,7 +386,9 @@ def _absent(value: Any) -> bool:
 
 
 def _not_text(value: Any, where: str, column: str) -> RagtrackError:
-    return RagtrackError(f"{where}: {column} is {'missing' if _absent(value) else f'a {type(value).__name__} ({value!r}), not text'}")
+    return RagtrackError(
+        f"{where}: {column} is {'missing' if _absent(value) else f'a {type(value).__name__} ({value!r}), not text'}"
+    )
 
 
 def _frame_id(value: Any, where: str, column: str) -> str:
@@ -389,7 +463,9 @@ def grade_problem(grade: Any) -> str | None:
     if isinstance(grade, numbers.Integral) and not isinstance(grade, bool):
         return None
     whole = isinstance(grade, float) and grade.is_integer()
-    return f"grade {grade!r} is not an integer" + (" (a float column: .astype(int) makes its grades integers)" if whole else "")
+    return f"grade {grade!r} is not an integer" + (
+        " (a float column: .astype(int) makes its grades integers)" if whole else ""
+    )
 
 
 def _frame_answers(answers: pd.DataFrame, queries: dict[str, str]) -> dict[str, list[str]]:

@@ -5,12 +5,11 @@ run is cached by the chain key (corpus, index settings, queries, depth); a hit t
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from dataclasses import dataclass, field
-
 import logging
 import resource
+from abc import abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,9 +17,8 @@ from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus
 from ragtrack.core.progress import step
 from ragtrack.core.runs import Run
-from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, timed_search
-
 from ragtrack.core.settings import SystemSettings
+from ragtrack.core.stages import Stage, StageContext, StageOutput, cached_run, chain_key, timed_search
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +43,7 @@ class Retriever(Stage):
 
     ``approximate`` is true where search may miss documents an exhaustive search would return
     (e.g. an HNSW index); such a retriever reports how much it misses in ``search_checks``."""
+
     settings_schema = RetrieverSettings
 
     kind = "retriever"
@@ -81,14 +80,24 @@ class Retriever(Stage):
         def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
             with step(f"{self.name}: index", log):
                 self.ready(context.dataset.corpus, context.cache)
-            run, figures, seconds = timed_search(self.name, queries, lambda asked: self.search(asked, context.search_depth))
-            efficiency = {**self.search_checks(queries, run, context.search_depth), **figures, "index_seconds": self.stats.build_seconds,
-                          "index_bytes": self.stats.size_bytes, "index_from_cache": float(self.stats.from_cache), **self.stats.labels,
-                          "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            run, figures, seconds = timed_search(
+                self.name, queries, lambda asked: self.search(asked, context.search_depth)
+            )
+            efficiency = {
+                **self.search_checks(queries, run, context.search_depth),
+                **figures,
+                "index_seconds": self.stats.build_seconds,
+                "index_bytes": self.stats.size_bytes,
+                "index_from_cache": float(self.stats.from_cache),
+                **self.stats.labels,
+                "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            }
             return run, efficiency, dict.fromkeys(queries, seconds / max(len(queries), 1))
 
         passage_run, efficiency, latency_ms = cached_run(context, key, self.name, compute)
-        return StageOutput(context.judged(passage_run), passage_run, key, self, efficiency, latency_ms, self.approximate)
+        return StageOutput(
+            context.judged(passage_run), passage_run, key, self, efficiency, latency_ms, self.approximate
+        )
 
     @abstractmethod
     def index(self, corpus: Corpus, cache: Cache) -> None:
@@ -116,6 +125,6 @@ def top_documents(doc_ids: np.ndarray, scores: np.ndarray, k: int) -> dict[str, 
         above = np.flatnonzero(scores > kth)
         tied = np.flatnonzero(scores == kth)
         by_id = tied[np.argsort(doc_ids[tied])[::-1]]  # ids are unique strings: no ties left
-        keep = np.concatenate([above, by_id[:k - len(above)]])
+        keep = np.concatenate([above, by_id[: k - len(above)]])
         doc_ids, scores = doc_ids[keep], scores[keep]
     return dict(zip(doc_ids.tolist(), scores.astype(float).tolist()))

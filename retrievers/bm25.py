@@ -34,9 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from typing import Literal
 
-from pydantic import field_validator, model_validator
-
 import numpy as np
+from pydantic import field_validator, model_validator
 
 from ragtrack.core.cache import Cache, folder_size
 from ragtrack.core.data import Corpus
@@ -44,13 +43,19 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.processes import physical_cores
 from ragtrack.core.progress import bars_shown, track
 from ragtrack.core.runs import Run
+from ragtrack.core.settings import Count, Flag, Fraction, NonNegative, Positive, TokenizerSettings, validated
 from ragtrack.core.text import EncodedTexts, Tokenizer
 from ragtrack.core.words import counted
-from ragtrack.retrievers.base import Retriever, top_documents
-from ragtrack.retrievers.postings import PairCounts, PostingValue, by_document_frequency, load_rows, save_rows, term_rows
-from ragtrack.core.settings import Count, Flag, Fraction, NonNegative, Positive, TokenizerSettings, validated
 from ragtrack.retrievers import bm25_lucene as lucene_bm25
-from ragtrack.retrievers.base import RetrieverSettings
+from ragtrack.retrievers.base import Retriever, RetrieverSettings, top_documents
+from ragtrack.retrievers.postings import (
+    PairCounts,
+    PostingValue,
+    by_document_frequency,
+    load_rows,
+    save_rows,
+    term_rows,
+)
 
 log = logging.getLogger(__name__)  # bm25s, rank_bm25 and scipy load on first use: a cached run needs none of them
 
@@ -62,7 +67,9 @@ OWN_BUILD = {  # method -> idf(df, N); both use tfc = tf / (tf + k1 · (1 − b 
 }
 
 
-ANSERINI_ANALYZER = TokenizerSettings(analyzer="lucene", normalize="none", stopwords="lucene", stemmer="lucene")  # DefaultEnglishAnalyzer
+ANSERINI_ANALYZER = TokenizerSettings(
+    analyzer="lucene", normalize="none", stopwords="lucene", stemmer="lucene"
+)  # DefaultEnglishAnalyzer
 
 
 class BM25Settings(RetrieverSettings, extra="forbid"):
@@ -93,9 +100,13 @@ class BM25Settings(RetrieverSettings, extra="forbid"):
         if self.backend != "lucene" and self.fields is not None:
             raise ValueError(f"fields needs backend lucene (this retriever: backend {self.backend})")
         if self.backend != "bm25s" and self.method != "lucene":
-            raise ValueError(f"method {self.method} is a variant of the bm25s backend (this retriever: backend {self.backend})")
+            raise ValueError(
+                f"method {self.method} is a variant of the bm25s backend (this retriever: backend {self.backend})"
+            )
         if self.backend != "lucene" and self.threads is not None:
-            raise ValueError(f"threads needs backend lucene (this retriever: backend {self.backend}; the others search on one thread)")
+            raise ValueError(
+                f"threads needs backend lucene (this retriever: backend {self.backend}; the others search on one thread)"
+            )
         if self.fields is not None and not self.fields:
             raise ValueError("fields: name title, text or both (or null: one field of title and text)")
         return self
@@ -122,8 +133,13 @@ class BM25Retriever(Retriever):
         self._vocabulary: dict[str, int] = {}
 
     def index_settings(self) -> dict:
-        settings = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "backend": self.backend,
-                    "k1": self.k1, "b": self.b, "tokenizer": self.tokenizer.settings()}
+        settings = {
+            "class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "backend": self.backend,
+            "k1": self.k1,
+            "b": self.b,
+            "tokenizer": self.tokenizer.settings(),
+        }
         if self.backend == "bm25s":
             settings |= {"method": self.method, "bm25s": version("bm25s"), "format": INDEX_FORMAT}
         if self.backend == "lucene":
@@ -181,16 +197,24 @@ class BM25Retriever(Retriever):
         norms = self.k1 * ((1 - self.b) + self.b * lengths / lengths.mean()) if n_docs else lengths.astype(float)
         idf_of = OWN_BUILD[self.method]
         idf = by_document_frequency(counts.df, lambda df: idf_of(df, n_docs))
-        return lambda terms, tf, documents: (idf[terms].astype(np.float64) * (tf / (norms[documents] + tf))).astype(np.float32)
+        return lambda terms, tf, documents: (idf[terms].astype(np.float64) * (tf / (norms[documents] + tf))).astype(
+            np.float32
+        )
 
     def _bm25s_build(self, encoded: EncodedTexts, n_docs: int):
         import bm25s
 
         model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
         every_id = encoded.ids
-        ids = [every_id[start:end].tolist() for start, end in zip(encoded.offsets[:-1].tolist(), encoded.offsets[1:].tolist())]
-        model.index((ids, {term: i for i, term in enumerate(encoded.terms)}), show_progress=n_docs >= PROGRESS_FROM_DOCUMENTS and bars_shown(),
-                    leave_progress=False)
+        ids = [
+            every_id[start:end].tolist()
+            for start, end in zip(encoded.offsets[:-1].tolist(), encoded.offsets[1:].tolist())
+        ]
+        model.index(
+            (ids, {term: i for i, term in enumerate(encoded.terms)}),
+            show_progress=n_docs >= PROGRESS_FROM_DOCUMENTS and bars_shown(),
+            leave_progress=False,
+        )
         return model
 
     def _load(self, folder) -> None:
@@ -198,7 +222,9 @@ class BM25Retriever(Retriever):
 
         if self.backend == "lucene":
             boosts = self.fields or {"contents": 1.0}
-            self._fields = [lucene_bm25.load_field(folder / field, boosts[field], len(self._doc_ids)) for field in sorted(boosts)]
+            self._fields = [
+                lucene_bm25.load_field(folder / field, boosts[field], len(self._doc_ids)) for field in sorted(boosts)
+            ]
             ranks = np.load(folder / lucene_bm25.ID_RANKS, mmap_mode="r", allow_pickle=False)
             self._tie_keys = lucene_bm25.tie_keys(ranks)
             self._ids_by_rank = np.empty_like(self._doc_ids)
@@ -216,8 +242,10 @@ class BM25Retriever(Retriever):
             self._model = model
         else:
             matrix = model.scores
-            self._term_scores = sparse.csr_matrix((matrix["data"], matrix["indices"], matrix["indptr"]),
-                                                  shape=(len(matrix["indptr"]) - 1, matrix["num_docs"]))
+            self._term_scores = sparse.csr_matrix(
+                (matrix["data"], matrix["indices"], matrix["indptr"]),
+                shape=(len(matrix["indptr"]) - 1, matrix["num_docs"]),
+            )
             self._vocabulary = model.vocab_dict
 
     def search(self, queries: dict[str, str], depth: int) -> Run:
@@ -235,10 +263,13 @@ class BM25Retriever(Retriever):
         else:
             score_all = self._model.get_scores
         everything = np.arange(len(self._doc_ids))
-        return Run(self.name, {
-            qid: top_documents(self._doc_ids[everything], score_all(query), k)
-            for qid, query in zip(qids, track(tokens, f"{self.name}: search", "queries"))
-        })
+        return Run(
+            self.name,
+            {
+                qid: top_documents(self._doc_ids[everything], score_all(query), k)
+                for qid, query in zip(qids, track(tokens, f"{self.name}: search", "queries"))
+            },
+        )
 
     def _lucene_search(self, queries: dict[str, dict[str, float]], k: int) -> Run:
         """Top ``k`` per query of weighted terms with the lucene backend (ragtrack.retrievers.bm25_lucene):
@@ -249,7 +280,7 @@ class BM25Retriever(Retriever):
         threads = self.threads or physical_cores()
         batches = lucene_bm25.query_batches(self._fields, weights, threads)
         with ThreadPoolExecutor(min(threads, len(batches) or 1)) as pool:  # scipy and numpy let go of the GIL
-            tops = list(pool.map(lambda batch: self._lucene_top(weights[batch[0]:batch[1]], k), batches))
+            tops = list(pool.map(lambda batch: self._lucene_top(weights[batch[0] : batch[1]], k), batches))
         results = {}
         for (begin, _), (ids, values, ends) in zip(batches, tops):
             for qid, first, last in zip(qids[begin:], [0] + ends, ends):
@@ -279,10 +310,15 @@ class BM25Retriever(Retriever):
         sparse = [weights for weights, is_dense in zip(queries, dense) if not is_dense]
         found = iter(())
         if sparse:
-            ranks, values, lengths = lucene_bm25.ranked(lucene_bm25.document_scores(self._fields, sparse), self._tie_keys, k)
+            ranks, values, lengths = lucene_bm25.ranked(
+                lucene_bm25.document_scores(self._fields, sparse), self._tie_keys, k
+            )
             ends = np.cumsum(lengths)
             found = zip(np.split(ranks, ends[:-1]), np.split(values, ends[:-1]))
-        tops = [lucene_bm25.dense_top(self._fields, weights, self._tie_keys, k) if is_dense else next(found) for weights, is_dense in zip(queries, dense)]
+        tops = [
+            lucene_bm25.dense_top(self._fields, weights, self._tie_keys, k) if is_dense else next(found)
+            for weights, is_dense in zip(queries, dense)
+        ]
         lengths = np.fromiter((len(ranks) for ranks, _ in tops), dtype=np.int64, count=len(tops))
         if not tops:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32), lengths
@@ -296,12 +332,14 @@ class BM25Retriever(Retriever):
         results = []
         for start in range(0, len(tokens), batch):
             rows, columns = [], []
-            for row, query in enumerate(tokens[start:start + batch]):
+            for row, query in enumerate(tokens[start : start + batch]):
                 ids = [vocabulary[t] for t in query if t in vocabulary]
                 rows += [row] * len(ids)
                 columns += ids
-            counts = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, columns)),
-                                       shape=(min(batch, len(tokens) - start), self._term_scores.shape[0]))
+            counts = sparse.csr_matrix(
+                (np.ones(len(rows), dtype=np.float32), (rows, columns)),
+                shape=(min(batch, len(tokens) - start), self._term_scores.shape[0]),
+            )
             counts.sum_duplicates()  # canonical: each row's terms in id order, the order the product sums them in
             results += self._top_of_product(counts, k)
         return results
@@ -310,16 +348,20 @@ class BM25Retriever(Retriever):
         """Top ``k`` of ``queries · S`` per row of ``queries`` (a sparse queries × terms matrix), from
         each row's non-zero scores."""
         scores = (queries @ self._term_scores).tocsr()
-        return [top_documents(self._doc_ids[scores.indices[begin:end]], scores.data[begin:end], k)
-                for begin, end in zip(scores.indptr[:-1].tolist(), scores.indptr[1:].tolist())]
+        return [
+            top_documents(self._doc_ids[scores.indices[begin:end]], scores.data[begin:end], k)
+            for begin, end in zip(scores.indptr[:-1].tolist(), scores.indptr[1:].tolist())
+        ]
 
     def _weighted_index(self):
         """S, for searches with weighted terms (RM3); only the bm25s backend keeps it."""
         if self._model is None and self._term_scores is None:
             raise RuntimeError("index() must be called before search()")
         if self._term_scores is None:
-            raise RagtrackError(f"{self.name}: weighted-term search (RM3) needs backend bm25s with a method other than bm25l or bm25+ "
-                                f"(this index: backend {self.backend}, method {self.method})")
+            raise RagtrackError(
+                f"{self.name}: weighted-term search (RM3) needs backend bm25s with a method other than bm25l or bm25+ "
+                f"(this index: backend {self.backend}, method {self.method})"
+            )
         return self._term_scores
 
     def term_counts(self, texts: Iterable[str]) -> list[dict[str, int]]:
@@ -332,7 +374,9 @@ class BM25Retriever(Retriever):
         the index does not know. The lucene backend answers for one field only (not multifield)."""
         if self._fields:
             if len(self._fields) > 1:
-                raise RagtrackError(f"{self.name}: weighted-term search (RM3) needs one field (this index: fields {', '.join(sorted(self.fields))})")
+                raise RagtrackError(
+                    f"{self.name}: weighted-term search (RM3) needs one field (this index: fields {', '.join(sorted(self.fields))})"
+                )
             rows, vocabulary = self._fields[0].indptr, self._fields[0].vocabulary
         else:
             rows, vocabulary = self._weighted_index().indptr, self._vocabulary
@@ -351,14 +395,16 @@ class BM25Retriever(Retriever):
         qids, k, results = list(queries), min(depth, len(self._doc_ids)), []
         for start in range(0, len(qids), batch):
             rows, columns, weights = [], [], []
-            for row, qid in enumerate(qids[start:start + batch]):
+            for row, qid in enumerate(qids[start : start + batch]):
                 for term, weight in queries[qid].items():
                     if term in vocabulary:
                         rows.append(row)
                         columns.append(vocabulary[term])
                         weights.append(float(weight))
-            matrix = sparse.csr_matrix((np.array(weights, dtype=np.float64), (rows, columns)),
-                                       shape=(min(batch, len(qids) - start), index.shape[0]))
+            matrix = sparse.csr_matrix(
+                (np.array(weights, dtype=np.float64), (rows, columns)),
+                shape=(min(batch, len(qids) - start), index.shape[0]),
+            )
             matrix.sum_duplicates()  # canonical: each row's terms in id order, the order the product sums them in
             results += self._top_of_product(matrix, k)
         return Run(self.name, dict(zip(qids, results)))

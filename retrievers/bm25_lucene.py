@@ -33,7 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from ragtrack.core.text import EncodedTexts
-from ragtrack.retrievers.postings import PairCounts, PostingValue, by_document_frequency, load_rows, save_rows, term_rows
+from ragtrack.retrievers.postings import (
+    PairCounts,
+    PostingValue,
+    by_document_frequency,
+    load_rows,
+    save_rows,
+    term_rows,
+)
 
 F32 = np.float32
 INDEX_FORMAT = 3  # bump when the saved index changes for the same settings (3: boost-1 clause scores saved)
@@ -66,7 +73,9 @@ def int_to_byte4(values: np.ndarray) -> np.ndarray:
     return np.array([_int_to_byte4(value) for value in distinct.tolist()], dtype=np.uint8)[position]
 
 
-LENGTH_TABLE = np.array([_byte4_to_int(code) for code in range(256)], dtype=F32)  # BM25Similarity.LENGTH_TABLE: SmallFloat.byte4ToInt
+LENGTH_TABLE = np.array(
+    [_byte4_to_int(code) for code in range(256)], dtype=F32
+)  # BM25Similarity.LENGTH_TABLE: SmallFloat.byte4ToInt
 
 
 def norm_inverses(k1: float, b: float, avgdl: F32) -> np.ndarray:
@@ -112,15 +121,24 @@ class FieldIndex:
     def clause_postings(self, weights: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """One query's clauses in this field as (documents, clause scores) of all their postings, the
         clauses in the order :meth:`scores` sums them (boost 1 by term row, then the others in query order)."""
-        clauses = [(row, F32(weight) * F32(self.boost) if self.boost != 1.0 else F32(weight)) for term, weight in weights.items()
-                   if (row := self.vocabulary.get(term)) is not None]
+        clauses = [
+            (row, F32(weight) * F32(self.boost) if self.boost != 1.0 else F32(weight))
+            for term, weight in weights.items()
+            if (row := self.vocabulary.get(term)) is not None
+        ]
         unit = sorted({row for row, boost in clauses if boost == F32(1)})
         spans = [(int(self.indptr[row]), int(self.indptr[row + 1]), None) for row in unit]
-        spans += [(int(self.indptr[row]), int(self.indptr[row + 1]), boost * self.idf[row]) for row, boost in clauses if boost != F32(1)]
+        spans += [
+            (int(self.indptr[row]), int(self.indptr[row + 1]), boost * self.idf[row])
+            for row, boost in clauses
+            if boost != F32(1)
+        ]
         if not spans:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         documents = np.concatenate([self.indices[begin:end] for begin, end, _ in spans])
-        values = np.concatenate([self.unit.data[begin:end] if w is None else w - w / self.data[begin:end] for begin, end, w in spans])
+        values = np.concatenate(
+            [self.unit.data[begin:end] if w is None else w - w / self.data[begin:end] for begin, end, w in spans]
+        )
         return documents, values.astype(np.float64)
 
     def scores(self, queries: list[dict[str, float]]):
@@ -132,8 +150,12 @@ class FieldIndex:
         from scipy import sparse
 
         lengths = [len(weights) for weights in queries]
-        row = np.fromiter(map(self.vocabulary.get, chain.from_iterable(queries), repeat(-1)), dtype=np.int64, count=sum(lengths))
-        boost = np.fromiter(chain.from_iterable(weights.values() for weights in queries), dtype=np.float64, count=len(row)).astype(F32)
+        row = np.fromiter(
+            map(self.vocabulary.get, chain.from_iterable(queries), repeat(-1)), dtype=np.int64, count=sum(lengths)
+        )
+        boost = np.fromiter(
+            chain.from_iterable(weights.values() for weights in queries), dtype=np.float64, count=len(row)
+        ).astype(F32)
         known = row >= 0  # terms of the index
         number, row, boost = np.repeat(np.arange(len(queries)), lengths)[known], row[known], boost[known]
         if self.boost != 1.0:
@@ -143,7 +165,10 @@ class FieldIndex:
         clauses, columns = [self.unit[used]], np.empty(len(row), dtype=np.int64)
         columns[unit] = clause
         if not unit.all():
-            spans = [(self.indptr[term], self.indptr[term + 1], weight * self.idf[term]) for term, weight in zip(row[~unit], boost[~unit])]
+            spans = [
+                (self.indptr[term], self.indptr[term + 1], weight * self.idf[term])
+                for term, weight in zip(row[~unit], boost[~unit])
+            ]
             values = np.concatenate([w - w / self.data[begin:end] for begin, end, w in spans])
             indices = np.concatenate([self.indices[begin:end] for begin, end, _ in spans])
             indptr = np.concatenate([[0], np.cumsum([end - begin for begin, end, _ in spans])])
@@ -161,8 +186,12 @@ DENSE_POSTINGS = 1 << 16  # and at least this many (below, a batch's sparse prod
 
 def postings_read(fields: list[FieldIndex], weights: dict[str, float]) -> int:
     """The postings a query reads: the document frequencies of its terms in every field."""
-    return sum(int(field.indptr[row + 1] - field.indptr[row]) for field in fields for term in weights
-               if (row := field.vocabulary.get(term)) is not None)
+    return sum(
+        int(field.indptr[row + 1] - field.indptr[row])
+        for field in fields
+        for term in weights
+        if (row := field.vocabulary.get(term)) is not None
+    )
 
 
 def query_batches(fields: list[FieldIndex], queries: list[dict[str, float]], parts: int) -> list[tuple[int, int]]:
@@ -178,7 +207,9 @@ def query_batches(fields: list[FieldIndex], queries: list[dict[str, float]], par
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def dense_top(fields: list[FieldIndex], weights: dict[str, float], ties: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def dense_top(
+    fields: list[FieldIndex], weights: dict[str, float], ties: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ranked`'s answer for one query (id ranks and float32 scores of its top ``k``), from its
     scores summed on a dense array: the clause scores of each field added document by document in
     the order the sparse product adds them (boost-1 clauses by term row, then the others; scipy's
@@ -199,13 +230,19 @@ def dense_top(fields: list[FieldIndex], weights: dict[str, float], ties: np.ndar
     scores = total[0].astype(F32)
     block = max(1, n_docs // (2 * k)) if k else n_docs
     maxima = np.maximum.reduceat(scores, np.arange(0, n_docs, block)) if n_docs else scores
-    threshold = np.partition(maxima, len(maxima) - min(k, len(maxima)))[len(maxima) - min(k, len(maxima))] if k and len(maxima) else F32(np.inf)
+    threshold = (
+        np.partition(maxima, len(maxima) - min(k, len(maxima)))[len(maxima) - min(k, len(maxima))]
+        if k and len(maxima)
+        else F32(np.inf)
+    )
     candidates = np.flatnonzero((scores >= threshold) & (scores > 0))
     keys = scores[candidates].view(np.uint32).astype(np.uint64)
     keys <<= np.uint64(32)
     keys |= ties[candidates]
     top = np.sort(keys)[::-1][:k]
-    return (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64), (top >> np.uint64(32)).astype(np.uint32).view(F32)
+    return (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64), (top >> np.uint64(32)).astype(
+        np.uint32
+    ).view(F32)
 
 
 def term_idf(indptr: np.ndarray, doc_count: int) -> np.ndarray:
@@ -221,10 +258,14 @@ def save_unit_scores(path: Path, data: np.ndarray, indptr: np.ndarray, term_weig
     ``.npy`` file ``path`` a few whole term rows (about :data:`UNIT_STEP` postings) at a time, so the
     build never holds a second copy of the postings."""
     unit = np.lib.format.open_memmap(path, mode="w+", dtype=F32, shape=data.shape)
-    cuts = np.unique(np.concatenate([np.searchsorted(indptr, np.arange(0, len(data), UNIT_STEP), side="right") - 1, [len(indptr) - 1]]))
+    cuts = np.unique(
+        np.concatenate(
+            [np.searchsorted(indptr, np.arange(0, len(data), UNIT_STEP), side="right") - 1, [len(indptr) - 1]]
+        )
+    )
     for first, last in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         begin, end = int(indptr[first]), int(indptr[last])
-        weights = np.repeat(term_weights[first:last], np.diff(indptr[first:last + 1]))
+        weights = np.repeat(term_weights[first:last], np.diff(indptr[first : last + 1]))
         unit[begin:end] = weights - weights / data[begin:end]
     unit.flush()
     del unit
@@ -257,10 +298,23 @@ def load_field(folder: Path, boost: float, n_docs: int) -> FieldIndex:
     from scipy import sparse
 
     arrays, terms = load_rows(folder)
-    data, indices, indptr = (np.asarray(array) for array in arrays)  # still memory-mapped; slices as plain arrays (cheaper)
-    unit = sparse.csr_matrix((np.load(folder / UNIT_FILE, mmap_mode="r", allow_pickle=False), indices, indptr), shape=(len(terms), n_docs))
+    data, indices, indptr = (
+        np.asarray(array) for array in arrays
+    )  # still memory-mapped; slices as plain arrays (cheaper)
+    unit = sparse.csr_matrix(
+        (np.load(folder / UNIT_FILE, mmap_mode="r", allow_pickle=False), indices, indptr), shape=(len(terms), n_docs)
+    )
     doc_count = json.loads((folder / "stats.json").read_text())["documents"]
-    return FieldIndex(boost, {term: i for i, term in enumerate(terms)}, term_idf(indptr, doc_count), data, unit, indices, indptr, n_docs)
+    return FieldIndex(
+        boost,
+        {term: i for i, term in enumerate(terms)},
+        term_idf(indptr, doc_count),
+        data,
+        unit,
+        indices,
+        indptr,
+        n_docs,
+    )
 
 
 def document_scores(fields: list[FieldIndex], queries: list[dict[str, float]]):
@@ -312,7 +366,7 @@ def ranked(scores, ties: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
         row = keys[begin:end]
         if end - begin > k:
             row.partition(end - begin - k)  # in place: the keys are this call's own
-            row = row[end - begin - k:]
+            row = row[end - begin - k :]
         tops.append(np.sort(row)[::-1])
     lengths = np.fromiter(map(len, tops), dtype=np.int64, count=len(tops))
     top = np.concatenate(tops) if tops else np.empty(0, dtype=np.uint64)

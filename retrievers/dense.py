@@ -38,7 +38,6 @@ build is most of the job and grows faster than the corpus (docs/scale.md).
 
 from __future__ import annotations
 
-from typing import Any, Literal
 import json
 import logging
 import os
@@ -47,9 +46,11 @@ import uuid
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 from filelock import FileLock
+from pydantic import Field
 
 from ragtrack.core.cache import Cache, cache_key, folder_size, inside
 from ragtrack.core.data import Corpus
@@ -57,13 +58,10 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.processes import process_alive, process_tag
 from ragtrack.core.progress import Progress
 from ragtrack.core.runs import Run
-from ragtrack.core.words import counted
-from ragtrack.retrievers.base import Retriever, top_documents
-from ragtrack.retrievers.encoders import Encoder
-from pydantic import Field
-
 from ragtrack.core.settings import Count, EnvName, Flag, Port, Section, Text, validated
-from ragtrack.retrievers.base import RetrieverSettings
+from ragtrack.core.words import counted
+from ragtrack.retrievers.base import Retriever, RetrieverSettings, top_documents
+from ragtrack.retrievers.encoders import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +70,9 @@ EMBEDDINGS = "embeddings.npy"
 ENCODED_BY = "encoded_by.json"
 COMPLETE = "ragtrack.complete"
 BUILDER = "ragtrack.process"
-UNIT_ROUNDOFF = 2.0 ** -24  # float32
+UNIT_ROUNDOFF = 2.0**-24  # float32
 ROWS_PER_BLOCK = 65_536  # vectors read, normalized and scored per numpy call, at most
-SCORES_PER_BLOCK = 2 ** 24  # BLAS scores held at once (64 MB): rows per block = this / queries per pass
+SCORES_PER_BLOCK = 2**24  # BLAS scores held at once (64 MB): rows per block = this / queries per pass
 QUERIES_PER_PASS = 4_096  # queries scored in one pass over the vectors
 ENCODE_BLOCK = 65_536  # texts encoded per call while the embeddings file is written (100 MB of 384-d rows)
 POOL_FACTOR = 4  # a query's candidates are cut back to the margin of its k-th best past this many times k
@@ -94,7 +92,7 @@ def norms(vectors: np.ndarray) -> np.ndarray:
 def normalized(vectors: np.ndarray) -> np.ndarray:
     """``vectors`` (float32, changed in place) divided by their L2 norms; zero vectors stay zero."""
     for start in range(0, len(vectors), ROWS_PER_BLOCK):
-        block = vectors[start:start + ROWS_PER_BLOCK]
+        block = vectors[start : start + ROWS_PER_BLOCK]
         lengths = norms(block)
         np.divide(block, lengths, out=block, where=lengths > 0)
     return vectors
@@ -105,7 +103,7 @@ def row_blocks(path: Path, rows: int) -> Iterator[np.ndarray]:
     are needed (the whole array is never in memory)."""
     vectors = np.load(path, mmap_mode="r", allow_pickle=False)
     for start in range(0, len(vectors), rows):
-        yield np.array(vectors[start:start + rows])
+        yield np.array(vectors[start : start + rows])
 
 
 def save_rows(path: Path, rows: int, blocks: Iterator[np.ndarray]) -> None:
@@ -114,8 +112,10 @@ def save_rows(path: Path, rows: int, blocks: Iterator[np.ndarray]) -> None:
     block, written = next(blocks), 0
     dtype = block.dtype
     with open(path, "wb") as file:
-        np.lib.format.write_array_header_1_0(file, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-                                                    "shape": (rows, *block.shape[1:])})
+        np.lib.format.write_array_header_1_0(
+            file,
+            {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (rows, *block.shape[1:])},
+        )
         while block is not None:
             file.write(np.ascontiguousarray(block, dtype=dtype).data)
             written, block = written + len(block), None  # let go before the next block is made
@@ -172,8 +172,10 @@ class ExactIndex:
 
     def __init__(self, vectors: np.ndarray, doc_ids: np.ndarray, rows: int = ROWS_PER_BLOCK):
         self.vectors, self.doc_ids, self.rows = vectors, doc_ids, rows
-        self.norms = np.concatenate([norms(np.asarray(vectors[start:start + rows])) for start in range(0, len(vectors), rows)]
-                                    or [np.zeros((0, 1), dtype=np.float32)])
+        self.norms = np.concatenate(
+            [norms(np.asarray(vectors[start : start + rows])) for start in range(0, len(vectors), rows)]
+            or [np.zeros((0, 1), dtype=np.float32)]
+        )
         dimension = vectors.shape[1] + 1
         self.margin = 2 * (2 * dimension * UNIT_ROUNDOFF / (1 - dimension * UNIT_ROUNDOFF) * 1.01)
 
@@ -185,9 +187,11 @@ class ExactIndex:
             return [{} for _ in queries]
         results = []
         for start in range(0, len(queries), QUERIES_PER_PASS):
-            batch = queries[start:start + QUERIES_PER_PASS]
+            batch = queries[start : start + QUERIES_PER_PASS]
             for query, candidates in zip(batch, self._candidates(batch, k)):
-                results.append(top_documents(self.doc_ids[candidates], (self._unit_rows(candidates) * query).sum(axis=1), k))
+                results.append(
+                    top_documents(self.doc_ids[candidates], (self._unit_rows(candidates) * query).sum(axis=1), k)
+                )
         return results
 
     def estimates(self, queries: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -201,12 +205,12 @@ class ExactIndex:
         scores = np.empty((len(queries), rows), dtype=np.float32)
         unit = np.empty((rows, self.vectors.shape[1]), dtype=np.float32) if normalize else None
         for first in range(0, len(self.vectors), rows):
-            block, lengths = self.vectors[first:first + rows], self.norms[first:first + rows]
-            estimates = scores[:, :len(block)]
+            block, lengths = self.vectors[first : first + rows], self.norms[first : first + rows]
+            estimates = scores[:, : len(block)]
             if normalize:  # the bits of _unit_rows
-                np.copyto(unit[:len(block)], block)
-                np.divide(unit[:len(block)], lengths, out=unit[:len(block)], where=lengths > 0)
-                np.matmul(queries, unit[:len(block)].T, out=estimates)
+                np.copyto(unit[: len(block)], block)
+                np.divide(unit[: len(block)], lengths, out=unit[: len(block)], where=lengths > 0)
+                np.matmul(queries, unit[: len(block)].T, out=estimates)
             else:
                 np.matmul(queries, np.asarray(block).T, out=estimates)
                 np.divide(estimates, lengths[:, 0], out=estimates, where=lengths[:, 0] > 0)
@@ -226,7 +230,9 @@ class ExactIndex:
             scores = estimates[numbers, columns]
             for number in np.flatnonzero(np.diff(bounds)):
                 start, end = bounds[number], bounds[number + 1]
-                floors[number] = pools[number].add(scores[start:end], columns[start:end] + first, k, self.margin, floors[number])
+                floors[number] = pools[number].add(
+                    scores[start:end], columns[start:end] + first, k, self.margin, floors[number]
+                )
         return [pool.positions(k, self.margin) for pool in pools]
 
     def _unit_rows(self, positions: np.ndarray | slice) -> np.ndarray:
@@ -278,7 +284,9 @@ class DenseRetriever(Retriever):
         super().__init__(name)
         settings = validated(self.settings_schema, {"encoder": encoder, **values}, f"dense retriever {name!r}")
         if not isinstance(settings.encoder, Encoder):
-            raise RagtrackError(f"dense retriever {name!r}: 'encoder' must construct a ragtrack.retrievers.encoders.Encoder")
+            raise RagtrackError(
+                f"dense retriever {name!r}: 'encoder' must construct a ragtrack.retrievers.encoders.Encoder"
+            )
         self.encoder = settings.encoder
         self.search_mode = settings.search
         self.approximate = settings.search == "approximate"
@@ -298,8 +306,11 @@ class DenseRetriever(Retriever):
 
     def _collection_settings(self) -> dict:
         """What changes the Chroma collection (its cache key; exact and approximate search share it)."""
-        return {"class": f"{type(self).__module__}.{type(self).__qualname__}", "encoder": self.encoder.fingerprint(),
-                "hnsw": dict(self.chroma["hnsw"])}
+        return {
+            "class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "encoder": self.encoder.fingerprint(),
+            "hnsw": dict(self.chroma["hnsw"]),
+        }
 
     def _embeddings(self, corpus: Corpus, cache: Cache) -> tuple[Path, dict]:
         parts = {"corpus": corpus.hash, "encoder": self.encoder.fingerprint(), "text": "title + ' ' + text"}
@@ -317,7 +328,7 @@ class DenseRetriever(Retriever):
         size = max(len(texts), 1) if self.encoder.distributed == "ray" else ENCODE_BLOCK
         with Progress(f"{self.name}: encode", len(texts), "texts") as progress:
             for start in range(0, max(len(texts), 1), size):
-                block = texts[start:start + size]
+                block = texts[start : start + size]
                 yield self.encoder.encode(block, kind="document")
                 progress.update(len(block))
 
@@ -333,13 +344,16 @@ class DenseRetriever(Retriever):
             batch = client.get_max_batch_size()  # batch size hardly matters (docs/scale.md): the fewest calls
             with Progress(f"{self.name}: chroma add", len(corpus), "documents") as progress:
                 for start, vectors in zip(range(0, len(corpus), batch), row_blocks(self._embeddings_file, batch)):
-                    ids = corpus.ids[start:start + batch]
+                    ids = corpus.ids[start : start + batch]
                     collection.add(ids=ids, embeddings=vectors)
                     progress.update(len(ids))
 
         self.stats.size_bytes = folder_size(embeddings_folder)
         encoded_by = embeddings_folder / ENCODED_BY  # absent from entries built before it was recorded
-        self.stats.labels = {f"encoded_by.{key}": value for key, value in (json.loads(encoded_by.read_text()) if encoded_by.exists() else {}).items()}
+        self.stats.labels = {
+            f"encoded_by.{key}": value
+            for key, value in (json.loads(encoded_by.read_text()) if encoded_by.exists() else {}).items()
+        }
         if self.builds_collection and self.chroma["mode"] == "http":
             self._client = self._http_client()
             name = f"ragtrack-{cache_key('chroma', parts)}"
@@ -349,7 +363,9 @@ class DenseRetriever(Retriever):
         elif self.builds_collection:
             build, label = partial(self._build_folder, fill=fill), f"{self.name} chroma"
             if self.approximate:  # Chroma rewrites the folder's files when it opens it: under the entry's lock
-                self._client, self._collection, size = cache.opened("chroma", parts, build, self._open_folder, label=label)
+                self._client, self._collection, size = cache.opened(
+                    "chroma", parts, build, self._open_folder, label=label
+                )
             else:  # exact search never opens it
                 size = folder_size(cache.entry("chroma", parts, build, label=label))
             self.stats.size_bytes += size
@@ -382,7 +398,10 @@ class DenseRetriever(Retriever):
 
         client = chromadb.PersistentClient(path=str(folder), settings=_chroma_settings())
         try:
-            fill(client.create_collection(COLLECTION, embedding_function=None, configuration=self._configuration()), client)
+            fill(
+                client.create_collection(COLLECTION, embedding_function=None, configuration=self._configuration()),
+                client,
+            )
         finally:
             client.close()
 
@@ -400,11 +419,18 @@ class DenseRetriever(Retriever):
         import chromadb
 
         try:
-            client = chromadb.HttpClient(host=self.chroma["host"], port=int(self.chroma["port"]), ssl=bool(self.chroma["ssl"]),
-                                         headers=headers, settings=_chroma_settings())
+            client = chromadb.HttpClient(
+                host=self.chroma["host"],
+                port=int(self.chroma["port"]),
+                ssl=bool(self.chroma["ssl"]),
+                headers=headers,
+                settings=_chroma_settings(),
+            )
             client.heartbeat()
         except Exception as exc:
-            raise RagtrackError(f"cannot reach the Chroma server at {address}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            raise RagtrackError(
+                f"cannot reach the Chroma server at {address}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from None
         return client
 
     def _complete_collection(self, name: str, count: int):
@@ -434,8 +460,12 @@ class DenseRetriever(Retriever):
                 return found, False
             self._drop_untrusted(name)
             tag = process_tag()
-            scratch = self._client.create_collection(f"{name}-tmp-{uuid.uuid4().hex[:8]}", embedding_function=None,
-                                                     configuration=self._configuration(), metadata={BUILDER: tag})
+            scratch = self._client.create_collection(
+                f"{name}-tmp-{uuid.uuid4().hex[:8]}",
+                embedding_function=None,
+                configuration=self._configuration(),
+                metadata={BUILDER: tag},
+            )
             try:
                 fill(scratch, self._client)
                 scratch.modify(metadata={BUILDER: tag, COMPLETE: True})
@@ -473,8 +503,10 @@ class DenseRetriever(Retriever):
         scores: dict[str, dict[str, float]] = {}
         batch = 256
         for start in range(0, len(qids), batch):
-            result = self._collection.query(query_embeddings=vectors[start:start + batch], n_results=n_results, include=["distances"])
-            for qid, ids, distances in zip(qids[start:start + batch], result["ids"], result["distances"]):
+            result = self._collection.query(
+                query_embeddings=vectors[start : start + batch], n_results=n_results, include=["distances"]
+            )
+            for qid, ids, distances in zip(qids[start : start + batch], result["ids"], result["distances"]):
                 # distances are float32; a server sends them as JSON decimals, which np.float32 restores exactly
                 scores[qid] = {doc_id: 1.0 - float(np.float32(d)) for doc_id, d in zip(ids, distances)}
         return Run(self.name, scores)
@@ -487,7 +519,9 @@ class DenseRetriever(Retriever):
         exact = self._exact_index()
         qids = list(queries)
         found = exact.search(self.encoder.encode([queries[q] for q in qids], kind="query"), min(depth, self._count))
-        recalls = [len(run.scores.get(qid, {}).keys() & best.keys()) / len(best) for qid, best in zip(qids, found) if best]
+        recalls = [
+            len(run.scores.get(qid, {}).keys() & best.keys()) / len(best) for qid, best in zip(qids, found) if best
+        ]
         return {"approximate_recall": float(np.mean(recalls)) if recalls else 1.0}
 
     def close(self) -> None:

@@ -46,21 +46,42 @@ def encode_on_ray(encoder, texts: list[str], kind: str, progress: Progress, acto
         import pyarrow as pa
         import ray
     except ImportError as exc:
-        raise RagtrackError(f"encoder.distributed=ray needs Ray: pip install 'ragtrack[scale]' ({exc.name} is missing)") from None
+        raise RagtrackError(
+            f"encoder.distributed=ray needs Ray: pip install 'ragtrack[scale]' ({exc.name} is missing)"
+        ) from None
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, configure_logging=False,
-                 **({} if address else {"include_dashboard": False}))
+        ray.init(
+            address=address,
+            ignore_reinit_error=True,
+            log_to_driver=False,
+            configure_logging=False,
+            **({} if address else {"include_dashboard": False}),
+        )
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data's progress lines: ragtrack logs its own
     pool = actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
     local = copy.copy(encoder)
     local.distributed = "none"
-    blocks = [pa.table({"row": np.arange(start, min(start + ROWS_PER_BLOCK, len(texts))), "text": texts[start:start + ROWS_PER_BLOCK]})
-              for start in range(0, len(texts), ROWS_PER_BLOCK)]
+    blocks = [
+        pa.table(
+            {
+                "row": np.arange(start, min(start + ROWS_PER_BLOCK, len(texts))),
+                "text": texts[start : start + ROWS_PER_BLOCK],
+            }
+        )
+        for start in range(0, len(texts), ROWS_PER_BLOCK)
+    ]
     log.info("encoding %d texts on Ray with %d actors (%d blocks)", len(texts), pool, len(blocks))
     dataset = ray.data.from_arrow(blocks).map_batches(
-        _EncodeBlock, fn_constructor_args=(local, kind), batch_size=ROWS_PER_BLOCK, batch_format="numpy",
-        concurrency=pool, num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)
+        _EncodeBlock,
+        fn_constructor_args=(local, kind),
+        batch_size=ROWS_PER_BLOCK,
+        batch_format="numpy",
+        concurrency=pool,
+        num_cpus=1,
+        max_restarts=RETRIES,
+        max_task_retries=RETRIES,
+    )
     vectors, filled = None, np.zeros(len(texts), dtype=bool)
     for batch in dataset.iter_batches(batch_format="numpy", batch_size=None):
         if vectors is None:

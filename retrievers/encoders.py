@@ -19,7 +19,6 @@ says which device, backend and precision encode; the dense retriever records it 
 
 from __future__ import annotations
 
-from typing import Literal
 import inspect
 import json
 import logging
@@ -30,17 +29,17 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
-
 from pydantic import Field
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_loading, resolve_model
 from ragtrack.core.processes import physical_cores
 from ragtrack.core.progress import Progress
-from ragtrack.core.text import Tokenizer
 from ragtrack.core.settings import Count, NameOrPath, Open, Text
+from ragtrack.core.text import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +97,7 @@ class Encoder(ABC):
     changes the embeddings beyond float rounding, so neither is part of the fingerprint (the cache key);
     the precision of the weights is.
     """
+
     settings_schema = EncoderSettings
 
     calls = 0  # texts encoded by this process, for tests that prove caching
@@ -105,7 +105,9 @@ class Encoder(ABC):
 
     def __init__(self, device: str = "auto", distributed: str = "none", actors: int | None = None):
         if distributed not in DISTRIBUTED:
-            raise RagtrackError(f"encoder.distributed {distributed!r} is not supported; use one of: {', '.join(DISTRIBUTED)}")
+            raise RagtrackError(
+                f"encoder.distributed {distributed!r} is not supported; use one of: {', '.join(DISTRIBUTED)}"
+            )
         self.device, self.distributed, self.actors = device, distributed, actors
 
     def __getstate__(self) -> dict:
@@ -173,31 +175,58 @@ class TransformerEncoder(Encoder):
     precisions: tuple[str, ...] = ("fp32", *HALF)
     cpu_batch = 64  # texts per batch on a CPU where ``batch_size`` is null
 
-    def __init__(self, model: str = "all-MiniLM-L6-v2", batch_size: int | None = None, max_seq_length: int | None = None,
-                 query_prefix: str = "", document_prefix: str = "", threads: int | None = None, precision: str = "fp32",
-                 **options):
+    def __init__(
+        self,
+        model: str = "all-MiniLM-L6-v2",
+        batch_size: int | None = None,
+        max_seq_length: int | None = None,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        threads: int | None = None,
+        precision: str = "fp32",
+        **options,
+    ):
         super().__init__(**options)
-        self.model_name, self.batch_size, self.max_seq_length, self.precision = model, batch_size, max_seq_length, precision
+        self.model_name, self.batch_size, self.max_seq_length, self.precision = (
+            model,
+            batch_size,
+            max_seq_length,
+            precision,
+        )
         self.query_prefix, self.document_prefix, self.threads = query_prefix, document_prefix, threads
         if precision not in self.precisions:
-            raise RagtrackError(f"unknown {self.backend.upper()} precision {precision!r}; known: {', '.join(self.precisions)}")
+            raise RagtrackError(
+                f"unknown {self.backend.upper()} precision {precision!r}; known: {', '.join(self.precisions)}"
+            )
         self._location = resolve_model(model)
 
     def fingerprint(self) -> dict:
-        return {"encoder": "sentence-transformers", "backend": f"{self.backend}-{self.precision}", "model": self.model_name,
-                "weights": model_fingerprint(str(self._location)), "max_seq_length": self.max_seq_length,
-                "query_prefix": self.query_prefix, "document_prefix": self.document_prefix}
+        return {
+            "encoder": "sentence-transformers",
+            "backend": f"{self.backend}-{self.precision}",
+            "model": self.model_name,
+            "weights": model_fingerprint(str(self._location)),
+            "max_seq_length": self.max_seq_length,
+            "query_prefix": self.query_prefix,
+            "document_prefix": self.document_prefix,
+        }
 
     def problems(self) -> dict[str, str]:
         reason = missing_model(str(self._location))
-        return {"model": f"{self.model_name!r} is not allowed: {reason}; offline, give the path of a local model folder"} if reason else {}
+        return (
+            {"model": f"{self.model_name!r} is not allowed: {reason}; offline, give the path of a local model folder"}
+            if reason
+            else {}
+        )
 
     def _torch_device(self) -> str:
         """The torch device to encode on; fp16 on anything but a GPU fails in one line."""
         device = torch_device(self.device)
         if self.precision in HALF and self.precision not in CPU_HALF and not device.startswith("cuda"):
             cpu = " or ".join(p for p in self.precisions if p not in HALF or p in CPU_HALF)
-            raise RagtrackError(f"encoder.precision={self.precision} runs on a GPU only, and this run's device is {device}; use {cpu}")
+            raise RagtrackError(
+                f"encoder.precision={self.precision} runs on a GPU only, and this run's device is {device}; use {cpu}"
+            )
         return device
 
 
@@ -240,7 +269,9 @@ class SentenceTransformerEncoder(TransformerEncoder):
             try:
                 self._model = SentenceTransformer(self._location, device=device)
             except Exception as exc:
-                raise RagtrackError(f"cannot load sentence-transformers model {self.model_name!r}: {str(exc).splitlines()[0]}") from None
+                raise RagtrackError(
+                    f"cannot load sentence-transformers model {self.model_name!r}: {str(exc).splitlines()[0]}"
+                ) from None
             if self.max_seq_length:
                 self._model.max_seq_length = self.max_seq_length
             if self.precision in HALF:
@@ -283,8 +314,11 @@ class SentenceTransformerEncoder(TransformerEncoder):
 
         half = torch.autocast(model.device.type, dtype=self._half(), enabled=self.precision in HALF)
         with ThreadPoolExecutor(1) as tokenizer, torch.inference_mode(), half:
+
             def tokenized(start: int) -> Future:
-                return queued.pop((start, size), None) or tokenizer.submit(model.preprocess, [inputs[r] for r in order[start:start + size]])
+                return queued.pop((start, size), None) or tokenizer.submit(
+                    model.preprocess, [inputs[r] for r in order[start : start + size]]
+                )
 
             start, launched = 0, None
             while start < len(inputs):
@@ -295,7 +329,9 @@ class SentenceTransformerEncoder(TransformerEncoder):
                     embeddings = model(batch_to_device(batch.result(), model.device))["sentence_embedding"].float()
                 except torch.OutOfMemoryError:
                     if size == 1:
-                        raise RagtrackError(f"{self.model_name}: out of memory on {model.device} even one text at a time") from None
+                        raise RagtrackError(
+                            f"{self.model_name}: out of memory on {model.device} even one text at a time"
+                        ) from None
                     size //= 2
                     queued.clear()
                     torch.cuda.empty_cache()
@@ -303,7 +339,7 @@ class SentenceTransformerEncoder(TransformerEncoder):
                     continue
                 if launched is not None:
                     keep(*launched)
-                launched = (order[start:start + size], embeddings)
+                launched = (order[start : start + size], embeddings)
                 start += size
             if launched is not None:
                 keep(*launched)
@@ -328,7 +364,9 @@ def _export_onnx(location: str, folder: Path) -> None:
     quiet_model_loading()
     model = AutoModel.from_pretrained(location, attn_implementation="eager")
     model.train(False)  # inference mode (no dropout)
-    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in inspect.signature(model.forward).parameters]
+    names = [
+        n for n in ("input_ids", "attention_mask", "token_type_ids") if n in inspect.signature(model.forward).parameters
+    ]
 
     class LastHiddenState(torch.nn.Module):
         def __init__(self):
@@ -341,9 +379,16 @@ def _export_onnx(location: str, folder: Path) -> None:
     example = tuple(torch.ones((2, 8), dtype=torch.int64) for _ in names)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer notes about shape arithmetic: the mask is an input, verified in tests
-        torch.onnx.export(LastHiddenState(), example, str(folder / "model.onnx"), input_names=names,
-                          output_names=["last_hidden_state"], opset_version=ONNX_OPSET, dynamo=False,
-                          dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]})
+        torch.onnx.export(
+            LastHiddenState(),
+            example,
+            str(folder / "model.onnx"),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            opset_version=ONNX_OPSET,
+            dynamo=False,
+            dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]},
+        )
 
 
 def _fuse_bert(source: Path, folder: Path, config: dict) -> None:
@@ -353,8 +398,13 @@ def _fuse_bert(source: Path, folder: Path, config: dict) -> None:
     ``BiasGelu``. The weights stay fp32, so embeddings change by float rounding only."""
     from onnxruntime.transformers.optimizer import optimize_model
 
-    fused = optimize_model(str(source / "model.onnx"), model_type="bert", num_heads=config["num_attention_heads"],
-                           hidden_size=config["hidden_size"], opt_level=0)
+    fused = optimize_model(
+        str(source / "model.onnx"),
+        model_type="bert",
+        num_heads=config["num_attention_heads"],
+        hidden_size=config["hidden_size"],
+        opt_level=0,
+    )
     fused.save_model_to_file(str(folder / "model.onnx"))
 
 
@@ -381,6 +431,7 @@ class OnnxEncoder(TransformerEncoder):
     On a GPU (``device`` auto where torch sees one, or cuda) without ONNX Runtime's CUDA provider,
     and for fp16 and bf16, the same weights run on PyTorch (:class:`SentenceTransformerEncoder`).
     """
+
     settings_schema = OnnxEncoderSettings
     backend = "onnx"
     precisions = ("fp32", "int8", *HALF)
@@ -392,9 +443,13 @@ class OnnxEncoder(TransformerEncoder):
         super().__init__(*args, **options)
         self._location = Path(self._location)
         if not (self._location / "tokenizer.json").is_file():
-            raise RagtrackError(f"ONNX encoder needs a local sentence-transformers folder with tokenizer.json; {self.model_name!r} is not one")
+            raise RagtrackError(
+                f"ONNX encoder needs a local sentence-transformers folder with tokenizer.json; {self.model_name!r} is not one"
+            )
         self._check_pipeline()
-        self.max_seq_length = self.max_seq_length or _read_json(self._location / "sentence_bert_config.json").get("max_seq_length", 512)
+        self.max_seq_length = self.max_seq_length or _read_json(self._location / "sentence_bert_config.json").get(
+            "max_seq_length", 512
+        )
         self._model_file: Path | None = None
         self._session = self._tokenizer = self._choice = self._torch = None
 
@@ -404,8 +459,14 @@ class OnnxEncoder(TransformerEncoder):
         pooling = next((m for m in modules if m["type"].endswith("Pooling")), None)
         config = _read_json(self._location / pooling["path"] / "config.json") if pooling else {}
         modes = sorted(k for k, v in config.items() if k.startswith("pooling_mode") and v)
-        if types[:2] != ["Transformer", "Pooling"] or set(types[2:]) - {"Normalize"} or modes != ["pooling_mode_mean_tokens"]:
-            raise RagtrackError(f"ONNX encoder supports Transformer + mean Pooling (+ Normalize) models; {self.model_name!r} has {types} {modes}")
+        if (
+            types[:2] != ["Transformer", "Pooling"]
+            or set(types[2:]) - {"Normalize"}
+            or modes != ["pooling_mode_mean_tokens"]
+        ):
+            raise RagtrackError(
+                f"ONNX encoder supports Transformer + mean Pooling (+ Normalize) models; {self.model_name!r} has {types} {modes}"
+            )
 
     def runtime(self) -> dict[str, str]:
         """Chosen once per process: ``int8`` on the CPU; else the torch device (:func:`torch_device`),
@@ -417,29 +478,57 @@ class OnnxEncoder(TransformerEncoder):
             providers = onnxruntime.get_available_providers()
             if self.precision == "int8":
                 if self.device.startswith("cuda"):
-                    raise RagtrackError(f"encoder.precision=int8 runs on the CPU only (ONNX Runtime's int8 kernels); use device=cpu or auto, not {self.device}")
+                    raise RagtrackError(
+                        f"encoder.precision=int8 runs on the CPU only (ONNX Runtime's int8 kernels); use device=cpu or auto, not {self.device}"
+                    )
                 self._choice = {"device": "cpu", "backend": "onnxruntime"}
             else:
                 device = self._torch_device()
                 on_onnx = self.precision == "fp32" and (device == "cpu" or "CUDAExecutionProvider" in providers)
                 self._choice = {"device": device, "backend": "onnxruntime" if on_onnx else "torch"}
                 if not on_onnx:
-                    reason = f"onnxruntime has no GPU provider here ({', '.join(providers)})" if self.precision == "fp32" else \
-                        f"{self.precision} runs on PyTorch"
-                    log.info("%s: %s; encoding on %s with PyTorch (sentence-transformers), same weights, %s",
-                             self.model_name, reason, device, self.precision)
+                    reason = (
+                        f"onnxruntime has no GPU provider here ({', '.join(providers)})"
+                        if self.precision == "fp32"
+                        else f"{self.precision} runs on PyTorch"
+                    )
+                    log.info(
+                        "%s: %s; encoding on %s with PyTorch (sentence-transformers), same weights, %s",
+                        self.model_name,
+                        reason,
+                        device,
+                        self.precision,
+                    )
         return {**self._choice, "precision": self.precision}
 
     def prepare(self, cache) -> None:
-        parts = {"weights": model_fingerprint(str(self._location)), "opset": ONNX_OPSET, "torch": version("torch"), "transformers": version("transformers")}
-        folder = export = cache.entry("onnx", {**parts, "precision": "fp32"}, lambda f: _export_onnx(str(self._location), f), label=f"{self.model_name} onnx export")
+        parts = {
+            "weights": model_fingerprint(str(self._location)),
+            "opset": ONNX_OPSET,
+            "torch": version("torch"),
+            "transformers": version("transformers"),
+        }
+        folder = export = cache.entry(
+            "onnx",
+            {**parts, "precision": "fp32"},
+            lambda f: _export_onnx(str(self._location), f),
+            label=f"{self.model_name} onnx export",
+        )
         config = _read_json(self._location / "config.json")
         if config.get("model_type") in FUSED_MODEL_TYPES:
-            folder = cache.entry("onnx", {**parts, "precision": "fp32", "fusion": config["model_type"], "onnxruntime": version("onnxruntime")},
-                                 lambda f: _fuse_bert(export, f, config), label=f"{self.model_name} onnx fusion")
+            folder = cache.entry(
+                "onnx",
+                {**parts, "precision": "fp32", "fusion": config["model_type"], "onnxruntime": version("onnxruntime")},
+                lambda f: _fuse_bert(export, f, config),
+                label=f"{self.model_name} onnx fusion",
+            )
         if self.precision == "int8":
-            folder = cache.entry("onnx", {**parts, "precision": "int8", "onnxruntime": version("onnxruntime")},
-                                 lambda f: _quantize_int8(export, f), label=f"{self.model_name} onnx int8")
+            folder = cache.entry(
+                "onnx",
+                {**parts, "precision": "int8", "onnxruntime": version("onnxruntime")},
+                lambda f: _quantize_int8(export, f),
+                label=f"{self.model_name} onnx int8",
+            )
         self._model_file = folder / "model.onnx"
 
     def _load(self):
@@ -454,7 +543,11 @@ class OnnxEncoder(TransformerEncoder):
             options.inter_op_num_threads = 1
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
             device = self.runtime()["device"]
-            gpu = [("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)})] if device != "cpu" else []
+            gpu = (
+                [("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)})]
+                if device != "cpu"
+                else []
+            )
             providers = [*gpu, "CPUExecutionProvider"]
             self._session = onnxruntime.InferenceSession(str(self._model_file), options, providers=providers)
             self._tokenizer = HFTokenizer.from_file(str(self._location / "tokenizer.json"))
@@ -465,9 +558,16 @@ class OnnxEncoder(TransformerEncoder):
     def _on_torch(self) -> SentenceTransformerEncoder | None:
         """The PyTorch encoder of the same weights where :meth:`runtime` chose it."""
         if self._torch is None and self.runtime()["backend"] == "torch":
-            self._torch = SentenceTransformerEncoder(model=self.model_name, batch_size=self.batch_size, max_seq_length=self.max_seq_length,
-                                                     query_prefix=self.query_prefix, document_prefix=self.document_prefix,
-                                                     threads=self.threads, precision=self.precision, device=self.runtime()["device"])
+            self._torch = SentenceTransformerEncoder(
+                model=self.model_name,
+                batch_size=self.batch_size,
+                max_seq_length=self.max_seq_length,
+                query_prefix=self.query_prefix,
+                document_prefix=self.document_prefix,
+                threads=self.threads,
+                precision=self.precision,
+                device=self.runtime()["device"],
+            )
         return self._torch
 
     def _encode(self, texts: Sequence[str], kind: str, progress: Progress) -> np.ndarray:
@@ -481,13 +581,13 @@ class OnnxEncoder(TransformerEncoder):
         size = self.batch_size or (self.cpu_batch if self.runtime()["device"] == "cpu" else GPU_BATCH)
         vectors = None
         for start in range(0, len(texts), size):
-            rows = order[start:start + size]
+            rows = order[start : start + size]
             width = max(len(token_ids[r]) for r in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros_like(ids)
             for i, r in enumerate(rows):
-                ids[i, :len(token_ids[r])] = token_ids[r]
-                mask[i, :len(token_ids[r])] = 1
+                ids[i, : len(token_ids[r])] = token_ids[r]
+                mask[i, : len(token_ids[r])] = 1
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             hidden = session.run(None, {k: v for k, v in feeds.items() if k in inputs})[0]
             if vectors is None:
@@ -499,6 +599,7 @@ class OnnxEncoder(TransformerEncoder):
 
 class HashingEncoder(Encoder):
     """Signed feature hashing of stemmed unigrams into ``dim`` buckets (crc32, deterministic)."""
+
     settings_schema = HashingEncoderSettings
 
     _runtime = ("_tokenize",)
@@ -520,11 +621,16 @@ class HashingEncoder(Encoder):
         self._tokenize = self._tokenize or Tokenizer()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), HASHING_BLOCK):
-            encoded = self._tokenize.encode(texts[start:start + HASHING_BLOCK])
+            encoded = self._tokenize.encode(texts[start : start + HASHING_BLOCK])
             codes = np.array([zlib.crc32(term.encode()) for term in encoded.terms], dtype=np.int64)
             ids = encoded.ids
-            cells = np.repeat(np.arange(len(encoded), dtype=np.int64) * self.dim, encoded.lengths()) + (codes % self.dim)[ids]
+            cells = (
+                np.repeat(np.arange(len(encoded), dtype=np.int64) * self.dim, encoded.lengths())
+                + (codes % self.dim)[ids]
+            )
             signs = np.where(codes & 1 << 31, 1.0, -1.0)[ids]
-            vectors[start:start + len(encoded)] = np.bincount(cells, signs, minlength=len(encoded) * self.dim).reshape(-1, self.dim)
+            vectors[start : start + len(encoded)] = np.bincount(
+                cells, signs, minlength=len(encoded) * self.dim
+            ).reshape(-1, self.dim)
             progress.update(len(encoded))
         return vectors

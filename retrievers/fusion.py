@@ -35,42 +35,78 @@ from ragtrack.core.checksums import file_sha256
 from ragtrack.core.data import Dataset, Qrels, load_qrels
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, read_trec
-from ragtrack.core.settings import (Count, Fraction, InputPath, NonNegative, NonNegativeInt, Normalization, Section, SystemName,
-                                    SystemSettings, validated)
+from ragtrack.core.settings import (
+    Count,
+    Fraction,
+    InputPath,
+    NonNegative,
+    NonNegativeInt,
+    Normalization,
+    Section,
+    SystemName,
+    SystemSettings,
+    validated,
+)
 from ragtrack.core.stages import Stage, StageContext, StageOutput, chain_key
 from ragtrack.retrievers.fusion_methods import LINEAR, Trained, condorcet, fuse, fuse_queries, members_of, normalize
 
 __all__ = ["combmnz", "combsum", "condorcet", "fuse", "linear_fusion", "normalize", "reciprocal_rank_fusion"]
 
 
-def reciprocal_rank_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str = "hybrid",
-                           k: float = 60, depth: int = 100, weights: Sequence[float] | None = None) -> Run:
+def reciprocal_rank_fusion(
+    runs: Mapping[str, Run],
+    members: Sequence[str],
+    system: str = "hybrid",
+    k: float = 60,
+    depth: int = 100,
+    weights: Sequence[float] | None = None,
+) -> Run:
     """Fuse ``members`` of ``runs`` into the run ``system`` with RRF (see module docstring)."""
     if k < 0:
         raise RagtrackError(f"RRF k must be >= 0, got {k}")
     return fuse(runs, members, "rrf", system, depth, weights, k=k)
 
 
-def combsum(runs: Mapping[str, Run], members: Sequence[str], system: str = "combsum", depth: int = 100,
-            weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
+def combsum(
+    runs: Mapping[str, Run],
+    members: Sequence[str],
+    system: str = "combsum",
+    depth: int = 100,
+    weights: Sequence[float] | None = None,
+    normalization: str = "minmax",
+) -> Run:
     """CombSUM of normalized scores (see module docstring); with weights, ranx's weighted sum."""
     return fuse(runs, members, "combsum", system, depth, weights, normalization)
 
 
-def combmnz(runs: Mapping[str, Run], members: Sequence[str], system: str = "combmnz", depth: int = 100,
-            weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
+def combmnz(
+    runs: Mapping[str, Run],
+    members: Sequence[str],
+    system: str = "combmnz",
+    depth: int = 100,
+    weights: Sequence[float] | None = None,
+    normalization: str = "minmax",
+) -> Run:
     """CombMNZ: CombSUM times the number of members that retrieved the document."""
     return fuse(runs, members, "combmnz", system, depth, weights, normalization)
 
 
-def linear_fusion(runs: Mapping[str, Run], members: Sequence[str], system: str = "linear", depth: int = 100,
-                  weights: Sequence[float] | None = None, normalization: str = "minmax") -> Run:
+def linear_fusion(
+    runs: Mapping[str, Run],
+    members: Sequence[str],
+    system: str = "linear",
+    depth: int = 100,
+    weights: Sequence[float] | None = None,
+    normalization: str = "minmax",
+) -> Run:
     """Convex combination of normalized scores; a missing document takes the member's lowest score."""
     normalize([], normalization)  # unknown names (and borda, which reads every member) fail before any work
     chosen = [weight for _, weight in members_of(runs, members, weights)]
     if sum(chosen) <= 0 or any(weight < 0 for weight in chosen):
         raise RagtrackError(f"linear fusion weights must be >= 0 with a positive sum, got {chosen}")
-    return fuse_queries(runs, members, system, depth, [weight / sum(chosen) for weight in chosen], normalization, LINEAR)
+    return fuse_queries(
+        runs, members, system, depth, [weight / sum(chosen) for weight in chosen], normalization, LINEAR
+    )
 
 
 # ----------------------------------------------------------------------------- fusion as a stage
@@ -149,7 +185,9 @@ class LearnedSettings(FusionSettings, extra="forbid"):
     def _a_run_per_member(cls, train: TrainSettings | None, info: ValidationInfo) -> TrainSettings | None:
         members = info.data.get("members") or []
         if train is not None and sorted(train.runs) != sorted(members):
-            raise ValueError(f"one training run per member ({', '.join(members)}), got {', '.join(train.runs) or 'none'}")
+            raise ValueError(
+                f"one training run per member ({', '.join(members)}), got {', '.join(train.runs) or 'none'}"
+            )
         return train
 
 
@@ -191,9 +229,19 @@ class Fusion(Stage):
         run = self.fuse({member: inputs[member].run for member in self.inputs})
         seconds = time.perf_counter() - started
         share = seconds * 1000 / max(len(context.dataset.queries), 1)
-        latency_ms = {qid: sum(inputs[m].latency_ms.get(qid, math.nan) for m in self.inputs) + share for qid in context.dataset.queries}
-        return StageOutput(run, context.passages(run, {m: inputs[m].passage_run for m in self.inputs}), chain_key(self, inputs, context), self,
-                           {"fusion_seconds": seconds}, latency_ms, any(inputs[m].approximate for m in self.inputs))
+        latency_ms = {
+            qid: sum(inputs[m].latency_ms.get(qid, math.nan) for m in self.inputs) + share
+            for qid in context.dataset.queries
+        }
+        return StageOutput(
+            run,
+            context.passages(run, {m: inputs[m].passage_run for m in self.inputs}),
+            chain_key(self, inputs, context),
+            self,
+            {"fusion_seconds": seconds},
+            latency_ms,
+            any(inputs[m].approximate for m in self.inputs),
+        )
 
 
 class RRF(Fusion):
@@ -226,10 +274,20 @@ class LinearFusion(Fusion):
 
 def _method_stage(method: str, settings: type[FusionSettings], title: str) -> type[Fusion]:
     """The stage of a method of :func:`fuse` (its formula: :mod:`ragtrack.retrievers.fusion_methods`)."""
+
     def fuse_by(self: Fusion, runs: Mapping[str, Run]) -> Run:
         return fuse(runs, method=method, **self.identity())
-    return type(title, (Fusion,), {"__doc__": f"{title} (:func:`ragtrack.retrievers.fusion_methods.fuse`, ``{method}``).",
-                                   "settings_schema": settings, "fuse": fuse_by, "__module__": __name__})
+
+    return type(
+        title,
+        (Fusion,),
+        {
+            "__doc__": f"{title} (:func:`ragtrack.retrievers.fusion_methods.fuse`, ``{method}``).",
+            "settings_schema": settings,
+            "fuse": fuse_by,
+            "__module__": __name__,
+        },
+    )
 
 
 CombMIN = _method_stage("combmin", CombSettings, "CombMIN")
@@ -266,14 +324,19 @@ class LearnedFusion(Fusion):
     def __init__(self, name: str | None = None, **values):
         super().__init__(name, **values)
         if self.settings.train is None:
-            raise RagtrackError(f"fusion {self.settings.system!r} ({self.learned}) learns from judged training queries: set its "
-                                "train.qrels and train.runs ({member: run file on those queries}); never the reported queries")
+            raise RagtrackError(
+                f"fusion {self.settings.system!r} ({self.learned}) learns from judged training queries: set its "
+                "train.qrels and train.runs ({member: run file on those queries}); never the reported queries"
+            )
         self.trained: Trained | None = None
 
     def identity(self) -> dict:
         identity = super().identity()
         train = self.settings.train
-        identity["train"] = {"qrels": file_sha256(Path(train.qrels)), "runs": {m: file_sha256(Path(p)) for m, p in sorted(train.runs.items())}}
+        identity["train"] = {
+            "qrels": file_sha256(Path(train.qrels)),
+            "runs": {m: file_sha256(Path(p)) for m, p in sorted(train.runs.items())},
+        }
         return identity
 
     @cached_property
@@ -288,14 +351,18 @@ class LearnedFusion(Fusion):
         overlap = set(self.training_qrels) & set(dataset.queries)
         if not overlap:
             return {}
-        return {"train.qrels": f"{len(overlap)} of its {len(self.training_qrels)} training queries are among the {len(dataset.queries)} "
-                               f"queries of {dataset.name} that this job reports (e.g. {min(overlap)!r}): a learned fusion learns "
-                               "from other queries than those it is scored on (a train split, or other topics)"}
+        return {
+            "train.qrels": f"{len(overlap)} of its {len(self.training_qrels)} training queries are among the {len(dataset.queries)} "
+            f"queries of {dataset.name} that this job reports (e.g. {min(overlap)!r}): a learned fusion learns "
+            "from other queries than those it is scored on (a train split, or other topics)"
+        }
 
     def fit(self, runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]]) -> "LearnedFusion":
         """Learn from the members' ``runs`` on training queries and their judgments ``qrels``."""
         values = self.settings.model_dump(exclude={"type", "target", "alias", "train", "relevance_threshold"})
-        self.trained = Trained(self.learned, threshold=self.settings.relevance_threshold, **values).fit(runs, dict(qrels))
+        self.trained = Trained(self.learned, threshold=self.settings.relevance_threshold, **values).fit(
+            runs, dict(qrels)
+        )
         return self
 
     def fuse(self, runs: Mapping[str, Run]) -> Run:
@@ -305,8 +372,16 @@ class LearnedFusion(Fusion):
 
 
 def _learned_stage(method: str, settings: type[LearnedSettings], title: str) -> type[LearnedFusion]:
-    return type(title, (LearnedFusion,), {"__doc__": f"{title}, learned on training queries (``{method}``).",
-                                          "settings_schema": settings, "learned": method, "__module__": __name__})
+    return type(
+        title,
+        (LearnedFusion,),
+        {
+            "__doc__": f"{title}, learned on training queries (``{method}``).",
+            "settings_schema": settings,
+            "learned": method,
+            "__module__": __name__,
+        },
+    )
 
 
 PosFuse = _learned_stage("posfuse", LearnedSettings, "PosFuse")

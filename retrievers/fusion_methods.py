@@ -167,7 +167,9 @@ def normalize(ranked: Sequence[tuple[str, float]], method: str) -> dict[str, flo
     """Normalized scores of one ranked list (see the module docstring for the formulas)."""
     check_normalization(method)
     if method == "borda":
-        raise RagtrackError("the borda normalization reads every member's documents: a fusion method applies it, not a single list")
+        raise RagtrackError(
+            "the borda normalization reads every member's documents: a fusion method applies it, not a single list"
+        )
     values = NORMALIZATIONS[method](np.array([s for _, s in ranked], dtype=float), Lists(np.array([len(ranked)])))
     return dict(zip([doc_id for doc_id, _ in ranked], values.tolist()))
 
@@ -196,13 +198,17 @@ class Layout:
     weights: np.ndarray
 
 
-def members_of(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None) -> list[tuple[Run, float]]:
+def members_of(
+    runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None
+) -> list[tuple[Run, float]]:
     missing = [name for name in members if name not in runs]
     if missing:
         raise RagtrackError(f"fusion members {missing} are not among the systems of this job ({', '.join(runs)})")
     if weights is not None and len(weights) != len(members):
         raise RagtrackError(f"fusion has {len(members)} members but {len(weights)} weights")
-    return [(runs[name], 1.0 if weights is None else float(w)) for name, w in zip(members, weights or [None] * len(members))]
+    return [
+        (runs[name], 1.0 if weights is None else float(w)) for name, w in zip(members, weights or [None] * len(members))
+    ]
 
 
 def trec_order(group: np.ndarray, scores: np.ndarray, docs: np.ndarray, by_id: np.ndarray | None = None) -> np.ndarray:
@@ -210,16 +216,21 @@ def trec_order(group: np.ndarray, scores: np.ndarray, docs: np.ndarray, by_id: n
     id descending: ``docs`` are codes in id order); no sort where they already are in it, else three
     stable sorts (by id, by score, by group; ``by_id``: an id-descending order the caller knows)."""
     same = group[1:] == group[:-1]
-    ordered = (group[1:] > group[:-1]) | same & ((scores[1:] < scores[:-1]) | (scores[1:] == scores[:-1]) & (docs[1:] < docs[:-1]))
+    ordered = (group[1:] > group[:-1]) | same & (
+        (scores[1:] < scores[:-1]) | (scores[1:] == scores[:-1]) & (docs[1:] < docs[:-1])
+    )
     if ordered.all():
         return np.arange(len(scores))
     by_id = np.argsort(-docs, kind="stable") if by_id is None else by_id
     by_score = by_id[np.argsort(-scores[by_id], kind="stable")]
-    return by_score[np.argsort(group[by_score].astype(np.min_scalar_type(group.max())), kind="stable")]  # radix below 2^16 groups
+    return by_score[
+        np.argsort(group[by_score].astype(np.min_scalar_type(group.max())), kind="stable")
+    ]  # radix below 2^16 groups
 
 
-def lay_out(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None, depth: int,
-            normalization: str) -> Layout:
+def lay_out(
+    runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[float] | None, depth: int, normalization: str
+) -> Layout:
     """Each member's normalized top ``depth`` of every query of any member. The runs are read in their
     dictionaries' order (memory order: one pass, one dictionary lookup per entry, its id's first
     occurrence), then ordered by numpy (no sort where a run's dictionaries are in trec_eval order)."""
@@ -229,13 +240,21 @@ def lay_out(runs: Mapping[str, Run], members: Sequence[str], weights: Sequence[f
     lists = [[run.scores.get(qid, {}) for qid in qids] for run, _ in chosen]
     sizes = [np.fromiter(map(len, scores), np.intp, len(qids)) for scores in lists]
     first: dict[str, int] = {}
-    seen = np.fromiter(map(first.setdefault, chain.from_iterable(chain.from_iterable(lists)), count()), np.intp, sum(s.sum() for s in sizes))
+    seen = np.fromiter(
+        map(first.setdefault, chain.from_iterable(chain.from_iterable(lists)), count()),
+        np.intp,
+        sum(s.sum() for s in sizes),
+    )
     names = sorted(first)
     code = np.empty(len(seen), np.intp)
     code[np.fromiter(map(first.__getitem__, names), np.intp, len(names))] = np.arange(len(names))
     docs = np.split(code[seen], np.cumsum([s.sum() for s in sizes])[:-1])
-    members = [_member(Lists(n), d, np.fromiter(chain.from_iterable(map(dict.values, scores)), float, len(d)), depth, normalization)
-               for n, d, scores in zip(sizes, docs, lists)]
+    members = [
+        _member(
+            Lists(n), d, np.fromiter(chain.from_iterable(map(dict.values, scores)), float, len(d)), depth, normalization
+        )
+        for n, d, scores in zip(sizes, docs, lists)
+    ]
     return Layout(qids, np.array(names, dtype=object), members, np.array([w for _, w in chosen]))
 
 
@@ -274,8 +293,12 @@ def candidates(layout: Layout, normalization: str) -> Candidates:
     keys = [m.lists.of * width + m.docs for m in layout.members]
     pairs, inverse = np.unique(np.concatenate(keys), return_inverse=True)
     query = pairs // width
-    found = Candidates(query, pairs % width, np.split(inverse.ravel(), np.cumsum([len(k) for k in keys])[:-1]),
-                       np.bincount(query, minlength=len(layout.qids)))
+    found = Candidates(
+        query,
+        pairs % width,
+        np.split(inverse.ravel(), np.cumsum([len(k) for k in keys])[:-1]),
+        np.bincount(query, minlength=len(layout.qids)),
+    )
     if normalization == "borda":
         n = np.maximum(found.count, 1)
         for m in layout.members:
@@ -286,18 +309,26 @@ def candidates(layout: Layout, normalization: str) -> Candidates:
 def ranked_run(system: str, layout: Layout, pairs: Candidates, fused: np.ndarray, depth: int) -> Run:
     """The run ``system``: per query its top ``depth`` candidates by ``fused`` in trec_eval order (equal
     scores: id descending), all queries sorted at once."""
-    order = trec_order(pairs.query, fused, pairs.docs, by_id=np.arange(len(fused) - 1, -1, -1))  # pairs: by query, then id
+    order = trec_order(
+        pairs.query, fused, pairs.docs, by_id=np.arange(len(fused) - 1, -1, -1)
+    )  # pairs: by query, then id
     kept = order[np.arange(len(order)) - pairs.starts[pairs.query] < depth]
     ranked = list(zip(layout.names[pairs.docs[kept]].tolist(), fused[kept].tolist()))
     sizes = np.minimum(pairs.count, depth).tolist()
     ends = np.cumsum(sizes).tolist()
-    return Run.from_rankings(system, {qid: ranked[end - size:end] for qid, size, end in zip(layout.qids, sizes, ends)})
+    return Run.from_rankings(
+        system, {qid: ranked[end - size : end] for qid, size, end in zip(layout.qids, sizes, ends)}
+    )
 
 
 # ----------------------------------------------------------------------------- the scoring core
 Values = Callable[[Member, int, np.ndarray], np.ndarray]  # (member, its index, N per query) -> a value per entry
-Fill = Callable[[Member, int, np.ndarray], np.ndarray]  # (member, its index, N per query) -> per query, a missing document's value
-Combine = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (values m × pairs, present m × pairs, weights) -> fused
+Fill = Callable[
+    [Member, int, np.ndarray], np.ndarray
+]  # (member, its index, N per query) -> per query, a missing document's value
+Combine = Callable[
+    [np.ndarray, np.ndarray, np.ndarray], np.ndarray
+]  # (values m × pairs, present m × pairs, weights) -> fused
 
 
 @dataclass(frozen=True)
@@ -345,13 +376,23 @@ COMBINE: dict[str, Combine] = {
 LINEAR = Method(scores_of, weighted_sum, fill=lambda member, index, n: member.lists.per_list(np.minimum, member.scores))
 
 
-def fuse_queries(runs: Mapping[str, Run], members: Sequence[str], system: str, depth: int, weights: Sequence[float] | None,
-                 normalization: str, method: Method) -> Run:
+def fuse_queries(
+    runs: Mapping[str, Run],
+    members: Sequence[str],
+    system: str,
+    depth: int,
+    weights: Sequence[float] | None,
+    normalization: str,
+    method: Method,
+) -> Run:
     """The run ``system``: ``method`` over the members' normalized top ``depth`` lists, every query at
     once (a members × candidates matrix of values)."""
     layout = lay_out(runs, members, weights, depth, normalization)
     pairs = candidates(layout, normalization)
-    values, present = np.zeros((len(layout.members), len(pairs.query))), np.zeros((len(layout.members), len(pairs.query)), dtype=bool)
+    values, present = (
+        np.zeros((len(layout.members), len(pairs.query))),
+        np.zeros((len(layout.members), len(pairs.query)), dtype=bool),
+    )
     for i, (member, column) in enumerate(zip(layout.members, pairs.columns)):
         fill = (member.fill if method.fill is None else method.fill(member, i, pairs.count))[pairs.query]
         present[i] = ~np.isnan(fill)
@@ -366,26 +407,46 @@ def score_method(combine: str | Combine) -> Method:
 
 
 def rank_method(value: Callable[[np.ndarray], np.ndarray], combine: str | Combine = "sum") -> Method:
-    return Method(lambda member, index, n: value(member.lists.rank), COMBINE[combine] if isinstance(combine, str) else combine)
+    return Method(
+        lambda member, index, n: value(member.lists.rank), COMBINE[combine] if isinstance(combine, str) else combine
+    )
 
 
 def rank_methods(k: float = 60, gamma: float = 1.0, sigma: float = 0.01, phi: float = 0.8) -> dict[str, Method]:
     """Every unsupervised method by name, with its parameters."""
     return {
         "rrf": rank_method(lambda p: 1 / (k + p)),
-        "combsum": score_method("sum"), "combmnz": score_method("mnz"), "combanz": score_method("anz"),
-        "combgmnz": score_method(_times_hits(gamma)), "combmin": score_method("min"), "combmax": score_method("max"),
-        "combmed": score_method("med"), "wmnz": score_method("wmnz"), "mixed": score_method("mixed"),
-        "isr": rank_method(lambda p: 1 / p**2, "mnz"), "log_isr": rank_method(lambda p: 1 / p**2, _times_log_hits(0.0)),
+        "combsum": score_method("sum"),
+        "combmnz": score_method("mnz"),
+        "combanz": score_method("anz"),
+        "combgmnz": score_method(_times_hits(gamma)),
+        "combmin": score_method("min"),
+        "combmax": score_method("max"),
+        "combmed": score_method("med"),
+        "wmnz": score_method("wmnz"),
+        "mixed": score_method("mixed"),
+        "isr": rank_method(lambda p: 1 / p**2, "mnz"),
+        "log_isr": rank_method(lambda p: 1 / p**2, _times_log_hits(0.0)),
         "logn_isr": rank_method(lambda p: 1 / p**2, _times_log_hits(sigma)),
         "rbc": rank_method(lambda p: (1 - phi) * phi ** (p - 1)),
-        "borda": Method(lambda member, index, n: n[member.lists.of] - member.lists.rank + 1, weighted_sum,
-                        fill=lambda member, index, n: (n - member.lists.sizes + 1) / 2),
+        "borda": Method(
+            lambda member, index, n: n[member.lists.of] - member.lists.rank + 1,
+            weighted_sum,
+            fill=lambda member, index, n: (n - member.lists.sizes + 1) / 2,
+        ),
     }
 
 
-def fuse(runs: Mapping[str, Run], members: Sequence[str], method: str, system: str | None = None, depth: int = 100,
-         weights: Sequence[float] | None = None, normalization: str = "none", **parameters: float) -> Run:
+def fuse(
+    runs: Mapping[str, Run],
+    members: Sequence[str],
+    method: str,
+    system: str | None = None,
+    depth: int = 100,
+    weights: Sequence[float] | None = None,
+    normalization: str = "none",
+    **parameters: float,
+) -> Run:
     """Fuse ``members`` of ``runs`` by the unsupervised ``method`` (a key of :func:`rank_methods`, or
     ``condorcet``) with its ``parameters`` (k, gamma, sigma, phi)."""
     if method == "condorcet":
@@ -403,6 +464,7 @@ def _majority(weights: Sequence[float], positions: list[tuple[float, ...]]) -> C
         for w, a, b in zip(weights, positions[x], positions[y]):
             margin += w if a < b else -w if b < a else 0.0
         return -1 if margin > 0 else 1 if margin < 0 else 0
+
     return compare
 
 
@@ -426,8 +488,13 @@ def _majority_order(position: np.ndarray, weights: np.ndarray, start: np.ndarray
     return order
 
 
-def condorcet(runs: Mapping[str, Run], members: Sequence[str], system: str = "condorcet", depth: int = 100,
-              weights: Sequence[float] | None = None) -> Run:
+def condorcet(
+    runs: Mapping[str, Run],
+    members: Sequence[str],
+    system: str = "condorcet",
+    depth: int = 100,
+    weights: Sequence[float] | None = None,
+) -> Run:
     """Condorcet fusion (see the module docstring): a stable sort by pairwise weighted majority."""
     layout = lay_out(runs, members, weights, depth, "none")
     pairs = candidates(layout, "none")
@@ -445,7 +512,10 @@ def condorcet(runs: Mapping[str, Run], members: Sequence[str], system: str = "co
 # ----------------------------------------------------------------------------- learned methods
 def hit_lists(run: Run, qrels: Qrels, depth: int, threshold: int = 1) -> list[np.ndarray]:
     """Per judged query of ``qrels``: 1.0 where the run's document at that rank (to ``depth``) is relevant."""
-    return [np.array([float(judged.get(d, 0) >= threshold) for d, _ in run.ranking(qid)[:depth]]) for qid, judged in qrels.items()]
+    return [
+        np.array([float(judged.get(d, 0) >= threshold) for d, _ in run.ranking(qid)[:depth]])
+        for qid, judged in qrels.items()
+    ]
 
 
 def position_probabilities(hits: list[np.ndarray]) -> np.ndarray:
@@ -464,7 +534,9 @@ def _segment_means(hits: list[np.ndarray], bounds: Callable[[int], list[int]], d
     total: np.ndarray | None = None
     for h in hits:
         edges = bounds(len(h))
-        part = np.array([h[a:b].sum() / ((b - a) if divide_by_size else max(len(h[a:b]), 1)) for a, b in zip(edges, edges[1:])])
+        part = np.array(
+            [h[a:b].sum() / ((b - a) if divide_by_size else max(len(h[a:b]), 1)) for a, b in zip(edges, edges[1:])]
+        )
         total = part if total is None else total + part
     return np.zeros(len(bounds(0)) - 1) if total is None else total / len(hits)
 
@@ -527,18 +599,33 @@ class Trained:
             raise RagtrackError(f"{self.method}: fit it on training queries before fusing")
         reported = {qid for name in self.members if name in runs for qid in runs[name].scores}
         if reported & self.trained_on:
-            raise RagtrackError(f"{self.method} was trained on {len(reported & self.trained_on)} of the queries it would fuse "
-                                f"(e.g. {min(reported & self.trained_on)!r}): train on other queries than the reported ones")
-        return fuse_queries(runs, self.members, self.system or self.method, self.depth, self.weights, self.normalization,
-                            APPLIERS[self.method](self))
+            raise RagtrackError(
+                f"{self.method} was trained on {len(reported & self.trained_on)} of the queries it would fuse "
+                f"(e.g. {min(reported & self.trained_on)!r}): train on other queries than the reported ones"
+            )
+        return fuse_queries(
+            runs,
+            self.members,
+            self.system or self.method,
+            self.depth,
+            self.weights,
+            self.normalization,
+            APPLIERS[self.method](self),
+        )
 
 
 LEARNERS: dict[str, Callable[[Trained, Run, Qrels], object]] = {
     "posfuse": lambda t, run, qrels: position_probabilities(hit_lists(run, qrels, t.depth, t.threshold)),
     "slidefuse": lambda t, run, qrels: position_probabilities(hit_lists(run, qrels, t.depth, t.threshold)),
-    "probfuse": lambda t, run, qrels: _segment_means(hit_lists(run, qrels, t.depth, t.threshold), _probfuse_bounds(t.segments), False),
-    "segfuse": lambda t, run, qrels: _segment_means(hit_lists(run, qrels, t.depth, t.threshold), lambda n: SEGFUSE_BOUNDS, True),
-    "bayesfuse": lambda t, run, qrels: _log_odds(_segment_means(hit_lists(run, qrels, t.depth, t.threshold), lambda n: BAYESFUSE_BOUNDS, True)),
+    "probfuse": lambda t, run, qrels: _segment_means(
+        hit_lists(run, qrels, t.depth, t.threshold), _probfuse_bounds(t.segments), False
+    ),
+    "segfuse": lambda t, run, qrels: _segment_means(
+        hit_lists(run, qrels, t.depth, t.threshold), lambda n: SEGFUSE_BOUNDS, True
+    ),
+    "bayesfuse": lambda t, run, qrels: _log_odds(
+        _segment_means(hit_lists(run, qrels, t.depth, t.threshold), lambda n: BAYESFUSE_BOUNDS, True)
+    ),
     "mapfuse": lambda t, run, qrels: average_precision(run, qrels, t.depth, t.threshold),
 }
 
@@ -550,8 +637,11 @@ def _log_odds(precision: np.ndarray) -> np.ndarray:
 
 def _probfuse_values(t: Trained) -> Values:
     def values(member: Member, index: int, n: np.ndarray) -> np.ndarray:  # segments of ⌈n/S⌉ ranks
-        segment = np.minimum((member.lists.rank - 1) // np.ceil(member.lists.size / t.segments), t.segments - 1).astype(np.intp)
+        segment = np.minimum((member.lists.rank - 1) // np.ceil(member.lists.size / t.segments), t.segments - 1).astype(
+            np.intp
+        )
         return t.learned[index][segment] / (segment + 1)
+
     return values
 
 
@@ -561,13 +651,17 @@ def _slidefuse_values(t: Trained) -> Values:
         cumulative = np.concatenate([[0.0], np.cumsum(probabilities)])
         p = member.lists.rank - 1
         a, b = np.maximum(p - t.window, 0), np.minimum(p + t.window, member.lists.size - 1)
-        return (cumulative[np.minimum(b + 1, len(probabilities))] - cumulative[np.minimum(a, len(probabilities))]) / (b - a + 1)
+        return (cumulative[np.minimum(b + 1, len(probabilities))] - cumulative[np.minimum(a, len(probabilities))]) / (
+            b - a + 1
+        )
+
     return values
 
 
 def _posfuse_values(t: Trained) -> Values:
     def values(member: Member, index: int, n: np.ndarray) -> np.ndarray:  # P(p), 0 past the ranks learned
         return np.append(t.learned[index], 0.0)[np.minimum(member.lists.rank - 1, len(t.learned[index]))]
+
     return values
 
 
@@ -575,8 +669,13 @@ APPLIERS: dict[str, Callable[[Trained], Method]] = {
     "posfuse": lambda t: Method(_posfuse_values(t), weighted_sum),
     "slidefuse": lambda t: Method(_slidefuse_values(t), weighted_sum),
     "probfuse": lambda t: Method(_probfuse_values(t), weighted_sum),
-    "segfuse": lambda t: Method(lambda m, i, n: _in_segments(SEGFUSE_BOUNDS, t.learned[i], m.lists.rank) * (m.scores + 1), weighted_sum),
-    "bayesfuse": lambda t: Method(lambda m, i, n: _in_segments(BAYESFUSE_BOUNDS, t.learned[i], m.lists.rank, MIN_LOG_ODDS), weighted_sum,
-                                  fill=lambda m, i, n: np.full(len(n), MIN_LOG_ODDS)),
+    "segfuse": lambda t: Method(
+        lambda m, i, n: _in_segments(SEGFUSE_BOUNDS, t.learned[i], m.lists.rank) * (m.scores + 1), weighted_sum
+    ),
+    "bayesfuse": lambda t: Method(
+        lambda m, i, n: _in_segments(BAYESFUSE_BOUNDS, t.learned[i], m.lists.rank, MIN_LOG_ODDS),
+        weighted_sum,
+        fill=lambda m, i, n: np.full(len(n), MIN_LOG_ODDS),
+    ),
     "mapfuse": lambda t: Method(lambda m, i, n: t.learned[i] / m.lists.rank, weighted_sum),
 }

@@ -16,7 +16,9 @@ import numpy as np
 
 from ragtrack.core.text import EncodedTexts
 
-CHUNK_DOCUMENTS = 16_384  # documents counted per np.unique call, and valued per step of the build: bounds its working memory
+CHUNK_DOCUMENTS = (
+    16_384  # documents counted per np.unique call, and valued per step of the build: bounds its working memory
+)
 ARRAYS = ("data", "indices", "indptr")  # of the CSR matrix (rows: terms), as .npy files
 
 
@@ -36,7 +38,9 @@ class PairCounts:
 PostingValue = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
-def term_rows(encoded: EncodedTexts, scratch: Path, value_of: Callable[[PairCounts], PostingValue]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def term_rows(
+    encoded: EncodedTexts, scratch: Path, value_of: Callable[[PairCounts], PostingValue]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CSR arrays (data, indices, indptr; rows: terms, columns: documents ascending) of the
     postings of ``encoded``, each posting's value from ``value_of(counts)``, a function given the pair
     counts (for document lengths and df). The token ids of ``encoded`` are freed as they are counted;
@@ -60,7 +64,7 @@ def count_pairs(encoded: EncodedTexts, scratch: Path) -> PairCounts:
         per_document, terms, tf = [], [], []
         for start in range(first, last, CHUNK_DOCUMENTS):
             stop = min(start + CHUNK_DOCUMENTS, last)
-            ids = block[offsets[start] - offsets[first]:offsets[stop] - offsets[first]].astype(np.int64)
+            ids = block[offsets[start] - offsets[first] : offsets[stop] - offsets[first]].astype(np.int64)
             ids += np.repeat(np.arange(stop - start, dtype=np.int64) * n_terms, lengths[start:stop])
             pairs, pair_tf = np.unique(ids, return_counts=True)
             per_document.append(np.bincount(pairs // n_terms, minlength=stop - start))
@@ -90,7 +94,10 @@ def fill_rows(counts: PairCounts, value_of: PostingValue) -> tuple[np.ndarray, n
         bounds = np.concatenate([[0], np.cumsum(per_document)])
         for start in range(0, len(per_document), CHUNK_DOCUMENTS):
             stop = min(start + CHUNK_DOCUMENTS, len(per_document))
-            step_terms, step_tf = terms[bounds[start]:bounds[stop]], tf[bounds[start]:bounds[stop]].astype(np.float64)
+            step_terms, step_tf = (
+                terms[bounds[start] : bounds[stop]],
+                tf[bounds[start] : bounds[stop]].astype(np.float64),
+            )
             step_documents = np.repeat(np.arange(first + start, first + stop, dtype=np.int32), per_document[start:stop])
             step_values = value_of(step_terms, step_tf, step_documents)
             order = np.argsort(step_terms, kind="stable")
@@ -99,7 +106,11 @@ def fill_rows(counts: PairCounts, value_of: PostingValue) -> tuple[np.ndarray, n
             places = filled[ranked_terms] + np.arange(len(order)) - (np.cumsum(per_term) - per_term)[ranked_terms]
             values[places], documents[places] = step_values[order], step_documents[order]
             filled += per_term
-    return values, documents, indptr.astype(np.int32) if indptr[-1] <= np.iinfo(np.int32).max else indptr  # scipy's index type
+    return (
+        values,
+        documents,
+        indptr.astype(np.int32) if indptr[-1] <= np.iinfo(np.int32).max else indptr,
+    )  # scipy's index type
 
 
 def by_document_frequency(df: np.ndarray, value_of: Callable[[int], float]) -> np.ndarray:

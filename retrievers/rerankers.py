@@ -73,8 +73,13 @@ class Reranker(SingleInputStage):
         """What changes a (query, document) score: the model and its settings (not the depth)."""
 
     @abstractmethod
-    def rerank_scores(self, heads: Mapping[str, list[str]], queries: Mapping[str, str], texts: Mapping[str, str],
-                      context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    def rerank_scores(
+        self,
+        heads: Mapping[str, list[str]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+        context: StageContext,
+    ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
         """New scores for each query's ``heads[qid]`` (document ids, input order) given the query
         texts and the document texts by id; returns the scores by query and efficiency figures."""
 
@@ -87,8 +92,10 @@ class Reranker(SingleInputStage):
 
         def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
             started = time.perf_counter()
-            heads = {qid: [doc for doc, _ in ranked[:self.depth]] for qid, ranked in upstream.run.rankings()}
-            texts = context.judged_corpus.texts_of((doc for docs in heads.values() for doc in docs), f"{self.name} (reranking {self.input})")
+            heads = {qid: [doc for doc, _ in ranked[: self.depth]] for qid, ranked in upstream.run.rankings()}
+            texts = context.judged_corpus.texts_of(
+                (doc for docs in heads.values() for doc in docs), f"{self.name} (reranking {self.input})"
+            )
             scores, efficiency = self.rerank_scores(heads, context.dataset.queries, texts, context)
             run = reranked(upstream.run, scores, self.depth)
             seconds = time.perf_counter() - started
@@ -96,9 +103,18 @@ class Reranker(SingleInputStage):
             return Run(self.name, run.scores), {**efficiency, "rerank_seconds": seconds}, {qid: share for qid in heads}
 
         run, efficiency, latency_ms = cached_run(context, key, self.name, compute, chat_clients(self))
-        latency_ms = {qid: upstream.latency_ms.get(qid, 0.0) + ms for qid, ms in latency_ms.items()}  # the chain's time per query
-        return StageOutput(run, context.passages(run, {self.input: upstream.passage_run}), key, self, efficiency, latency_ms,
-                           upstream.approximate)
+        latency_ms = {
+            qid: upstream.latency_ms.get(qid, 0.0) + ms for qid, ms in latency_ms.items()
+        }  # the chain's time per query
+        return StageOutput(
+            run,
+            context.passages(run, {self.input: upstream.passage_run}),
+            key,
+            self,
+            efficiency,
+            latency_ms,
+            upstream.approximate,
+        )
 
 
 # ----------------------------------------------------------------------------- cross-encoder
@@ -136,23 +152,41 @@ class CrossEncoderReranker(Reranker):
 
     def problems(self) -> dict[str, str]:
         reason = missing_model(self.location)
-        return {"model": f"{self.settings.model!r} is not allowed: {reason}; offline, give the path of a local model folder"} if reason else {}
+        return (
+            {
+                "model": f"{self.settings.model!r} is not allowed: {reason}; offline, give the path of a local model folder"
+            }
+            if reason
+            else {}
+        )
 
     def scorer_identity(self) -> dict:
-        return {"class": f"{type(self).__module__}.{type(self).__qualname__}", "weights": model_fingerprint(self.location),
-                "max_length": self.settings.max_length, "batches": f"{self.batch_size} rows of one length"}  # the shape a score was computed in
+        return {
+            "class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "weights": model_fingerprint(self.location),
+            "max_length": self.settings.max_length,
+            "batches": f"{self.batch_size} rows of one length",
+        }  # the shape a score was computed in
 
-    def rerank_scores(self, heads: Mapping[str, list[str]], queries: Mapping[str, str], texts: Mapping[str, str],
-                      context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    def rerank_scores(
+        self,
+        heads: Mapping[str, list[str]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+        context: StageContext,
+    ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
         store = PairScores(context.cache, self.scorer_identity())
         pairs = list(dict.fromkeys((queries[qid], texts[doc]) for qid, docs in heads.items() for doc in docs))
         known = store.lookup(pairs)
         missing = [pair for pair in pairs if pair not in known]
         started = time.perf_counter()
         known |= self._score(missing, store)
-        efficiency = {"pairs_scored": float(len(missing)), "pairs_from_cache": float(len(pairs) - len(missing)),
-                      "score_seconds": time.perf_counter() - started,
-                      "on_gpu": float(self._model is not None and self._model.device.type == "cuda")}
+        efficiency = {
+            "pairs_scored": float(len(missing)),
+            "pairs_from_cache": float(len(pairs) - len(missing)),
+            "score_seconds": time.perf_counter() - started,
+            "on_gpu": float(self._model is not None and self._model.device.type == "cuda"),
+        }
         return {qid: {doc: known[queries[qid], texts[doc]] for doc in docs} for qid, docs in heads.items()}, efficiency
 
     def _score(self, pairs: list[Pair], store: PairScores) -> dict[Pair, float]:
@@ -164,7 +198,7 @@ class CrossEncoderReranker(Reranker):
         model = self._load()
         by_length: dict[int, list[Pair]] = {}
         for start in range(0, len(pairs), 1024):  # the model's own preprocessing: the lengths it will see
-            chunk = pairs[start:start + 1024]
+            chunk = pairs[start : start + 1024]
             for pair, length in zip(chunk, model.preprocess(chunk)["attention_mask"].sum(dim=1).tolist()):
                 by_length.setdefault(length, []).append(pair)
         scores = {}
@@ -172,9 +206,15 @@ class CrossEncoderReranker(Reranker):
             for length in sorted(by_length, reverse=True):
                 same = sorted(by_length[length])
                 for start in range(0, len(same), self.batch_size):
-                    batch = same[start:start + self.batch_size]
+                    batch = same[start : start + self.batch_size]
                     full = batch + [batch[0]] * (self.batch_size - len(batch))
-                    raw = model.predict(full, batch_size=self.batch_size, activation_fn=Identity(), show_progress_bar=False, convert_to_numpy=True)
+                    raw = model.predict(
+                        full,
+                        batch_size=self.batch_size,
+                        activation_fn=Identity(),
+                        show_progress_bar=False,
+                        convert_to_numpy=True,
+                    )
                     batch_scores = {pair: float(score) for pair, score in zip(batch, raw)}
                     store.store(batch_scores)
                     scores |= batch_scores
@@ -189,14 +229,20 @@ class CrossEncoderReranker(Reranker):
             setting = f"reranker.{self.settings.type or 'cross_encoder'}.model"
             quiet_model_loading()
             try:
-                model = CrossEncoder(self.location, device=torch_device(self.settings.device), max_length=self.settings.max_length)
+                model = CrossEncoder(
+                    self.location, device=torch_device(self.settings.device), max_length=self.settings.max_length
+                )
             except Exception as exc:
                 reason = " ".join(str(exc).split())[:200]
-                raise RagtrackError(f"{setting}: cannot load {self.settings.model!r} ({type(exc).__name__}: {reason}); "
-                                    "offline, give the path of a local model folder") from None
+                raise RagtrackError(
+                    f"{setting}: cannot load {self.settings.model!r} ({type(exc).__name__}: {reason}); "
+                    "offline, give the path of a local model folder"
+                ) from None
             if model.num_labels != 1:
-                raise RagtrackError(f"{setting}: {self.settings.model!r} gives {model.num_labels} scores per pair; "
-                                    "a reranker needs a one-label cross-encoder")
+                raise RagtrackError(
+                    f"{setting}: {self.settings.model!r} gives {model.num_labels} scores per pair; "
+                    "a reranker needs a one-label cross-encoder"
+                )
             self._model = model
         return self._model
 
@@ -235,14 +281,20 @@ class LLMRerankerSettings(RerankerSettings, ChatSettings):
     @model_validator(mode="after")
     def _usable(self) -> "LLMRerankerSettings":
         if self.mode == "listwise" and self.step >= self.window:
-            raise ValueError(f"listwise windows must overlap (step < window), got window {self.window}, step {self.step}")
+            raise ValueError(
+                f"listwise windows must overlap (step < window), got window {self.window}, step {self.step}"
+            )
         try:
             check_template(self.template, PROMPT_FIELDS[self.mode], f"{self.mode} reranker")
         except RagtrackError as exc:
             raise ValueError(str(exc)) from None
-        missing = PROMPT_FIELDS[self.mode] - {"count"} - {name for _, name, _, _ in string.Formatter().parse(self.template)}
+        missing = (
+            PROMPT_FIELDS[self.mode] - {"count"} - {name for _, name, _, _ in string.Formatter().parse(self.template)}
+        )
         if missing:
-            raise ValueError(f"the {self.mode} prompt must show {', '.join('{' + name + '}' for name in sorted(missing))}")
+            raise ValueError(
+                f"the {self.mode} prompt must show {', '.join('{' + name + '}' for name in sorted(missing))}"
+            )
         return self
 
 
@@ -276,7 +328,9 @@ def parse_permutation(reply: str, count: int) -> list[int] | None:
 
 _SCALE = re.compile(r"\(\s*\d+\s*(?:-|–|to)\s*\d+\s*\)|\d+\s*(?:-|–|to)\s*\d+|(?:/|\bout of|\bof)\s*\d+", re.IGNORECASE)
 _GRADE = re.compile(r"(?<![\d.])([0-3])(?!\.?\d)")
-_LABELLED_GRADE = re.compile(r"\b(?:grade|score|relevance|rating)\b[*_\s]*[:=]\s*[*_\"']*\s*([0-3])(?!\.?\d)", re.IGNORECASE)
+_LABELLED_GRADE = re.compile(
+    r"\b(?:grade|score|relevance|rating)\b[*_\s]*[:=]\s*[*_\"']*\s*([0-3])(?!\.?\d)", re.IGNORECASE
+)
 
 
 def parse_grade(reply: str) -> int | None:
@@ -322,20 +376,38 @@ class LLMReranker(Reranker):
         """pointwise: a prompt per document of the top ``depth``; listwise: one per window."""
         shown = min(self.depth, depth)
         settings = self.settings
-        return queries * (shown if settings.mode == "pointwise" else len(sliding_windows(shown, settings.window, settings.step)))
+        return queries * (
+            shown if settings.mode == "pointwise" else len(sliding_windows(shown, settings.window, settings.step))
+        )
 
     def scorer_identity(self) -> dict:
         settings = self.settings
-        return {"model": settings.model, "base_url": without_credentials(settings.base_url), "mode": settings.mode, "window": settings.window,
-                "step": settings.step, "parameters": settings.parameters, "prompt": settings.template,
-                "system_prompt": settings.system_prompt, "max_words": settings.max_words}
+        return {
+            "model": settings.model,
+            "base_url": without_credentials(settings.base_url),
+            "mode": settings.mode,
+            "window": settings.window,
+            "step": settings.step,
+            "parameters": settings.parameters,
+            "prompt": settings.template,
+            "system_prompt": settings.system_prompt,
+            "max_words": settings.max_words,
+        }
 
-    def rerank_scores(self, heads: Mapping[str, list[str]], queries: Mapping[str, str], texts: Mapping[str, str],
-                      context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    def rerank_scores(
+        self,
+        heads: Mapping[str, list[str]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+        context: StageContext,
+    ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
         settings, client = self.settings, self.client
         client.cache_dir = settings.cache_dir or str(context.cache.root)
         sent_before = client.requests_sent
-        shown = {doc: " ".join(text.split()[:settings.max_words]) if settings.max_words else text for doc, text in texts.items()}
+        shown = {
+            doc: " ".join(text.split()[: settings.max_words]) if settings.max_words else text
+            for doc, text in texts.items()
+        }
         rerank = self._pointwise if settings.mode == "pointwise" else self._listwise
         scores, problems, prompts = rerank(client, heads, queries, shown)
         for qid in problems:
@@ -343,15 +415,34 @@ class LLMReranker(Reranker):
         failed = sum(kind == "failed" for kind, _ in problems.values())
         if problems:
             qid, (kind, detail) = next(iter(problems.items()))
-            log.warning("%s: %d of %d queries keep their input order: %d failed requests, %d unparsable replies; first: query %s, %s: %s",
-                        self.name, len(problems), len(heads), failed, len(problems) - failed, qid, kind, " ".join(detail.split())[:200])
-        return scores, {"prompts": float(prompts), "chat_requests": float(client.requests_sent - sent_before),
-                        "failed_queries": float(failed), "unparsed_queries": float(len(problems) - failed)}
+            log.warning(
+                "%s: %d of %d queries keep their input order: %d failed requests, %d unparsable replies; first: query %s, %s: %s",
+                self.name,
+                len(problems),
+                len(heads),
+                failed,
+                len(problems) - failed,
+                qid,
+                kind,
+                " ".join(detail.split())[:200],
+            )
+        return scores, {
+            "prompts": float(prompts),
+            "chat_requests": float(client.requests_sent - sent_before),
+            "failed_queries": float(failed),
+            "unparsed_queries": float(len(problems) - failed),
+        }
 
-    def _pointwise(self, client: ChatClient, heads: Mapping[str, list[str]], queries: Mapping[str, str], shown: Mapping[str, str]):
+    def _pointwise(
+        self, client: ChatClient, heads: Mapping[str, list[str]], queries: Mapping[str, str], shown: Mapping[str, str]
+    ):
         """Scores by query, problems by query (kind, detail) and the number of prompts."""
         template = self.settings.template
-        prompts = {(qid, doc): template.format(query=queries[qid], document=shown[doc]) for qid, docs in heads.items() for doc in docs}
+        prompts = {
+            (qid, doc): template.format(query=queries[qid], document=shown[doc])
+            for qid, docs in heads.items()
+            for doc in docs
+        }
         replies, failures = client.complete_all(prompts, label=f"{self.name}: grade")
         scores, problems = {}, {}
         for qid, docs in heads.items():
@@ -366,7 +457,9 @@ class LLMReranker(Reranker):
                 scores[qid] = {doc: grades[doc] + tie_break for doc, tie_break in in_order(docs).items()}
         return scores, problems, len(prompts)
 
-    def _listwise(self, client: ChatClient, heads: Mapping[str, list[str]], queries: Mapping[str, str], shown: Mapping[str, str]):
+    def _listwise(
+        self, client: ChatClient, heads: Mapping[str, list[str]], queries: Mapping[str, str], shown: Mapping[str, str]
+    ):
         """Scores by query, problems by query (kind, detail) and the number of prompts: the windows of
         every query at once, one round per window position."""
         settings = self.settings
@@ -375,9 +468,14 @@ class LLMReranker(Reranker):
         problems, sent = {}, 0
         for round_ in range(max(map(len, windows.values()), default=0)):
             due = {qid: spans[round_] for qid, spans in windows.items() if round_ < len(spans) and qid not in problems}
-            prompts = {qid: settings.template.format(query=queries[qid], count=end - start,
-                                                     passages=numbered_passages([shown[doc] for doc in rankings[qid][start:end]]))
-                       for qid, (start, end) in due.items()}
+            prompts = {
+                qid: settings.template.format(
+                    query=queries[qid],
+                    count=end - start,
+                    passages=numbered_passages([shown[doc] for doc in rankings[qid][start:end]]),
+                )
+                for qid, (start, end) in due.items()
+            }
             replies, failures = client.complete_all(prompts, label=f"{self.name}: window {round_ + 1}")
             sent += len(prompts)
             for qid, (start, end) in due.items():

@@ -42,7 +42,9 @@ class Rewriter(SingleInputStage):
         """What changes the rewritten queries."""
 
     @abstractmethod
-    def rewrite(self, retriever: Retriever, first: StageOutput, context: StageContext) -> tuple[dict[str, Any], dict[str, float]]:
+    def rewrite(
+        self, retriever: Retriever, first: StageOutput, context: StageContext
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         """The rewritten query of every query of ``context.dataset`` (by query id) and efficiency
         figures; ``retriever`` is the input, indexed, and ``first`` its output."""
 
@@ -55,13 +57,19 @@ class Rewriter(SingleInputStage):
 
     @classmethod
     def input_problem(cls, given: type[Stage]) -> str | None:
-        return None if issubclass(given, Retriever) and given.searches_texts else "a retriever that searches query texts (a rewriter searches its input with the rewritten queries)"
+        return (
+            None
+            if issubclass(given, Retriever) and given.searches_texts
+            else "a retriever that searches query texts (a rewriter searches its input with the rewritten queries)"
+        )
 
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         first = inputs[self.input]
         retriever = first.stage
         if problem := self.input_problem(type(retriever)):
-            raise RagtrackError(f"rewriter {self.name}: input {self.input!r} is a {type(retriever).__name__}, not {problem}")
+            raise RagtrackError(
+                f"rewriter {self.name}: input {self.input!r} is a {type(retriever).__name__}, not {problem}"
+            )
         key = chain_key(self, inputs, context)
 
         def compute() -> tuple[Run, dict[str, float], dict[str, float]]:
@@ -69,13 +77,24 @@ class Rewriter(SingleInputStage):
             started = time.perf_counter()
             rewritten, efficiency = self.rewrite(retriever, first, context)
             rewrite_share = (time.perf_counter() - started) / max(len(rewritten), 1)
-            run, figures, seconds = timed_search(self.name, rewritten, lambda asked: self.search(retriever, asked, context.search_depth))
-            alone = {key: value + rewrite_share for key, value in figures.items() if key.startswith("latency_") and key.endswith("_seconds")}
-            return (run, {**efficiency, **figures, **alone, "rewrite_seconds": rewrite_share * len(rewritten)},
-                    dict.fromkeys(rewritten, seconds / max(len(rewritten), 1) + rewrite_share))
+            run, figures, seconds = timed_search(
+                self.name, rewritten, lambda asked: self.search(retriever, asked, context.search_depth)
+            )
+            alone = {
+                key: value + rewrite_share
+                for key, value in figures.items()
+                if key.startswith("latency_") and key.endswith("_seconds")
+            }
+            return (
+                run,
+                {**efficiency, **figures, **alone, "rewrite_seconds": rewrite_share * len(rewritten)},
+                dict.fromkeys(rewritten, seconds / max(len(rewritten), 1) + rewrite_share),
+            )
 
         passage_run, efficiency, latency_ms = cached_run(context, key, self.name, compute, chat_clients(self))
-        return StageOutput(context.judged(passage_run), passage_run, key, self, efficiency, latency_ms, first.approximate)
+        return StageOutput(
+            context.judged(passage_run), passage_run, key, self, efficiency, latency_ms, first.approximate
+        )
 
 
 # ----------------------------------------------------------------------------- RM3
@@ -105,7 +124,9 @@ def top_terms(weights: Mapping[str, float], k: int) -> dict[str, float]:
 
 def feedback_terms(df: Mapping[str, int], documents: int) -> frozenset[str]:
     """The terms Anserini lets into feedback: 2 to 20 characters of [a-z0-9], df(t) ≤ 0.1 · N."""
-    return frozenset(term for term, count in df.items() if FEEDBACK_TERM.fullmatch(term) and count <= MAX_FEEDBACK_DF * documents)
+    return frozenset(
+        term for term, count in df.items() if FEEDBACK_TERM.fullmatch(term) and count <= MAX_FEEDBACK_DF * documents
+    )
 
 
 def feedback_vector(counts: Mapping[str, int], allowed: frozenset[str], fb_terms: int) -> dict[str, float]:
@@ -124,11 +145,15 @@ def relevance_model(feedback: list[tuple[Mapping[str, float], float]], fb_terms:
     return l1_normalized(top_terms(summed, fb_terms))
 
 
-def interpolated(query: Mapping[str, float], rm1: Mapping[str, float], original_query_weight: float) -> dict[str, float]:
+def interpolated(
+    query: Mapping[str, float], rm1: Mapping[str, float], original_query_weight: float
+) -> dict[str, float]:
     """RM3: w(t) = λ · q(t) + (1 − λ) · rm1(t) over the terms of both, λ = ``original_query_weight``;
     terms of weight 0 are left out."""
-    weights = {term: original_query_weight * query.get(term, 0.0) + (1 - original_query_weight) * rm1.get(term, 0.0)
-               for term in sorted(query.keys() | rm1.keys())}
+    weights = {
+        term: original_query_weight * query.get(term, 0.0) + (1 - original_query_weight) * rm1.get(term, 0.0)
+        for term in sorted(query.keys() | rm1.keys())
+    }
     return {term: weight for term, weight in weights.items() if weight}
 
 
@@ -163,22 +188,34 @@ class RM3Rewriter(Rewriter):
         self.original_query_weight = settings.original_query_weight
 
     def rewrite_identity(self) -> dict:
-        return {"format": RM3_FORMAT, "fb_docs": self.fb_docs, "fb_terms": self.fb_terms,
-                "original_query_weight": self.original_query_weight}
+        return {
+            "format": RM3_FORMAT,
+            "fb_docs": self.fb_docs,
+            "fb_terms": self.fb_terms,
+            "original_query_weight": self.original_query_weight,
+        }
 
     @classmethod
     def input_problem(cls, given: type[Stage]) -> str | None:
-        return None if issubclass(given, BM25Retriever) else "a BM25 retriever (RM3 expands queries with its index's terms)"
+        return (
+            None
+            if issubclass(given, BM25Retriever)
+            else "a BM25 retriever (RM3 expands queries with its index's terms)"
+        )
 
-    def rewrite(self, retriever: BM25Retriever, first: StageOutput, context: StageContext) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    def rewrite(
+        self, retriever: BM25Retriever, first: StageOutput, context: StageContext
+    ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
         """The expanded query (term -> weight) of every query."""
         queries, corpus = context.dataset.queries, context.dataset.corpus
-        feedback = {qid: first.passage_run.ranking(qid)[:self.fb_docs] for qid in queries}
+        feedback = {qid: first.passage_run.ranking(qid)[: self.fb_docs] for qid in queries}
         wanted = sorted({doc for ranked in feedback.values() for doc, _ in ranked})
         position = {doc: i for i, doc in enumerate(corpus.ids)}
         texts = corpus.full_texts()
         counts = dict(zip(wanted, retriever.term_counts(texts[position[doc]] for doc in wanted)))
-        allowed = feedback_terms(retriever.document_frequencies(sorted({term for terms in counts.values() for term in terms})), len(corpus))
+        allowed = feedback_terms(
+            retriever.document_frequencies(sorted({term for terms in counts.values() for term in terms})), len(corpus)
+        )
         vectors = {doc: feedback_vector(terms, allowed, self.fb_terms) for doc, terms in counts.items()}
         expanded = {}
         for qid, query_counts in zip(queries, retriever.term_counts(queries.values())):
@@ -193,7 +230,9 @@ class RM3Rewriter(Rewriter):
 
 # ----------------------------------------------------------------------------- LLM (HyDE)
 LLM_FORMAT = 1  # bump when the rewritten queries change for the same settings
-HYDE_PROMPT = "Please write a passage to answer the question.\nQuestion: {query}\nPassage:"  # Gao et al. 2022, web search
+HYDE_PROMPT = (
+    "Please write a passage to answer the question.\nQuestion: {query}\nPassage:"  # Gao et al. 2022, web search
+)
 
 
 class LLMRewriterSettings(StageSettings, ChatSettings, extra="forbid"):
@@ -231,23 +270,42 @@ class LLMRewriter(Rewriter):
 
     def rewrite_identity(self) -> dict:
         client = self.client
-        return {"format": LLM_FORMAT, "model": client.model, "base_url": without_credentials(client.base_url), "parameters": client.parameters,
-                "system_prompt": client.system_prompt, "prompt": self.prompt, "mode": self.mode}
+        return {
+            "format": LLM_FORMAT,
+            "model": client.model,
+            "base_url": without_credentials(client.base_url),
+            "parameters": client.parameters,
+            "system_prompt": client.system_prompt,
+            "prompt": self.prompt,
+            "mode": self.mode,
+        }
 
-    def rewrite(self, retriever: Retriever, first: StageOutput, context: StageContext) -> tuple[dict[str, str], dict[str, float]]:
+    def rewrite(
+        self, retriever: Retriever, first: StageOutput, context: StageContext
+    ) -> tuple[dict[str, str], dict[str, float]]:
         """The text searched for every query (see the class docstring)."""
         queries = context.dataset.queries
         sent_before = self.client.requests_sent
-        replies, failures = self.client.complete_all({qid: self.prompt.format(query=text) for qid, text in queries.items()},
-                                                     label=f"{self.name}: rewrite")
+        replies, failures = self.client.complete_all(
+            {qid: self.prompt.format(query=text) for qid, text in queries.items()}, label=f"{self.name}: rewrite"
+        )
         passages = {qid: reply.strip() for qid, reply in replies.items() if reply.strip()}
         failures |= {qid: "blank reply" for qid in replies if qid not in passages}
         if failures:
             first_failed = next(qid for qid in queries if qid in failures)
-            log.warning("%s: %d of %d queries keep their own text (no passage generated); first: %s: %s",
-                        self.name, len(failures), len(queries), first_failed, failures[first_failed])
+            log.warning(
+                "%s: %d of %d queries keep their own text (no passage generated); first: %s: %s",
+                self.name,
+                len(failures),
+                len(queries),
+                first_failed,
+                failures[first_failed],
+            )
         rewritten = {qid: self.searched_text(text, passages.get(qid)) for qid, text in queries.items()}
-        return rewritten, {"failed_queries": float(len(failures)), "chat_requests": float(self.client.requests_sent - sent_before)}
+        return rewritten, {
+            "failed_queries": float(len(failures)),
+            "chat_requests": float(self.client.requests_sent - sent_before),
+        }
 
     def searched_text(self, query: str, passage: str | None) -> str:
         """What is searched for ``query`` given its generated ``passage`` (``None``: none was generated)."""

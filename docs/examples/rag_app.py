@@ -75,8 +75,10 @@ class RagApp:
 
     def documents(self, run: Run) -> list[Document]:
         """The run's ranking as MLflow Documents (id and doc_uri: the corpus id; score in metadata)."""
-        return [Document(page_content=self.snippets[doc], metadata={"doc_uri": doc, "score": score}, id=doc)
-                for doc, score in run.ranking(_QID)]
+        return [
+            Document(page_content=self.snippets[doc], metadata={"doc_uri": doc, "score": score}, id=doc)
+            for doc, score in run.ranking(_QID)
+        ]
 
     def _component(self, retriever, question: str) -> Run:
         with mlflow.start_span(name=retriever.name, span_type=SpanType.RETRIEVER) as span:
@@ -111,19 +113,26 @@ def evaluation_rows(dataset: Dataset, titles: dict[str, str], questions: int) ->
     rows = []
     for qid, judged in list(dataset.qrels.items())[:questions]:
         relevant = {doc: grade for doc, grade in judged.items() if grade >= 1}
-        rows.append({
-            "inputs": {"question": dataset.queries[qid]},
-            "expectations": {
-                "expected_retrieved_context": [{"doc_uri": doc, "grade": grade, "content": titles[doc]} for doc, grade in judged.items()],
-                "expected_response": [titles[doc] for doc in relevant],
-            },
-            "tags": {"qid": qid},
-        })
+        rows.append(
+            {
+                "inputs": {"question": dataset.queries[qid]},
+                "expectations": {
+                    "expected_retrieved_context": [
+                        {"doc_uri": doc, "grade": grade, "content": titles[doc]} for doc, grade in judged.items()
+                    ],
+                    "expected_response": [titles[doc] for doc in relevant],
+                },
+                "tags": {"qid": qid},
+            }
+        )
     return rows
 
 
 def evaluation_scorers() -> list:
-    return [*ragtrack.mlflow.scorers(METRICS), *ragtrack.mlflow.scorers(COMPONENT_METRICS, span_name="bm25", prefix="bm25_")]
+    return [
+        *ragtrack.mlflow.scorers(METRICS),
+        *ragtrack.mlflow.scorers(COMPONENT_METRICS, span_name="bm25", prefix="bm25_"),
+    ]
 
 
 def open_experiment(uri: str, name: str) -> str:
@@ -137,7 +146,9 @@ def open_experiment(uri: str, name: str) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     root = Path(os.environ.get("RAGTRACK_ROOT", os.getcwd()))
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(root))
     parser.add_argument("--experiment", default=EXPERIMENT)
     parser.add_argument("--encoder", choices=["minilm", "hashing"], default="minilm")
@@ -154,14 +165,27 @@ def main(argv: list[str] | None = None) -> dict:
         rows = evaluation_rows(dataset, app.titles, args.questions)
         experiment_id = open_experiment(args.tracking_uri, args.experiment)
         with mlflow.start_run(run_name=f"rag_app hybrid ({args.encoder}, {len(rows)} questions)") as run:
-            mlflow.log_params({"dataset": "scifact", "encoder": args.encoder, "questions": len(rows), "depth": args.depth,
-                               "rrf_k": args.rrf_k, "metrics": ",".join(METRICS)})
+            mlflow.log_params(
+                {
+                    "dataset": "scifact",
+                    "encoder": args.encoder,
+                    "questions": len(rows),
+                    "depth": args.depth,
+                    "rrf_k": args.rrf_k,
+                    "metrics": ",".join(METRICS),
+                }
+            )
             result = mlflow.genai.evaluate(data=rows, predict_fn=app, scorers=evaluation_scorers())
             mlflow.flush_trace_async_logging()  # every trace is in the store before the run ends (a loaded machine lost some)
     finally:
         app.close()
     metrics = {name: float(value) for name, value in sorted(result.metrics.items())}
-    summary = {"run_id": run.info.run_id, "experiment_id": experiment_id, "tracking_uri": args.tracking_uri, "metrics": metrics}
+    summary = {
+        "run_id": run.info.run_id,
+        "experiment_id": experiment_id,
+        "tracking_uri": args.tracking_uri,
+        "metrics": metrics,
+    }
     print(json.dumps(summary, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

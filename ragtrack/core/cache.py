@@ -68,7 +68,14 @@ class Cache:
             self._ensure(final, kind, parts, build, label)
         return final
 
-    def opened(self, kind: str, parts: dict, build: Callable[[Path], None], open_entry: Callable[[Path], T], label: str | None = None) -> T:
+    def opened(
+        self,
+        kind: str,
+        parts: dict,
+        build: Callable[[Path], None],
+        open_entry: Callable[[Path], T],
+        label: str | None = None,
+    ) -> T:
         """``open_entry(folder)`` of the intact entry (built as :meth:`entry` builds it), for an entry
         that its reader rewrites in place: it is opened under the entry's lock, and the checksums of
         the files it rewrote are taken again before the lock is released."""
@@ -109,8 +116,13 @@ class Cache:
         started = time.perf_counter()
         try:
             build(scratch)
-            manifest = {"kind": kind, "parts": parts, "schema": SCHEMA_VERSION, "built_seconds": time.perf_counter() - started,
-                        "files": _checksums(scratch)}
+            manifest = {
+                "kind": kind,
+                "parts": parts,
+                "schema": SCHEMA_VERSION,
+                "built_seconds": time.perf_counter() - started,
+                "files": _checksums(scratch),
+            }
             (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
             os.rename(scratch, final)
         except BaseException as exc:
@@ -135,7 +147,9 @@ def _damage(final: Path, kind: str) -> str | None:
     for name, recorded in sorted(manifest["files"].items()):
         path = final / name
         if path.resolve() != final.resolve() / name:  # a link on the way
-            raise RagtrackError(f"{path}: a symbolic link in the cache is not used (nor followed nor deleted); remove {final}")
+            raise RagtrackError(
+                f"{path}: a symbolic link in the cache is not used (nor followed nor deleted); remove {final}"
+            )
         try:
             info = path.stat()
         except FileNotFoundError:
@@ -179,7 +193,11 @@ def _checksums(folder: Path, known: dict | None = None) -> dict[str, dict[str, i
             continue
         recorded = (known or {}).get(name, {})
         same = recorded.get("size") == info.st_size and recorded.get("mtime_ns") == info.st_mtime_ns
-        files[name] = {"sha256": recorded["sha256"] if same else sha256_of(path), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+        files[name] = {
+            "sha256": recorded["sha256"] if same else sha256_of(path),
+            "size": info.st_size,
+            "mtime_ns": info.st_mtime_ns,
+        }
     return files
 
 
@@ -198,13 +216,23 @@ def _manifest(final: Path, kind: str) -> dict:
         manifest = json.loads((final / MANIFEST).read_text())
         if not isinstance(manifest, dict) or not {"kind", "parts", "schema"} <= manifest.keys():
             raise ValueError("its manifest lacks kind, parts or schema")
-        if manifest["schema"] != SCHEMA_VERSION or manifest["kind"] != kind or cache_key(kind, manifest["parts"]) != final.name:
-            raise ValueError(f"its manifest (schema {manifest['schema']!r}, kind {manifest['kind']!r}) is not the one of this key")
+        if (
+            manifest["schema"] != SCHEMA_VERSION
+            or manifest["kind"] != kind
+            or cache_key(kind, manifest["parts"]) != final.name
+        ):
+            raise ValueError(
+                f"its manifest (schema {manifest['schema']!r}, kind {manifest['kind']!r}) is not the one of this key"
+            )
         files = manifest.get("files", {})
-        if not isinstance(files, dict) or not all(isinstance(f, dict) and {"sha256", "size", "mtime_ns"} <= f.keys() for f in files.values()):
+        if not isinstance(files, dict) or not all(
+            isinstance(f, dict) and {"sha256", "size", "mtime_ns"} <= f.keys() for f in files.values()
+        ):
             raise ValueError("its manifest's files are not a table of sha256, size and mtime_ns")
     except (OSError, ValueError, UnicodeError, RecursionError) as exc:
-        raise RagtrackError(f"{final}: not a ragtrack cache entry ({exc}); it is left as it is: remove it or use another cache_dir") from None
+        raise RagtrackError(
+            f"{final}: not a ragtrack cache entry ({exc}); it is left as it is: remove it or use another cache_dir"
+        ) from None
     return manifest
 
 

@@ -55,12 +55,16 @@ def _memo(action):
     """``action(connection)`` on the memo, or ``None`` when the memo cannot be used."""
     try:
         location = memo_path()
-        if any(os.path.islink(f"{location}{suffix}") for suffix in ("", "-journal", "-wal", "-shm")):  # never written through a link
+        if any(
+            os.path.islink(f"{location}{suffix}") for suffix in ("", "-journal", "-wal", "-shm")
+        ):  # never written through a link
             raise OSError(f"{location}: a symbolic link")
         location.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.closing(sqlite3.connect(location, timeout=30)) as connection, connection:
-            connection.execute("CREATE TABLE IF NOT EXISTS hashes (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER,"
-                               " ctime_ns INTEGER, inode INTEGER, sha256 TEXT)")
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS hashes (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER,"
+                " ctime_ns INTEGER, inode INTEGER, sha256 TEXT)"
+            )
             return action(connection)
     except (OSError, sqlite3.Error) as exc:
         log.debug("file hash memo not used: %s", exc)
@@ -71,11 +75,17 @@ def file_sha256(path: Path) -> str:
     """The sha256 of ``path``, from the memo when the file is unchanged since it was hashed."""
     name = str(Path(path).resolve())
     signature = _signature(path)
-    row = _memo(lambda db: db.execute("SELECT sha256 FROM hashes WHERE path = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ?"
-                                      " AND inode = ?", (name, *signature)).fetchone())
+    row = _memo(
+        lambda db: db.execute(
+            "SELECT sha256 FROM hashes WHERE path = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ? AND inode = ?",
+            (name, *signature),
+        ).fetchone()
+    )
     if row:
         return row[0]
     digest = sha256_of(path)
     if _signature(path) == signature:  # not changed while it was read
-        _memo(lambda db: db.execute("INSERT OR REPLACE INTO hashes VALUES (?, ?, ?, ?, ?, ?)", (name, *signature, digest)))
+        _memo(
+            lambda db: db.execute("INSERT OR REPLACE INTO hashes VALUES (?, ?, ?, ?, ?, ?)", (name, *signature, digest))
+        )
     return digest

@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def _table(data: bytes, names: list[str], delimiter: str, types: "dict[str, pa.DataType] | None" = None) -> "pa.Table | None":
+def _table(
+    data: bytes, names: list[str], delimiter: str, types: "dict[str, pa.DataType] | None" = None
+) -> "pa.Table | None":
     """The columns (strings unless ``types`` says otherwise), or ``None`` when Arrow cannot split every
     line into ``names`` or convert a value. Strings are checked to be UTF-8 unless the data is ASCII."""
     import pyarrow as pa
@@ -45,10 +47,20 @@ def _table(data: bytes, names: list[str], delimiter: str, types: "dict[str, pa.D
         return csv.read_csv(
             pa.py_buffer(data),
             read_options=csv.ReadOptions(column_names=names, use_threads=False),
-            parse_options=csv.ParseOptions(delimiter=delimiter, quote_char=False, double_quote=False, escape_char=False,
-                                           newlines_in_values=False, ignore_empty_lines=True),
-            convert_options=csv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()) | (types or {}), null_values=[],
-                                               strings_can_be_null=False, check_utf8=not data.isascii()),
+            parse_options=csv.ParseOptions(
+                delimiter=delimiter,
+                quote_char=False,
+                double_quote=False,
+                escape_char=False,
+                newlines_in_values=False,
+                ignore_empty_lines=True,
+            ),
+            convert_options=csv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()) | (types or {}),
+                null_values=[],
+                strings_can_be_null=False,
+                check_utf8=not data.isascii(),
+            ),
             memory_pool=pa.system_memory_pool(),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -66,12 +78,18 @@ def to_numpy(array: "pa.Array | pa.ChunkedArray", missing: int = -1) -> "np.ndar
     import pyarrow as pa
 
     if isinstance(array, pa.ChunkedArray):  # the chunks' values joined by numpy (no Arrow allocation)
-        parts = [to_numpy(chunk, missing) for chunk in array.chunks] or [np.zeros(0, dtype=NUMPY_TYPES[str(array.type)])]
+        parts = [to_numpy(chunk, missing) for chunk in array.chunks] or [
+            np.zeros(0, dtype=NUMPY_TYPES[str(array.type)])
+        ]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
     validity, data = array.buffers()[:2]
-    values = np.frombuffer(data, dtype=NUMPY_TYPES[str(array.type)], count=len(array), offset=array.offset * array.type.bit_width // 8)
+    values = np.frombuffer(
+        data, dtype=NUMPY_TYPES[str(array.type)], count=len(array), offset=array.offset * array.type.bit_width // 8
+    )
     if array.null_count:
-        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[array.offset:array.offset + len(array)]
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[
+            array.offset : array.offset + len(array)
+        ]
         values = np.where(bits.astype(bool), values, missing)
     return values
 
@@ -95,8 +113,12 @@ def string_array(values: list[str]) -> "pa.Array":
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(item) for item in encoded], out=offsets[1:])
     if offsets[-1] >= 2**31:
-        return pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))).cast(pa.string())
-    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded)))
+        return pa.LargeStringArray.from_buffers(
+            len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+        ).cast(pa.string())
+    return pa.StringArray.from_buffers(
+        len(encoded), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))
+    )
 
 
 COMMENT = re.compile(rb"(?:^|\n)[ \t]*#")  # a line whose first non-blank character is '#'
@@ -118,12 +140,13 @@ def _load(path: Path) -> bytes | None:
 def encode(column: "pa.ChunkedArray") -> "tuple[pa.Array, np.ndarray]":
     """The distinct values of ``column`` in order of first appearance, and per entry the index of its
     value among them (Arrow's hash table, one pass)."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     encoded = pc.dictionary_encode(column, memory_pool=pa.system_memory_pool())  # the chunks share one dictionary
-    return encoded.chunk(0).dictionary, to_numpy(pa.chunked_array([chunk.indices for chunk in encoded.chunks], type=pa.int32()))
+    return encoded.chunk(0).dictionary, to_numpy(
+        pa.chunked_array([chunk.indices for chunk in encoded.chunks], type=pa.int32())
+    )
 
 
 def _ids_are_clean(*distinct: "pa.Array") -> bool:
@@ -192,7 +215,9 @@ def read_run(path: Path) -> "tuple[pa.Array, np.ndarray, pa.Array, np.ndarray, n
     import pyarrow as pa
 
     data = _load(path)
-    table = None if data is None or b"\t" in data else _table(data, RUN_COLUMNS, " ", {"score": pa.float64()})  # a tab: the line reader splits there
+    table = (
+        None if data is None or b"\t" in data else _table(data, RUN_COLUMNS, " ", {"score": pa.float64()})
+    )  # a tab: the line reader splits there
     if table is None or table.num_rows == 0 or not _no_empty_field(table["q0"], table["rank"], table["tag"]):
         return None
     scores = to_numpy(table["score"])
@@ -219,7 +244,11 @@ def read_qrels(path: Path) -> "tuple[list[str], list[str], list[int], bytes] | N
     if tabs and is_header(list(table.slice(0, 1).to_pylist()[0].values()), QRELS_HEADER):
         table = table.slice(1)
     grades = table["grade"]
-    if table.num_rows == 0 or not _no_empty_field(*table.columns) or not pc.all(pc.match_substring_regex(grades, f"^(?:{GRADE.pattern})$")).as_py():
+    if (
+        table.num_rows == 0
+        or not _no_empty_field(*table.columns)
+        or not pc.all(pc.match_substring_regex(grades, f"^(?:{GRADE.pattern})$")).as_py()
+    ):
         return None
     try:
         values = pc.cast(grades, pa.int64())

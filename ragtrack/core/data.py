@@ -31,10 +31,20 @@ import numpy as np
 
 from ragtrack.core import columnar
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.fields import CORPUS_HEADER, QRELS_HEADER, TOPICS_HEADER, check_id, check_text, is_header, parse_grade, parse_score, split_columns
-from ragtrack.core.words import counted
+from ragtrack.core.fields import (
+    CORPUS_HEADER,
+    QRELS_HEADER,
+    TOPICS_HEADER,
+    check_id,
+    check_text,
+    is_header,
+    parse_grade,
+    parse_score,
+    split_columns,
+)
 from ragtrack.core.files import open_bytes, read_json_objects, read_lines
 from ragtrack.core.strings import JoinedTexts, Strings, StringsBuilder
+from ragtrack.core.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +66,9 @@ class Corpus:
         for name in ("ids", "titles", "texts"):
             object.__setattr__(self, name, Strings(getattr(self, name)))
         if not len(self.ids) == len(self.titles) == len(self.texts):
-            raise ValueError(f"corpus columns differ in length: {len(self.ids)} ids, {len(self.titles)} titles, {len(self.texts)} texts")
+            raise ValueError(
+                f"corpus columns differ in length: {len(self.ids)} ids, {len(self.titles)} titles, {len(self.texts)} texts"
+            )
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -79,7 +91,9 @@ class Corpus:
         texts = {doc: column[position] for position, doc in enumerate(self.ids) if doc in wanted}
         if len(texts) < len(wanted):
             missing = sorted(wanted - texts.keys())
-            raise RagtrackError(f"{reader}: no text for {len(missing)} of its documents, which are not in the corpus (e.g. {missing[0]!r})")
+            raise RagtrackError(
+                f"{reader}: no text for {len(missing)} of its documents, which are not in the corpus (e.g. {missing[0]!r})"
+            )
         return texts
 
 
@@ -93,12 +107,18 @@ class Dataset:
     qrels: Qrels
     answers: dict[str, list[str]] = field(default_factory=dict)
     hash: str = ""
-    metadata: dict[str, dict] = field(default_factory=dict)  # a query's ``metadata`` object (queries.jsonl), where given
+    metadata: dict[str, dict] = field(
+        default_factory=dict
+    )  # a query's ``metadata`` object (queries.jsonl), where given
     qrels_path: Path | None = None  # the judgments' file, for errors that name a line of it
     queries_path: Path | None = None  # the queries' file (likewise)
     source: str = ""  # where it was read, for people: ``beir:/data/nfcorpus``, ``irds:beir/scifact/test``
-    hashes: dict[str, str] = field(default_factory=dict)  # sha256 of the documents, queries and qrels (``hash`` covers all three)
-    qrels_places: dict[str, dict[str, str]] = field(default_factory=dict)  # per judgment where it is, when not in a file (frames: ``qrels DataFrame row 3``)
+    hashes: dict[str, str] = field(
+        default_factory=dict
+    )  # sha256 of the documents, queries and qrels (``hash`` covers all three)
+    qrels_places: dict[str, dict[str, str]] = field(
+        default_factory=dict
+    )  # per judgment where it is, when not in a file (frames: ``qrels DataFrame row 3``)
 
     def num_judged_relevant(self, threshold: int = 1) -> int:
         return sum(any(g >= threshold for g in docs.values()) for docs in self.qrels.values())
@@ -129,7 +149,9 @@ class CorpusBuilder:
         self.first_place = first_place
         self.ids, self.titles, self.texts = StringsBuilder(), StringsBuilder(), StringsBuilder()
         self.keys, self.lines = array("q"), array("q")  # per document: hash of its id, its line (-1: none)
-        self.wheres: list[tuple[int, str | Path]] = []  # (position, where) of each document whose where differs from the one before
+        self.wheres: list[
+            tuple[int, str | Path]
+        ] = []  # (position, where) of each document whose where differs from the one before
         self.digest = hashlib.sha256() if records_hash else None
 
     def add(self, doc_id: str, title: str, text: str, where: str | Path, line: int | None = None) -> None:
@@ -154,10 +176,17 @@ class CorpusBuilder:
         if repeat is not None:
             doc_id, line = ids[repeat], self.lines[repeat]
             first = f" (first on {self.first_place(doc_id)})" if self.first_place else ""
-            raise InputError(self.wheres[bisect_right(self.wheres, repeat, key=lambda entry: entry[0]) - 1][1],
-                             f"duplicate document id {doc_id!r}{first}", None if line < 0 else line)
-        return Corpus(ids=ids, titles=Strings.from_builder(self.titles), texts=Strings.from_builder(self.texts),
-                      hash=content_hash or self.digest.hexdigest())
+            raise InputError(
+                self.wheres[bisect_right(self.wheres, repeat, key=lambda entry: entry[0]) - 1][1],
+                f"duplicate document id {doc_id!r}{first}",
+                None if line < 0 else line,
+            )
+        return Corpus(
+            ids=ids,
+            titles=Strings.from_builder(self.titles),
+            texts=Strings.from_builder(self.texts),
+            hash=content_hash or self.digest.hexdigest(),
+        )
 
 
 def first_repeat(keys: np.ndarray, ids: Sequence[str]) -> int | None:
@@ -220,7 +249,11 @@ def load_queries(path: Path) -> tuple[dict[str, str], dict[str, list[str]], str,
             answers[qid] = gold
         if "metadata" in record:
             if not isinstance(record["metadata"], dict):
-                raise InputError(path, f"'metadata' of query {qid!r} must be a JSON object, got {type(record['metadata']).__name__}", number)
+                raise InputError(
+                    path,
+                    f"'metadata' of query {qid!r} must be a JSON object, got {type(record['metadata']).__name__}",
+                    number,
+                )
             metadata[qid] = record["metadata"]
     if not queries:
         raise InputError(path, "no queries")
@@ -233,11 +266,19 @@ def load_tsv_corpus(path: Path) -> Corpus:
     :data:`~ragtrack.core.fields.CORPUS_HEADER`) is skipped."""
     digest = hashlib.sha256()
     header = 0  # the header's line, if any
-    corpus = CorpusBuilder(lambda doc_id: f"line {next(n for n, text in read_lines(path) if n > header and text.split(chr(9), 1)[0].strip(' ') == doc_id)}")
+    corpus = CorpusBuilder(
+        lambda doc_id: (
+            f"line {next(n for n, text in read_lines(path) if n > header and text.split(chr(9), 1)[0].strip(' ') == doc_id)}"
+        )
+    )
     for index, (number, line) in enumerate(read_lines(path, digest)):
         columns = line.split("\t")
         if len(columns) not in (2, 3):
-            raise InputError(path, f"expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got {len(columns)}", number)
+            raise InputError(
+                path,
+                f"expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got {len(columns)}",
+                number,
+            )
         if _is_header(path, index, number, columns, CORPUS_HEADER[len(columns)], "document"):
             header = number
             continue
@@ -250,8 +291,12 @@ def load_tsv_corpus(path: Path) -> Corpus:
 
 TOPIC_FIELDS = ("title", "description", "narrative")
 TOPIC_TAG = re.compile(r"<(num|title|desc|narr)>|</top>", re.IGNORECASE)
-TOPIC_LABELS = {"num": re.compile(r"^\s*Number:\s*", re.IGNORECASE), "desc": re.compile(r"^\s*Description:\s*", re.IGNORECASE),
-                "narr": re.compile(r"^\s*Narrative:\s*", re.IGNORECASE), "title": re.compile(r"^\s*(?:Topic:)?\s*", re.IGNORECASE)}
+TOPIC_LABELS = {
+    "num": re.compile(r"^\s*Number:\s*", re.IGNORECASE),
+    "desc": re.compile(r"^\s*Description:\s*", re.IGNORECASE),
+    "narr": re.compile(r"^\s*Narrative:\s*", re.IGNORECASE),
+    "title": re.compile(r"^\s*(?:Topic:)?\s*", re.IGNORECASE),
+}
 MARKUP = re.compile(r"</?[A-Za-z][^<>]*>")  # </title>, <i>, <br/>: markup, not query text
 
 
@@ -274,8 +319,11 @@ def load_topics(path: Path, field_name: str = "title") -> tuple[dict[str, str], 
         raise InputError(path, "no topics")
     classic = lines[0][1].lstrip().lower().startswith("<top>")
     if not classic and field_name != "title":
-        raise InputError(path, f"qid<TAB>text topics have no {field_name} field, only one text: set dataset.query_field=title "
-                               "(description and narrative are fields of <top> topics)")
+        raise InputError(
+            path,
+            f"qid<TAB>text topics have no {field_name} field, only one text: set dataset.query_field=title "
+            "(description and narrative are fields of <top> topics)",
+        )
     parsed = _classic_topics(path, lines, field_name) if classic else _tsv_topics(path, lines)
     queries: dict[str, str] = {}
     first_line: dict[str, int] = {}
@@ -300,7 +348,9 @@ def _tsv_topics(path: Path, lines: list[tuple[int, str]]) -> Iterator[tuple[int,
             yield number, qid.strip(" "), text.strip()
 
 
-def _is_header(path: Path, index: int, number: int, columns: list[str], names: tuple, record: str | None = None) -> bool:
+def _is_header(
+    path: Path, index: int, number: int, columns: list[str], names: tuple, record: str | None = None
+) -> bool:
     """Whether line ``number``, the ``index``-th non-blank one, is a header to skip (its ``columns`` are
     column ``names``: :func:`~ragtrack.core.fields.is_header`). A header is allowed only as the first
     non-blank line; the same line later is an error. ``record``: what the file's lines are, for the log
@@ -331,7 +381,7 @@ def _classic_topics(path: Path, lines: list[tuple[int, str]], field_name: str) -
         position = 0
         for match in TOPIC_TAG.finditer(line):
             if current is not None:
-                fields[current] = f"{fields.get(current, '')} {line[position:match.start()]}"
+                fields[current] = f"{fields.get(current, '')} {line[position : match.start()]}"
             if match.group(0).lower() == "</top>":
                 if "num" not in fields:
                     raise InputError(path, "topic without <num>", number)
@@ -411,7 +461,9 @@ def load_qrels_groups(path: Path) -> dict[str, dict[str, Qrels]]:
         check_id(doc_id, path, number, "document id")
         judged = groups.setdefault(qid, {}).setdefault(group, {})
         if doc_id in judged:
-            raise InputError(path, f"duplicate judgment for query {qid!r}, group {group!r} and document {doc_id!r}", number)
+            raise InputError(
+                path, f"duplicate judgment for query {qid!r}, group {group!r} and document {doc_id!r}", number
+            )
         judged[doc_id] = value
     if not groups:
         raise InputError(path, "no judgments")
@@ -434,18 +486,24 @@ def load_preferences(path: Path, qrels_form: bool = False) -> dict[str, list[tup
         qid, group, *subgroup, doc_id, level = columns
         check_id(qid, path, number, "query id")
         check_id(doc_id, path, number, "document id")
-        preferences.setdefault(qid, []).append((group, subgroup[0] if subgroup else "0", doc_id, parse_score(level, path, number)))
+        preferences.setdefault(qid, []).append(
+            (group, subgroup[0] if subgroup else "0", doc_id, parse_score(level, path, number))
+        )
     if not preferences:
         raise InputError(path, "no judgments")
     return preferences
 
 
-def _judgment_place(qrels: Path | str, places: dict[str, dict[str, str]], qid: str, doc_id: str | None = None) -> tuple[Path | str, int | None]:
+def _judgment_place(
+    qrels: Path | str, places: dict[str, dict[str, str]], qid: str, doc_id: str | None = None
+) -> tuple[Path | str, int | None]:
     """Where an error about the judgments of query ``qid`` (about document ``doc_id``, where given) points:
     the qrels file and the first line naming that id in its column, or the judgment's place in
     ``places`` (a DataFrame's row), else the judgments' label (``ir_datasets ... qrels``)."""
     if isinstance(qrels, Path):
-        needle, column = (qid, 0) if doc_id is None else (doc_id, -2)  # the document id is the last column but one (BEIR and TREC)
+        needle, column = (
+            (qid, 0) if doc_id is None else (doc_id, -2)
+        )  # the document id is the last column but one (BEIR and TREC)
         with open_bytes(qrels) as handle:
             for number, raw in enumerate(handle, start=1):
                 columns = split_columns(raw.decode("utf-8", "replace").rstrip("\r\n"), tab_separated=True)
@@ -464,23 +522,36 @@ def _corpus_path(folder: Path) -> Path:
     raise InputError(folder / "corpus.jsonl", "file not found (nor corpus.jsonl.gz)")
 
 
-def load_beir(path: str | Path, split: str = "test", name: str | None = None, qrels_file: str | None = None,
-              check_documents: bool = True) -> Dataset:
+def load_beir(
+    path: str | Path,
+    split: str = "test",
+    name: str | None = None,
+    qrels_file: str | None = None,
+    check_documents: bool = True,
+) -> Dataset:
     """Load a BEIR folder: corpus, the queries judged in ``split`` and their qrels. Judged query ids
     must be in queries.jsonl; judged document ids must be in the corpus unless ``check_documents`` is
     false (the experiment checks them itself against what it indexes: documents, or chunks of them,
     :func:`check_judged_documents`)."""
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
-        raise InputError(folder, "a file, not a folder: a BEIR dataset is the folder that holds corpus.jsonl, queries.jsonl and qrels/")
+        raise InputError(
+            folder,
+            "a file, not a folder: a BEIR dataset is the folder that holds corpus.jsonl, queries.jsonl and qrels/",
+        )
     if not folder.is_dir():
         raise InputError(folder, "dataset folder not found")
     qrels_path = Path(qrels_file) if qrels_file else folder / "qrels" / f"{split}.tsv"
     corpus = load_corpus(_corpus_path(folder))
     queries, answers, queries_hash, metadata = load_queries(folder / "queries.jsonl")
     qrels, qrels_hash = load_qrels(qrels_path)
-    return assemble(Sources(name or folder.name, f"beir:{folder}", folder / "queries.jsonl", qrels_path), corpus,
-                    Judged(queries, qrels, queries_hash, qrels_hash, answers, metadata), split, check_documents)
+    return assemble(
+        Sources(name or folder.name, f"beir:{folder}", folder / "queries.jsonl", qrels_path),
+        corpus,
+        Judged(queries, qrels, queries_hash, qrels_hash, answers, metadata),
+        split,
+        check_documents,
+    )
 
 
 @dataclass(frozen=True)
@@ -505,10 +576,14 @@ class Judged:
     qrels_hash: str
     answers: dict[str, list[str]] = field(default_factory=dict)
     metadata: dict[str, dict] = field(default_factory=dict)
-    places: dict[str, dict[str, str]] = field(default_factory=dict)  # per judgment where it is, when not in a file (``qrels DataFrame row 3``)
+    places: dict[str, dict[str, str]] = field(
+        default_factory=dict
+    )  # per judgment where it is, when not in a file (``qrels DataFrame row 3``)
 
 
-def assemble(sources: Sources, corpus: Corpus, judged: Judged, split: str = "", check_documents: bool = True) -> Dataset:
+def assemble(
+    sources: Sources, corpus: Corpus, judged: Judged, split: str = "", check_documents: bool = True
+) -> Dataset:
     """A :class:`Dataset` of the queries judged in ``judged.qrels`` (every provider ends here): a judged
     query must be among the queries and, unless ``check_documents`` is false, a judged document in the
     corpus; the dataset's hash covers documents, queries and judgments."""
@@ -519,21 +594,35 @@ def assemble(sources: Sources, corpus: Corpus, judged: Judged, split: str = "", 
             raise InputError(where, f"unknown query id {qid!r} (not in {_label(sources.queries)})", line)
     keep = judged.qrels.keys()
     hashes = {"documents": corpus.hash, "queries": judged.queries_hash, "qrels": judged.qrels_hash}
-    dataset = Dataset(name=sources.name, corpus=corpus, queries={q: t for q, t in all_queries.items() if q in keep}, qrels=judged.qrels,
-                      answers={q: a for q, a in judged.answers.items() if q in keep}, metadata={q: m for q, m in judged.metadata.items() if q in keep},
-                      hash=hashlib.sha256(":".join(hashes.values()).encode()).hexdigest(), hashes=hashes, source=sources.source,
-                      queries_path=sources.queries if isinstance(sources.queries, Path) else None,
-                      qrels_path=sources.qrels if isinstance(sources.qrels, Path) else None, qrels_places=judged.places)
+    dataset = Dataset(
+        name=sources.name,
+        corpus=corpus,
+        queries={q: t for q, t in all_queries.items() if q in keep},
+        qrels=judged.qrels,
+        answers={q: a for q, a in judged.answers.items() if q in keep},
+        metadata={q: m for q, m in judged.metadata.items() if q in keep},
+        hash=hashlib.sha256(":".join(hashes.values()).encode()).hexdigest(),
+        hashes=hashes,
+        source=sources.source,
+        queries_path=sources.queries if isinstance(sources.queries, Path) else None,
+        qrels_path=sources.qrels if isinstance(sources.qrels, Path) else None,
+        qrels_places=judged.places,
+    )
     if check_documents:
         check_judged_documents(dataset, corpus.ids)
     queries = dataset.queries
     unjudged = len(queries) - dataset.num_judged_relevant()
     log.info(
         "dataset %s%s: %s, %s, %s%s%s",
-        dataset.name, f"/{split}" if split else "", counted(len(corpus), "document"), counted(len(queries), "query"),
+        dataset.name,
+        f"/{split}" if split else "",
+        counted(len(corpus), "document"),
+        counted(len(queries), "query"),
         counted(sum(map(len, judged.qrels.values())), "judgment"),
         f" ({counted(unjudged, 'query')} without a relevant document: run, not averaged)" if unjudged else "",
-        f"; {counted(len(all_queries) - len(queries), 'query')} without judgments in this split: not run" if len(all_queries) > len(queries) else "",
+        f"; {counted(len(all_queries) - len(queries), 'query')} without judgments in this split: not run"
+        if len(all_queries) > len(queries)
+        else "",
     )
     return dataset
 
@@ -550,5 +639,7 @@ def check_judged_documents(dataset: Dataset, *known: Iterable[str]) -> None:
     for qid, judged in dataset.qrels.items():
         for doc_id in judged:
             if doc_id in missing:
-                where, line = _judgment_place(dataset.qrels_path or f"{dataset.source} qrels", dataset.qrels_places, qid, doc_id)
+                where, line = _judgment_place(
+                    dataset.qrels_path or f"{dataset.source} qrels", dataset.qrels_places, qid, doc_id
+                )
                 raise InputError(where, f"unknown document id {doc_id!r} (not in the corpus)", line)

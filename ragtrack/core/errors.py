@@ -73,12 +73,18 @@ SQLITE_FAULTS = {  # sqlite3's messages (also inside SQLAlchemy's and Chroma's e
     "database is locked": "the database is locked by another process",
 }
 CONNECTION_FAULTS = {  # (module root, class name) -> meaning; requests, urllib3 and httpx
-    ("requests", "ConnectTimeout"): "connection timed out", ("requests", "ReadTimeout"): "no answer within the time-out",
-    ("requests", "Timeout"): "timed out", ("requests", "ConnectionError"): "cannot connect",
-    ("urllib3", "MaxRetryError"): "cannot connect", ("urllib3", "NewConnectionError"): "cannot connect",
-    ("urllib3", "ConnectTimeoutError"): "connection timed out", ("urllib3", "ReadTimeoutError"): "no answer within the time-out",
-    ("httpx", "ConnectError"): "cannot connect", ("httpx", "ConnectTimeout"): "connection timed out",
-    ("httpx", "ReadTimeout"): "no answer within the time-out", ("httpx", "TimeoutException"): "timed out",
+    ("requests", "ConnectTimeout"): "connection timed out",
+    ("requests", "ReadTimeout"): "no answer within the time-out",
+    ("requests", "Timeout"): "timed out",
+    ("requests", "ConnectionError"): "cannot connect",
+    ("urllib3", "MaxRetryError"): "cannot connect",
+    ("urllib3", "NewConnectionError"): "cannot connect",
+    ("urllib3", "ConnectTimeoutError"): "connection timed out",
+    ("urllib3", "ReadTimeoutError"): "no answer within the time-out",
+    ("httpx", "ConnectError"): "cannot connect",
+    ("httpx", "ConnectTimeout"): "connection timed out",
+    ("httpx", "ReadTimeout"): "no answer within the time-out",
+    ("httpx", "TimeoutException"): "timed out",
     ("httpx", "DecodingError"): "the server's reply could not be decoded",
 }
 
@@ -88,7 +94,9 @@ def describe_fault(exc: BaseException) -> str | None:
     environment (full or read-only disk, missing permission, a file where a folder belongs, an
     unreachable server, text that cannot be encoded); ``None`` for anything else (a bug). The chain
     of causes is searched too, so a fault wrapped by a library (SQLAlchemy, MLflow, Chroma) is found."""
-    for cause in _causes(exc):  # the nearest described cause: a fault raised while handling an error is this fault, not that error
+    for cause in _causes(
+        exc
+    ):  # the nearest described cause: a fault raised while handling an error is this fault, not that error
         if isinstance(cause, RagtrackError):
             return _first_line(cause) or type(cause).__name__
         for describe in (_os_fault, _sqlite_fault, _connection_fault, _unicode_fault):
@@ -121,7 +129,13 @@ def _os_fault(exc: BaseException) -> str | None:
 def _sqlite_fault(exc: BaseException) -> str | None:
     text = str(exc).lower()
     for needle, meaning in SQLITE_FAULTS.items():
-        if needle in text and type(exc).__module__.split(".")[0] in ("sqlite3", "sqlalchemy", "chromadb", "mlflow", "builtins"):
+        if needle in text and type(exc).__module__.split(".")[0] in (
+            "sqlite3",
+            "sqlalchemy",
+            "chromadb",
+            "mlflow",
+            "builtins",
+        ):
             return meaning
     return None
 

@@ -69,8 +69,11 @@ def check_text(value: str, path: str | Path, line: int | None, what: str) -> str
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise InputError(path, f"{what} is not valid Unicode text (lone surrogate \\u{ord(value[exc.start]):04x} at character {exc.start})",
-                             line) from None
+            raise InputError(
+                path,
+                f"{what} is not valid Unicode text (lone surrogate \\u{ord(value[exc.start]):04x} at character {exc.start})",
+                line,
+            ) from None
     return value
 
 
@@ -97,7 +100,9 @@ def parse_grade(text: str, path: str | Path, line: int | None) -> int:
 def parse_score(text: str, path: str | Path, line: int | None) -> float:
     """A score: an ASCII decimal number that is finite as a float."""
     if not SCORE.fullmatch(text):
-        raise InputError(path, f"score {text!r} is {'not finite' if NON_FINITE.fullmatch(text) else 'not a number'}", line)
+        raise InputError(
+            path, f"score {text!r} is {'not finite' if NON_FINITE.fullmatch(text) else 'not a number'}", line
+        )
     value = float(text)
     if not math.isfinite(value):
         raise InputError(path, f"score {text!r} is not finite", line)

@@ -38,8 +38,13 @@ MAX_YAML_NODES = 1_000_000  # ... and so is one whose aliases expand to more val
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
-              stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 def _not_regular(path: Path, mode: int) -> InputError:
@@ -112,7 +117,9 @@ def read_lines(path: Path, digest: "hashlib._Hash | None" = None) -> Iterator[tu
                 except UnicodeDecodeError as exc:
                     raise InputError(path, f"not valid UTF-8 (byte {exc.start})", number) from None
                 text = text.rstrip("\r\n")
-                if text.strip(" \t"):  # blank: spaces and tabs only (other whitespace is content, checked by the caller)
+                if text.strip(
+                    " \t"
+                ):  # blank: spaces and tabs only (other whitespace is content, checked by the caller)
                     yield number, text
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         where = f"after line {number}" if number else "at its start"
@@ -173,7 +180,10 @@ def yaml_files(folder: Path, what: str) -> list[tuple[Path, str]]:
     """Each ``*.yaml`` file under ``folder`` (none when it is not a folder), sorted, with its text checked
     for size and aliases as :func:`yaml_text` checks it: the files of a ``--config-dir``, before Hydra
     reads them (Hydra names the syntax mistakes of the files it uses)."""
-    return [(path, yaml_text(path, what, syntax=False)) for path in (sorted(Path(folder).rglob("*.yaml")) if Path(folder).is_dir() else [])]
+    return [
+        (path, yaml_text(path, what, syntax=False))
+        for path in (sorted(Path(folder).rglob("*.yaml")) if Path(folder).is_dir() else [])
+    ]
 
 
 def _expanded_size(node: object, sizes: dict[int, int], open_nodes: set[int]) -> int:
@@ -185,7 +195,11 @@ def _expanded_size(node: object, sizes: dict[int, int], open_nodes: set[int]) ->
         raise ValueError("an alias refers to the node that holds it")
     open_nodes.add(id(node))
     children = node.value if isinstance(node.value, list) else []
-    size = 1 + sum(_expanded_size(part, sizes, open_nodes) for child in children for part in (child if isinstance(child, tuple) else (child,)))
+    size = 1 + sum(
+        _expanded_size(part, sizes, open_nodes)
+        for child in children
+        for part in (child if isinstance(child, tuple) else (child,))
+    )
     if size > MAX_YAML_NODES:
         raise ValueError(f"its aliases expand to more than {MAX_YAML_NODES:,} values")
     open_nodes.discard(id(node))
@@ -259,7 +273,9 @@ def write_atomically(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
-        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), "w", encoding="utf-8") as handle:
+        with open(
+            os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), "w", encoding="utf-8"
+        ) as handle:
             handle.write(text)
         os.replace(temporary, path)
     except BaseException:

@@ -76,7 +76,9 @@ class ChatCall:
     planned: bool = False
 
     def to_json(self) -> dict:
-        return asdict(self) | {"prompt_id": list(self.prompt_id) if isinstance(self.prompt_id, tuple) else self.prompt_id}
+        return asdict(self) | {
+            "prompt_id": list(self.prompt_id) if isinstance(self.prompt_id, tuple) else self.prompt_id
+        }
 
     @classmethod
     def from_json(cls, record: dict) -> "ChatCall":
@@ -200,7 +202,9 @@ class ChatClient:
     def _cache_file(self, prompt: str) -> Path | None:
         if not self.cache_dir:
             return None
-        key = cache_key("chat", {"model": self.model, "messages": self._messages(prompt), "parameters": self.parameters})
+        key = cache_key(
+            "chat", {"model": self.model, "messages": self._messages(prompt), "parameters": self.parameters}
+        )
         return inside(self.cache_dir, "chat", key[:2], f"{key}.json")
 
     def complete_all(self, prompts: Mapping[Hashable, str], label: str = "chat") -> tuple[dict, dict[Hashable, str]]:
@@ -237,7 +241,9 @@ class ChatClient:
                 replies[pid], calls[pid] = replies[sent], replace(calls[sent], prompt_id=pid, cached=True, seconds=0.0)
             elif sent in failures:
                 failures[pid] = failures[sent]
-        self.record(calls[pid] for pid in prompts if pid in calls)  # in the order of ``prompts``: sums over them come out the same
+        self.record(
+            calls[pid] for pid in prompts if pid in calls
+        )  # in the order of ``prompts``: sums over them come out the same
         return replies, failures
 
     def _offline(self, prompts: Mapping[Hashable, str]) -> tuple[dict, dict[Hashable, str]]:
@@ -271,8 +277,16 @@ class ChatClient:
         reply = mask(text, self._key)
         cached = self._cache_file(prompt)
         if cached is not None:
-            write_atomically(cached, json.dumps({"model": self.model, "reply": reply,
-                                                 "usage": {"prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens}}))
+            write_atomically(
+                cached,
+                json.dumps(
+                    {
+                        "model": self.model,
+                        "reply": reply,
+                        "usage": {"prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens},
+                    }
+                ),
+            )
         return reply, call
 
     def _cached(self, prompt: str) -> tuple[str, tuple[int | None, int | None]] | None:
@@ -294,7 +308,7 @@ class ChatClient:
         body = {"model": self.model, "messages": self._messages(prompt), **self.parameters}
         problem = "no attempt"
         for attempt in range(self.max_retries + 1):
-            wait = min(self.backoff * 2 ** attempt, self.max_backoff)
+            wait = min(self.backoff * 2**attempt, self.max_backoff)
             with self._count_lock:
                 self.requests_sent += 1
             status, raw, problem, retry_after = self._attempt(http, url, body, headers)
@@ -304,7 +318,13 @@ class ChatClient:
                     try:
                         payload = json.loads(raw)
                         return _reply_text(payload), _usage(payload)
-                    except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:  # RecursionError: nested too deep
+                    except (
+                        ValueError,
+                        KeyError,
+                        IndexError,
+                        TypeError,
+                        RecursionError,
+                    ) as exc:  # RecursionError: nested too deep
                         problem = f"malformed reply ({type(exc).__name__}: {self._excerpt(str(exc))[:80]}): {self._excerpt(text)}"
                 elif status == 429 or status >= 500:
                     problem = f"HTTP {status}: {self._excerpt(text)}"
@@ -313,7 +333,12 @@ class ChatClient:
                     raise ChatError(f"{without_credentials(url)}: HTTP {status}: {self._excerpt(text)}")
             if attempt < self.max_retries:
                 time.sleep(wait)
-        raise ChatError(mask(f"{without_credentials(url)}: {problem} (gave up after {counted(self.max_retries + 1, 'attempt')})", self._key))
+        raise ChatError(
+            mask(
+                f"{without_credentials(url)}: {problem} (gave up after {counted(self.max_retries + 1, 'attempt')})",
+                self._key,
+            )
+        )
 
     def _attempt(self, http, url: str, body: dict, headers: dict) -> tuple[int, bytes, str | None, str | None]:
         """One POST: status, body bytes, the problem (``None`` when a whole reply arrived) and Retry-After.
@@ -390,7 +415,11 @@ def normalized_reply(text: str) -> str:
 
 def is_abstention(answer: str, no_answer: str | None) -> bool:
     """Whether an answer is the no-answer string (``"Unanswerable."`` is ``unanswerable``), normalized."""
-    return bool(no_answer) and bool(normalized_reply(no_answer)) and normalized_reply(answer) == normalized_reply(no_answer)
+    return (
+        bool(no_answer)
+        and bool(normalized_reply(no_answer))
+        and normalized_reply(answer) == normalized_reply(no_answer)
+    )
 
 
 def numbered_passages(passages: list[str]) -> str:
@@ -420,11 +449,15 @@ def check_template(template: str, fields: set[str], owner: str) -> None:
         raise RagtrackError(f"{owner}: malformed prompt template: {exc}") from None
     unknown = named - fields
     if unknown:
-        raise RagtrackError(f"{owner}: prompt template uses unknown fields {sorted(unknown)}; available: {sorted(fields)} "
-                            "(write literal braces as {{ }})")
+        raise RagtrackError(
+            f"{owner}: prompt template uses unknown fields {sorted(unknown)}; available: {sorted(fields)} "
+            "(write literal braces as {{ }})"
+        )
 
 
-def retrieved_passages(run: Run, corpus: Corpus, qids: Iterable[str], top_k: int, full: bool = False) -> dict[str, list[str]]:
+def retrieved_passages(
+    run: Run, corpus: Corpus, qids: Iterable[str], top_k: int, full: bool = False
+) -> dict[str, list[str]]:
     """Texts of each query's top-``top_k`` documents in ranking order (with their titles when ``full``,
     :meth:`Corpus.texts_of`)."""
     tops = {qid: [doc_id for doc_id, _ in run.ranking(qid)[:top_k]] for qid in qids}

@@ -24,8 +24,10 @@ import re
 
 import regex
 
-STOPWORDS = frozenset("a an and are as at be but by for if in into is it no not of on or such that the their then there these they this "
-                      "to was will with".split())
+STOPWORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they this "
+    "to was will with".split()
+)
 MAX_TOKEN_UNITS = 255  # StandardTokenizer's default maxTokenLength, in UTF-16 code units
 
 _EXT = r"[\p{WB=Format}\p{WB=Extend}\p{WB=ZWJ}]*"  # UAX #29 WB4: X (Extend | Format | ZWJ)* -> X
@@ -42,21 +44,29 @@ _DOUBLE_QUOTE = rf"(?:\p{{WB=Double_Quote}}{_EXT})"
 
 # WB5-WB13b: letters, digits, katakana and Hebrew joined by the UAX #29 rules (the grammar's WORD_TYPE
 # rule, which also covers its NUMERIC_TYPE, HANGUL_TYPE and KATAKANA_TYPE rules)
-_UNIT = (rf"(?:{_KATAKANA}(?:{_EXTEND_NUM_LET}*{_KATAKANA})*"
-         rf"|(?:{_HEBREW}(?:{_SINGLE_QUOTE}|{_DOUBLE_QUOTE}{_HEBREW})"
-         rf"|{_NUMERIC}(?:(?:{_EXTEND_NUM_LET}*|{_MID_NUMERIC}){_NUMERIC})*"
-         rf"|{_AHLETTER}(?:(?:{_EXTEND_NUM_LET}*|{_MID_LETTER}){_AHLETTER})*)+)")
+_UNIT = (
+    rf"(?:{_KATAKANA}(?:{_EXTEND_NUM_LET}*{_KATAKANA})*"
+    rf"|(?:{_HEBREW}(?:{_SINGLE_QUOTE}|{_DOUBLE_QUOTE}{_HEBREW})"
+    rf"|{_NUMERIC}(?:(?:{_EXTEND_NUM_LET}*|{_MID_NUMERIC}){_NUMERIC})*"
+    rf"|{_AHLETTER}(?:(?:{_EXTEND_NUM_LET}*|{_MID_LETTER}){_AHLETTER})*)+)"
+)
 _WORD = rf"{_EXTEND_NUM_LET}*{_UNIT}(?:{_EXTEND_NUM_LET}+{_UNIT})*{_EXTEND_NUM_LET}*"
 
 # Emoji sequences (UTS #51 emoji_sequence, as the grammar's EMOJI_TYPE rule spells it)
 _KEYCAP_BASE = "[0-9#*]"
-_EMOJI_CHAR = (r"(?:\p{Extended_Pictographic}"
-               r"|[\p{Emoji}--[\p{WB=Regional_Indicator}0-9#*©®™\u3030\u303D\p{Emoji_Modifier}]])")
-_EMOJI_ELEMENT = (rf"(?:\p{{WB=ZWJ}}*{_EMOJI_CHAR}{_EXT_SANS_PRESENTATION}\uFE0F?"
-                  rf"|(?:\p{{WB=ZWJ}}*\p{{Emoji_Modifier_Base}}{_EXT_SANS_PRESENTATION})?\p{{Emoji_Modifier}}{_EXT_SANS_PRESENTATION})")
-_EMOJI = (rf"{_EMOJI_ELEMENT}(?:(?:\p{{WB=ZWJ}}{_EMOJI_ELEMENT})*|[\U000E0020-\U000E007E]+\U000E007F)"
-          rf"|{_KEYCAP_BASE}{_EXT_SANS_PRESENTATION}\uFE0F?\u20E3{_EXT_SANS_PRESENTATION}"
-          rf"|(?:\p{{WB=Regional_Indicator}}{_EXT}){{2}}")
+_EMOJI_CHAR = (
+    r"(?:\p{Extended_Pictographic}"
+    r"|[\p{Emoji}--[\p{WB=Regional_Indicator}0-9#*©®™\u3030\u303D\p{Emoji_Modifier}]])"
+)
+_EMOJI_ELEMENT = (
+    rf"(?:\p{{WB=ZWJ}}*{_EMOJI_CHAR}{_EXT_SANS_PRESENTATION}\uFE0F?"
+    rf"|(?:\p{{WB=ZWJ}}*\p{{Emoji_Modifier_Base}}{_EXT_SANS_PRESENTATION})?\p{{Emoji_Modifier}}{_EXT_SANS_PRESENTATION})"
+)
+_EMOJI = (
+    rf"{_EMOJI_ELEMENT}(?:(?:\p{{WB=ZWJ}}{_EMOJI_ELEMENT})*|[\U000E0020-\U000E007E]+\U000E007F)"
+    rf"|{_KEYCAP_BASE}{_EXT_SANS_PRESENTATION}\uFE0F?\u20E3{_EXT_SANS_PRESENTATION}"
+    rf"|(?:\p{{WB=Regional_Indicator}}{_EXT}){{2}}"
+)
 
 TOKEN_ALTERNATIVES = (  # the grammar's token rules (the Emoji rule after the word rule: see TOKEN)
     _WORD,
@@ -73,10 +83,16 @@ TOKEN_ALTERNATIVES = (  # the grammar's token rules (the Emoji rule after the wo
 # the word is at least as long (Extend characters, U+FE0F and U+20E3 among them, extend words too).
 # TOKEN starts with a shortcut for the common token, ASCII letters and digits followed by nothing
 # that could extend it (possessive: no shorter match is tried).
-LONGEST_TOKEN = regex.compile("|".join(f"(?:{alternative})" for alternative in TOKEN_ALTERNATIVES), regex.V1 | regex.POSIX)
+LONGEST_TOKEN = regex.compile(
+    "|".join(f"(?:{alternative})" for alternative in TOKEN_ALTERNATIVES), regex.V1 | regex.POSIX
+)
 NEEDS_LONGEST = regex.compile(r"[\u200d\p{WB=Hebrew_Letter}]")
-TOKEN = regex.compile("|".join([r"[A-Za-z0-9]++(?![_:.',;\x80-\U0010FFFF])"] + [f"(?:{alternative})" for alternative in TOKEN_ALTERNATIVES]),
-                      regex.V1)
+TOKEN = regex.compile(
+    "|".join(
+        [r"[A-Za-z0-9]++(?![_:.',;\x80-\U0010FFFF])"] + [f"(?:{alternative})" for alternative in TOKEN_ALTERNATIVES]
+    ),
+    regex.V1,
+)
 _ASCII_UNIT = r"(?:[A-Za-z](?:(?:_*|[:.'])[A-Za-z])*|[0-9](?:(?:_*|[,;.'])[0-9])*)+"
 ASCII_TOKEN = re.compile(rf"[A-Za-z0-9]++(?![_:.',;])|_*{_ASCII_UNIT}(?:_+{_ASCII_UNIT})*_*")  # TOKEN on ASCII text
 _POSSESSIVE_APOSTROPHES = ("'", "\u2019", "\uff07")
@@ -119,7 +135,9 @@ def java_lower(token: str) -> str:
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
-SPARSE_NON_ASCII = 32  # english_words scans the words with non-ASCII characters apart when at most one per 32 characters
+SPARSE_NON_ASCII = (
+    32  # english_words scans the words with non-ASCII characters apart when at most one per 32 characters
+)
 _SPACE = re.compile(r"[ \t\n\r\f\v]")  # in no token (WB Other, WSegSpace, CR, LF, Newline): tokens end there
 
 

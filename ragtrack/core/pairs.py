@@ -70,7 +70,9 @@ class PairScores:
         def rows() -> Iterator[tuple[bytes, bytes, float]]:
             for (query, document), score in scores.items():
                 if not math.isfinite(score):
-                    raise RagtrackError(f"{self.path}: the scorer gave {score!r} for a pair; nothing of the batch was stored")
+                    raise RagtrackError(
+                        f"{self.path}: the scorer gave {score!r} for a pair; nothing of the batch was stored"
+                    )
                 yield text_digest(query), text_digest(document), float(score)
 
         with self._connection() as db:
@@ -95,7 +97,10 @@ class _Connection:
         self.path, self.identity = path, identity
 
     def __enter__(self) -> sqlite3.Connection:
-        for name in (self.path.name, *(self.path.name + suffix for suffix in SQLITE_SIDE_FILES)):  # SQLite would write through a link
+        for name in (
+            self.path.name,
+            *(self.path.name + suffix for suffix in SQLITE_SIDE_FILES),
+        ):  # SQLite would write through a link
             inside(self.path.parent, name)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,5 +124,9 @@ class _Connection:
         """A fault of the disk (full, read-only, locked): one line, the stored scores are valid; else the
         file is damaged: deleting it scores the pairs afresh."""
         if fault := describe_fault(exc):
-            return RagtrackError(f"{self.path}: the pair-score store cannot be used: {fault} (its stored scores are kept)")
-        return RagtrackError(f"{self.path}: unusable pair-score store ({' '.join(str(exc).split())}); delete it to score the pairs afresh")
+            return RagtrackError(
+                f"{self.path}: the pair-score store cannot be used: {fault} (its stored scores are kept)"
+            )
+        return RagtrackError(
+            f"{self.path}: unusable pair-score store ({' '.join(str(exc).split())}); delete it to score the pairs afresh"
+        )

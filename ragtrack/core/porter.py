@@ -36,9 +36,18 @@ STEP4 = {  # last letter -> (suffix, replacement)
     "s": (("ness", ""),),
 }
 STEP5 = {  # second-to-last letter -> suffixes removed when m() > 1 ("ion" only after s or t)
-    "a": ("al",), "c": ("ance", "ence"), "e": ("er",), "i": ("ic",), "l": ("able", "ible"),
-    "n": ("ant", "ement", "ment", "ent"), "o": ("ion", "ou"), "s": ("ism",), "t": ("ate", "iti"),
-    "u": ("ous",), "v": ("ive",), "z": ("ize",),
+    "a": ("al",),
+    "c": ("ance", "ence"),
+    "e": ("er",),
+    "i": ("ic",),
+    "l": ("able", "ible"),
+    "n": ("ant", "ement", "ment", "ent"),
+    "o": ("ion", "ou"),
+    "s": ("ism",),
+    "t": ("ate", "iti"),
+    "u": ("ous",),
+    "v": ("ive",),
+    "z": ("ize",),
 }
 
 
@@ -66,14 +75,14 @@ class _Word:
         return self.marks.count("vc", 0, self.j + 1)
 
     def vowel_in_stem(self) -> bool:
-        return "v" in self.marks[:self.j + 1]
+        return "v" in self.marks[: self.j + 1]
 
     def double_consonant(self, j: int) -> bool:
         return j >= 1 and self.b[j] == self.b[j - 1] and self.marks[j] == "c"
 
     def cvc(self, i: int) -> bool:
         """b[i-2..i] is consonant-vowel-consonant and b[i] is not w, x or y."""
-        return i >= 2 and self.marks[i - 2:i + 1] == "cvc" and self.b[i] not in "wxy"
+        return i >= 2 and self.marks[i - 2 : i + 1] == "cvc" and self.b[i] not in "wxy"
 
     def ends(self, suffix: str) -> bool:
         if self.k + 1 < len(suffix) or not self.b.endswith(suffix, 0, self.k + 1):
@@ -82,7 +91,7 @@ class _Word:
         return True
 
     def set_to(self, replacement: str) -> None:
-        self.b = self.b[:self.j + 1] + replacement  # Lucene leaves stale characters after k: none is read
+        self.b = self.b[: self.j + 1] + replacement  # Lucene leaves stale characters after k: none is read
         self.marks = _consonants(self.b)
         self.k = self.j + len(replacement)
 
@@ -159,7 +168,7 @@ class _Word:
             self.replace_suffix(STEP4, self.k)
             self.step5()
             self.step6()
-        return self.b[:self.k + 1]
+        return self.b[: self.k + 1]
 
 
 def stem(word: str) -> str:
@@ -168,7 +177,7 @@ def stem(word: str) -> str:
         return word
     if max(word) > "\uffff":  # Lucene stems UTF-16 code units
         units = word.encode("utf-16-le", "surrogatepass")
-        chars = "".join(chr(int.from_bytes(units[i:i + 2], "little")) for i in range(0, len(units), 2))
+        chars = "".join(chr(int.from_bytes(units[i : i + 2], "little")) for i in range(0, len(units), 2))
         return _Word(chars).stem().encode("utf-16-le", "surrogatepass").decode("utf-16-le")
     return _Word(word).stem()
 

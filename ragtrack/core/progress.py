@@ -35,8 +35,16 @@ class Progress:
     ``texts``). Use as a context manager and call ``update(n)`` after each batch; ``show=False`` counts
     silently. ``stream`` is where a bar would draw (stderr), ``clock`` the time in seconds."""
 
-    def __init__(self, label: str, total: int, unit: str, *, show: bool = True, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        unit: str,
+        *,
+        show: bool = True,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.label, self.total, self.unit, self.show, self.clock = label, total, unit, show, clock
         self.done = self.last_line_done = 0
         self.started = self.last_line = clock()
@@ -71,15 +79,23 @@ class Progress:
         if self.show and not self.estimated and left is not None and now - since >= SHOW_AFTER:
             self.estimated = True
             if now - self.started + left >= ESTIMATE_FROM:
-                self._log(f"{self.label} {self.total:,} {self.unit}: about {duration(now - self.started + left)} "
-                          f"(estimated from the first {self.done:,})")
+                self._log(
+                    f"{self.label} {self.total:,} {self.unit}: about {duration(now - self.started + left)} "
+                    f"(estimated from the first {self.done:,})"
+                )
         if self.bar is not None:
             self.bar.update(n)
-        elif self.lines and left is not None and now - self.last_line >= LINE_EVERY \
-                and self.done - self.last_line_done >= LINE_STEP * self.total:
+        elif (
+            self.lines
+            and left is not None
+            and now - self.last_line >= LINE_EVERY
+            and self.done - self.last_line_done >= LINE_STEP * self.total
+        ):
             self.last_line, self.last_line_done = now, self.done
-            self._log(f"{self.label} {self.done:,}/{self.total:,} {self.unit} ({100 * self.done // self.total}%), "
-                      f"{duration(now - self.started)} elapsed, about {duration(left)} left")
+            self._log(
+                f"{self.label} {self.done:,}/{self.total:,} {self.unit} ({100 * self.done // self.total}%), "
+                f"{duration(now - self.started)} elapsed, about {duration(left)} left"
+            )
 
     def close(self, finished: bool = True) -> None:
         """Clear the bar; a finished step that logged anything says it is done."""

@@ -70,8 +70,11 @@ class Run:
 def trec_text(run: Run, tag: str | None = None) -> str:
     """``qid Q0 docid rank score tag`` lines of ``run`` in trec_eval order, full-precision scores."""
     tag = tag or run.name
-    return "".join(f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n"
-                   for qid, ranked in run.rankings() for rank, (doc_id, score) in enumerate(ranked, start=1))
+    return "".join(
+        f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n"
+        for qid, ranked in run.rankings()
+        for rank, (doc_id, score) in enumerate(ranked, start=1)
+    )
 
 
 def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
@@ -79,7 +82,9 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
     return write_atomically(path, trec_text(run, tag))
 
 
-def _first_index(descending: "np.ndarray", lo: "np.ndarray", hi: "np.ndarray", found: Callable[["np.ndarray"], "np.ndarray"]) -> "np.ndarray":
+def _first_index(
+    descending: "np.ndarray", lo: "np.ndarray", hi: "np.ndarray", found: Callable[["np.ndarray"], "np.ndarray"]
+) -> "np.ndarray":
     """Per entry, the first index in ``[lo, hi)`` whose value satisfies ``found`` (``hi`` if none):
     a binary search, side by side for every entry, in ranges where ``found`` turns true only once
     (ranges of ``descending`` that do not increase). ``found`` gets the values at the entries' current
@@ -113,11 +118,17 @@ class RunColumns:
         import numpy as np
 
         documents: dict[str, int] = {}
-        document_codes = [documents.setdefault(doc_id, len(documents)) for docs in run.scores.values() for doc_id in docs]
+        document_codes = [
+            documents.setdefault(doc_id, len(documents)) for docs in run.scores.values() for doc_id in docs
+        ]
         sizes = [len(docs) for docs in run.scores.values()]
-        return cls(columnar.string_array(list(run.scores)), np.repeat(np.arange(len(sizes), dtype=np.int32), sizes),
-                   columnar.string_array(list(documents)), np.array(document_codes, dtype=np.int32),
-                   np.array([score for docs in run.scores.values() for score in docs.values()], dtype=float))
+        return cls(
+            columnar.string_array(list(run.scores)),
+            np.repeat(np.arange(len(sizes), dtype=np.int32), sizes),
+            columnar.string_array(list(documents)),
+            np.array(document_codes, dtype=np.int32),
+            np.array([score for docs in run.scores.values() for score in docs.values()], dtype=float),
+        )
 
     def to_run(self, name: str) -> Run:
         """The :class:`Run` (queries in order of first appearance, documents in file order)."""
@@ -128,7 +139,13 @@ class RunColumns:
         ends = np.cumsum(sizes)
         doc_ids = self.documents.take(columnar.from_numpy(self.document_codes[order].astype(np.int64))).to_pylist()
         scores = self.scores[order].tolist()
-        return Run(name, {qid: dict(zip(doc_ids[a:b], scores[a:b])) for qid, a, b in zip(self.queries.to_pylist(), ends - sizes, ends)})
+        return Run(
+            name,
+            {
+                qid: dict(zip(doc_ids[a:b], scores[a:b]))
+                for qid, a, b in zip(self.queries.to_pylist(), ends - sizes, ends)
+            },
+        )
 
     def _in_ranked_order(self) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
         """Query codes, document codes and scores of the lines grouped by query and sorted by descending
@@ -143,18 +160,27 @@ class RunColumns:
         order = np.lexsort((-scores, codes))
         return codes[order], self.document_codes[order], scores[order]
 
-    def _judgments(self, qids: list[str], qrels: Mapping[str, Mapping[str, int]], row_codes: "np.ndarray") -> "tuple[np.ndarray, ...]":
+    def _judgments(
+        self, qids: list[str], qrels: Mapping[str, Mapping[str, int]], row_codes: "np.ndarray"
+    ) -> "tuple[np.ndarray, ...]":
         """The judgments of queries and documents in the run, sorted by their key query code *
         |documents| + document code: (keys, rows in ``qids``, grades). The run's distinct documents
         are looked up among the judged ones (the smaller hash table)."""
         import numpy as np
         import pyarrow.compute as pc
 
-        judged = [(row, doc_id, grade) for row, qid in enumerate(qids) if row_codes[row] >= 0 for doc_id, grade in qrels[qid].items()]
+        judged = [
+            (row, doc_id, grade)
+            for row, qid in enumerate(qids)
+            if row_codes[row] >= 0
+            for doc_id, grade in qrels[qid].items()
+        ]
         rows = np.array([row for row, _, _ in judged], dtype=np.int64)
         grades = np.array([grade for _, _, grade in judged], dtype=np.int64)
         judged_docs: dict[str, int] = {}
-        entries = np.array([judged_docs.setdefault(doc_id, len(judged_docs)) for _, doc_id, _ in judged], dtype=np.int64)
+        entries = np.array(
+            [judged_docs.setdefault(doc_id, len(judged_docs)) for _, doc_id, _ in judged], dtype=np.int64
+        )
         in_judged = columnar.to_numpy(pc.index_in(self.documents, value_set=columnar.string_array(list(judged_docs))))
         code_of_judged = np.full(len(judged_docs), -1, dtype=np.int64)
         code_of_judged[in_judged[in_judged >= 0]] = np.flatnonzero(in_judged >= 0)
@@ -192,19 +218,28 @@ class RunColumns:
         lines, entry = lines[hit], entry[hit]
 
         ends = np.cumsum(sizes)
-        first, last = (ends - sizes)[codes[lines]], ends[codes[lines]]  # each judged line's query, as lines [first, last)
+        first, last = (
+            (ends - sizes)[codes[lines]],
+            ends[codes[lines]],
+        )  # each judged line's query, as lines [first, last)
         values = scores[lines]
-        start = _first_index(scores, first, lines, lambda score: score <= values)  # the run of scores equal to the line's
+        start = _first_index(
+            scores, first, lines, lambda score: score <= values
+        )  # the run of scores equal to the line's
         end = _first_index(scores, lines + 1, last, lambda score: score < values)
         positions = start - first
         tied = np.flatnonzero(end - start > 1)
         if len(tied):  # count the tied documents with a larger id, comparing the ids as strings
             lengths = (end - start)[tied]
-            members = np.repeat(start[tied] - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())  # the lines of each tie
+            members = np.repeat(start[tied] - np.cumsum(lengths) + lengths, lengths) + np.arange(
+                lengths.sum()
+            )  # the lines of each tie
             owners = np.repeat(np.arange(len(tied)), lengths)
             names = self.documents.take(columnar.from_numpy(document_codes[members].astype(np.int64))).to_pylist()
             own = self.documents.take(columnar.from_numpy(document_codes[lines[tied]].astype(np.int64))).to_pylist()
-            larger = np.fromiter((name > own[owner] for name, owner in zip(names, owners)), dtype=bool, count=len(names))
+            larger = np.fromiter(
+                (name > own[owner] for name, owner in zip(names, owners)), dtype=bool, count=len(names)
+            )
             positions[tied] += np.bincount(owners[larger], minlength=len(tied))
         return retrieved, rows[entry], grades[entry], positions
 

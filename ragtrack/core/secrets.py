@@ -28,7 +28,9 @@ MASK = "***"
 MIN_SECRET_LENGTH = 8  # GitLab's minimum for masked variables too
 VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 LONG_TOKEN = re.compile(r"(?=[A-Z0-9]*[0-9])(?=[A-Z0-9]*[A-Z])[A-Z0-9]{20,}")
-URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^/?#\s]*)@")  # up to the last @ of the authority, as urlsplit reads it
+URL_USERINFO = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.\-]*://([^/?#\s]*)@"
+)  # up to the last @ of the authority, as urlsplit reads it
 
 _known: set[str] = set()
 
@@ -100,6 +102,8 @@ def check_variable_name(key: str, value: object) -> None:
     """Refuse (one line, never echoing the value) a ``*_env`` setting whose value is not a variable name."""
     if value is None or value == "" or not looks_like_key(str(value)):
         return
-    raise RagtrackError(f"{key} must be the NAME of an environment variable such as OPENAI_API_KEY ([A-Z_][A-Z0-9_]*); "
-                        "the value given looks like a key itself and was neither used nor stored: put the key in an "
-                        "environment variable and give its name")
+    raise RagtrackError(
+        f"{key} must be the NAME of an environment variable such as OPENAI_API_KEY ([A-Z_][A-Z0-9_]*); "
+        "the value given looks like a key itself and was neither used nor stored: put the key in an "
+        "environment variable and give its name"
+    )

@@ -29,15 +29,30 @@ Fraction = Annotated[float, Strict(), Field(ge=0, le=1)]
 Flag = Annotated[bool, Strict()]
 Text = Annotated[str, Field(min_length=1)]
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
-EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                               description="the NAME of an environment variable (letters, digits, _), e.g. OPENAI_API_KEY")]
-MAX_NAME_LENGTH = 100  # of a system or dataset name: MLflow keys (<system>/<metric>: at most 250 characters) and file names hold it
-SystemName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$", max_length=MAX_NAME_LENGTH,
-                                  description=f"a system name (letters, digits, _ . + -, starting with a letter or digit; "
-                                              f"at most {MAX_NAME_LENGTH} characters)")]
+EnvName = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the NAME of an environment variable (letters, digits, _), e.g. OPENAI_API_KEY",
+    ),
+]
+MAX_NAME_LENGTH = (
+    100  # of a system or dataset name: MLflow keys (<system>/<metric>: at most 250 characters) and file names hold it
+)
+SystemName = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$",
+        max_length=MAX_NAME_LENGTH,
+        description=f"a system name (letters, digits, _ . + -, starting with a letter or digit; "
+        f"at most {MAX_NAME_LENGTH} characters)",
+    ),
+]
 MetricName = Annotated[str, Field(min_length=1, description="a metric name (ragtrack metrics lists them)")]
 Normalization = Literal["none", "minmax", "zscore", "max", "sum", "rank", "borda", "minmax-inverted"]
-REGEX_TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # the regex analyzer's token: a run of 2+ word characters (scikit-learn's default)
+REGEX_TOKEN_PATTERN = (
+    r"(?u)\b\w\w+\b"  # the regex analyzer's token: a run of 2+ word characters (scikit-learn's default)
+)
 
 
 class InputLocation:
@@ -87,7 +102,9 @@ class TokenizerSettings(Section):
     normalize: Literal["nfkc", "nfc", "none"] = "nfkc"
     lowercase: Flag = True
     stopwords: Literal["en", "lucene"] | list[str] | None = "en"
-    stemmer: Text | None = Field("english", description="lucene (Lucene's Porter stemmer), a PyStemmer language (e.g. english) or null")
+    stemmer: Text | None = Field(
+        "english", description="lucene (Lucene's Porter stemmer), a PyStemmer language (e.g. english) or null"
+    )
     pattern: Text = REGEX_TOKEN_PATTERN
 
     @field_validator("stemmer")
@@ -96,14 +113,18 @@ class TokenizerSettings(Section):
         import Stemmer
 
         if stemmer is not None and stemmer != "lucene" and stemmer not in Stemmer.algorithms():
-            raise ValueError(f"lucene, a PyStemmer language (one of {len(Stemmer.algorithms())}, e.g. english) or null"
-                             f"{did_you_mean(stemmer, ['lucene', *Stemmer.algorithms()])}")
+            raise ValueError(
+                f"lucene, a PyStemmer language (one of {len(Stemmer.algorithms())}, e.g. english) or null"
+                f"{did_you_mean(stemmer, ['lucene', *Stemmer.algorithms()])}"
+            )
         return stemmer
 
     @model_validator(mode="after")
     def _pattern_for_regex_only(self) -> "TokenizerSettings":
         if self.analyzer == "lucene" and self.pattern != REGEX_TOKEN_PATTERN:
-            raise ValueError("pattern applies to analyzer regex only (analyzer lucene splits text by Unicode's word rules)")
+            raise ValueError(
+                "pattern applies to analyzer regex only (analyzer lucene splits text by Unicode's word rules)"
+            )
         return self
 
 
@@ -122,13 +143,16 @@ class ChatSettings(Section):
     cache_dir: Text | None = None
     system_prompt: str | None = None
     prompt: Text
-    price_prompt: NonNegative | None = Field(None, description="price per million prompt tokens (any currency), or null")
-    price_completion: NonNegative | None = Field(None, description="price per million completion tokens (any currency), or null")
+    price_prompt: NonNegative | None = Field(
+        None, description="price per million prompt tokens (any currency), or null"
+    )
+    price_completion: NonNegative | None = Field(
+        None, description="price per million completion tokens (any currency), or null"
+    )
 
     def client_settings(self) -> dict[str, Any]:
         """The keyword arguments of ``ChatClient``: these settings less the ``prompt``."""
         return self.model_dump(include=set(ChatSettings.model_fields) - {"prompt"})
-
 
 
 # ----------------------------------------------------------------------------- components
@@ -166,5 +190,6 @@ def validated(model: type[M], values: dict[str, Any], owner: str) -> M:
     if not where:  # a check of several keys together: its message names them
         raise RagtrackError(f"{owner}: {message}")
     detail = {"missing": "a value is required", "extra_forbidden": "no such key"}.get(
-        error["type"], f"{error['input']!r} is not allowed: {message[:1].lower()}{message[1:]}")
+        error["type"], f"{error['input']!r} is not allowed: {message[:1].lower()}{message[1:]}"
+    )
     raise RagtrackError(f"{owner}: {where}: {detail}")

@@ -48,10 +48,38 @@ def _load(name: str) -> Any:
 
 
 STAGE_KINDS: tuple[StageKind, ...] = (  # in the order jobs plan and list them
-    StageKind("retriever", "retrievers", "ragtrack.retrievers.base:Retriever", "ragtrack.retrievers.base:RetrieverSettings", "key", "none"),
-    StageKind("rewriter", "rewriters", "ragtrack.retrievers.rewriters:Rewriter", "ragtrack.core.settings:StageSettings", "input+key", "input"),
-    StageKind("fusion", "fusions", "ragtrack.retrievers.fusion:Fusion", "ragtrack.retrievers.fusion:FusionSettings", "key", "members"),
-    StageKind("reranker", "rerankers", "ragtrack.retrievers.rerankers:Reranker", "ragtrack.retrievers.rerankers:RerankerSettings", "input+key", "input"),
+    StageKind(
+        "retriever",
+        "retrievers",
+        "ragtrack.retrievers.base:Retriever",
+        "ragtrack.retrievers.base:RetrieverSettings",
+        "key",
+        "none",
+    ),
+    StageKind(
+        "rewriter",
+        "rewriters",
+        "ragtrack.retrievers.rewriters:Rewriter",
+        "ragtrack.core.settings:StageSettings",
+        "input+key",
+        "input",
+    ),
+    StageKind(
+        "fusion",
+        "fusions",
+        "ragtrack.retrievers.fusion:Fusion",
+        "ragtrack.retrievers.fusion:FusionSettings",
+        "key",
+        "members",
+    ),
+    StageKind(
+        "reranker",
+        "rerankers",
+        "ragtrack.retrievers.rerankers:Reranker",
+        "ragtrack.retrievers.rerankers:RerankerSettings",
+        "input+key",
+        "input",
+    ),
 )
 
 

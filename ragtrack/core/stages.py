@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 RUN_FILE = "run.trec"  # a run cache entry's run (TREC, full-precision scores)
 EFFICIENCY_FILE = "efficiency.json"  # its efficiency figures as measured when it was built
 LATENCY_FILE = "latency.json"  # its per-query latencies (ms)
-CHAT_CALLS_FILE = "chat_calls.json"  # the chat calls its stage made to build it, per client (ragtrack.core.llm.ChatCall)
+CHAT_CALLS_FILE = (
+    "chat_calls.json"  # the chat calls its stage made to build it, per client (ragtrack.core.llm.ChatCall)
+)
 
 
 @dataclass
@@ -76,7 +78,9 @@ class StageOutput:
     passage_run: Run
     key: str
     stage: "Stage"
-    efficiency: dict[str, float | str] = field(default_factory=dict)  # figures, and labels (strings) such as encoded_by.device
+    efficiency: dict[str, float | str] = field(
+        default_factory=dict
+    )  # figures, and labels (strings) such as encoded_by.device
     latency_ms: dict[str, float] = field(default_factory=dict)
     approximate: bool = False
 
@@ -132,7 +136,9 @@ class SingleInputStage(Stage):
     settings_schema: type[StageSettings] = StageSettings
 
     def __init__(self, name: str | None = None, **values):
-        settings = validated(self.settings_schema, values, f"{self.kind} {values.get('system') or name or type(self).__name__}")
+        settings = validated(
+            self.settings_schema, values, f"{self.kind} {values.get('system') or name or type(self).__name__}"
+        )
         super().__init__(settings.system or name or f"{settings.input}+{settings.type or self.kind}", [settings.input])
         self.settings, self.input = settings, settings.input
 
@@ -140,14 +146,27 @@ class SingleInputStage(Stage):
 def chain_key(stage: Stage, inputs: Mapping[str, StageOutput], context: StageContext) -> str:
     """The identity of ``stage``'s output: sha256 over its class, its settings, the corpus, the
     queries, the depths and its inputs' keys."""
-    return cache_key("system", {"class": f"{type(stage).__module__}.{type(stage).__qualname__}", "stage": stage.identity(),
-                                "corpus": context.dataset.corpus.hash, "queries": context.queries_hash(),
-                                "depth": context.depth, "search_depth": context.search_depth,
-                                "inputs": [inputs[name].key for name in stage.inputs]})
+    return cache_key(
+        "system",
+        {
+            "class": f"{type(stage).__module__}.{type(stage).__qualname__}",
+            "stage": stage.identity(),
+            "corpus": context.dataset.corpus.hash,
+            "queries": context.queries_hash(),
+            "depth": context.depth,
+            "search_depth": context.search_depth,
+            "inputs": [inputs[name].key for name in stage.inputs],
+        },
+    )
 
 
-def cached_run(context: StageContext, key: str, label: str, compute: Callable[[], tuple[Run, dict[str, float], dict[str, float]]],
-               clients: Sequence[ChatClient] = ()) -> tuple[Run, dict[str, float], dict[str, float]]:
+def cached_run(
+    context: StageContext,
+    key: str,
+    label: str,
+    compute: Callable[[], tuple[Run, dict[str, float], dict[str, float]]],
+    clients: Sequence[ChatClient] = (),
+) -> tuple[Run, dict[str, float], dict[str, float]]:
     """A stage's run from the run cache (entry ``run/<key>``), or ``compute()``d and stored there with
     its efficiency figures, per-query latencies (seconds from ``compute``, kept in ms) and the calls its
     chat ``clients`` made. Returns the run, the efficiency (``run_from_cache`` 1 on a hit) and the
@@ -175,7 +194,11 @@ def cached_run(context: StageContext, key: str, label: str, compute: Callable[[]
             client.record(replace(ChatCall.from_json(record), cached=True, seconds=0.0) for record in made)
     efficiency = json.loads((folder / EFFICIENCY_FILE).read_text())
     latency_ms = json.loads((folder / LATENCY_FILE).read_text()) if (folder / LATENCY_FILE).exists() else {}
-    return read_cached_run(folder / RUN_FILE, label), {**efficiency, "run_from_cache": float(len(context.cache.builds) == builds_before)}, latency_ms
+    return (
+        read_cached_run(folder / RUN_FILE, label),
+        {**efficiency, "run_from_cache": float(len(context.cache.builds) == builds_before)},
+        latency_ms,
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -194,7 +217,9 @@ LATENCY_SHARE = 0.5  # no more once they took this share of the batch's time
 LATENCY_SEED = 0  # the sample's seed
 
 
-def timed_search(name: str, queries: Mapping[str, object], search: Callable[[dict[str, object]], Run]) -> tuple[Run, dict[str, float], float]:
+def timed_search(
+    name: str, queries: Mapping[str, object], search: Callable[[dict[str, object]], Run]
+) -> tuple[Run, dict[str, float], float]:
     """``search`` of every query in one call, timed, then a seeded sample (:func:`latency_sample`) of
     queries searched alone, one call each: at most :data:`LATENCY_QUERIES`, and no more once they took
     :data:`LATENCY_SHARE` of the batch's time (:data:`LATENCY_MIN_QUERIES` at least). Returns the run
@@ -219,8 +244,12 @@ def timed_search(name: str, queries: Mapping[str, object], search: Callable[[dic
             log.warning("%s: query %s searched alone gives another ranking than in the batch", name, qid)
         if len(alone) >= LATENCY_MIN_QUERIES and sum(alone.values()) >= LATENCY_SHARE * seconds:
             break
-    figures = {**latency_figures(alone), "search_seconds": seconds, "queries_per_second": len(queries) / seconds if seconds else 0.0,
-               "latency_queries": float(len(alone))}
+    figures = {
+        **latency_figures(alone),
+        "search_seconds": seconds,
+        "queries_per_second": len(queries) / seconds if seconds else 0.0,
+        "latency_queries": float(len(alone)),
+    }
     return run, figures, seconds
 
 
@@ -234,5 +263,8 @@ def latency_sample(queries: Mapping[str, object]) -> list[str]:
 def latency_figures(seconds: Mapping[str, float]) -> dict[str, float]:
     """Mean, p50 and p95 of per-query seconds (0 without queries)."""
     p50, p95 = np.percentile(list(seconds.values()), [50, 95]) if seconds else (0.0, 0.0)
-    return {"latency_mean_seconds": sum(seconds.values()) / len(seconds) if seconds else 0.0, "latency_p50_seconds": float(p50),
-            "latency_p95_seconds": float(p95)}
+    return {
+        "latency_mean_seconds": sum(seconds.values()) / len(seconds) if seconds else 0.0,
+        "latency_p50_seconds": float(p50),
+        "latency_p95_seconds": float(p95),
+    }

@@ -79,12 +79,12 @@ class Strings(TextSequence):
         return len(self._offsets) - 1
 
     def _text(self, index: int) -> str:
-        return self._data[self._offsets[index]:self._offsets[index + 1]].decode("utf-8")
+        return self._data[self._offsets[index] : self._offsets[index + 1]].decode("utf-8")
 
     def _texts(self, start: int, stop: int) -> Iterator[str]:
         data = self._data
         for first in range(start, stop, BLOCK):  # offsets become Python ints a block at a time
-            bounds = self._offsets[first:min(first + BLOCK, stop) + 1].tolist()
+            bounds = self._offsets[first : min(first + BLOCK, stop) + 1].tolist()
             for begin, end in zip(bounds[:-1], bounds[1:]):
                 yield data[begin:end].decode("utf-8")
 

@@ -32,8 +32,12 @@ from ragtrack.core import lucene
 from ragtrack.core.porter import PorterStemmer
 from ragtrack.core.settings import TokenizerSettings, validated
 
-BLOCK_TOKENS = 1 << 24  # word numbers per block in Tokenizer.encode (64 MB: above glibc's largest mmap threshold, so a freed block goes back to the system)
-STOPWORD_LISTS = {"en": "STOPWORDS_EN"}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba); "lucene": ragtrack.core.lucene
+BLOCK_TOKENS = (
+    1 << 24
+)  # word numbers per block in Tokenizer.encode (64 MB: above glibc's largest mmap threshold, so a freed block goes back to the system)
+STOPWORD_LISTS = {
+    "en": "STOPWORDS_EN"
+}  # name -> list in bm25s.stopwords (imported on first use: bm25s loads numba); "lucene": ragtrack.core.lucene
 UNICODE_FORMS = {"nfkc": "NFKC", "nfc": "NFC", "none": None}  # the normalize setting -> unicodedata's form
 
 
@@ -71,7 +75,9 @@ class EncodedTexts:
 
     def tokens(self) -> list[list[str]]:
         terms, ids = np.asarray(self.terms, dtype=object), self.ids
-        return [terms[ids[start:end]].tolist() for start, end in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
+        return [
+            terms[ids[start:end]].tolist() for start, end in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())
+        ]
 
 
 class _Numbering(dict):
@@ -91,12 +97,25 @@ class Tokenizer:
 
     def __init__(self, **values):
         settings = validated(TokenizerSettings, values, "tokenizer")
-        self.analyzer, self.lowercase, self.normalize, self.pattern = settings.analyzer, settings.lowercase, settings.normalize, settings.pattern
+        self.analyzer, self.lowercase, self.normalize, self.pattern = (
+            settings.analyzer,
+            settings.lowercase,
+            settings.normalize,
+            settings.pattern,
+        )
         self._form = UNICODE_FORMS[settings.normalize]
         stopwords = settings.stopwords
-        self._stopwords = (lucene.STOPWORDS if stopwords == "lucene" else None) if isinstance(stopwords, str) else frozenset(stopwords or ())
+        self._stopwords = (
+            (lucene.STOPWORDS if stopwords == "lucene" else None)
+            if isinstance(stopwords, str)
+            else frozenset(stopwords or ())
+        )
         self.stopwords_name = stopwords if isinstance(stopwords, str) or stopwords is None else sorted(self._stopwords)
-        self.stemmer = (PorterStemmer() if settings.stemmer == "lucene" else Stemmer.Stemmer(settings.stemmer)) if settings.stemmer else None
+        self.stemmer = (
+            (PorterStemmer() if settings.stemmer == "lucene" else Stemmer.Stemmer(settings.stemmer))
+            if settings.stemmer
+            else None
+        )
         self.stemmer_name = settings.stemmer
         if settings.analyzer == "lucene":
             self._split = lambda text: lucene.english_words(text, self.lowercase)
@@ -112,12 +131,19 @@ class Tokenizer:
         return self._stopwords
 
     def settings(self) -> dict:
-        settings = {"normalize": self.normalize, "lowercase": self.lowercase, "stopwords": self.stopwords_name, "stemmer": self.stemmer_name}
+        settings = {
+            "normalize": self.normalize,
+            "lowercase": self.lowercase,
+            "stopwords": self.stopwords_name,
+            "stemmer": self.stemmer_name,
+        }
         return settings | ({"analyzer": "lucene"} if self.analyzer == "lucene" else {"pattern": self.pattern})
 
     def fold(self, text: str) -> str:
         """``text`` normalized and case-folded as the settings say (module docstring), ready to split."""
-        if self.analyzer == "lucene" and (self._form is None or text.isascii()):  # lower-cased after its possessive filter
+        if self.analyzer == "lucene" and (
+            self._form is None or text.isascii()
+        ):  # lower-cased after its possessive filter
             return text
         if text.isascii():  # already normalized; casefold is lower
             return text.lower() if self.lowercase else text
@@ -156,8 +182,9 @@ class Tokenizer:
         terms = sorted(set(stems))
         term_id = {term: i for i, term in enumerate(terms)}
         table = np.full(len(numbering), -1, dtype=np.int32)
-        table[np.fromiter(map(numbering.__getitem__, kept), dtype=np.int64, count=len(kept))] = \
-            np.fromiter(map(term_id.__getitem__, stems), dtype=np.int32, count=len(stems))
+        table[np.fromiter(map(numbering.__getitem__, kept), dtype=np.int64, count=len(kept))] = np.fromiter(
+            map(term_id.__getitem__, stems), dtype=np.int32, count=len(stems)
+        )
         dropped, position = [np.empty(0, dtype=np.int64)], 0
         for number, block in enumerate(blocks):
             mapped = table[block]
@@ -166,4 +193,6 @@ class Tokenizer:
             dropped.append(np.flatnonzero(~keep) + position)
             position += len(block)
         ends = np.frombuffer(ends, dtype=np.int64)
-        return EncodedTexts(blocks=blocks, firsts=firsts, offsets=ends - np.searchsorted(np.concatenate(dropped), ends), terms=terms)
+        return EncodedTexts(
+            blocks=blocks, firsts=firsts, offsets=ends - np.searchsorted(np.concatenate(dropped), ends), terms=terms
+        )

@@ -104,8 +104,9 @@ def _chroma_entry(root: Path) -> Path:
     return entry
 
 
-def test_a_chroma_entry_records_checksums_and_stays_intact_after_chroma_rewrites_it(toy: Dataset, tmp_path: Path,
-                                                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_a_chroma_entry_records_checksums_and_stays_intact_after_chroma_rewrites_it(
+    toy: Dataset, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Opening the folder rewrites Chroma's files; the checksums are taken again then, so the next job
     finds the entry intact (no warning, no rebuild) and gets the same run."""
     cache = Cache(tmp_path)
@@ -116,12 +117,16 @@ def test_a_chroma_entry_records_checksums_and_stays_intact_after_chroma_rewrites
     with caplog.at_level(logging.INFO):
         for _ in range(2):
             again = _approximate(toy, cache)
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING] and [b.split("/")[0] for b in cache.builds] == ["embeddings", "chroma"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING] and [
+        b.split("/")[0] for b in cache.builds
+    ] == ["embeddings", "chroma"]
     assert again.search(toy.queries, 5).scores == first.search(toy.queries, 5).scores
 
 
 @pytest.mark.parametrize("damage", ["cut", "same size", "no checksums"])
-def test_a_damaged_chroma_entry_is_rebuilt_with_one_warning(toy: Dataset, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_chroma_entry_is_rebuilt_with_one_warning(
+    toy: Dataset, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     cache = Cache(tmp_path)
     opened = _approximate(toy, cache)
     first = opened.search(toy.queries, 5).scores
@@ -132,7 +137,7 @@ def test_a_damaged_chroma_entry_is_rebuilt_with_one_warning(toy: Dataset, tmp_pa
         index_file.write_bytes(index_file.read_bytes()[: index_file.stat().st_size // 3])
     elif damage == "same size":  # bytes of the database (a toy collection's vectors live there) changed in place
         data = bytearray(database.read_bytes())
-        data[len(data) // 2:len(data) // 2 + 64] = bytes(255 - b for b in data[len(data) // 2:len(data) // 2 + 64])
+        data[len(data) // 2 : len(data) // 2 + 64] = bytes(255 - b for b in data[len(data) // 2 : len(data) // 2 + 64])
         database.write_bytes(bytes(data))
     else:  # an entry of an older ragtrack: Chroma folders recorded no checksums
         manifest = json.loads((entry / MANIFEST).read_text())
@@ -142,7 +147,9 @@ def test_a_damaged_chroma_entry_is_rebuilt_with_one_warning(toy: Dataset, tmp_pa
     _one_warning(caplog, entry)
     assert [b.split("/")[0] for b in cache.builds] == ["embeddings", "chroma", "chroma"]
     matched = lambda scores: {q: {d: s for d, s in ranked.items() if s > 0} for q, ranked in scores.items()}  # noqa: E731
-    assert matched(again.search(toy.queries, 5).scores) == matched(first)  # documents of similarity 0 tie: HNSW orders them as it was built
+    assert matched(again.search(toy.queries, 5).scores) == matched(
+        first
+    )  # documents of similarity 0 tie: HNSW orders them as it was built
 
 
 @pytest.mark.parametrize("where", ["entry", "file"])
@@ -154,8 +161,12 @@ def test_a_symlinked_chroma_entry_or_file_is_one_line_and_left_alone(toy: Datase
     target = tmp_path / "elsewhere"
     link.rename(target)
     link.symlink_to(target, target_is_directory=where == "entry")
-    before = target.read_bytes() if target.is_file() else {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    before = (
+        target.read_bytes() if target.is_file() else {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    )
     with pytest.raises(RagtrackError, match="a symbolic link in the cache") as raised:
         _approximate(toy, cache)
     assert "\n" not in str(raised.value) and str(link) in str(raised.value) and link.is_symlink()
-    assert before == (target.read_bytes() if target.is_file() else {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()})
+    assert before == (
+        target.read_bytes() if target.is_file() else {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    )

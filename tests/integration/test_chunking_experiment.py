@@ -8,20 +8,29 @@ import mlflow
 import pytest
 from hydra import compose, initialize_config_module
 
+from ragtrack.chunking import plan_chunks
+from ragtrack.core.cache import Cache
 from ragtrack.evaluators.answer import contains_answer, normalize_answer
 from ragtrack.evaluators.ranking import score_ranking
+from ragtrack.pipeline import registry
 from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.pipeline.experiment import _run_systems, build_chunker, run_experiment
 from ragtrack.pipeline.inputs import load_dataset
-from ragtrack.core.cache import Cache
-from ragtrack.pipeline import registry
-from ragtrack.chunking import plan_chunks
 
 
 def toy_config(tmp_path: Path, *overrides: str):
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        return compose("config", overrides=["dataset=toy", "encoder=hashing", f"paths.root_dir={tmp_path}",
-                                            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path / 'out'}", *overrides])
+        return compose(
+            "config",
+            overrides=[
+                "dataset=toy",
+                "encoder=hashing",
+                f"paths.root_dir={tmp_path}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+                f"paths.output_dir={tmp_path / 'out'}",
+                *overrides,
+            ],
+        )
 
 
 def chunked(cfg):
@@ -38,8 +47,13 @@ def systems(cfg):
 
 
 def test_chars_chunking_end_to_end_with_mlflow(tmp_path: Path) -> None:
-    cfg = toy_config(tmp_path, "chunking=chars", "chunking.size=40", "chunking.overlap=10",
-                     f"tracking.uri=sqlite:///{tmp_path}/mlflow.db")
+    cfg = toy_config(
+        tmp_path,
+        "chunking=chars",
+        "chunking.size=40",
+        "chunking.overlap=10",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+    )
     results = run_experiment(cfg)
     documents = set(load_dataset(cfg.dataset).corpus.ids)
     assert set(results["systems"]) == {"bm25", "dense", "hybrid"}
@@ -73,7 +87,9 @@ def test_generators_get_chunk_texts_and_every_ranking_lists_documents_once(tmp_p
 def test_chunk_level_judgments_are_evaluated_on_chunk_runs_without_mapping(tmp_path: Path) -> None:
     qrels = tmp_path / "chunk-qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1#0\t2\nq1\td1#1\t1\nq1\td2#1\t0\nq2\td10#0\t1\n")
-    cfg = toy_config(tmp_path, "chunking=tokens", "chunking.size=4", "chunking.overlap=2", f"dataset.qrels_file={qrels}")
+    cfg = toy_config(
+        tmp_path, "chunking=tokens", "chunking.size=4", "chunking.overlap=2", f"dataset.qrels_file={qrels}"
+    )
     dataset, plan, results = systems(cfg)
     assert plan.level == "chunk"
     for result in results.values():
@@ -86,8 +102,12 @@ def test_chunk_level_judgments_are_evaluated_on_chunk_runs_without_mapping(tmp_p
 
 def test_chunking_changes_every_index_key(tmp_path: Path) -> None:
     builds = []
-    for chunking in (["chunking=none"], ["chunking=chars", "chunking.size=40", "chunking.overlap=5"], ["chunking=chars", "chunking.size=30", "chunking.overlap=5"],
-                     ["chunking=chars", "chunking.size=40", "chunking.overlap=5"]):
+    for chunking in (
+        ["chunking=none"],
+        ["chunking=chars", "chunking.size=40", "chunking.overlap=5"],
+        ["chunking=chars", "chunking.size=30", "chunking.overlap=5"],
+        ["chunking=chars", "chunking.size=40", "chunking.overlap=5"],
+    ):
         cfg = toy_config(tmp_path, *chunking, "fusion=[]")
         cache = Cache(cfg.paths.cache_dir)
         dataset, plan = chunked(cfg)
@@ -105,8 +125,16 @@ def test_mixed_judgments_fail_naming_the_qrels_file(tmp_path: Path) -> None:
 
 
 def test_the_generator_reads_chunk_texts(tmp_path: Path) -> None:
-    cfg = toy_config(tmp_path, "chunking=tokens", "chunking.size=3", "chunking.overlap=0", "generator=extractive",
-                     "generator.unit=sentence", "fusion=[]", "retriever=[bm25]")
+    cfg = toy_config(
+        tmp_path,
+        "chunking=tokens",
+        "chunking.size=3",
+        "chunking.overlap=0",
+        "generator=extractive",
+        "generator.unit=sentence",
+        "fusion=[]",
+        "retriever=[bm25]",
+    )
     _, plan, results = systems(cfg)
     texts = dict(zip(plan.chunked.corpus.ids, plan.chunked.corpus.texts))
     result = results["bm25"]
@@ -118,20 +146,34 @@ def test_the_generator_reads_chunk_texts(tmp_path: Path) -> None:
 def test_context_recall_reads_the_chunks_a_generator_reads(tmp_path: Path) -> None:
     """Judgments are per document, but the context a RAG system hands its reader is its top chunks:
     context_recall@k checks the top-k passages of ``passage_run`` (one best chunk per document)."""
-    cfg = toy_config(tmp_path, "chunking=tokens", "chunking.size=4", "chunking.overlap=0", "fusion=[]",
-                     "+evaluator.context_recall={type:context_recall,metrics:[context_recall@1,context_recall@3]}")
+    cfg = toy_config(
+        tmp_path,
+        "chunking=tokens",
+        "chunking.size=4",
+        "chunking.overlap=0",
+        "fusion=[]",
+        "+evaluator.context_recall={type:context_recall,metrics:[context_recall@1,context_recall@3]}",
+    )
     dataset, plan, results = systems(cfg)
     chunk_texts = dict(zip(plan.chunked.corpus.ids, plan.chunked.corpus.full_texts()))
     document_texts = dict(zip(dataset.corpus.ids, dataset.corpus.full_texts()))
 
     def found(texts: dict, run, qid: str, k: int) -> float:
         """1 if one of the top-k passages of ``run`` contains a gold answer."""
-        return float(any(contains_answer(normalize_answer(texts[pid]), gold) for pid, _ in run.ranking(qid)[:k] for gold in dataset.answers[qid]))
+        return float(
+            any(
+                contains_answer(normalize_answer(texts[pid]), gold)
+                for pid, _ in run.ranking(qid)[:k]
+                for gold in dataset.answers[qid]
+            )
+        )
 
     differs = 0
     for result in results.values():
         for qid in dataset.answers:
             for k in (1, 3):
-                assert result.per_query.loc[qid, f"context_recall@{k}"] == found(chunk_texts, result.passage_run, qid, k)
+                assert result.per_query.loc[qid, f"context_recall@{k}"] == found(
+                    chunk_texts, result.passage_run, qid, k
+                )
                 differs += found(chunk_texts, result.passage_run, qid, k) != found(document_texts, result.run, qid, k)
     assert differs > 0, "4-token chunks cut some answers that whole documents contain"

@@ -20,8 +20,17 @@ from tests.support import PYTHON_CLI, TOY_JOB
 def test_three_jobs_started_at_once_keep_their_own_folders_and_records(tmp_path: Path) -> None:
     env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     seeds = (11, 12, 13)  # one override that tells the jobs apart
-    jobs = [subprocess.Popen([*PYTHON_CLI, *TOY_JOB, f"seed={seed}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for seed in seeds]
+    jobs = [
+        subprocess.Popen(
+            [*PYTHON_CLI, *TOY_JOB, f"seed={seed}"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in seeds
+    ]
     outputs = [job.communicate(timeout=600) for job in jobs]
     for job, (stdout, stderr) in zip(jobs, outputs):
         assert job.returncode == 0, stderr[-3000:]
@@ -34,11 +43,21 @@ def test_three_jobs_started_at_once_keep_their_own_folders_and_records(tmp_path:
     for seed, (stdout, _) in zip(seeds, outputs):
         folder = Path(re.search(r"^Output folder: (.+)$", stdout, re.M).group(1))
         run_id = re.search(r"^MLflow run: +(\w+)", stdout, re.M).group(1)
-        assert yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text()) == ["dataset=toy", "encoder=hashing", f"seed={seed}"]
+        assert yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text()) == [
+            "dataset=toy",
+            "encoder=hashing",
+            f"seed={seed}",
+        ]
         run = client.get_run(run_id)
         assert run.info.status == "FINISHED" and run.data.params["seed"] == str(seed)
         for artifact in (".hydra/overrides.yaml", ".hydra/config.yaml", "results.json", "config.yaml"):
-            logged = Path(download_artifacts(run_id=run_id, artifact_path=artifact, tracking_uri=uri, dst_path=str(tmp_path / "dl" / run_id)))
+            logged = Path(
+                download_artifacts(
+                    run_id=run_id, artifact_path=artifact, tracking_uri=uri, dst_path=str(tmp_path / "dl" / run_id)
+                )
+            )
             assert logged.read_bytes() == (folder / artifact).read_bytes(), artifact
-    parents = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id], "tags.ragtrack.system IS NULL")
+    parents = client.search_runs(
+        [client.get_experiment_by_name("ragtrack-toy").experiment_id], "tags.ragtrack.system IS NULL"
+    )
     assert sorted(run.data.params["seed"] for run in parents) == ["11", "12", "13"]

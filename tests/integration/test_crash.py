@@ -16,7 +16,9 @@ from tests.support import TOY_JOB, ragtrack, run_until_stalled, systems
 def _entries(cache: Path, kind: str) -> tuple[list[str], list[str]]:
     """Complete entries and other folders (temporary builds) of one kind."""
     folders = [p for p in (cache / kind).iterdir() if p.is_dir()] if (cache / kind).exists() else []
-    return [p.name for p in folders if (p / MANIFEST).exists()], [p.name for p in folders if not (p / MANIFEST).exists()]
+    return [p.name for p in folders if (p / MANIFEST).exists()], [
+        p.name for p in folders if not (p / MANIFEST).exists()
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,15 @@ import pytest
 from tests.support import ragtrack
 
 SYSTEMS = ("bm25", "dense", "hybrid", "combsum", "combmnz", "linear")
-JOB = ("run", "dataset=beir", "encoder=hashing", "retriever=[bm25,dense]", "fusion=[rrf,combsum,combmnz,linear]",
-       "tracking=none", "depth=20")
+JOB = (
+    "run",
+    "dataset=beir",
+    "encoder=hashing",
+    "retriever=[bm25,dense]",
+    "fusion=[rrf,combsum,combmnz,linear]",
+    "tracking=none",
+    "depth=20",
+)
 
 
 def write_corpus(folder: Path, documents: int, queries: int, seed: int = 0) -> Path:
@@ -30,8 +37,12 @@ def write_corpus(folder: Path, documents: int, queries: int, seed: int = 0) -> P
     folder.mkdir(parents=True)
     texts = [text(rng.randint(3, 30)) for _ in range(documents)]
     texts[1::50] = [texts[0]] * len(texts[1::50])  # identical documents: tied scores in every system
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(texts)))
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": text(rng.randint(1, 5))}) + "\n" for i in range(queries)))
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": text(rng.randint(1, 5))}) + "\n" for i in range(queries))
+    )
     (folder / "qrels").mkdir()
     lines = [f"q{i}\td{rng.randrange(documents)}\t{rng.randint(1, 2)}\n" for i in range(queries)]
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(sorted(set(lines))))
@@ -40,7 +51,10 @@ def write_corpus(folder: Path, documents: int, queries: int, seed: int = 0) -> P
 
 def job_outputs(root: Path, dataset: Path, hash_seed: int, threads: int) -> tuple[dict[str, bytes], dict]:
     """Run files and results.json of one job in ``root`` (its own fresh cache)."""
-    env = {"PYTHONHASHSEED": str(hash_seed), **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    env = {
+        "PYTHONHASHSEED": str(hash_seed),
+        **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
+    }
     root.mkdir()
     done = ragtrack(root, *JOB, f"dataset.path={dataset}", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -67,12 +81,24 @@ def test_queries_without_hits_score_zero_and_the_job_succeeds(tmp_path: Path) ->
     scores 0 on every metric, and the job logs how many queries had no hits."""
     dataset = tmp_path / "data"
     dataset.mkdir()
-    (dataset / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"alpha{i} beta"}) + "\n" for i in range(5)))
-    (dataset / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "zzzqqq"}) + "\n" + json.dumps({"_id": "q2", "text": "the and of"}) + "\n")
+    (dataset / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"alpha{i} beta"}) + "\n" for i in range(5))
+    )
+    (dataset / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "zzzqqq"}) + "\n" + json.dumps({"_id": "q2", "text": "the and of"}) + "\n"
+    )
     (dataset / "qrels").mkdir()
     (dataset / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
-    done = ragtrack(tmp_path, "run", "dataset=beir", f"dataset.path={dataset}", "encoder=hashing", "retriever=[bm25,dense]",
-                    "fusion=[rrf]", "tracking=none")
+    done = ragtrack(
+        tmp_path,
+        "run",
+        "dataset=beir",
+        f"dataset.path={dataset}",
+        "encoder=hashing",
+        "retriever=[bm25,dense]",
+        "fusion=[rrf]",
+        "tracking=none",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "bm25: 2 of 2 queries have no hits (they score 0 on every metric)" in done.stdout + done.stderr
     output = next((tmp_path / "outputs" / "runs").iterdir())
@@ -81,8 +107,16 @@ def test_queries_without_hits_score_zero_and_the_job_succeeds(tmp_path: Path) ->
     assert results["efficiency"]["bm25"]["queries_without_hits"] == 2.0
     assert results["efficiency"]["dense"]["queries_without_hits"] == 0.0
     assert (output / "runs" / "bm25.trec").read_bytes() == b""
-    again = ragtrack(tmp_path, "run", "dataset=beir", f"dataset.path={dataset}", "encoder=hashing", "retriever=[bm25]",
-                     "fusion=[]", "tracking=none")  # the empty run now comes from the cache
+    again = ragtrack(
+        tmp_path,
+        "run",
+        "dataset=beir",
+        f"dataset.path={dataset}",
+        "encoder=hashing",
+        "retriever=[bm25]",
+        "fusion=[]",
+        "tracking=none",
+    )  # the empty run now comes from the cache
     assert again.returncode == 0, again.stderr[-3000:]
 
 

@@ -33,7 +33,9 @@ def synthetic_corpus(documents: int) -> Corpus:
     words = [f"w{i}" for i in range(5000)]
     rng = np.random.default_rng(0)
     texts = [" ".join(rng.choice(words, size=40)) for _ in range(documents)]
-    return Corpus(ids=[f"d{i}" for i in range(documents)], titles=[""] * documents, texts=texts, hash=f"synthetic-{documents}")
+    return Corpus(
+        ids=[f"d{i}" for i in range(documents)], titles=[""] * documents, texts=texts, hash=f"synthetic-{documents}"
+    )
 
 
 def embeddings_entry(encoder: HashingEncoder, corpus: Corpus, cache_dir: Path) -> Path:

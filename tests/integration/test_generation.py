@@ -25,9 +25,15 @@ KEY_ENV = "RAGTRACK_TEST_CHAT_KEY"
 
 
 def test_extractive_answers_from_the_best_sentence() -> None:
-    passages = ["The Panthers defense gave up just 308 points, ranking sixth in the league. "
-                "Pro Bowl defensive tackle Kawann Short led the team in sacks with 11. The weather was mild."]
-    queries = {"n": "How many points did the Panthers defense give up?", "who": "Who led the team in sacks?", "none": "What?"}
+    passages = [
+        "The Panthers defense gave up just 308 points, ranking sixth in the league. "
+        "Pro Bowl defensive tackle Kawann Short led the team in sacks with 11. The weather was mild."
+    ]
+    queries = {
+        "n": "How many points did the Panthers defense give up?",
+        "who": "Who led the team in sacks?",
+        "none": "What?",
+    }
     span = ExtractiveGenerator(top_k=1, unit="span").generate(queries, {"n": passages, "who": passages, "none": []})
     assert span["n"] == "308"
     assert span["who"] == "Kawann Short"
@@ -40,8 +46,17 @@ def test_extractive_answers_from_the_best_sentence() -> None:
 
 
 def _generator(url: str, **overrides) -> OpenAIGenerator:
-    settings = {"base_url": url, "model": "test-model", "prompt": "{question}\n{context}", "top_k": 2, "timeout": 1.5,
-                "max_retries": 2, "backoff": 0.01, "concurrency": 3, "parameters": {"temperature": 0}} | overrides
+    settings = {
+        "base_url": url,
+        "model": "test-model",
+        "prompt": "{question}\n{context}",
+        "top_k": 2,
+        "timeout": 1.5,
+        "max_retries": 2,
+        "backoff": 0.01,
+        "concurrency": 3,
+        "parameters": {"temperature": 0},
+    } | overrides
     return OpenAIGenerator(**settings)
 
 
@@ -108,7 +123,9 @@ class HostileChatServer(ChatServer):
         if behaviour == "echo-error":
             return self.send(handler, 500, ("x" * 180 + f" invalid key {self.secret} for this model").encode())
         if behaviour == "abstain":
-            return self.send(handler, 200, json.dumps({"choices": [{"message": {"content": " Unanswerable. "}}]}).encode())
+            return self.send(
+                handler, 200, json.dumps({"choices": [{"message": {"content": " Unanswerable. "}}]}).encode()
+            )
         if behaviour == "echo-reply":
             return self.send(handler, 200, json.dumps(reply).encode())
         if behaviour == "gzip":
@@ -132,9 +149,17 @@ class HostileChatServer(ChatServer):
                 handler.wfile.flush()
                 time.sleep(0.2)
 
-    BEHAVIOURS = [(("[abstain]",), "abstain"), (("[echo-error]", "ATP"), "echo-error"), (("[echo-reply]", "earthquakes"), "echo-reply"),
-                  (("[gzip]", "vaccines"), "gzip"), (("[truncated]", "black hole"), "truncated"), (("[drip]",), "drip"),
-                  (("[not-utf8]",), "not-utf8"), (("[no-choices]",), "no-choices"), (("[number]",), "number")]
+    BEHAVIOURS = [
+        (("[abstain]",), "abstain"),
+        (("[echo-error]", "ATP"), "echo-error"),
+        (("[echo-reply]", "earthquakes"), "echo-reply"),
+        (("[gzip]", "vaccines"), "gzip"),
+        (("[truncated]", "black hole"), "truncated"),
+        (("[drip]",), "drip"),
+        (("[not-utf8]",), "not-utf8"),
+        (("[no-choices]",), "no-choices"),
+        (("[number]",), "number"),
+    ]
 
 
 @pytest.fixture
@@ -144,7 +169,9 @@ def hostile_server():
     server.stop()
 
 
-def test_malformed_replies_are_retried_and_reported_never_raised(hostile_server: HostileChatServer, monkeypatch) -> None:
+def test_malformed_replies_are_retried_and_reported_never_raised(
+    hostile_server: HostileChatServer, monkeypatch
+) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
     tags = ["ok", "[echo-error]", "[echo-reply]", "[gzip]", "[truncated]", "[not-utf8]", "[no-choices]", "[number]"]
     generator = _generator(hostile_server.url, api_key_env=KEY_ENV, max_retries=1, concurrency=4)
@@ -156,7 +183,10 @@ def test_malformed_replies_are_retried_and_reported_never_raised(hostile_server:
     assert "HTTP 500" in failures["[echo-error]"] and "invalid key ***" in failures["[echo-error]"]
     assert "DecodingError" in failures["[gzip]"] and "RemoteProtocolError" in failures["[truncated]"]
     assert "malformed reply (UnicodeDecodeError: " in failures["[not-utf8]"]
-    assert "malformed reply (KeyError: " in failures["[no-choices]"] and "malformed reply (TypeError: " in failures["[number]"]
+    assert (
+        "malformed reply (KeyError: " in failures["[no-choices]"]
+        and "malformed reply (TypeError: " in failures["[number]"]
+    )
     attempts = {prompt.splitlines()[0].removeprefix("question "): n for prompt, n in hostile_server.attempts.items()}
     assert attempts == {tag: 2 for tag in failures} | {"ok": 1, "[echo-reply]": 1}  # failures are retried once
 
@@ -172,31 +202,57 @@ def test_timeout_bounds_a_whole_request_of_a_dripping_server(hostile_server: Hos
     assert len(generator.failures) == 3 and elapsed < 6, elapsed  # 2 attempts of <= 2 s each, in parallel
 
 
-def test_keys_echoed_by_the_server_reach_no_output_cache_log_or_store(hostile_server: HostileChatServer, tmp_path: Path) -> None:
+def test_keys_echoed_by_the_server_reach_no_output_cache_log_or_store(
+    hostile_server: HostileChatServer, tmp_path: Path
+) -> None:
     """The toy questions meet an error body that echoes the key across the excerpt edge (q2), a reply
     that echoes it (q3, cached), a broken gzip body (q4) and a truncated body (q5)."""
-    result = _run_cli(tmp_path, "dataset=toy", "retriever=[bm25]", "fusion=[]", "generator=openai", f"generator.base_url={hostile_server.url}",
-                      "generator.model=test-model", f"generator.api_key_env={KEY_ENV}", "generator.backoff=0.01", "generator.max_retries=1",
-                      "evaluator=[ranking,answer]", env={KEY_ENV: SECRET})
+    result = _run_cli(
+        tmp_path,
+        "dataset=toy",
+        "retriever=[bm25]",
+        "fusion=[]",
+        "generator=openai",
+        f"generator.base_url={hostile_server.url}",
+        "generator.model=test-model",
+        f"generator.api_key_env={KEY_ENV}",
+        "generator.backoff=0.01",
+        "generator.max_retries=1",
+        "evaluator=[ranking,answer]",
+        env={KEY_ENV: SECRET},
+    )
     written = [path for path in tmp_path.rglob("*") if path.is_file()]
     assert [str(p) for p in written if SECRET.encode() in p.read_bytes()] == []
     assert SECRET not in result.stdout + result.stderr
     cached = [p for p in written if "chat" in p.parts]
-    assert any("your key is ***" in p.read_text() for p in cached) and list(tmp_path.glob("mlruns/mlflow.db")) and list(tmp_path.rglob("*.log"))
+    assert (
+        any("your key is ***" in p.read_text() for p in cached)
+        and list(tmp_path.glob("mlruns/mlflow.db"))
+        and list(tmp_path.rglob("*.log"))
+    )
     output = next(tmp_path.glob("outputs/runs/*"))
     report = json.loads((output / "systems" / "bm25" / "generation.json").read_text())
     assert report["failed"] == 3 and set(report["errors"]) == {"q2", "q4", "q5"}
     assert report["first_error"] == f"q2: {report['errors']['q2']}" and "invalid key ***" in report["first_error"]
     rows = {row["qid"]: row for row in _read_csv(output / "per_query.csv")}
-    assert "DecodingError" in rows["q4"]["generation_error"] and rows["q3"]["generated_answer"] == "your key is ***, keep it safe"
+    assert (
+        "DecodingError" in rows["q4"]["generation_error"]
+        and rows["q3"]["generated_answer"] == "your key is ***, keep it safe"
+    )
     log = result.stdout + result.stderr
     assert "answer generation failed for 3 of 6 queries (they score 0); first: q2: " in log, log[-3000:]
 
 
 def _run_cli(root: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environment = {**os.environ, "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache"), **(env or {})}
-    result = subprocess.run([sys.executable, "-m", "ragtrack", "run", *overrides], cwd=root, env=environment,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "ragtrack", "run", *overrides],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -209,10 +265,22 @@ def _read_csv(path: Path) -> list[dict]:
 def test_api_key_reaches_no_output_log_cache_or_mlflow(chat_server: ChatServer, tmp_path: Path) -> None:
     server = chat_server.url
     result = _run_cli(
-        tmp_path, "dataset=toy", "retriever=[bm25]", "fusion=[]", "generator=openai", f"generator.base_url={server}",
-        "generator.model=test-model", f"generator.api_key_env={KEY_ENV}", "generator.backoff=0.01", "generator.max_retries=1",
-        "evaluator=[ranking,answer,llm_judge]", f"evaluator.llm_judge.base_url={server}", "evaluator.llm_judge.model=judge-model",
-        f"evaluator.llm_judge.api_key_env={KEY_ENV}", "evaluator.llm_judge.backoff=0.01", "hydra.verbose=true",
+        tmp_path,
+        "dataset=toy",
+        "retriever=[bm25]",
+        "fusion=[]",
+        "generator=openai",
+        f"generator.base_url={server}",
+        "generator.model=test-model",
+        f"generator.api_key_env={KEY_ENV}",
+        "generator.backoff=0.01",
+        "generator.max_retries=1",
+        "evaluator=[ranking,answer,llm_judge]",
+        f"evaluator.llm_judge.base_url={server}",
+        "evaluator.llm_judge.model=judge-model",
+        f"evaluator.llm_judge.api_key_env={KEY_ENV}",
+        "evaluator.llm_judge.backoff=0.01",
+        "hydra.verbose=true",
         env={KEY_ENV: SECRET},
     )
     assert chat_server.requests and all(r["auth"] == f"Bearer {SECRET}" for r in chat_server.requests)
@@ -225,7 +293,9 @@ def test_api_key_reaches_no_output_log_cache_or_mlflow(chat_server: ChatServer, 
     report = json.loads((output / "systems" / "bm25" / "generation.json").read_text())
     assert report["failed"] == 1 and "HTTP 500" in report["errors"]["q2"]  # the ATP question, reported, sweep went on
     rows = {row["qid"]: row for row in _read_csv(output / "per_query.csv")}
-    assert rows["q2"]["generation_error"] and rows["q2"]["generated_answer"] == "" and float(rows["q2"]["answer_f1"]) == 0
+    assert (
+        rows["q2"]["generation_error"] and rows["q2"]["generated_answer"] == "" and float(rows["q2"]["answer_f1"]) == 0
+    )
     assert rows["q1"]["generated_answer"].startswith("answer to") and float(rows["q1"]["judge_correctness"]) == 4
     judged = [json.loads(line) for line in (output / "systems" / "bm25" / "judge.jsonl").read_text().splitlines()]
     assert {r["qid"]: r["error"] for r in judged}["q2"] == "no generated answer"
@@ -249,12 +319,22 @@ def test_qa_xquad_end_to_end(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    children = [r for r in client.search_runs([client.get_experiment_by_name("ragtrack-xquad_en").experiment_id])
-                if "ragtrack.system" in r.data.tags]
+    children = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("ragtrack-xquad_en").experiment_id])
+        if "ragtrack.system" in r.data.tags
+    ]
     assert {r.data.tags["ragtrack.system"] for r in children} == {"bm25", "dense", "hybrid"}
     child = children[0]
-    assert {"answer_f1", "exact_match", "rougeL", "context_recall_at_3", "generation_failures"} <= set(child.data.metrics)
-    assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"generation.json", "per_query.csv", "run.trec", "queries.json"}
+    assert {"answer_f1", "exact_match", "rougeL", "context_recall_at_3", "generation_failures"} <= set(
+        child.data.metrics
+    )
+    assert {a.path for a in client.list_artifacts(child.info.run_id)} == {
+        "generation.json",
+        "per_query.csv",
+        "run.trec",
+        "queries.json",
+    }
     twin = _read_csv(Path(client.download_artifacts(child.info.run_id, "per_query.csv", str(tmp_path / "twin"))))
     assert list(twin[0])[:5] == ["system", "qid", "question", "gold_answers", "generated_answer"]
     assert twin[0]["system"] == child.data.tags["ragtrack.system"]
@@ -275,11 +355,15 @@ def test_qa_xquad_real_minilm(tmp_path: Path) -> None:
     }
     names = ["answer_f1", "exact_match", "rougeL", "bertscore_f1", "context_recall@1", "context_recall@3"]
     got = {system: [systems[system][name] for name in names] for system in expected}
-    assert got == {system: pytest.approx(values, abs=6e-5) for system, values in expected.items()}  # every system told at once
+    assert got == {
+        system: pytest.approx(values, abs=6e-5) for system, values in expected.items()
+    }  # every system told at once
 
 
 def test_openai_generator_abstains_with_the_no_answer_string(hostile_server: HostileChatServer) -> None:
-    generator = _generator(hostile_server.url, prompt="{question}\nIf unsure reply {no_answer}.\n{context}", no_answer="unanswerable")
+    generator = _generator(
+        hostile_server.url, prompt="{question}\nIf unsure reply {no_answer}.\n{context}", no_answer="unanswerable"
+    )
     answers = generator.generate({"a": "[abstain] who?", "b": "who?"}, {"a": ["p"], "b": ["p"]})
     assert answers == {"a": "unanswerable", "b": "answer to who?"}
     assert "If unsure reply unanswerable." in hostile_server.requests[-1]["body"]["messages"][-1]["content"]
@@ -294,7 +378,14 @@ def test_unanswerable_xquad_is_rebuilt_byte_for_byte(tmp_path: Path) -> None:
     build = Path(__file__).parents[2] / "data" / "xquad_en_unanswerable" / "build.py"
     done = subprocess.run([sys.executable, str(build), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"seed": 13, "passages": 196, "passages_removed": 44, "questions": 1190, "unanswerable": 238, "answerable": 952}
+    assert json.loads(done.stdout) == {
+        "seed": 13,
+        "passages": 196,
+        "passages_removed": 44,
+        "questions": 1190,
+        "unanswerable": 238,
+        "answerable": 952,
+    }
     for name in ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"]:
         assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), name
 
@@ -302,18 +393,34 @@ def test_unanswerable_xquad_is_rebuilt_byte_for_byte(tmp_path: Path) -> None:
 def test_abstention_beside_answer_metrics_on_unanswerable_xquad(tmp_path: Path) -> None:
     """The extractive reader abstains below half the question's idf: abstention precision and recall equal
     their definitions over per_query.csv, and answer metrics count the answerable queries only."""
-    _run_cli(tmp_path, "dataset=xquad_en_unanswerable", "retriever=[bm25]", "fusion=[]", "generator=extractive", "generator.abstain_below=0.5",
-             "evaluator=[ranking,answer,abstention]", "tracking=none")
+    _run_cli(
+        tmp_path,
+        "dataset=xquad_en_unanswerable",
+        "retriever=[bm25]",
+        "fusion=[]",
+        "generator=extractive",
+        "generator.abstain_below=0.5",
+        "evaluator=[ranking,answer,abstention]",
+        "tracking=none",
+    )
     output = next(tmp_path.glob("outputs/runs/*"))
     means = json.loads((output / "results.json").read_text())["systems"]["bm25"]
     rows = _read_csv(output / "per_query.csv")
     unanswerable = {r["qid"] for r in rows if r["answerable"] == "0"}
     abstained = {r["qid"] for r in rows if r["abstained"] == "1"}
-    assert len(rows) == 1190 and len(unanswerable) == 238 and all(r["generated_answer"] == "unanswerable" for r in rows if r["qid"] in abstained)
+    assert (
+        len(rows) == 1190
+        and len(unanswerable) == 238
+        and all(r["generated_answer"] == "unanswerable" for r in rows if r["qid"] in abstained)
+    )
     assert means["abstention_precision"] == pytest.approx(len(abstained & unanswerable) / len(abstained), abs=1e-12)
     assert means["abstention_recall"] == pytest.approx(len(abstained & unanswerable) / len(unanswerable), abs=1e-12)
     assert means["abstention_rate"] == pytest.approx(len(abstained) / 1190, abs=1e-12)
     assert all(r["answer_f1"] == "" for r in rows if r["qid"] in unanswerable)
     answerable_f1 = [float(r["answer_f1"]) for r in rows if r["answerable"] == "1"]
     assert means["answer_f1"] == pytest.approx(sum(answerable_f1) / 952, abs=1e-12)
-    assert (round(means["abstention_precision"], 4), round(means["abstention_recall"], 4), round(means["answer_f1"], 4)) == (0.3946, 0.9748, 0.1926)
+    assert (
+        round(means["abstention_precision"], 4),
+        round(means["abstention_recall"], 4),
+        round(means["answer_f1"], 4),
+    ) == (0.3946, 0.9748, 0.1926)

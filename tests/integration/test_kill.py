@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 # its start ("bm25: index" matches "bm25: index ..."): every step (the dataset's loading in pipeline.app, a
 # system's stage in pipeline.experiment, a retriever's index and search in retrievers.base) goes through
 # ragtrack.core.progress.step, wrapped here before any module imports it.
-KILLABLE_CLI_SOURCE = r'''
+KILLABLE_CLI_SOURCE = r"""
 import contextlib, os, sys, time
 from pathlib import Path
 from ragtrack.core import progress
@@ -88,7 +88,7 @@ elif kind == "chroma":
     from chromadb.api.models.Collection import Collection
     around(Collection, "add")
 sys.exit(main(sys.argv[1:]))
-'''
+"""
 
 
 class KillPoint:
@@ -96,25 +96,29 @@ class KillPoint:
         self.kind, self.name, self.where, self.delay, self.stall = kind, name, where, delay, stall
 
     def __repr__(self) -> str:
-        return f"{self.kind}-{self.name or 'x'}-{self.where}-{self.delay:g}s{'-stall' if self.stall else ''}".replace(" ", "_").replace(":", "")
+        return f"{self.kind}-{self.name or 'x'}-{self.where}-{self.delay:g}s{'-stall' if self.stall else ''}".replace(
+            " ", "_"
+        ).replace(":", "")
 
 
 FAST_POINTS = [
-    KillPoint("chroma", "", "end", stall=True),               # the Chroma index is half written
-    KillPoint("stage", "log to MLflow", "end", stall=True),   # every run logged, the parent not yet finished
+    KillPoint("chroma", "", "end", stall=True),  # the Chroma index is half written
+    KillPoint("stage", "log to MLflow", "end", stall=True),  # every run logged, the parent not yet finished
 ]
 SLOW_POINTS = [
-    KillPoint("store", "", "start", delay=2.0),               # MLflow is migrating the new store's schema
-    KillPoint("store", "", "start", delay=0.3),               # MLflow is creating the tables
-    KillPoint("store", "", "start", delay=1.0),               # in the migrations
-    KillPoint("store", "", "end", stall=True),                # the store is in place, write-ahead logging not yet set
+    KillPoint("store", "", "start", delay=2.0),  # MLflow is migrating the new store's schema
+    KillPoint("store", "", "start", delay=0.3),  # MLflow is creating the tables
+    KillPoint("store", "", "start", delay=1.0),  # in the migrations
+    KillPoint("store", "", "end", stall=True),  # the store is in place, write-ahead logging not yet set
     KillPoint("stage", "load dataset", "start", stall=True),  # pipeline.app reads the dataset
-    KillPoint("stage", "bm25: index", "end", stall=True),     # the BM25 index is cached, its run not yet
-    KillPoint("encode", "", "end", stall=True),               # the embeddings entry is half written
-    KillPoint("stage", "dense: search", "start", stall=True), # the dense index is built, no query searched
+    KillPoint("stage", "bm25: index", "end", stall=True),  # the BM25 index is cached, its run not yet
+    KillPoint("encode", "", "end", stall=True),  # the embeddings entry is half written
+    KillPoint("stage", "dense: search", "start", stall=True),  # the dense index is built, no query searched
     KillPoint("stage", "hybrid: fusion", "end", stall=True),  # the fused run made, no system scored yet
     KillPoint("stage", "dense: evaluate", "start", delay=0.05),
-    KillPoint("stage", "log to MLflow", "start", delay=0.15),  # some system runs are logged, others not (timing-dependent)
+    KillPoint(
+        "stage", "log to MLflow", "start", delay=0.15
+    ),  # some system runs are logged, others not (timing-dependent)
     KillPoint("stage", "log to MLflow", "start", delay=0.4),
 ]
 
@@ -152,11 +156,24 @@ def fresh_store(tmp_path_factory) -> Path:
 def kill_at(root: Path, point: KillPoint, *args: str, timeout: float = 180) -> str:
     """Run ``ragtrack <args>`` in ``root`` until ``point``, then SIGKILL its process group; its output."""
     marker, log = root / "kill-marker", root / "killed.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGTRACK_ROOT": str(root), "XDG_CACHE_HOME": str(root / ".cache"), "RAGTRACK_TEST_KILL_MARKER": str(marker),
-           "RAGTRACK_TEST_KILL_AT": f"{point.kind}:{point.name}:{point.where}", **({"RAGTRACK_TEST_STALL": "1"} if point.stall else {})}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "RAGTRACK_ROOT": str(root),
+        "XDG_CACHE_HOME": str(root / ".cache"),
+        "RAGTRACK_TEST_KILL_MARKER": str(marker),
+        "RAGTRACK_TEST_KILL_AT": f"{point.kind}:{point.name}:{point.where}",
+        **({"RAGTRACK_TEST_STALL": "1"} if point.stall else {}),
+    }
     with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-c", KILLABLE_CLI_SOURCE, *args], cwd=root, env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-c", KILLABLE_CLI_SOURCE, *args],
+            cwd=root,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + timeout
         while not marker.exists():
@@ -180,16 +197,22 @@ def check_kill_and_rerun(root: Path, point: KillPoint, clean_job: Path) -> None:
     rerun = ragtrack(root, *job, "hydra.run.dir=outputs/rerun")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert systems(root / "outputs" / "rerun") == systems(clean_job)
-    assert run_files(root / "outputs" / "rerun") == run_files(clean_job), "the rerun's run files differ from a clean run's"
+    assert run_files(root / "outputs" / "rerun") == run_files(clean_job), (
+        "the rerun's run files differ from a clean run's"
+    )
 
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
-    rerun_runs = [r for r in runs if r.data.tags.get("ragtrack.process", "").split(":")[1:2] != [] and r.info.status == "FINISHED"]
+    rerun_runs = [
+        r for r in runs if r.data.tags.get("ragtrack.process", "").split(":")[1:2] != [] and r.info.status == "FINISHED"
+    ]
     assert rerun_runs, "the rerun logged its runs"
     assert not [r for r in runs if r.info.status == "RUNNING"], "a run of the killed job is still RUNNING"
     killed = [r for r in runs if r.info.status == "KILLED"]
     assert all("ended without finishing" in r.data.tags["ragtrack.error"] for r in killed)
-    if point.kind == "stage" and point.name == "log to MLflow" and point.stall:  # a delayed kill may land after the parent finished
+    if (
+        point.kind == "stage" and point.name == "log to MLflow" and point.stall
+    ):  # a delayed kill may land after the parent finished
         assert killed, "the killed job's parent run ends KILLED"
     for kind in ("bm25", "embeddings", "run", *(["chroma"] if job is CHROMA_JOB else [])):
         folders = [p for p in (root / ".cache" / "ragtrack" / kind).iterdir() if p.is_dir()]
@@ -209,32 +232,40 @@ def test_every_stage_point_is_a_step_of_the_job(clean_job: Path) -> None:
     steps = re.findall(r"\] - (.+) \.\.\.$", (clean_job / "ragtrack.log").read_text(), re.MULTILINE)
     for point in FAST_POINTS + SLOW_POINTS:
         if point.kind == "stage" and point.name != "log to MLflow":
-            assert any(label.startswith(point.name) for label in steps), f"{point!r}: no step of the job starts with {point.name!r}: {steps}"
+            assert any(label.startswith(point.name) for label in steps), (
+                f"{point!r}: no step of the job starts with {point.name!r}: {steps}"
+            )
 
 
 @pytest.mark.parametrize("point", FAST_POINTS, ids=repr)
-def test_killed_job_leaves_a_usable_store_and_cache(tmp_path: Path, point: KillPoint, clean_job: Path, fresh_store: Path) -> None:
+def test_killed_job_leaves_a_usable_store_and_cache(
+    tmp_path: Path, point: KillPoint, clean_job: Path, fresh_store: Path
+) -> None:
     _prepare(tmp_path, point, fresh_store)
     check_kill_and_rerun(tmp_path, point, clean_job)
 
 
 @pytest.mark.slow  # 12 points, two jobs each: about 6 minutes on 2 cores
 @pytest.mark.parametrize("point", SLOW_POINTS, ids=repr)
-def test_killed_job_leaves_a_usable_store_and_cache_at_every_point(tmp_path: Path, point: KillPoint, clean_job: Path,
-                                                                   fresh_store: Path) -> None:
+def test_killed_job_leaves_a_usable_store_and_cache_at_every_point(
+    tmp_path: Path, point: KillPoint, clean_job: Path, fresh_store: Path
+) -> None:
     _prepare(tmp_path, point, fresh_store)
     check_kill_and_rerun(tmp_path, point, clean_job)
 
 
 @pytest.mark.slow  # a whole job or several: make test-slow
-def test_a_store_half_migrated_by_a_killed_mlflow_is_rebuilt(tmp_path: Path, reference: dict, fresh_store: Path) -> None:
+def test_a_store_half_migrated_by_a_killed_mlflow_is_rebuilt(
+    tmp_path: Path, reference: dict, fresh_store: Path
+) -> None:
     """The issue's case: MLflow itself killed while migrating a new store (as an older ragtrack could be:
     a migration's tables and indexes are in, its version not yet recorded) leaves a store that every
     later open of MLflow refuses ("index ... already exists"); the next job sets it aside and creates
     the store anew, and the job after it uses that store."""
+    from importlib.resources import files
+
     from alembic.config import Config
     from alembic.script import ScriptDirectory
-    from importlib.resources import files
 
     database = tmp_path / "mlruns" / "mlflow.db"
     database.parent.mkdir()
@@ -258,7 +289,9 @@ def test_a_store_half_migrated_by_a_killed_mlflow_is_rebuilt(tmp_path: Path, ref
     second = ragtrack(tmp_path, *TOY_JOB, "hydra.run.dir=outputs/second")
     assert second.returncode == 0, second.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{database}")
-    runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id], "tags.ragtrack.system IS NULL")
+    runs = client.search_runs(
+        [client.get_experiment_by_name("ragtrack-toy").experiment_id], "tags.ragtrack.system IS NULL"
+    )
     assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
 
 
@@ -269,12 +302,16 @@ def test_a_store_holding_runs_is_never_replaced(tmp_path: Path, fresh_store: Pat
     shutil.copy(fresh_store, database)
     with contextlib.closing(sqlite3.connect(database)) as connection, connection:
         connection.execute("UPDATE alembic_version SET version_num = 'an-older-version'")
-        connection.execute("INSERT INTO runs (run_uuid, experiment_id, lifecycle_stage, status) VALUES ('r1', 0, 'active', 'FINISHED')")
+        connection.execute(
+            "INSERT INTO runs (run_uuid, experiment_id, lifecycle_stage, status) VALUES ('r1', 0, 'active', 'FINISHED')"
+        )
     result = ragtrack(tmp_path, *TOY_JOB, "hydra.run.dir=outputs/job")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     uri = f"sqlite:///{database}"
-    assert result.stderr.strip().splitlines()[-1] == (f"ragtrack: error: MLflow store {uri} holds runs but "
-                                                      f"not the schema of the installed MLflow: back it up, then run: mlflow db upgrade {uri}")
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"ragtrack: error: MLflow store {uri} holds runs but "
+        f"not the schema of the installed MLflow: back it up, then run: mlflow db upgrade {uri}"
+    )
     assert not list(database.parent.glob("mlflow.db.broken-*"))
 
 

@@ -20,8 +20,16 @@ JOB = ["dataset=beir", "retriever=[bm25]", "fusion=[]", "encoder=hashing", "eval
 
 
 def _job(tmp_path: Path, *overrides: str) -> api.ExperimentResult:
-    return api.run_experiment([*JOB, f"dataset.path={tmp_path / 'data'}", f"paths.root_dir={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}",
-                               f"tracking.uri=sqlite:///{tmp_path}/store/mlflow.db", *overrides])
+    return api.run_experiment(
+        [
+            *JOB,
+            f"dataset.path={tmp_path / 'data'}",
+            f"paths.root_dir={tmp_path}",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            f"tracking.uri=sqlite:///{tmp_path}/store/mlflow.db",
+            *overrides,
+        ]
+    )
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from ragtrack.evaluators.abstention import AbstentionEvaluator
 from ragtrack.evaluators.answer import AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator
 from ragtrack.evaluators.citations import CitationEvaluator
 from ragtrack.evaluators.faithfulness import FaithfulnessEvaluator
-from ragtrack.evaluators.nuggets import NuggetEvaluator
 from ragtrack.evaluators.judge import LLMJudge
+from ragtrack.evaluators.nuggets import NuggetEvaluator
 from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import describe_metrics
 from ragtrack.pipeline.cli import main as cli_main
@@ -37,7 +37,19 @@ def plugin_site(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("plugin")
     shutil.copytree(PLUGIN, work / "source")
     site = work / "site"
-    install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation", "--target", str(site), str(work / "source")]
+    install = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        "--no-build-isolation",
+        "--target",
+        str(site),
+        str(work / "source"),
+    ]
     result = subprocess.run(install, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return site
@@ -53,9 +65,27 @@ def with_plugin(plugin_site: Path, monkeypatch) -> Path:
 def job(plugin_site: Path, tmp_path_factory) -> Path:
     """``ragtrack run`` in a fresh interpreter that sees the plugin on PYTHONPATH; MLflow in a temporary SQLite store."""
     root = tmp_path_factory.mktemp("job")
-    env = {**os.environ, "RAGTRACK_ROOT": str(root), "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin_site), os.environ.get("PYTHONPATH")]))}
-    overrides = ["dataset=toy", "encoder=hashing", "retriever=[bm25]", "fusion=[]", "+evaluator.demo={type:demo,metrics:[best_grade@3,best_grade@5]}", "hydra.run.dir=outputs/job"]
-    result = subprocess.run([sys.executable, "-m", "ragtrack.pipeline.cli", "run", *overrides], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "RAGTRACK_ROOT": str(root),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin_site), os.environ.get("PYTHONPATH")])),
+    }
+    overrides = [
+        "dataset=toy",
+        "encoder=hashing",
+        "retriever=[bm25]",
+        "fusion=[]",
+        "+evaluator.demo={type:demo,metrics:[best_grade@3,best_grade@5]}",
+        "hydra.run.dir=outputs/job",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "ragtrack.pipeline.cli", "run", *overrides],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "best_grade@5" in result.stdout
     return root
@@ -88,15 +118,22 @@ def test_eval_computes_the_plugin_metric(job: Path, with_plugin: Path, capsys) -
     for metric in ("best_grade@5", "ndcg@10"):
         assert payload["aggregate"][metric] == pytest.approx(results[metric]["mean"], abs=1e-12)
         assert payload["std"][metric] == pytest.approx(results[metric]["std"], abs=1e-12)
-        assert payload["ci95"][metric] == pytest.approx([results[metric]["ci_low"], results[metric]["ci_high"]], abs=1e-12)
-        assert {qid: values[metric] for qid, values in payload["per_query"].items()} == pytest.approx(per_query[metric].to_dict(), abs=1e-12)
+        assert payload["ci95"][metric] == pytest.approx(
+            [results[metric]["ci_low"], results[metric]["ci_high"]], abs=1e-12
+        )
+        assert {qid: values[metric] for qid, values in payload["per_query"].items()} == pytest.approx(
+            per_query[metric].to_dict(), abs=1e-12
+        )
     assert payload["queries"] == 6
 
     assert cli_main(["eval", QRELS, run, "-m", "best_grade@5", "-m", "ndcg@10"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[:2] for line in lines] == [["best_grade@5".ljust(16), "all"], ["ndcg@10".ljust(16), "all"]]
     mean = results["best_grade@5"]
-    assert lines[0].split("\t")[2:] == [f"{mean['mean']:.4f}", f"(std {mean['std']:.4f}, 95% CI {mean['ci_low']:.4f}-{mean['ci_high']:.4f}, n=6 judged queries (trec_eval))"]
+    assert lines[0].split("\t")[2:] == [
+        f"{mean['mean']:.4f}",
+        f"(std {mean['std']:.4f}, 95% CI {mean['ci_low']:.4f}-{mean['ci_high']:.4f}, n=6 judged queries (trec_eval))",
+    ]
 
 
 def test_metrics_lists_every_metric_with_a_description(with_plugin: Path, capsys) -> None:
@@ -106,10 +143,24 @@ def test_metrics_lists_every_metric_with_a_description(with_plugin: Path, capsys
         if line.startswith("  "):
             name, description = line.split(maxsplit=1)
             listed[name] = description
-    answer_metrics = {name: text for cls in (AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator, FaithfulnessEvaluator, LLMJudge,
-                                                           AbstentionEvaluator, PairwiseJudge, NuggetEvaluator, CitationEvaluator)
-                      for name, text in cls.provides().items()}
-    assert listed == describe_metrics() | answer_metrics | {"best_grade@k": "highest grade among the top k documents (0 if none is judged)"}
+    answer_metrics = {
+        name: text
+        for cls in (
+            AnswerEvaluator,
+            BertScoreEvaluator,
+            ContextRecallEvaluator,
+            FaithfulnessEvaluator,
+            LLMJudge,
+            AbstentionEvaluator,
+            PairwiseJudge,
+            NuggetEvaluator,
+            CitationEvaluator,
+        )
+        for name, text in cls.provides().items()
+    }
+    assert listed == describe_metrics() | answer_metrics | {
+        "best_grade@k": "highest grade among the top k documents (0 if none is judged)"
+    }
 
 
 def test_unknown_metric_fails_listing_the_known_ones(with_plugin: Path, capsys) -> None:

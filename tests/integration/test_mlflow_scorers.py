@@ -58,11 +58,13 @@ def traced(function, *args):
 
 def retriever(name: str, ids: list, nested=None):
     """A function that opens a RETRIEVER span ``name`` returning Documents with ``ids`` (and runs ``nested`` inside)."""
+
     def run():
         with mlflow.start_span(name=name, span_type=SpanType.RETRIEVER) as span:
             if nested:
                 nested()
             span.set_outputs([Document(page_content=f"text of {d}", metadata={"doc_uri": d}, id=d) for d in ids])
+
     return run
 
 
@@ -80,6 +82,7 @@ def expected(qrels: dict, ranked: list[str], metric: str, threshold: int = 1) ->
 
 # --------------------------------------------------------------------------- documents and ids
 
+
 def test_document_id_precedence_id_then_doc_uri_then_chunk_id() -> None:
     document_id = ragtrack.mlflow.document_id
     assert document_id(Document(page_content="x", metadata={"doc_uri": "u", "chunk_id": "c"}, id="d")) == "d"
@@ -92,7 +95,9 @@ def test_document_id_precedence_id_then_doc_uri_then_chunk_id() -> None:
 
 def test_the_last_top_level_retriever_span_is_read_and_span_name_picks_any(tracing) -> None:
     qrels = {"a": 1, "b": 1}
-    fused = retriever("retrieve", ["x", "b", "a"], nested=lambda: (retriever("bm25", ["a", "b"])(), retriever("dense", ["b", "y"])()))
+    fused = retriever(
+        "retrieve", ["x", "b", "a"], nested=lambda: (retriever("bm25", ["a", "b"])(), retriever("dense", ["b", "y"])())
+    )
     trace = traced(fused)
     assert [s.name for s in trace.search_spans(span_type=SpanType.RETRIEVER)] == ["retrieve", "bm25", "dense"]
     default = score("mrr", trace=trace, expectations={"relevant_docs": qrels})
@@ -113,22 +118,32 @@ def test_no_retriever_span_and_no_ids_in_outputs_is_a_feedback_error_not_an_exce
     result = score("ndcg@10", trace=trace, outputs="just an answer", expectations={"relevant_docs": {"a": 1}})
     assert result.value is None and result.error.error_code == "NO_RETRIEVED_DOCUMENTS"
     assert "RETRIEVER" in result.error.error_message
-    forced = score("ndcg@10", trace=trace, outputs=["a"], expectations={"relevant_docs": {"a": 1}}, options={"source": "trace"})
+    forced = score(
+        "ndcg@10", trace=trace, outputs=["a"], expectations={"relevant_docs": {"a": 1}}, options={"source": "trace"}
+    )
     assert forced.error.error_code == "NO_RETRIEVER_SPAN"
-    assert score("ndcg@10", trace=None, expectations={"relevant_docs": {"a": 1}}).error.error_code == "NO_RETRIEVED_DOCUMENTS"
+    assert (
+        score("ndcg@10", trace=None, expectations={"relevant_docs": {"a": 1}}).error.error_code
+        == "NO_RETRIEVED_DOCUMENTS"
+    )
 
 
 def test_a_document_without_id_or_a_failed_span_is_an_error(tracing) -> None:
     def no_ids():
         with mlflow.start_span(name="retrieve", span_type=SpanType.RETRIEVER) as span:
             span.set_outputs([Document(page_content="a", id="a"), Document(page_content="anonymous")])
+
     result = score("mrr", trace=traced(no_ids), expectations={"relevant_docs": {"a": 1}})
     assert result.error.error_code == "DOCUMENT_WITHOUT_ID" and "rank 2" in result.error.error_message
 
     def failed():
         with mlflow.start_span(name="retrieve", span_type=SpanType.RETRIEVER) as span:
             span.set_inputs({"question": "q"})  # and no outputs: the retriever returned nothing
-    assert score("mrr", trace=traced(failed), expectations={"relevant_docs": {"a": 1}}).error.error_code == "NO_RETRIEVED_DOCUMENTS"
+
+    assert (
+        score("mrr", trace=traced(failed), expectations={"relevant_docs": {"a": 1}}).error.error_code
+        == "NO_RETRIEVED_DOCUMENTS"
+    )
 
 
 def test_outputs_shapes_when_the_trace_has_no_retriever_span(tracing) -> None:
@@ -140,38 +155,77 @@ def test_outputs_shapes_when_the_trace_has_no_retriever_span(tracing) -> None:
         assert score("map", trace=trace, outputs=outputs, expectations={"relevant_docs": qrels}).value == want
     with_span = traced(retriever("retrieve", ["a", "c"]))
     assert score("map", trace=with_span, outputs=["b", "a", "c"], expectations={"relevant_docs": qrels}).value == 1.0
-    assert score("map", trace=with_span, outputs=["b", "a", "c"], expectations={"relevant_docs": qrels},
-                 options={"source": "outputs"}).value == want
+    assert (
+        score(
+            "map",
+            trace=with_span,
+            outputs=["b", "a", "c"],
+            expectations={"relevant_docs": qrels},
+            options={"source": "outputs"},
+        ).value
+        == want
+    )
+
     def as_json():
         with mlflow.start_span(name="retrieve", span_type=SpanType.RETRIEVER) as span:
-            span.set_outputs(json.dumps([{"page_content": "b", "id": "b"}, {"page_content": "a", "metadata": {"doc_uri": "a"}}]))
-    assert score("map", trace=traced(as_json), expectations={"relevant_docs": qrels}).value == expected(qrels, ["b", "a"], "map")
+            span.set_outputs(
+                json.dumps([{"page_content": "b", "id": "b"}, {"page_content": "a", "metadata": {"doc_uri": "a"}}])
+            )
+
+    assert score("map", trace=traced(as_json), expectations={"relevant_docs": qrels}).value == expected(
+        qrels, ["b", "a"], "map"
+    )
     bad = score("map", outputs={"doc_ids": "a b"}, expectations={"relevant_docs": qrels})
     assert bad.error.error_code == "BAD_RETRIEVED_DOCUMENTS"
 
 
 # --------------------------------------------------------------------------- expectations and values
 
+
 def test_grades_threshold_and_both_expectation_fields() -> None:
     ranked = ["n", "b", "a", "z"]
     qrels = {"a": 2, "b": 1, "n": 0, "m": 3}
     for metric in ("ndcg@10", "ndcg_exp@3", "map", "recall@2", "mrr", "bpref", "r-precision"):
         for threshold in (1, 2):
-            value = score(metric, outputs=ranked, expectations={"relevant_docs": qrels}, options={"relevance_threshold": threshold}).value
+            value = score(
+                metric,
+                outputs=ranked,
+                expectations={"relevant_docs": qrels},
+                options={"relevance_threshold": threshold},
+            ).value
             assert value == expected(qrels, ranked, metric, threshold), (metric, threshold)
-    context = [{"doc_uri": "a", "grade": 2, "content": "..."}, {"doc_uri": "b"}, {"doc_uri": "n", "grade": 0},
-               {"id": "m", "grade": 3}, {"doc_uri": "b", "grade": 1}]
+    context = [
+        {"doc_uri": "a", "grade": 2, "content": "..."},
+        {"doc_uri": "b"},
+        {"doc_uri": "n", "grade": 0},
+        {"id": "m", "grade": 3},
+        {"doc_uri": "b", "grade": 1},
+    ]
     assert ragtrack.mlflow.judgments({"expected_retrieved_context": context}) == (qrels, "expected_retrieved_context")
-    assert score("ndcg@10", outputs=ranked, expectations={"expected_retrieved_context": context}).value == expected(qrels, ranked, "ndcg@10")
-    assert ragtrack.mlflow.judgments({"relevant_docs": ["a", "b"], "expected_retrieved_context": ["z"]}) == ({"a": 1, "b": 1}, "relevant_docs")
+    assert score("ndcg@10", outputs=ranked, expectations={"expected_retrieved_context": context}).value == expected(
+        qrels, ranked, "ndcg@10"
+    )
+    assert ragtrack.mlflow.judgments({"relevant_docs": ["a", "b"], "expected_retrieved_context": ["z"]}) == (
+        {"a": 1, "b": 1},
+        "relevant_docs",
+    )
 
-    feedback = score("ndcg@10", outputs=ranked, expectations={"relevant_docs": qrels}, options={"relevance_threshold": 2})
+    feedback = score(
+        "ndcg@10", outputs=ranked, expectations={"relevant_docs": qrels}, options={"relevance_threshold": 2}
+    )
     assert "Found: a (rank 3, grade 2)" in feedback.rationale and "Missed: m (grade 3)" in feedback.rationale
     assert feedback.name == "ndcg_at_10" and feedback.metadata["retrieved"] == "4"
 
-    none_relevant = score("mrr", outputs=ranked, expectations={"relevant_docs": {"a": 1}}, options={"relevance_threshold": 2})
+    none_relevant = score(
+        "mrr", outputs=ranked, expectations={"relevant_docs": {"a": 1}}, options={"relevance_threshold": 2}
+    )
     assert none_relevant.value == 0.0 and none_relevant.error is None  # counted, as trec_eval counts the query
-    excluded = score("mrr", outputs=ranked, expectations={"relevant_docs": {"a": 1}}, options={"relevance_threshold": 2, "without_relevant": "exclude"})
+    excluded = score(
+        "mrr",
+        outputs=ranked,
+        expectations={"relevant_docs": {"a": 1}},
+        options={"relevance_threshold": 2, "without_relevant": "exclude"},
+    )
     assert excluded.value is None and excluded.error.error_code == "NO_RELEVANT_DOCUMENT"
     assert score("mrr", outputs=ranked, expectations={"expected_response": "x"}).error.error_code == "NO_JUDGMENTS"
     assert score("mrr", outputs=ranked, expectations=None).error.error_code == "NO_JUDGMENTS"
@@ -187,8 +241,24 @@ def test_a_repeated_document_counts_once_at_its_first_rank() -> None:
     assert value == expected(qrels, ["x", "a", "b"], "p@3") == 2 / 3
 
 
-METRICS = ["ndcg@10", "ndcg@3", "recall@20", "mrr", "mrr@5", "map", "map@10", "p@5", "hit@3", "r-precision", "bpref", "auc",
-           "ndcg_exp@10", "dcg@5", "f1@5", "num_rel_ret"]
+METRICS = [
+    "ndcg@10",
+    "ndcg@3",
+    "recall@20",
+    "mrr",
+    "mrr@5",
+    "map",
+    "map@10",
+    "p@5",
+    "hit@3",
+    "r-precision",
+    "bpref",
+    "auc",
+    "ndcg_exp@10",
+    "dcg@5",
+    "f1@5",
+    "num_rel_ret",
+]
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -197,18 +267,30 @@ def test_every_value_equals_ragtrack_evaluate_on_the_same_ranking(seed: int) -> 
     ragtrack.evaluate over the whole run, for every per-query metric and threshold."""
     qrels, run = random_qrels_and_run(seed)
     for threshold in (1, 2):
-        scorers = {s.metric: s for s in ragtrack.mlflow.scorers(METRICS + ["err@10", "mean_rank"], relevance_threshold=threshold)}
+        scorers = {
+            s.metric: s
+            for s in ragtrack.mlflow.scorers(METRICS + ["err@10", "mean_rank"], relevance_threshold=threshold)
+        }
         excluding = ragtrack.mlflow.scorers(["mrr"], relevance_threshold=threshold, without_relevant="exclude")[0]
         reference = ragtrack.evaluate(qrels, run, METRICS, threshold).per_query
         for qid, judged in qrels.items():
             ranked = [doc for doc, _ in rank_documents(run.get(qid, {}))]
             expectations = {"relevant_docs": judged}
             if not any(g >= threshold for g in judged.values()):
-                assert excluding.run(outputs=ranked, expectations=expectations).error.error_code == "NO_RELEVANT_DOCUMENT"
+                assert (
+                    excluding.run(outputs=ranked, expectations=expectations).error.error_code == "NO_RELEVANT_DOCUMENT"
+                )
             for metric in METRICS:
-                assert scorers[metric].run(outputs=ranked, expectations=expectations).value == reference.loc[qid, metric], (qid, metric)
-            for metric in ("err@10", "mean_rank"):  # depend on the whole run or qrels: equal ragtrack.evaluate on this query alone
-                alone = ragtrack.evaluate({qid: judged}, {qid: run.get(qid, {})}, [metric], threshold).per_query.loc[qid, metric]
+                assert (
+                    scorers[metric].run(outputs=ranked, expectations=expectations).value == reference.loc[qid, metric]
+                ), (qid, metric)
+            for metric in (
+                "err@10",
+                "mean_rank",
+            ):  # depend on the whole run or qrels: equal ragtrack.evaluate on this query alone
+                alone = ragtrack.evaluate({qid: judged}, {qid: run.get(qid, {})}, [metric], threshold).per_query.loc[
+                    qid, metric
+                ]
                 assert scorers[metric].run(outputs=ranked, expectations=expectations).value == alone
 
 
@@ -220,19 +302,33 @@ def test_answer_scorers_equal_evaluate_answers() -> None:
             assert score(metric, outputs=outputs, expectations={"expected_response": golds}).value == want
     one = score("exact_match", outputs="denver broncos!", expectations={"expected_response": "Denver Broncos"})
     assert one.value == 1.0 and one.name == "exact_match" and "'Denver Broncos'" in one.rationale
-    assert score("answer_f1", outputs={"doc_ids": ["a"]}, expectations={"expected_response": "x"}).error.error_code == "NO_ANSWER"
-    assert score("answer_f1", outputs="x", expectations={"relevant_docs": {"a": 1}}).error.error_code == "NO_GOLD_ANSWER"
+    assert (
+        score("answer_f1", outputs={"doc_ids": ["a"]}, expectations={"expected_response": "x"}).error.error_code
+        == "NO_ANSWER"
+    )
+    assert (
+        score("answer_f1", outputs="x", expectations={"relevant_docs": {"a": 1}}).error.error_code == "NO_GOLD_ANSWER"
+    )
     assert score("answer_f1", outputs="x", expectations={"expected_response": []}).error.error_code == "NO_GOLD_ANSWER"
-    assert score("exact_match", outputs="Denver", expectations="denver").value == 1.0  # a plain string is the gold answer
+    assert (
+        score("exact_match", outputs="Denver", expectations="denver").value == 1.0
+    )  # a plain string is the gold answer
 
 
 def test_scorers_names_and_bad_metrics() -> None:
     built = ragtrack.mlflow.scorers(["ndcg@10", "recall@100", "mrr", "answer_f1"], relevance_threshold=1)
     assert [s.name for s in built] == ["ndcg_at_10", "recall_at_100", "mrr", "answer_f1"]
     assert all(isinstance(s, mlflow.genai.scorers.Scorer) for s in built) and built[0].description
-    assert [s.name for s in ragtrack.mlflow.scorers(["ndcg@10"], span_name="bm25", prefix="bm25_")] == ["bm25_ndcg_at_10"]
-    for bad, message in ((["nope"], "unknown metric"), (["context_recall@5"], "no MLflow scorer"), (["mrr", "mrr"], "twice"),
-                         (["ndcg@x"], "ndcg@x"), ([], "at least one")):
+    assert [s.name for s in ragtrack.mlflow.scorers(["ndcg@10"], span_name="bm25", prefix="bm25_")] == [
+        "bm25_ndcg_at_10"
+    ]
+    for bad, message in (
+        (["nope"], "unknown metric"),
+        (["context_recall@5"], "no MLflow scorer"),
+        (["mrr", "mrr"], "twice"),
+        (["ndcg@x"], "ndcg@x"),
+        ([], "at least one"),
+    ):
         with pytest.raises(RagtrackError, match=message):
             ragtrack.mlflow.scorers(bad)
     with pytest.raises(RagtrackError, match="must not contain '/'"):
@@ -243,19 +339,36 @@ def test_scorers_names_and_bad_metrics() -> None:
 
 def test_mlflow_genai_evaluate_on_rows_with_outputs(tracing) -> None:
     """No predict_fn: MLflow's own traces have no RETRIEVER span, so the ids come from the outputs."""
-    rows = [{"inputs": {"question": "q1"}, "outputs": {"doc_ids": ["b", "a"], "answer": "Denver"},
-             "expectations": {"relevant_docs": {"a": 1}, "expected_response": "Denver"}},
-            {"inputs": {"question": "q2"}, "outputs": {"doc_ids": ["c"], "answer": "no"},
-             "expectations": {"relevant_docs": {"c": 2, "d": 1}, "expected_response": "yes"}},
-            {"inputs": {"question": "q3"}, "outputs": {"answer": "no"}, "expectations": {"relevant_docs": {"c": 1}, "expected_response": "no"}}]
+    rows = [
+        {
+            "inputs": {"question": "q1"},
+            "outputs": {"doc_ids": ["b", "a"], "answer": "Denver"},
+            "expectations": {"relevant_docs": {"a": 1}, "expected_response": "Denver"},
+        },
+        {
+            "inputs": {"question": "q2"},
+            "outputs": {"doc_ids": ["c"], "answer": "no"},
+            "expectations": {"relevant_docs": {"c": 2, "d": 1}, "expected_response": "yes"},
+        },
+        {
+            "inputs": {"question": "q3"},
+            "outputs": {"answer": "no"},
+            "expectations": {"relevant_docs": {"c": 1}, "expected_response": "no"},
+        },
+    ]
     result = mlflow.genai.evaluate(data=rows, scorers=ragtrack.mlflow.scorers(["mrr", "ndcg@10", "exact_match"]))
-    reference = ragtrack.evaluate({"1": {"a": 1}, "2": {"c": 2, "d": 1}}, {"1": {"b": 2.0, "a": 1.0}, "2": {"c": 1.0}}, ["mrr", "ndcg@10"])
-    assert math.isclose(result.metrics["mrr/mean"], reference.aggregate["mrr"], abs_tol=1e-12)  # the third row is an error, not a 0
+    reference = ragtrack.evaluate(
+        {"1": {"a": 1}, "2": {"c": 2, "d": 1}}, {"1": {"b": 2.0, "a": 1.0}, "2": {"c": 1.0}}, ["mrr", "ndcg@10"]
+    )
+    assert math.isclose(
+        result.metrics["mrr/mean"], reference.aggregate["mrr"], abs_tol=1e-12
+    )  # the third row is an error, not a 0
     assert math.isclose(result.metrics["ndcg_at_10/mean"], reference.aggregate["ndcg@10"], abs_tol=1e-12)
     assert result.metrics["exact_match/mean"] == 2 / 3
 
 
 # --------------------------------------------------------------------------- the example app, end to end
+
 
 @pytest.mark.slow  # a whole job or several: make test-slow
 def test_example_rag_app_scores_equal_ragtrack_evaluate_on_the_traced_lists(tmp_path) -> None:
@@ -263,9 +376,27 @@ def test_example_rag_app_scores_equal_ragtrack_evaluate_on_the_traced_lists(tmp_
     summary_file = tmp_path / "summary.json"
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "RAGTRACK_ROOT": str(tmp_path)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--encoder", "hashing", "--questions", str(QUESTIONS), "--tracking-uri", uri,
-                           "--cache-dir", str(tmp_path / "cache"), "--json", str(summary_file)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--encoder",
+            "hashing",
+            "--questions",
+            str(QUESTIONS),
+            "--tracking-uri",
+            uri,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--json",
+            str(summary_file),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(summary_file.read_text())
 
@@ -281,7 +412,9 @@ def test_example_rag_app_scores_equal_ragtrack_evaluate_on_the_traced_lists(tmp_
     for trace in traces:
         qid = trace.info.tags["qid"]
         spans = {s.name: s for s in trace.data.spans}
-        assert spans["retrieve"].span_type == SpanType.RETRIEVER and spans["bm25"].parent_id == spans["retrieve"].span_id
+        assert (
+            spans["retrieve"].span_type == SpanType.RETRIEVER and spans["bm25"].parent_id == spans["retrieve"].span_id
+        )
         fused[qid] = [d["id"] for d in spans["retrieve"].outputs]
         bm25[qid] = [d["id"] for d in spans["bm25"].outputs]
         response = spans["rag_app"].outputs

@@ -12,20 +12,30 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf, open_dict
 
+from ragtrack.core.cache import IdentityMemo
+from ragtrack.core.runs import Run, rank_documents, read_trec, write_trec
 from ragtrack.evaluators.base import aggregate
 from ragtrack.pipeline import registry
 from ragtrack.pipeline.config import CONFIG_MODULE
-from ragtrack.core.cache import IdentityMemo
-from ragtrack.core.runs import Run, rank_documents, read_trec, write_trec
 from ragtrack.retrievers.fusion import reciprocal_rank_fusion
 from tests.support import package_sources, random_qrels_and_run
 
-
 SWEEP_JOB_OVERRIDES = [  # value overrides, group choices, a dict value for a group, deletions, Hydra's own settings
-    [], ["fusion.rrf.k=30"], ["seed=3", "fusion.rrf.k=50"], ["retriever=[bm25]"], ["retriever=[bm25]", "depth=20"],
-    ["encoder=hashing", "fusion.rrf.k=7"], ["fusion.rrf.k=7", "encoder=hashing"], ["experiment=rrf_k"], ["~chunking", "depth=5"],
-    ["tracking={enabled: false, uri: x, experiment: y}"], ["fusion=[rrf,combsum]", "fusion.combsum.system=sum"],
-    ["hydra.job.chdir=true", "fusion.rrf.k=9"], ["+extra=1"], ["dataset=toy", "chunking=tokens", "chunking.size=8"], [],
+    [],
+    ["fusion.rrf.k=30"],
+    ["seed=3", "fusion.rrf.k=50"],
+    ["retriever=[bm25]"],
+    ["retriever=[bm25]", "depth=20"],
+    ["encoder=hashing", "fusion.rrf.k=7"],
+    ["fusion.rrf.k=7", "encoder=hashing"],
+    ["experiment=rrf_k"],
+    ["~chunking", "depth=5"],
+    ["tracking={enabled: false, uri: x, experiment: y}"],
+    ["fusion=[rrf,combsum]", "fusion.combsum.system=sum"],
+    ["hydra.job.chdir=true", "fusion.rrf.k=9"],
+    ["+extra=1"],
+    ["dataset=toy", "chunking=tokens", "chunking.size=8"],
+    [],
 ]
 
 

@@ -28,9 +28,18 @@ def depth_sweep(tmp_path_factory):
     """``reranker.cross_encoder.depth=2,4,8`` over BM25 on the toy dataset, one Hydra multirun."""
     root = tmp_path_factory.mktemp("rerank")
     model = save_tiny_cross_encoder(root / "tiny-cross-encoder")
-    done = ragtrack(root, "run", "-m", "dataset=toy", "retriever=[bm25]", "fusion=[]", "reranker=[cross_encoder]",
-                    f"reranker.cross_encoder.model={model}", "reranker.cross_encoder.device=cpu",
-                    f"reranker.cross_encoder.depth={','.join(map(str, DEPTHS))}")
+    done = ragtrack(
+        root,
+        "run",
+        "-m",
+        "dataset=toy",
+        "retriever=[bm25]",
+        "fusion=[]",
+        "reranker=[cross_encoder]",
+        f"reranker.cross_encoder.model={model}",
+        "reranker.cross_encoder.device=cpu",
+        f"reranker.cross_encoder.depth={','.join(map(str, DEPTHS))}",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted((root / "outputs" / "multiruns").glob("*/*/results.json"), key=lambda p: int(p.parent.name))
     assert len(jobs) == len(DEPTHS)
@@ -44,20 +53,26 @@ def test_a_reranker_is_a_system_of_the_job(depth_sweep) -> None:
     assert 0 <= results["systems"][SYSTEM]["ndcg@10"] <= 1 and "ci_low" in results["aggregates"][SYSTEM]["ndcg@10"]
     against = results["against_input"][SYSTEM]  # the paired test against the system it re-scores
     assert against["input"] == "bm25" and 0 <= against["ndcg@10"]["p_randomization"] <= 1
-    assert against["ndcg@10"]["delta"] == pytest.approx(results["systems"][SYSTEM]["ndcg@10"] - results["systems"]["bm25"]["ndcg@10"], abs=1e-12)
+    assert against["ndcg@10"]["delta"] == pytest.approx(
+        results["systems"][SYSTEM]["ndcg@10"] - results["systems"]["bm25"]["ndcg@10"], abs=1e-12
+    )
     assert list(results["against_input"]) == [SYSTEM]  # a retriever reads no system
     reranked, first = read_trec(folder / "runs" / f"{SYSTEM}.trec"), read_trec(folder / "runs" / "bm25.trec")
     for qid, ranked in first.rankings():  # the same documents, the top depth reordered, the rest in input order
         assert sorted(reranked.scores[qid]) == sorted(first.scores[qid])
-        assert [d for d, _ in reranked.ranking(qid)][DEPTHS[-1]:] == [d for d, _ in ranked][DEPTHS[-1]:]
+        assert [d for d, _ in reranked.ranking(qid)][DEPTHS[-1] :] == [d for d, _ in ranked][DEPTHS[-1] :]
     report = (folder / "comparison" / "report.html").read_text()
     assert SYSTEM in report and "bm25" in report
     assert SYSTEM in (folder / "comparison" / "comparison.md").read_text()
     client = MlflowClient(f"sqlite:///{root}/mlruns/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("ragtrack-toy").experiment_id])
     children = [r for r in runs if r.data.tags.get(layout.TAG_SYSTEM) == SYSTEM]
-    assert len(children) == len(DEPTHS) and all({"ndcg_at_10", "ndcg_at_10_vs_input_p"} <= set(r.data.metrics) for r in children)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags and layout.TAG_COMPARISON not in r.data.tags]  # jobs, not the sweep's comparison
+    assert len(children) == len(DEPTHS) and all(
+        {"ndcg_at_10", "ndcg_at_10_vs_input_p"} <= set(r.data.metrics) for r in children
+    )
+    parents = [
+        r for r in runs if "mlflow.parentRunId" not in r.data.tags and layout.TAG_COMPARISON not in r.data.tags
+    ]  # jobs, not the sweep's comparison
     assert len(parents) == len(DEPTHS) and all("bm25_cross_encoder/ndcg_at_10" in r.data.metrics for r in parents)
 
 
@@ -70,13 +85,26 @@ def test_a_depth_sweep_searches_bm25_once_and_scores_each_pair_once(depth_sweep)
     unique = {depth: {(qid, doc) for qid, ranked in first.rankings() for doc, _ in ranked[:depth]} for depth in DEPTHS}
     scored = [results["efficiency"][SYSTEM]["pairs_scored"] for _, results in jobs]
     assert scored == [len(unique[2]), len(unique[4] - unique[2]), len(unique[8] - unique[4])]
-    assert [results["efficiency"][SYSTEM]["pairs_from_cache"] for _, results in jobs][1:] == [len(unique[2]), len(unique[4])]
+    assert [results["efficiency"][SYSTEM]["pairs_from_cache"] for _, results in jobs][1:] == [
+        len(unique[2]),
+        len(unique[4]),
+    ]
 
 
 def test_depth_1_keeps_each_querys_top_document(tmp_path: Path) -> None:
     model = save_tiny_cross_encoder(tmp_path / "model")
-    done = ragtrack(tmp_path, "run", "dataset=toy", "retriever=[bm25]", "fusion=[]", "reranker=[cross_encoder]", "tracking=none",
-                    f"reranker.cross_encoder.model={model}", "reranker.cross_encoder.depth=1", "reranker.cross_encoder.system=ce1")
+    done = ragtrack(
+        tmp_path,
+        "run",
+        "dataset=toy",
+        "retriever=[bm25]",
+        "fusion=[]",
+        "reranker=[cross_encoder]",
+        "tracking=none",
+        f"reranker.cross_encoder.model={model}",
+        "reranker.cross_encoder.depth=1",
+        "reranker.cross_encoder.system=ce1",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (folder,) = (tmp_path / "outputs" / "runs").glob("*/")
     first, reranked = read_trec(folder / "runs" / "bm25.trec"), read_trec(folder / "runs" / "ce1.trec")
@@ -85,17 +113,29 @@ def test_depth_1_keeps_each_querys_top_document(tmp_path: Path) -> None:
 
 
 def test_a_missing_model_is_one_line_before_anything_runs(tmp_path: Path) -> None:
-    done = ragtrack(tmp_path, "run", "dataset=toy", "retriever=[bm25]", "fusion=[]", "reranker=[cross_encoder]",
-                    f"reranker.cross_encoder.model={tmp_path / 'no-such-model'}")
+    done = ragtrack(
+        tmp_path,
+        "run",
+        "dataset=toy",
+        "retriever=[bm25]",
+        "fusion=[]",
+        "reranker=[cross_encoder]",
+        f"reranker.cross_encoder.model={tmp_path / 'no-such-model'}",
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == (f"ragtrack: error: reranker.cross_encoder.model: '{tmp_path / 'no-such-model'}' is not allowed: "
-                                                    "no such model folder; offline, give the path of a local model folder")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"ragtrack: error: reranker.cross_encoder.model: '{tmp_path / 'no-such-model'}' is not allowed: "
+        "no such model folder; offline, give the path of a local model folder"
+    )
     assert "Traceback" not in done.stderr
     assert not (tmp_path / ".cache" / "ragtrack" / "bm25").exists() and not list(tmp_path.rglob("results.json"))
-    done = ragtrack(tmp_path, "run", "dataset=toy", "encoder=minilm", f"encoder.model={tmp_path / 'no-such-model'}")  # the encoder alike
+    done = ragtrack(
+        tmp_path, "run", "dataset=toy", "encoder=minilm", f"encoder.model={tmp_path / 'no-such-model'}"
+    )  # the encoder alike
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"ragtrack: error: retriever.dense.encoder.model: '{tmp_path / 'no-such-model'}' is not allowed: "
-        "no such model folder; offline, give the path of a local model folder")
+        "no such model folder; offline, give the path of a local model folder"
+    )
     assert not (tmp_path / "mlruns").exists() and not list(tmp_path.rglob("results.json"))  # no MLflow run was started
 
 
@@ -104,14 +144,25 @@ def test_an_oracle_reranker_plugin_gives_the_ideal_reordering_of_bm25s_top_100(t
     equal per metric to the ideal reordering of those documents computed with pytrec_eval."""
     installed = registry.installed
     oracle = EntryPoint(name="oracle", value="tests.support:OracleReranker", group="ragtrack.rerankers")
-    monkeypatch.setattr(registry, "installed", lambda group: installed(group) | ({"oracle": oracle} if group == "rerankers" else {}))
+    monkeypatch.setattr(
+        registry, "installed", lambda group: installed(group) | ({"oracle": oracle} if group == "rerankers" else {})
+    )
     conf = tmp_path / "conf"
     (conf / "reranker").mkdir(parents=True)
     (conf / "reranker" / "oracle.yaml").write_text("oracle:\n  type: oracle\n  input: bm25\n  depth: 100\n")
     import ragtrack
 
-    result = ragtrack.run_experiment(["dataset=scifact", "retriever=[bm25]", "fusion=[]", "reranker=[oracle]", "tracking=none",
-                                      f"paths.root_dir={tmp_path}"], config_dir=conf)
+    result = ragtrack.run_experiment(
+        [
+            "dataset=scifact",
+            "retriever=[bm25]",
+            "fusion=[]",
+            "reranker=[oracle]",
+            "tracking=none",
+            f"paths.root_dir={tmp_path}",
+        ],
+        config_dir=conf,
+    )
     dataset = load_beir(Path(str(TOY)).parent / "scifact")
     bm25 = read_trec(result.output_dir / "runs" / "bm25.trec")
     ideal = {}

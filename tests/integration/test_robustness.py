@@ -17,8 +17,18 @@ from ragtrack.pipeline.experiment import run_experiment
 
 def config(tmp_path: Path, output: str, *overrides: str):
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        return compose("config", overrides=["experiment=query_robustness", "dataset=scifact", "retriever=[bm25]", "fusion=[]",
-                                            f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path / output}", *overrides])
+        return compose(
+            "config",
+            overrides=[
+                "experiment=query_robustness",
+                "dataset=scifact",
+                "retriever=[bm25]",
+                "fusion=[]",
+                f"paths.root_dir={tmp_path}",
+                f"paths.output_dir={tmp_path / output}",
+                *overrides,
+            ],
+        )
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +43,23 @@ def test_drop_table_on_scifact_bm25(study) -> None:
     assert set(table["perturbation"]) == {"typos_5", "typos_10", "typos_20", "drop_words_20", "lowercase", "uppercase"}
     assert set(table["metric"]) == {"ndcg@10", "recall@100", "mrr"} and (table["n"] == 300).all()
     drop = table.set_index(["perturbation", "metric"])["drop"]
-    assert drop["typos_5", "ndcg@10"] < drop["typos_10", "ndcg@10"] < drop["typos_20", "ndcg@10"]  # more typos hurt more
+    assert (
+        drop["typos_5", "ndcg@10"] < drop["typos_10", "ndcg@10"] < drop["typos_20", "ndcg@10"]
+    )  # more typos hurt more
     assert drop["typos_5", "ndcg@10"] > 0 and drop["drop_words_20", "ndcg@10"] > 0
     assert drop["lowercase"].eq(0).all() and drop["uppercase"].eq(0).all()  # BM25's tokenizer lower-cases
     assert ((table["ci_low"] <= table["drop"]) & (table["drop"] <= table["ci_high"])).all()
-    assert (table["drop"] - (table["clean"] - table["perturbed"])).abs().max() < 1e-12  # paired: mean difference = difference of means
+    assert (
+        table["drop"] - (table["clean"] - table["perturbed"])
+    ).abs().max() < 1e-12  # paired: mean difference = difference of means
     clean = table[table["metric"] == "ndcg@10"]["clean"]
     assert (clean == results["systems"]["bm25"]["ndcg@10"]).all()
     logged = results["robustness"]["drops"]["bm25"]["typos_10"]["ndcg@10"]
     assert logged["drop"] == drop["typos_10", "ndcg@10"] and logged["n"] == 300
-    assert results["robustness"]["perturbations"]["typos_20"]["kind"] == "typos" and results["robustness"]["perturbations"]["lowercase"]["rate"] is None
+    assert (
+        results["robustness"]["perturbations"]["typos_20"]["kind"] == "typos"
+        and results["robustness"]["perturbations"]["lowercase"]["rate"] is None
+    )
 
     from mlflow.tracking import MlflowClient
 
@@ -65,11 +82,20 @@ def test_perturbed_queries_artifact_and_determinism(study) -> None:
         assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
 
 
-@pytest.mark.parametrize("override, message", [
-    ("robustness.perturbations.typos_5.rate=1.5", "robustness.perturbations.typos_5.rate: 1.5 must be a number in (0, 1] for typos"),
-    ("robustness.perturbations.typos_5.kind=shout", "robustness.perturbations.typos_5.kind: 'shout' is not one of typos"),
-    ("robustness.metrics=[ndcg@11]", "robustness.metrics: ['ndcg@11'] are not scored by this job"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "robustness.perturbations.typos_5.rate=1.5",
+            "robustness.perturbations.typos_5.rate: 1.5 must be a number in (0, 1] for typos",
+        ),
+        (
+            "robustness.perturbations.typos_5.kind=shout",
+            "robustness.perturbations.typos_5.kind: 'shout' is not one of typos",
+        ),
+        ("robustness.metrics=[ndcg@11]", "robustness.metrics: ['ndcg@11'] are not scored by this job"),
+    ],
+)
 def test_bad_settings_fail_in_one_line_before_any_output(tmp_path, override, message) -> None:
     with pytest.raises(RagtrackError) as error:
         run_experiment(config(tmp_path, "bad", override, "tracking=none", "dataset=toy", "encoder=hashing"))

@@ -14,8 +14,17 @@ from ragtrack.retrievers.base import Retriever
 from ragtrack.retrievers.bm25 import BM25Retriever
 from tests.support import TOY_JOB, ragtrack
 
-EFFICIENCY = {"index_seconds", "index_bytes", "search_seconds", "queries_per_second", "latency_mean_seconds",
-              "latency_p50_seconds", "latency_p95_seconds", "peak_memory_bytes", "run_from_cache"}
+EFFICIENCY = {
+    "index_seconds",
+    "index_bytes",
+    "search_seconds",
+    "queries_per_second",
+    "latency_mean_seconds",
+    "latency_p50_seconds",
+    "latency_p95_seconds",
+    "peak_memory_bytes",
+    "run_from_cache",
+}
 
 
 def _search(retriever: Retriever, dataset: Dataset, cache: Cache, depth: int) -> tuple[Run, dict, dict[str, float]]:
@@ -38,11 +47,15 @@ def test_a_hit_returns_the_same_run_without_searching(toy_path: Path, tmp_path: 
     searched = 1 + efficiency["latency_queries"]  # the batch, then the latency sample one query per call
     assert CountingBM25.calls == searched and 5 <= efficiency["latency_queries"] <= len(dataset.queries)
     assert EFFICIENCY <= efficiency.keys() and efficiency["run_from_cache"] == 0.0
-    assert efficiency["latency_p50_seconds"] <= efficiency["latency_p95_seconds"] and efficiency["peak_memory_bytes"] > 0
+    assert (
+        efficiency["latency_p50_seconds"] <= efficiency["latency_p95_seconds"] and efficiency["peak_memory_bytes"] > 0
+    )
     second, again, cached_latency = _search(CountingBM25(), dataset, cache, depth=5)
     assert CountingBM25.calls == searched and second.scores == first.scores and second.name == "bm25"
     assert again["run_from_cache"] == 1.0 and again["latency_p95_seconds"] == efficiency["latency_p95_seconds"]
-    assert set(latency) == set(dataset.queries) and cached_latency == latency  # per-query ms, measured when the run was built
+    assert (
+        set(latency) == set(dataset.queries) and cached_latency == latency
+    )  # per-query ms, measured when the run was built
 
 
 def test_depth_settings_and_queries_are_in_the_key(toy_path: Path, tmp_path: Path) -> None:
@@ -65,6 +78,9 @@ def test_jobs_in_two_folders_share_the_users_cache(tmp_path: Path) -> None:
         done = ragtrack(tmp_path / folder, *TOY_JOB, "tracking=none", env=shared)
         assert done.returncode == 0, done.stderr[-3000:]
         builds.append(re.findall(r"cache build: (.+?) [0-9a-f]{12} ", done.stdout + done.stderr))
-    assert sorted(builds[0]) == ["bm25", "bm25 run", "dense embeddings", "dense run", "hybrid run"][:len(builds[0])] and len(builds[0]) >= 4
+    assert (
+        sorted(builds[0]) == ["bm25", "bm25 run", "dense embeddings", "dense run", "hybrid run"][: len(builds[0])]
+        and len(builds[0]) >= 4
+    )
     assert builds[1] == [] and (tmp_path / "user-cache" / "ragtrack").is_dir()
     assert not (tmp_path / "first" / ".cache").exists() and not (tmp_path / "second" / ".cache").exists()

@@ -16,8 +16,7 @@ from ragtrack.core.cache import MANIFEST, Cache
 from ragtrack.core.data import load_beir
 from ragtrack.retrievers.dense import DenseRetriever
 from ragtrack.retrievers.encoders import HashingEncoder
-from tests.support import TOY
-from tests.support import TOY_JOB, free_port, ragtrack, server, systems
+from tests.support import TOY, TOY_JOB, free_port, ragtrack, server, systems
 
 
 @pytest.fixture(scope="module")
@@ -87,24 +86,47 @@ def test_concurrent_builders_of_one_chroma_folder_build_it_once(tmp_path) -> Non
 @pytest.mark.slow
 def test_chroma_server_gives_the_embedded_metrics(tmp_path, embedded) -> None:
     port = free_port()
-    command = [sys.executable, "-c", "import sys; from chromadb.cli.cli import app; sys.argv[0] = 'chroma'; app()",
-               "run", "--host", "127.0.0.1", "--port", str(port), "--path", str(tmp_path / "chroma-server")]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from chromadb.cli.cli import app; sys.argv[0] = 'chroma'; app()",
+        "run",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--path",
+        str(tmp_path / "chroma-server"),
+    ]
     with server(command, f"http://127.0.0.1:{port}/api/v2/heartbeat", tmp_path / "chroma.log"):
-        http = ("retriever.dense.chroma.mode=http", "retriever.dense.chroma.host=127.0.0.1", f"retriever.dense.chroma.port={port}",
-                "retriever.dense.chroma.token_env=RAGTRACK_TEST_CHROMA_TOKEN")
+        http = (
+            "retriever.dense.chroma.mode=http",
+            "retriever.dense.chroma.host=127.0.0.1",
+            f"retriever.dense.chroma.port={port}",
+            "retriever.dense.chroma.token_env=RAGTRACK_TEST_CHROMA_TOKEN",
+        )
         env = {"RAGTRACK_TEST_CHROMA_TOKEN": "chroma-token-must-not-leak"}
         first = ragtrack(tmp_path, *TOY_JOB, "tracking=none", *http, "hydra.run.dir=outputs/first", env=env)
         assert first.returncode == 0, first.stderr[-3000:]
         # a second job with a cold local cache finds the complete collection on the server
-        again = ragtrack(tmp_path, *TOY_JOB, "tracking=none", *http, "paths.cache_dir=" + str(tmp_path / "other-cache"),
-                         "hydra.run.dir=outputs/again", env=env)
+        again = ragtrack(
+            tmp_path,
+            *TOY_JOB,
+            "tracking=none",
+            *http,
+            "paths.cache_dir=" + str(tmp_path / "other-cache"),
+            "hydra.run.dir=outputs/again",
+            env=env,
+        )
         assert again.returncode == 0, again.stderr[-3000:]
         _untrusted_server_collections_are_rebuilt(port, tmp_path / "cache-3")
     assert "chroma server: built collection" in (tmp_path / "outputs/first/ragtrack.log").read_text()
     assert "chroma server: reusing collection" in (tmp_path / "outputs/again/ragtrack.log").read_text()
     assert systems(tmp_path / "outputs" / "first") == embedded == systems(tmp_path / "outputs" / "again")
     assert not (tmp_path / "cache" / "chroma").exists()
-    leaked = [p for p in (tmp_path / "outputs").rglob("*") if p.is_file() and b"chroma-token-must-not-leak" in p.read_bytes()]
+    leaked = [
+        p for p in (tmp_path / "outputs").rglob("*") if p.is_file() and b"chroma-token-must-not-leak" in p.read_bytes()
+    ]
     assert leaked == []
 
 
@@ -120,7 +142,9 @@ def _untrusted_server_collections_are_rebuilt(port: int, cache_dir: Path) -> Non
     client.get_collection(name).modify(metadata={"ragtrack.process": "elsewhere:1:1"})  # completion mark gone
     dead = subprocess.Popen(["true"])
     dead.wait()
-    client.create_collection(f"{name}-tmp-killed", metadata={"ragtrack.process": f"{socket.gethostname()}:{dead.pid}:1"})
+    client.create_collection(
+        f"{name}-tmp-killed", metadata={"ragtrack.process": f"{socket.gethostname()}:{dead.pid}:1"}
+    )
     second, cache = DenseRetriever(HashingEncoder(), chroma=settings), Cache(cache_dir)
     second.index(dataset.corpus, cache)
     assert cache.builds == [f"chroma-server/{name}"]
@@ -131,8 +155,22 @@ def _untrusted_server_collections_are_rebuilt(port: int, cache_dir: Path) -> Non
 @pytest.mark.slow
 def test_mlflow_server_gives_the_embedded_metrics(tmp_path, embedded) -> None:
     port = free_port()
-    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-               "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "server-artifacts")]
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path}/server.db",
+        "--artifacts-destination",
+        str(tmp_path / "server-artifacts"),
+    ]
     uri = f"http://127.0.0.1:{port}"
     with server(command, f"{uri}/health", tmp_path / "mlflow.log", env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}):
         result = ragtrack(tmp_path, *TOY_JOB, f"tracking.uri={uri}", "hydra.run.dir=outputs/job")
@@ -144,11 +182,18 @@ def test_mlflow_server_gives_the_embedded_metrics(tmp_path, embedded) -> None:
         assert parent.info.status == "FINISHED" and len(runs) == 4
         assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"results.json", "config.yaml", ".hydra"}
     assert experiment.artifact_location.startswith("mlflow-artifacts:")
-    assert (tmp_path / "server-artifacts" / experiment.experiment_id / parent.info.run_id / "artifacts" / "results.json").exists()
+    assert (
+        tmp_path / "server-artifacts" / experiment.experiment_id / parent.info.run_id / "artifacts" / "results.json"
+    ).exists()
     assert not (tmp_path / "mlruns").exists()
-    logged = {key: value for key, value in parent.data.metrics.items() if "/latency/" not in key}  # quantiles: not in results.json's systems
-    assert logged == {f"{system}/{metric.replace('@', '_at_')}": value
-                      for system, metrics in embedded.items() for metric, value in metrics.items()}
+    logged = {
+        key: value for key, value in parent.data.metrics.items() if "/latency/" not in key
+    }  # quantiles: not in results.json's systems
+    assert logged == {
+        f"{system}/{metric.replace('@', '_at_')}": value
+        for system, metrics in embedded.items()
+        for metric, value in metrics.items()
+    }
     assert systems(tmp_path / "outputs" / "job") == embedded
 
 
@@ -165,13 +210,24 @@ def test_joblib_sweep_builds_each_index_once(tmp_path) -> None:
     """Four jobs, two joblib workers, cold cache: each index is built by one job; the same numbers as serially."""
     (tmp_path / "parallel").mkdir()
     (tmp_path / "serial").mkdir()
-    parallel = ragtrack(tmp_path / "parallel", *SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=outputs/sweep")
+    parallel = ragtrack(
+        tmp_path / "parallel",
+        *SWEEP,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "hydra.sweep.dir=outputs/sweep",
+    )
     assert parallel.returncode == 0, parallel.stderr[-3000:]
     serial = ragtrack(tmp_path / "serial", *SWEEP, "hydra.sweep.dir=outputs/sweep")
     assert serial.returncode == 0, serial.stderr[-3000:]
     logs = [p.read_text() for p in (tmp_path / "parallel" / "outputs" / "sweep").glob("*/ragtrack.log")]
     assert len(logs) == 4
-    builds = [line.split("cache build: ")[1].rsplit(" (", 1)[0].rsplit(" ", 1)[0] for log in logs for line in log.splitlines() if "cache build: " in line]
+    builds = [
+        line.split("cache build: ")[1].rsplit(" (", 1)[0].rsplit(" ", 1)[0]
+        for log in logs
+        for line in log.splitlines()
+        if "cache build: " in line
+    ]
     assert sorted(builds) == ["bm25", "bm25 run", "dense embeddings", "dense run"]  # each once
     assert sum(log.count("cache hit") for log in logs) >= 3 * 2  # the three other jobs reused at least both runs
     parallel_results = _sweep_results(tmp_path / "parallel" / "outputs" / "sweep")
@@ -181,9 +237,21 @@ def test_joblib_sweep_builds_each_index_once(tmp_path) -> None:
 @pytest.mark.slow
 def test_ray_sweep_on_a_local_instance(tmp_path) -> None:
     pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the `scale` extra installs the Ray launcher")
-    result = ragtrack(tmp_path, "run", "--multirun", "dataset=toy", "encoder=hashing", "fusion.rrf.k=20,60", "tracking=none", "hydra/launcher=ray", "hydra.launcher.ray.init.address=local",
-                      "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
-                      "hydra.sweep.dir=outputs/sweep", timeout=600)
+    result = ragtrack(
+        tmp_path,
+        "run",
+        "--multirun",
+        "dataset=toy",
+        "encoder=hashing",
+        "fusion.rrf.k=20,60",
+        "tracking=none",
+        "hydra/launcher=ray",
+        "hydra.launcher.ray.init.address=local",
+        "+hydra.launcher.ray.init.num_cpus=2",
+        "+hydra.launcher.ray.init.include_dashboard=false",
+        "hydra.sweep.dir=outputs/sweep",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     results = _sweep_results(tmp_path / "outputs" / "sweep")
     assert len(results) == 2

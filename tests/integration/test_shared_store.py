@@ -25,12 +25,20 @@ def test_an_experiment_deleted_in_the_ui_is_one_line_saying_how_to_restore_it(tm
     assert again.stderr.strip().splitlines()[-1] == (
         "ragtrack: error: the MLflow experiment 'ragtrack-toy' was deleted (in the UI or with `mlflow experiments delete`): restore it with "
         f"`mlflow experiments restore --experiment-id {experiment.experiment_id}` against the same tracking URI, "
-        "or log elsewhere with tracking.experiment=NAME")
+        "or log elsewhere with tracking.experiment=NAME"
+    )
     elsewhere = ragtrack(tmp_path, *TOY_JOB, "retriever=[bm25]", "fusion=[]", "tracking.experiment=ragtrack-toy-2")
     assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
-    done = subprocess.run(f"{' '.join(PYTHON_CLI)} metrics | head -1; exit ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash",
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        f"{' '.join(PYTHON_CLI)} metrics | head -1; exit ${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stderr == "" and done.stdout.count("\n") == 1

@@ -25,9 +25,17 @@ from ragtrack.pipeline.comparison_tables import p_text
 from tests.support import stop_group
 
 DEBIAN_CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
-SCREENSHOTS = Path(os.environ.get("RAGTRACK_SCREENSHOTS", Path(__file__).parent.parent.parent / "outputs" / "screenshots"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(
+    os.environ.get("RAGTRACK_SCREENSHOTS", Path(__file__).parent.parent.parent / "outputs" / "screenshots")
+)
 TIMEOUT_MS = 240_000  # a cold MLflow server and page on a loaded 2-core machine take over a minute
 
 
@@ -69,8 +77,13 @@ def ui_server(toy_sweep, tmp_path):
     """``ragtrack ui`` on the sweep's store, in its own process group, stopped by PID after the test."""
     port = free_port()
     log = open(tmp_path / "ui.log", "w+")
-    server = subprocess.Popen([sys.executable, "-m", "ragtrack.pipeline.cli", "ui", "--tracking-uri", toy_sweep.uri, "--port", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ragtrack.pipeline.cli", "ui", "--tracking-uri", toy_sweep.uri, "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until_healthy(url, server, TIMEOUT_MS / 1000)
@@ -88,9 +101,14 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
     client = MlflowClient(toy_sweep.uri)
     experiment = client.get_experiment_by_name(toy_sweep.experiment).experiment_id
     sweep_link = re.search(r"^Sweep runs:\s+http://127\.0\.0\.1:5000(/\S+)$", toy_sweep.log, re.MULTILINE).group(1)
-    sweep_run = re.search(r"^Sweep report: http://\S+/runs/(\w+)/artifacts/report\.html$", toy_sweep.log, re.MULTILINE).group(1)
-    jobs = [r for r in client.search_runs([experiment], filter_string="tags.`ragtrack.sweep` != ''") if "ragtrack.comparison" not in r.data.tags
-            and "mlflow.parentRunId" not in r.data.tags]
+    sweep_run = re.search(
+        r"^Sweep report: http://\S+/runs/(\w+)/artifacts/report\.html$", toy_sweep.log, re.MULTILINE
+    ).group(1)
+    jobs = [
+        r
+        for r in client.search_runs([experiment], filter_string="tags.`ragtrack.sweep` != ''")
+        if "ragtrack.comparison" not in r.data.tags and "mlflow.parentRunId" not in r.data.tags
+    ]
     run_compare(toy_sweep.uri, sweep="latest", baseline="bm25")
     comparison = client.search_runs([experiment], filter_string="tags.`ragtrack.comparison` = 'true'")[0]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -102,12 +120,25 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
             page.goto(ui_server + sweep_link, wait_until="domcontentloaded")  # the sweep's view as printed: no click
             page.get_by_role("columnheader").filter(has_text="fusion.rrf.k").first.wait_for()
             page.get_by_role("columnheader").filter(has_text="hybrid/ndcg_at_10").first.wait_for()
-            for job in jobs:  # each job's swept value and hybrid nDCG@10 (the grid draws the pinned name column as a row of its own)
-                index = page.get_by_role("row").filter(has=page.get_by_text(job.info.run_name, exact=True)).first.get_attribute("row-index")
-                cells = page.locator(f"[role=row][row-index='{index}']").filter(has_text=str(job.data.metrics["hybrid/ndcg_at_10"])).first
+            for job in (
+                jobs
+            ):  # each job's swept value and hybrid nDCG@10 (the grid draws the pinned name column as a row of its own)
+                index = (
+                    page.get_by_role("row")
+                    .filter(has=page.get_by_text(job.info.run_name, exact=True))
+                    .first.get_attribute("row-index")
+                )
+                cells = (
+                    page.locator(f"[role=row][row-index='{index}']")
+                    .filter(has_text=str(job.data.metrics["hybrid/ndcg_at_10"]))
+                    .first
+                )
                 cells.get_by_text(job.data.params["fusion.rrf.k"], exact=True).first.wait_for()
             page.screenshot(path=str(SCREENSHOTS / "mlflow_sweep_view.png"))
-            page.goto(f"{ui_server}/#/experiments/{experiment}/runs/{sweep_run}/artifacts/sweep.png", wait_until="domcontentloaded")
+            page.goto(
+                f"{ui_server}/#/experiments/{experiment}/runs/{sweep_run}/artifacts/sweep.png",
+                wait_until="domcontentloaded",
+            )
             page.get_by_role("img", name="sweep.png").first.wait_for()  # the key metrics against k, with CIs
             page.screenshot(path=str(SCREENSHOTS / "mlflow_sweep_plot.png"))
             page.set_viewport_size({"width": 2400, "height": 1100})
@@ -124,7 +155,10 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
                 page.get_by_role("columnheader").filter(has_text=metric).first.wait_for()
             page.screenshot(path=str(SCREENSHOTS / "mlflow_runs.png"))
 
-            page.goto(f"{ui_server}/#/experiments/{experiment}/runs/{comparison.info.run_id}/artifacts", wait_until="domcontentloaded")
+            page.goto(
+                f"{ui_server}/#/experiments/{experiment}/runs/{comparison.info.run_id}/artifacts",
+                wait_until="domcontentloaded",
+            )
             page.get_by_text("comparison.md", exact=True).first.click()
             page.get_by_text("hybrid k=30", exact=True).first.wait_for()  # the rendered comparison table
             page.get_by_text("W/T/L ndcg@10").first.wait_for()
@@ -147,19 +181,41 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
 
     env = {**os.environ, "RAGTRACK_ROOT": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
     env.pop("MLFLOW_TRACKING_URI", None)
-    done = subprocess.run([sys.executable, "-m", "ragtrack", "run", "dataset=toy", "encoder=hashing", f"hydra.run.dir={tmp_path}/job"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "ragtrack", "run", "dataset=toy", "encoder=hashing", f"hydra.run.dir={tmp_path}/job"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     link = re.search(r"^Run page:\s+(http://127\.0\.0\.1:5000/\S+)$", done.stdout, re.MULTILINE).group(1)
     results = json.loads((tmp_path / "job" / "results.json").read_text())
     aggregates, digest = results["aggregates"], results["dataset"]["hash"][:16]
-    cells = {s: "{mean:.4f} [{ci_low:.4f}, {ci_high:.4f}]".format(**aggregates[s]["ndcg@10"]) for s in ("bm25", "dense", "hybrid")}
+    cells = {
+        s: "{mean:.4f} [{ci_low:.4f}, {ci_high:.4f}]".format(**aggregates[s]["ndcg@10"])
+        for s in ("bm25", "dense", "hybrid")
+    }
     comparison = json.loads((tmp_path / "job" / "comparison" / "comparison.json").read_text())["rows"]
     dense = next(r for r in comparison if r["system"] == "dense" and r["metric"] == "ndcg@10")
     p_dense = f"{dense['delta']:+.4f} (p {p_text(dense['p_ttest_holm'])})"
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "ragtrack", "ui", "--tracking-uri", f"sqlite:///{tmp_path}/mlruns/mlflow.db", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ragtrack",
+            "ui",
+            "--tracking-uri",
+            f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until_healthy(url, server, TIMEOUT_MS / 1000)
@@ -175,19 +231,29 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
                     page.get_by_role("columnheader", name=system, exact=True).first.wait_for()
                     for value in cell.replace(" [", "|[").split("|"):
                         page.get_by_role("cell", name=value, exact=True).first.wait_for()
-                page.get_by_text(digest, exact=False).first.wait_for()  # the Datasets section: what the job was evaluated on
+                page.get_by_text(
+                    digest, exact=False
+                ).first.wait_for()  # the Datasets section: what the job was evaluated on
                 page.get_by_role("cell", name=p_dense, exact=True).first.wait_for()  # Δ and Holm p against bm25
                 page.get_by_role("link", name="report.html").first.wait_for()
-                assert page.get_by_text("hydra.choice.encoder").count() and not page.get_by_text("hydra.choice.paths").count()
+                assert (
+                    page.get_by_text("hydra.choice.encoder").count()
+                    and not page.get_by_text("hydra.choice.paths").count()
+                )
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOTS / "mlflow_run_page.png"))
-                table_link = re.search(r"^Runs table:\s+(http://127\.0\.0\.1:5000/\S+)$", done.stdout, re.MULTILINE).group(1)
+                table_link = re.search(
+                    r"^Runs table:\s+(http://127\.0\.0\.1:5000/\S+)$", done.stdout, re.MULTILINE
+                ).group(1)
                 page.goto(table_link.replace("http://127.0.0.1:5000", url), wait_until="domcontentloaded")
                 for system in ("bm25", "dense", "hybrid"):  # the job's system runs, with their key metric columns
                     page.get_by_text(f"{system} · ", exact=False).first.wait_for()
                 page.get_by_text("ndcg_at_10", exact=False).first.wait_for()
                 page.screenshot(path=str(SCREENSHOTS / "mlflow_runs_table.png"))
-                page.goto(link.replace("http://127.0.0.1:5000", url) + "/artifacts/comparison/report.html", wait_until="domcontentloaded")
+                page.goto(
+                    link.replace("http://127.0.0.1:5000", url) + "/artifacts/comparison/report.html",
+                    wait_until="domcontentloaded",
+                )
                 report = page.frame_locator("iframe").first  # the UI shows an HTML artifact in a frame
                 report.get_by_role("heading", level=1).filter(has_text="toy").wait_for()
                 for system, cell in cells.items():
@@ -195,14 +261,27 @@ def test_the_printed_run_page_shows_every_systems_ndcg_without_a_click(tmp_path)
                     report.get_by_role("cell", name=cell, exact=True).first.wait_for()
                 page.screenshot(path=str(SCREENSHOTS / "report.png"), full_page=False)
                 bm25 = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db").search_runs(
-                    [re.search(r"/experiments/(\w+)/", link).group(1)], filter_string="tags.`ragtrack.system` = 'bm25'")[0]
-                page.goto(f"{url}/#/experiments/{bm25.info.experiment_id}/runs/{bm25.info.run_id}/artifacts/queries.json", wait_until="domcontentloaded")
-                page.get_by_text("View as table").first.wait_for()  # log_table's file opens as a table, one row per query
-                for header in ("query", "retrieved", "relevant", "ndcg@10"):  # the grid's headers are buttons titled by column
+                    [re.search(r"/experiments/(\w+)/", link).group(1)], filter_string="tags.`ragtrack.system` = 'bm25'"
+                )[0]
+                page.goto(
+                    f"{url}/#/experiments/{bm25.info.experiment_id}/runs/{bm25.info.run_id}/artifacts/queries.json",
+                    wait_until="domcontentloaded",
+                )
+                page.get_by_text(
+                    "View as table"
+                ).first.wait_for()  # log_table's file opens as a table, one row per query
+                for header in (
+                    "query",
+                    "retrieved",
+                    "relevant",
+                    "ndcg@10",
+                ):  # the grid's headers are buttons titled by column
                     page.get_by_title(header, exact=True).first.wait_for()
                 page.get_by_role("cell", name="how do plants make glucose from sunlight", exact=True).first.wait_for()
                 page.get_by_role("cell").filter(has_text="1. d1 [2]").first.click()  # rank, id, grade, score, title
-                page.get_by_text("Preview", exact=True).first.wait_for()  # a clicked cell opens whole, one document per line
+                page.get_by_text(
+                    "Preview", exact=True
+                ).first.wait_for()  # a clicked cell opens whole, one document per line
                 page.screenshot(path=str(SCREENSHOTS / "mlflow_queries_table.png"))
             finally:
                 browser.close()
@@ -226,7 +305,9 @@ def test_without_any_browser_the_ui_tests_skip_except_in_ci(monkeypatch) -> None
 
     monkeypatch.setattr(sys.modules[__name__], "DEBIAN_CHROMIUM", "/nonexistent/chromium")
     monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(Skipped, match="no browser: neither /nonexistent/chromium nor playwright's Chromium .Executable doesn't exist"):
+    with pytest.raises(
+        Skipped, match="no browser: neither /nonexistent/chromium nor playwright's Chromium .Executable doesn't exist"
+    ):
         launch(_NoBrowser)
     monkeypatch.setenv("CI", "true")
     with pytest.raises(Failed, match="no browser"):

@@ -33,17 +33,40 @@ REPO = Path(__file__).resolve().parents[2]
 def installed(tmp_path_factory):
     """(venv bin folder, wheel path): the wheel built from the repo, installed into a fresh venv."""
     root = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(root / "dist"), str(REPO)],
-                           capture_output=True, text=True, timeout=600)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-v",
+            "-w",
+            str(root / "dist"),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stderr[-3000:]
-    noise = [line for line in (build.stdout + build.stderr).splitlines() if "absent from the `packages`" in line or "SetuptoolsDeprecationWarning" in line]
+    noise = [
+        line
+        for line in (build.stdout + build.stderr).splitlines()
+        if "absent from the `packages`" in line or "SetuptoolsDeprecationWarning" in line
+    ]
     assert noise == [], noise[:3]  # the project's own packaging builds quietly
     (wheel,) = (root / "dist").glob("ragtrack-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=300)
     venv_site = next((root / "venv" / "lib").glob("python3*/site-packages"))
     (venv_site / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    install = subprocess.run([str(root / "venv" / "bin" / "pip"), "install", "--no-deps", "--no-index", "--quiet", str(wheel)],
-                             capture_output=True, text=True, timeout=600)
+    install = subprocess.run(
+        [str(root / "venv" / "bin" / "pip"), "install", "--no-deps", "--no-index", "--quiet", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     return root / "venv" / "bin", wheel
 
@@ -64,24 +87,45 @@ def job_results(folder: Path) -> dict:
 def test_the_wheel_holds_one_package_with_its_configs_and_datasets(installed) -> None:
     _, wheel = installed
     names = zipfile.ZipFile(wheel).namelist()
-    assert {name.split("/")[0] for name in names} == {"ragtrack", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
-    for expected in ("ragtrack/conf/config.yaml", "ragtrack/conf/dataset/scifact.yaml", "ragtrack/conf/hydra/default.yaml",
-                     "ragtrack/datasets/scifact/corpus.jsonl.gz", "ragtrack/datasets/scifact/SOURCE.md",
-                     "ragtrack/datasets/xquad_en/qrels/test.tsv", "ragtrack/datasets/toy/queries.jsonl",
-                     "ragtrack/core/data.py", "ragtrack/pipeline/cli.py", "ragtrack/retrievers/bm25.py", "ragtrack/evaluators/ranking.py",
-                     "ragtrack/pipeline/regressions.yaml", "ragtrack/mlflow.py"):
+    assert {name.split("/")[0] for name in names} == {
+        "ragtrack",
+        wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info",
+    }
+    for expected in (
+        "ragtrack/conf/config.yaml",
+        "ragtrack/conf/dataset/scifact.yaml",
+        "ragtrack/conf/hydra/default.yaml",
+        "ragtrack/datasets/scifact/corpus.jsonl.gz",
+        "ragtrack/datasets/scifact/SOURCE.md",
+        "ragtrack/datasets/xquad_en/qrels/test.tsv",
+        "ragtrack/datasets/toy/queries.jsonl",
+        "ragtrack/core/data.py",
+        "ragtrack/pipeline/cli.py",
+        "ragtrack/retrievers/bm25.py",
+        "ragtrack/evaluators/ranking.py",
+        "ragtrack/pipeline/regressions.yaml",
+        "ragtrack/mlflow.py",
+    ):
         assert expected in names, expected
 
 
-PACKAGE_DIRS = {"ragtrack/pipeline/": "pipeline/", "ragtrack/retrievers/": "retrievers/", "ragtrack/evaluators/": "evaluators/",
-                "ragtrack/conf/": "conf/", "ragtrack/datasets/": "data/", "ragtrack/": "ragtrack/"}  # pyproject's package-dir
+PACKAGE_DIRS = {
+    "ragtrack/pipeline/": "pipeline/",
+    "ragtrack/retrievers/": "retrievers/",
+    "ragtrack/evaluators/": "evaluators/",
+    "ragtrack/conf/": "conf/",
+    "ragtrack/datasets/": "data/",
+    "ragtrack/": "ragtrack/",
+}  # pyproject's package-dir
 
 
 def test_every_file_of_the_wheel_is_one_tracked_file_and_no_link(installed) -> None:
     """The checkout holds each source file once (no symlinks: git, grep and editors see it once), and the
     wheel is exactly the tracked files of the mapped folders that setuptools packages."""
     _, wheel = installed
-    listed = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True).stdout.splitlines()
+    listed = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     if not listed:
         pytest.skip("not a git checkout")
     links = [line.split("\t")[1] for line in listed if line.startswith("120000")]
@@ -91,9 +135,11 @@ def test_every_file_of_the_wheel_is_one_tracked_file_and_no_link(installed) -> N
     sources = []
     for name in in_wheel:
         prefix = next(p for p in PACKAGE_DIRS if name.startswith(p))
-        sources.append(PACKAGE_DIRS[prefix] + name[len(prefix):])
+        sources.append(PACKAGE_DIRS[prefix] + name[len(prefix) :])
     assert len(set(sources)) == len(sources) and set(sources) <= tracked, sorted(set(sources) - tracked)[:5]
-    code = [folder for folder in PACKAGE_DIRS.values() if folder != "data/"]  # data/ also holds the datasets' build scripts
+    code = [
+        folder for folder in PACKAGE_DIRS.values() if folder != "data/"
+    ]  # data/ also holds the datasets' build scripts
     python = {path for path in tracked if path.endswith(".py") and path.startswith(tuple(code))}
     assert python <= set(sources), sorted(python - set(sources))[:5]
 
@@ -103,7 +149,13 @@ def test_only_ragtrack_is_importable(installed, tmp_path: Path) -> None:
     for generic in ("pipeline", "retrievers", "evaluators", "conf"):
         done = run(bin_dir, tmp_path, str(bin_dir / "python"), "-c", f"import {generic}")
         assert done.returncode != 0 and "ModuleNotFoundError" in done.stderr, generic
-    done = run(bin_dir, tmp_path, str(bin_dir / "python"), "-c", "import ragtrack.pipeline.cli, ragtrack; print(ragtrack.__file__)")
+    done = run(
+        bin_dir,
+        tmp_path,
+        str(bin_dir / "python"),
+        "-c",
+        "import ragtrack.pipeline.cli, ragtrack; print(ragtrack.__file__)",
+    )
     assert done.returncode == 0 and "site-packages" in done.stdout and str(REPO) not in done.stdout
 
 
@@ -117,7 +169,9 @@ def test_the_default_bm25_job_runs_from_an_empty_folder(installed, tmp_path: Pat
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("ragtrack-scifact").experiment_id])
     (job,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert job.data.tags["ragtrack.version"] == "0.1.0" and "ragtrack.git_commit" not in job.data.tags  # no checkout, no commit
+    assert (
+        job.data.tags["ragtrack.version"] == "0.1.0" and "ragtrack.git_commit" not in job.data.tags
+    )  # no checkout, no commit
 
 
 def test_a_users_folder_and_configs_work(installed, tmp_path: Path) -> None:
@@ -126,16 +180,22 @@ def test_a_users_folder_and_configs_work(installed, tmp_path: Path) -> None:
     shutil.copytree(TOY, data)
     folder = tmp_path / "beir"
     folder.mkdir()
-    done = run(bin_dir, folder, "ragtrack", "run", "dataset=beir", f"dataset.path={data}", "retriever=[bm25]", "fusion=[]")
+    done = run(
+        bin_dir, folder, "ragtrack", "run", "dataset=beir", f"dataset.path={data}", "retriever=[bm25]", "fusion=[]"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert job_results(folder)["dataset"]["documents"] == 12
 
     conf = tmp_path / "myconf"
     (conf / "dataset").mkdir(parents=True)
     (conf / "experiment").mkdir()
-    (conf / "dataset" / "mine.yaml").write_text(f"type: beir\nname: mine\npath: {data}\nsplit: test\nqrels_file: null\n")
-    (conf / "experiment" / "quick.yaml").write_text("# @package _global_\ndefaults:\n  - override /dataset: mine\n"
-                                                    "  - override /retriever: [bm25]\n  - override /fusion: []\nrun_name: quick bm25\n")
+    (conf / "dataset" / "mine.yaml").write_text(
+        f"type: beir\nname: mine\npath: {data}\nsplit: test\nqrels_file: null\n"
+    )
+    (conf / "experiment" / "quick.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /dataset: mine\n"
+        "  - override /retriever: [bm25]\n  - override /fusion: []\nrun_name: quick bm25\n"
+    )
     for args in (["dataset=mine", "retriever=[bm25]", "fusion=[]"], ["experiment=quick"]):
         job = tmp_path / args[0].replace("=", "-")
         job.mkdir()
@@ -147,8 +207,16 @@ def test_a_users_folder_and_configs_work(installed, tmp_path: Path) -> None:
 
 def test_the_layers_contract_holds_on_the_installed_package(installed, tmp_path: Path) -> None:
     bin_dir, _ = installed
-    done = run(bin_dir, tmp_path, str(bin_dir / "python"), "-c", "import sys; from importlinter.cli import lint_imports_command; "
-               "sys.exit(lint_imports_command())", "--config", str(REPO / "pyproject.toml"), "--no-cache")
+    done = run(
+        bin_dir,
+        tmp_path,
+        str(bin_dir / "python"),
+        "-c",
+        "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
+        "--config",
+        str(REPO / "pyproject.toml"),
+        "--no-cache",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     kept = re.search(r"Contracts: (\d+) kept, 0 broken", done.stdout)
     assert kept and int(kept.group(1)) >= 2, done.stdout[-3000:]
@@ -160,7 +228,9 @@ def test_the_wheel_installs_with_its_dependencies_into_an_empty_venv(installed, 
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=300)
     bin_dir = tmp_path / "venv" / "bin"
     for step in (["torch==2.13.0"], [str(wheel)]):
-        done = subprocess.run([str(bin_dir / "pip"), "install", "--quiet", *step], capture_output=True, text=True, timeout=3600)
+        done = subprocess.run(
+            [str(bin_dir / "pip"), "install", "--quiet", *step], capture_output=True, text=True, timeout=3600
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     work = tmp_path / "work"
     work.mkdir()

@@ -42,7 +42,9 @@ conditions:
     expected: {dense/ndcg@10: 0.9617}
 """
 
-LINE = re.compile(r"^(OK|FAIL) +(\S+) +(\S+) +(\d\.\d{4})  \(expected (\d\.\d{4}), delta ([+-]\d\.\d{4})(, tolerance \S+)?\)$")
+LINE = re.compile(
+    r"^(OK|FAIL) +(\S+) +(\S+) +(\d\.\d{4})  \(expected (\d\.\d{4}), delta ([+-]\d\.\d{4})(, tolerance \S+)?\)$"
+)
 
 
 @pytest.fixture
@@ -109,10 +111,15 @@ def test_selection_by_pattern_and_slow_flag(toy_file: Path) -> None:
     assert names() == (["toy-default", "toy-wrong", "toy-tolerant"], ["toy-dense"])
     assert names(slow=True) == (["toy-default", "toy-wrong", "toy-tolerant", "toy-dense"], [])
     assert names(["toy-t*"]) == (["toy-tolerant"], [])
-    assert names(["toy-wrong", "toy-tolerant"]) == names(["toy-wrong,toy-tolerant"]) == (["toy-wrong", "toy-tolerant"], [])
+    assert (
+        names(["toy-wrong", "toy-tolerant"]) == names(["toy-wrong,toy-tolerant"]) == (["toy-wrong", "toy-tolerant"], [])
+    )
     assert names(["*dense*"]) == ([], ["toy-dense"])  # a pattern does not run a slow condition...
     assert names(["toy-dense"]) == (["toy-dense"], [])  # ...its exact name does
-    with pytest.raises(RagtrackError, match=r"no regression condition matches 'nope'; conditions: toy-default, toy-wrong, toy-tolerant, toy-dense"):
+    with pytest.raises(
+        RagtrackError,
+        match=r"no regression condition matches 'nope'; conditions: toy-default, toy-wrong, toy-tolerant, toy-dense",
+    ):
         regress.select(conditions, ["toy-*", "nope"])
 
 
@@ -136,30 +143,51 @@ def test_unknown_pattern_is_a_user_error(toy_file: Path, capsys) -> None:
     assert main(["regress", "--file", str(toy_file), "--only", "nope"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.strip() == ("ragtrack: error: no regression condition matches 'nope'; "
-                                    "conditions: toy-default, toy-wrong, toy-tolerant, toy-dense")
+    assert captured.err.strip() == (
+        "ragtrack: error: no regression condition matches 'nope'; "
+        "conditions: toy-default, toy-wrong, toy-tolerant, toy-dense"
+    )
 
 
 def test_list(toy_file: Path, capsys) -> None:
     assert main(["regress", "--file", str(toy_file), "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:4] for line in lines] == [["toy-default", "fast", "3", "figures"], ["toy-wrong", "fast", "2", "figures"],
-                                                    ["toy-tolerant", "fast", "1", "figures"], ["toy-dense", "slow", "1", "figures"]]
+    assert [line.split()[:4] for line in lines] == [
+        ["toy-default", "fast", "3", "figures"],
+        ["toy-wrong", "fast", "2", "figures"],
+        ["toy-tolerant", "fast", "1", "figures"],
+        ["toy-dense", "slow", "1", "figures"],
+    ]
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("conditions: [name: x\n", r"regressions.yaml:\d+: invalid YAML: "),
-    ("- name: x\n", r"regressions.yaml: expected a mapping with a 'conditions' list"),
-    ("conditions:\n  - overrides: []\n", r"regressions.yaml: condition #1 must be a mapping with a 'name'"),
-    ("conditions:\n  - {name: x, overrides: []}\n", r"condition 'x': 'expected' must map \"<system>/<metric>\" to numbers"),
-    ("conditions:\n  - {name: x, expected: {ndcg@10: 0.5}}\n", r"condition 'x': 'expected' must map"),
-    ("conditions:\n  - {name: x, expected: {bm25/ndcg@10: high}}\n", r"condition 'x': 'expected' must map"),
-    ("conditions:\n  - {name: x, overrides: dataset=toy, expected: {bm25/mrr: 1}}\n", r"condition 'x': 'overrides' must be a list"),
-    ("conditions:\n  - {name: x, slow: maybe, expected: {bm25/mrr: 1}}\n", r"condition 'x': 'slow' must be true or false"),
-    ("conditions:\n  - {name: x, expect: {bm25/mrr: 1}}\n", r"condition 'x': unknown key\(s\) expect"),
-    ("conditions:\n  - {name: x, expected: {bm25/mrr: 1}}\n  - {name: x, expected: {bm25/mrr: 1}}\n", r"condition 'x' is defined twice"),
-    ("tolerance: 0.1\nconditions: []\n", r"'tolerance' must be a mapping with a numeric 'default'"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("conditions: [name: x\n", r"regressions.yaml:\d+: invalid YAML: "),
+        ("- name: x\n", r"regressions.yaml: expected a mapping with a 'conditions' list"),
+        ("conditions:\n  - overrides: []\n", r"regressions.yaml: condition #1 must be a mapping with a 'name'"),
+        (
+            "conditions:\n  - {name: x, overrides: []}\n",
+            r"condition 'x': 'expected' must map \"<system>/<metric>\" to numbers",
+        ),
+        ("conditions:\n  - {name: x, expected: {ndcg@10: 0.5}}\n", r"condition 'x': 'expected' must map"),
+        ("conditions:\n  - {name: x, expected: {bm25/ndcg@10: high}}\n", r"condition 'x': 'expected' must map"),
+        (
+            "conditions:\n  - {name: x, overrides: dataset=toy, expected: {bm25/mrr: 1}}\n",
+            r"condition 'x': 'overrides' must be a list",
+        ),
+        (
+            "conditions:\n  - {name: x, slow: maybe, expected: {bm25/mrr: 1}}\n",
+            r"condition 'x': 'slow' must be true or false",
+        ),
+        ("conditions:\n  - {name: x, expect: {bm25/mrr: 1}}\n", r"condition 'x': unknown key\(s\) expect"),
+        (
+            "conditions:\n  - {name: x, expected: {bm25/mrr: 1}}\n  - {name: x, expected: {bm25/mrr: 1}}\n",
+            r"condition 'x' is defined twice",
+        ),
+        ("tolerance: 0.1\nconditions: []\n", r"'tolerance' must be a mapping with a numeric 'default'"),
+    ],
+)
 def test_malformed_file_names_file_and_problem(root: Path, capsys, text: str, problem: str) -> None:
     path = root / "regressions.yaml"
     path.write_text(text)
@@ -173,27 +201,36 @@ def test_missing_file(root: Path, capsys) -> None:
     assert capsys.readouterr().err.startswith(f"ragtrack: error: {root / 'absent.yaml'}: regressions file not found")
 
 
-@pytest.mark.parametrize(("figure", "problem"), [
-    ("bm25/nosuch@10", "condition 'toy-bm25': metric 'nosuch@10' was not produced for bm25 (metrics: ndcg@1, "),
-    ("dense/ndcg@10", "condition 'toy-bm25': no system 'dense' is configured (systems: bm25)"),
-])
+@pytest.mark.parametrize(
+    ("figure", "problem"),
+    [
+        ("bm25/nosuch@10", "condition 'toy-bm25': metric 'nosuch@10' was not produced for bm25 (metrics: ndcg@1, "),
+        ("dense/ndcg@10", "condition 'toy-bm25': no system 'dense' is configured (systems: bm25)"),
+    ],
+)
 def test_figure_not_produced(root: Path, capsys, figure: str, problem: str) -> None:
     path = root / "regressions.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         conditions:
           - name: toy-bm25
             overrides: [dataset=toy, "retriever=[bm25]", "fusion=[]"]
             expected: {{bm25/ndcg@10: 0.9201, {figure}: 0.5}}
-        """))
+        """)
+    )
     assert main(["regress", "--file", str(path)]) == 2
     assert error_line(capsys.readouterr().err).startswith(f"ragtrack: error: {problem}")
 
 
 def test_bad_override_names_the_condition(root: Path, capsys) -> None:
     path = root / "regressions.yaml"
-    path.write_text('conditions:\n  - {name: toy-typo, overrides: [dataset=toy, "retriever=[bm52]"], expected: {bm25/mrr: 1}}\n')
+    path.write_text(
+        'conditions:\n  - {name: toy-typo, overrides: [dataset=toy, "retriever=[bm52]"], expected: {bm25/mrr: 1}}\n'
+    )
     assert main(["regress", "--file", str(path)]) == 2
-    assert error_line(capsys.readouterr().err).startswith("ragtrack: error: condition 'toy-typo': retriever: 'bm52' is not allowed: one of bm25, bm25_multifield, dense, run_file; did you mean 'bm25'?")
+    assert error_line(capsys.readouterr().err).startswith(
+        "ragtrack: error: condition 'toy-typo': retriever: 'bm52' is not allowed: one of bm25, bm25_multifield, dense, run_file; did you mean 'bm25'?"
+    )
 
 
 def test_shipped_conditions_are_marked_slow_exactly_when_dense(root: Path) -> None:
@@ -202,7 +239,10 @@ def test_shipped_conditions_are_marked_slow_exactly_when_dense(root: Path) -> No
     for condition in conditions:
         cfg = compose([*condition.overrides, "tracking=none", f"paths.output_dir={root}"])
         assert condition.slow == ("dense" in cfg.retriever), condition.name
-        assert {f.split("/")[0] for f in condition.expected} <= {*cfg.retriever, *(f.system for f in (cfg.get("fusion") or {}).values())}
+        assert {f.split("/")[0] for f in condition.expected} <= {
+            *cfg.retriever,
+            *(f.system for f in (cfg.get("fusion") or {}).values()),
+        }
         assert all(round(v, 4) == v for v in condition.expected.values()), condition.name
     bm25 = next(c for c in conditions if c.name == "scifact-bm25")
     assert bm25.expected["bm25/ndcg@10"] == 0.6789 and bm25.tolerance_for("bm25/ndcg@10") == 0  # Anserini's BM25 flat

@@ -16,7 +16,9 @@ def test_blocks_give_the_means_of_one_draw(n: int, block_cells: int) -> None:
     """Against the draws of one (resamples, n) call, summed directly (the former implementation)."""
     values = np.random.default_rng(n).random((n, 3))
     draws = np.random.default_rng(7).integers(0, n, size=(500, n))
-    np.testing.assert_allclose(bootstrap_means(values, 500, seed=7, block_cells=block_cells), values[draws].mean(axis=1), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        bootstrap_means(values, 500, seed=7, block_cells=block_cells), values[draws].mean(axis=1), rtol=0, atol=1e-12
+    )
 
 
 def test_bootstrap_memory_is_bounded_at_200k_queries() -> None:

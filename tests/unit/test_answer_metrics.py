@@ -13,12 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragtrack.pipeline.config import datasets_dir
-from ragtrack.evaluators.answer import AnswerEvaluator, BertScoreEvaluator, ContextRecallEvaluator, best_over_golds, exact_match, token_f1
-from ragtrack.evaluators.base import EvalInput
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
+from ragtrack.evaluators.answer import (
+    AnswerEvaluator,
+    BertScoreEvaluator,
+    ContextRecallEvaluator,
+    best_over_golds,
+    exact_match,
+    token_f1,
+)
+from ragtrack.evaluators.base import EvalInput
+from ragtrack.pipeline.config import datasets_dir
 
 XQUAD = datasets_dir() / "xquad_en"
 
@@ -56,10 +63,43 @@ def squad_em(prediction, ground_truth):
 
 def squad_max(metric_fn, prediction, ground_truths):
     return max(metric_fn(prediction, gt) for gt in ground_truths)
+
+
 # ----------------------------------------------------------------------------------------------------
 
-PIECES = ["the", "The", "a", "An", "an", "theory", "another", "cat", "Cat", "cats", "1,000", "42", "U.S.", "e-mail", "(x)",
-          "naïve", "Ωmega", "don't", "  ", "\t", "\n", "...", "!", "the.", ".a", "réSumé", "Straße", "ÉCOLE", "_", "a-the", "ǅ"]
+PIECES = [
+    "the",
+    "The",
+    "a",
+    "An",
+    "an",
+    "theory",
+    "another",
+    "cat",
+    "Cat",
+    "cats",
+    "1,000",
+    "42",
+    "U.S.",
+    "e-mail",
+    "(x)",
+    "naïve",
+    "Ωmega",
+    "don't",
+    "  ",
+    "\t",
+    "\n",
+    "...",
+    "!",
+    "the.",
+    ".a",
+    "réSumé",
+    "Straße",
+    "ÉCOLE",
+    "_",
+    "a-the",
+    "ǅ",
+]
 
 
 def random_text(rng: random.Random) -> str:
@@ -74,22 +114,34 @@ def test_f1_and_em_equal_official_squad_on_random_pairs() -> None:
         golds = [random_text(rng) for _ in range(rng.randint(1, 3))]
         if rng.random() < 0.3:  # many near matches, not only disjoint strings
             golds.append(prediction.upper() if rng.random() < 0.5 else prediction + " the")
-        assert best_over_golds(token_f1, prediction, golds) == pytest.approx(squad_max(squad_f1, prediction, golds), abs=1e-12)
+        assert best_over_golds(token_f1, prediction, golds) == pytest.approx(
+            squad_max(squad_f1, prediction, golds), abs=1e-12
+        )
         assert best_over_golds(exact_match, prediction, golds) == float(squad_max(squad_em, prediction, golds))
 
 
 def test_f1_and_em_equal_official_squad_on_every_xquad_answer() -> None:
     records = [json.loads(line) for line in (XQUAD / "qa.jsonl").read_text(encoding="utf-8").splitlines()]
-    corpus = {d["_id"]: d["text"] for d in map(json.loads, (XQUAD / "corpus.jsonl").read_text(encoding="utf-8").splitlines())}
+    corpus = {
+        d["_id"]: d["text"] for d in map(json.loads, (XQUAD / "corpus.jsonl").read_text(encoding="utf-8").splitlines())
+    }
     rng = random.Random(3)
     for record in records:
         golds = record["answers"]
         passage = corpus[record["passage_ids"][0]]
         start = record["answer_starts"][0]
-        predictions = [golds[0], golds[0].lower() + ".", record["question"], passage[max(0, start - 30):start + len(golds[0]) + 30],
-                       rng.choice(records)["answers"][0], ""]
+        predictions = [
+            golds[0],
+            golds[0].lower() + ".",
+            record["question"],
+            passage[max(0, start - 30) : start + len(golds[0]) + 30],
+            rng.choice(records)["answers"][0],
+            "",
+        ]
         for prediction in predictions:
-            assert best_over_golds(token_f1, prediction, golds) == pytest.approx(squad_max(squad_f1, prediction, golds), abs=1e-12)
+            assert best_over_golds(token_f1, prediction, golds) == pytest.approx(
+                squad_max(squad_f1, prediction, golds), abs=1e-12
+            )
             assert best_over_golds(exact_match, prediction, golds) == float(squad_max(squad_em, prediction, golds))
 
 
@@ -102,13 +154,17 @@ def test_hand_computed_values() -> None:
 
 def _data(generated: dict, answers: dict, run: Run | None = None, corpus=None) -> EvalInput:
     queries = {qid: f"question {qid}" for qid in answers}
-    return EvalInput(qrels={}, run=run or Run("system"), queries=queries, answers=answers, generated=generated, corpus=corpus)
+    return EvalInput(
+        qrels={}, run=run or Run("system"), queries=queries, answers=answers, generated=generated, corpus=corpus
+    )
 
 
 def test_rouge_and_bleu_on_hand_cases() -> None:
     evaluator = AnswerEvaluator()
-    data = _data({"q1": "Denver Broncos", "q2": "blue whale", "q3": "the old mill", "q4": ""},
-                 {"q1": ["Denver Broncos"], "q2": ["red car"], "q3": ["a new mill", "old mills"], "q4": ["x"], "q5": []})
+    data = _data(
+        {"q1": "Denver Broncos", "q2": "blue whale", "q3": "the old mill", "q4": ""},
+        {"q1": ["Denver Broncos"], "q2": ["red car"], "q3": ["a new mill", "old mills"], "q4": ["x"], "q5": []},
+    )
     table = evaluator.evaluate(data)
     assert table.loc["q1"].tolist() == [1.0] * 6
     assert table.loc["q2"].tolist() == [0.0] * 6
@@ -124,10 +180,18 @@ def test_answer_metrics_ignore_citation_markers() -> None:
     """A cited answer ("Denver Broncos [1]." or "... [2, 3]") scores as the same answer without its
     markers (ALCE's remove_citations), on every answer metric, for random answers from XQuAD's golds."""
     rng = random.Random(7)
-    golds = [answer for line in (XQUAD / "queries.jsonl").read_text().splitlines()[:60] for answer in json.loads(line)["answers"][:1]]
+    golds = [
+        answer
+        for line in (XQUAD / "queries.jsonl").read_text().splitlines()[:60]
+        for answer in json.loads(line)["answers"][:1]
+    ]
     plain = {f"q{i}": rng.choice(golds) + rng.choice(["", ".", " in 1998."]) for i in range(40)}
-    cited = {qid: re.sub(r"([.]?)$", lambda m: f" [{rng.randint(1, 3)}]" + rng.choice(["", "[2, 3]"]) + m.group(1), text, count=1)
-             for qid, text in plain.items()}
+    cited = {
+        qid: re.sub(
+            r"([.]?)$", lambda m: f" [{rng.randint(1, 3)}]" + rng.choice(["", "[2, 3]"]) + m.group(1), text, count=1
+        )
+        for qid, text in plain.items()
+    }
     answers = {qid: [rng.choice(golds)] for qid in plain}
     assert all("[" in text for text in cited.values())
     evaluator = AnswerEvaluator()
@@ -141,7 +205,10 @@ def test_evaluators_apply_only_with_answers() -> None:
     assert not ContextRecallEvaluator().applies_to(_data({}, {"q1": ["x"]}))
     with pytest.raises(RagtrackError, match="unknown metrics"):
         AnswerEvaluator(["answer_f2"])
-    with pytest.raises(RagtrackError, match="'context_recall@zero': the cutoff must be a positive integer in ASCII digits, e.g. context_recall@10"):
+    with pytest.raises(
+        RagtrackError,
+        match="'context_recall@zero': the cutoff must be a positive integer in ASCII digits, e.g. context_recall@10",
+    ):
         ContextRecallEvaluator(["context_recall@zero"])
 
 
@@ -149,17 +216,23 @@ def test_context_recall_finds_gold_in_top_k(toy_path: Path) -> None:
     dataset = load_beir(XQUAD)
     qid = "56beb4343aeaaa14008c925b"  # "308", in Super_Bowl_50_0
     run = Run("s", {qid: {"Super_Bowl_50_3": 3.0, "Super_Bowl_50_2": 2.0, "Super_Bowl_50_0": 1.0}})
-    data = EvalInput(qrels=dataset.qrels, run=run, queries={qid: dataset.queries[qid]}, answers={qid: ["308"]}, corpus=dataset.corpus)
+    data = EvalInput(
+        qrels=dataset.qrels, run=run, queries={qid: dataset.queries[qid]}, answers={qid: ["308"]}, corpus=dataset.corpus
+    )
     table = ContextRecallEvaluator(["context_recall@1", "context_recall@3"]).evaluate(data)
     assert table.loc[qid].tolist() == [0.0, 1.0]
-    no_match = EvalInput(qrels={}, run=run, queries={qid: "q"}, answers={qid: ["30"]}, corpus=dataset.corpus)  # word boundaries
+    no_match = EvalInput(
+        qrels={}, run=run, queries={qid: "q"}, answers={qid: ["30"]}, corpus=dataset.corpus
+    )  # word boundaries
     assert ContextRecallEvaluator(["context_recall@3"]).evaluate(no_match).loc[qid, "context_recall@3"] == 0.0
 
 
 def test_bertscore_with_the_shipped_minilm() -> None:
     evaluator = BertScoreEvaluator()
-    data = _data({"q1": "Denver Broncos", "q2": "a bowl of soup", "q3": ""},
-                 {"q1": ["Denver Broncos"], "q2": ["the Carolina Panthers", "Carolina"], "q3": ["x"]})
+    data = _data(
+        {"q1": "Denver Broncos", "q2": "a bowl of soup", "q3": ""},
+        {"q1": ["Denver Broncos"], "q2": ["the Carolina Panthers", "Carolina"], "q3": ["x"]},
+    )
     table = evaluator.evaluate(data)
     assert table.loc["q1"].tolist() == pytest.approx([1.0, 1.0, 1.0], abs=1e-5)
     assert 0 < table.loc["q2", "bertscore_f1"] < 0.95

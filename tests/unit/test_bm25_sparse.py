@@ -12,17 +12,19 @@ import bm25s
 import numpy as np
 import pytest
 
+from ragtrack.core import text
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
 from ragtrack.core.runs import trec_text
-from ragtrack.core import text
 from ragtrack.core.text import Tokenizer
 from ragtrack.pipeline.config import datasets_dir
 from ragtrack.retrievers import postings
 from ragtrack.retrievers.bm25 import BM25Retriever
 
 
-@pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l"])  # bm25l adds scores to every document: bm25s' own path
+@pytest.mark.parametrize(
+    "method", ["lucene", "robertson", "atire", "bm25l"]
+)  # bm25l adds scores to every document: bm25s' own path
 def test_run_equals_bm25s_scores(toy_path: Path, tmp_path: Path, method: str) -> None:
     """The top 5 of bm25s's own scores of every document, equal scores by document id descending."""
     dataset = load_beir(toy_path)
@@ -33,7 +35,9 @@ def test_run_equals_bm25s_scores(toy_path: Path, tmp_path: Path, method: str) ->
     reference.index(retriever.tokenizer(dataset.corpus.full_texts()), show_progress=False)
     for qid, tokens in zip(dataset.queries, retriever.tokenizer(dataset.queries.values())):
         scores = reference.get_scores([t for t in tokens if t in reference.vocab_dict])
-        ranked = sorted(((float(s), d) for d, s in zip(dataset.corpus.ids, scores) if method == "bm25l" or s > 0), reverse=True)[:5]
+        ranked = sorted(
+            ((float(s), d) for d, s in zip(dataset.corpus.ids, scores) if method == "bm25l" or s > 0), reverse=True
+        )[:5]
         assert [d for _, d in ranked] == [d for d, _ in run.ranking(qid)]
         assert np.allclose([s for s, _ in ranked], [s for _, s in run.ranking(qid)], rtol=1e-6)
 
@@ -56,7 +60,9 @@ def reference_tokens(texts: list[str]) -> list[list[str]]:
     from bm25s.stopwords import STOPWORDS_EN
 
     split, stopwords = re.compile(r"(?u)\b\w\w+\b").findall, frozenset(STOPWORDS_EN)
-    folded = (unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", t).replace("İ", "i").casefold()) for t in texts)
+    folded = (
+        unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", t).replace("İ", "i").casefold()) for t in texts
+    )
     documents = [[w for w in split(t) if w not in stopwords] for t in folded]
     vocabulary = sorted({w for words in documents for w in words})
     stems = dict(zip(vocabulary, Stemmer.Stemmer("english").stemWords(vocabulary)))
@@ -66,7 +72,12 @@ def reference_tokens(texts: list[str]) -> list[list[str]]:
 def random_texts(count: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     alphabet = "abcdeé ÄßΣσς日本 \t\n.,;-_'0123456789 The AND of running İ\u0301\u0307ﬁ²ＡǰΐẞK"
-    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200))) for _ in range(count)] + ["", "the and", "x", "ab"]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200))) for _ in range(count)] + [
+        "",
+        "the and",
+        "x",
+        "ab",
+    ]
 
 
 @pytest.mark.parametrize("source", ["scifact", "random"])
@@ -85,9 +96,11 @@ def test_own_index_equals_bm25s_bit_for_bit(method: str, tmp_path: Path) -> None
     retriever = BM25Retriever(backend="bm25s", method=method)
     encoded = retriever.tokenizer.encode(texts)
     reference = retriever._bm25s_build(encoded, len(texts)).scores
-    data, indices, indptr = postings.term_rows(encoded, tmp_path / "pairs", retriever._bm25s_values)  # frees the token ids
+    data, indices, indptr = postings.term_rows(
+        encoded, tmp_path / "pairs", retriever._bm25s_values
+    )  # frees the token ids
     n_terms = len(encoded.terms)  # bm25s adds the empty token "" after the last term: no documents
-    assert np.array_equal(indptr, reference["indptr"][:n_terms + 1])
+    assert np.array_equal(indptr, reference["indptr"][: n_terms + 1])
     assert np.array_equal(indices, reference["indices"])
     assert data.dtype == reference["data"].dtype == np.float32
     assert np.array_equal(data.view(np.int32), reference["data"].view(np.int32))
@@ -113,7 +126,9 @@ def test_scores_do_not_depend_on_document_order(toy_path: Path, tmp_path: Path) 
     """Reversing the corpus changes no score bit and no ranking (sums go in term order, ties by id)."""
     dataset = load_beir(toy_path)
     corpus = dataset.corpus
-    reversed_corpus = Corpus(ids=corpus.ids[::-1], titles=corpus.titles[::-1], texts=corpus.texts[::-1], hash=corpus.hash + "-reversed")
+    reversed_corpus = Corpus(
+        ids=corpus.ids[::-1], titles=corpus.titles[::-1], texts=corpus.texts[::-1], hash=corpus.hash + "-reversed"
+    )
     runs = []
     for documents, folder in ((corpus, tmp_path / "a"), (reversed_corpus, tmp_path / "b")):
         retriever = BM25Retriever()
@@ -124,7 +139,9 @@ def test_scores_do_not_depend_on_document_order(toy_path: Path, tmp_path: Path) 
 
 def _top_document(corpus_texts: list[str], query: str, tmp_path: Path, **settings) -> list[str]:
     texts = [*corpus_texts, "an unrelated document about proteins", "another one about cells"]
-    corpus = Corpus(ids=[f"d{i}" for i in range(len(texts))], titles=[""] * len(texts), texts=texts, hash="|".join(texts))
+    corpus = Corpus(
+        ids=[f"d{i}" for i in range(len(texts))], titles=[""] * len(texts), texts=texts, hash="|".join(texts)
+    )
     retriever = BM25Retriever(**settings)
     retriever.index(corpus, Cache(tmp_path))
     return [doc for doc, _ in retriever.search({"q": query}, depth=1).ranking("q")]
@@ -147,13 +164,18 @@ UNICODE_CASES = {  # query, the one document that must match it
 def test_unicode_forms_and_cases_match(case: str, backend: str, analyzer: str, tmp_path: Path) -> None:
     """With normalize nfkc (NFKC and case folding before analysis), on every backend and analyzer."""
     query, document = UNICODE_CASES[case]
-    assert _top_document([document], query, tmp_path, backend=backend, tokenizer={"analyzer": analyzer, "normalize": "nfkc"}) == ["d0"]
+    assert _top_document(
+        [document], query, tmp_path, backend=backend, tokenizer={"analyzer": analyzer, "normalize": "nfkc"}
+    ) == ["d0"]
 
 
 def test_folded_words_stay_whole() -> None:
     """str.lower and casefold turn İ into i + U+0307 (the pattern would keep "stanbul"); casefold
     decomposes ǰ (U+01F0) into j + U+030C (the pattern would keep "apan")."""
-    assert Tokenizer(stemmer=None)(["İSTANBUL İstanbul istanbul", "\u01f0apan J\u030cAPAN"]) == [["istanbul"] * 3, ["\u01f0apan"] * 2]
+    assert Tokenizer(stemmer=None)(["İSTANBUL İstanbul istanbul", "\u01f0apan J\u030cAPAN"]) == [
+        ["istanbul"] * 3,
+        ["\u01f0apan"] * 2,
+    ]
 
 
 def test_the_normal_form_is_a_setting(tmp_path: Path) -> None:

@@ -94,12 +94,19 @@ def _entry(cache: Cache, built: list) -> Path:
 def test_the_manifest_records_every_file(tmp_path: Path) -> None:
     folder = _entry(Cache(tmp_path), [])
     files = json.loads((folder / MANIFEST).read_text())["files"]
-    assert files == {"data.bin": {"sha256": hashlib.sha256(bytes(range(256)) * 40).hexdigest(), "size": 10240,
-                                  "mtime_ns": (folder / "data.bin").stat().st_mtime_ns}}
+    assert files == {
+        "data.bin": {
+            "sha256": hashlib.sha256(bytes(range(256)) * 40).hexdigest(),
+            "size": 10240,
+            "mtime_ns": (folder / "data.bin").stat().st_mtime_ns,
+        }
+    }
 
 
 @pytest.mark.parametrize("damage", ["truncate", "same size", "remove", "no checksums"])
-def test_a_damaged_entry_is_rebuilt_with_one_warning(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_entry_is_rebuilt_with_one_warning(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     cache, built = Cache(tmp_path), []
     folder = _entry(cache, built)
     data = folder / "data.bin"
@@ -145,8 +152,15 @@ def test_a_symbolic_link_is_refused_and_left_alone(tmp_path: Path, where: str) -
     assert [p.name for p in target.iterdir()] == ["precious"] and (target / "precious").read_text() == "keep"
 
 
-@pytest.mark.parametrize("manifest", ['{"kind": "k"}', '{"kind": "k", "parts": {"v": 2}, "schema": 1}', "not json",
-                                      '{"kind": "k", "parts": {"v": 1}, "schema": 7}'])
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        '{"kind": "k"}',
+        '{"kind": "k", "parts": {"v": 2}, "schema": 1}',
+        "not json",
+        '{"kind": "k", "parts": {"v": 1}, "schema": 7}',
+    ],
+)
 def test_a_foreign_folder_is_refused_and_left_alone(tmp_path: Path, manifest: str) -> None:
     cache = Cache(tmp_path)
     final = tmp_path / "k" / cache_key("k", {"v": 1})
@@ -177,10 +191,16 @@ def test_an_entry_its_opener_rewrites_is_checksummed_again(tmp_path: Path, caplo
         folder = cache.entry("k", {"v": 1}, build)
         (folder / "data.bin").write_bytes(bytes(10240))
         cache.opened("k", {"v": 1}, build, rewrite)
-    assert len(built) == 2 and len(caplog.records) == 1 and "data.bin changed since it was built" in caplog.records[0].getMessage()
+    assert (
+        len(built) == 2
+        and len(caplog.records) == 1
+        and "data.bin changed since it was built" in caplog.records[0].getMessage()
+    )
 
 
-@pytest.mark.parametrize("where", ["kind folder", "pair store", "pair store journal", "pairs folder", "chat reply", "chat folder"])
+@pytest.mark.parametrize(
+    "where", ["kind folder", "pair store", "pair store journal", "pairs folder", "chat reply", "chat folder"]
+)
 def test_no_path_of_the_cache_is_reached_through_a_symbolic_link(tmp_path: Path, where: str) -> None:
     """Every file the cache writes (entries, their kind folder, the pair-score stores and SQLite's files
     beside them, the chat replies): a link there is one line, nothing written through it."""
@@ -193,8 +213,14 @@ def test_no_path_of_the_cache_is_reached_through_a_symbolic_link(tmp_path: Path,
     reply = client._cache_file("hello")
     target = tmp_path / "elsewhere"
     target.mkdir()
-    link = {"kind folder": cache.root / "k", "pairs folder": cache.root / "pairs", "pair store": store.path,
-            "pair store journal": store.path.with_name(store.path.name + "-journal"), "chat reply": reply, "chat folder": cache.root / "chat"}[where]
+    link = {
+        "kind folder": cache.root / "k",
+        "pairs folder": cache.root / "pairs",
+        "pair store": store.path,
+        "pair store journal": store.path.with_name(store.path.name + "-journal"),
+        "chat reply": reply,
+        "chat folder": cache.root / "chat",
+    }[where]
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(target if where.endswith("folder") else target / "victim")
     with pytest.raises(RagtrackError, match=f"^{re.escape(str(link))}: a symbolic link in the cache"):
@@ -203,7 +229,9 @@ def test_no_path_of_the_cache_is_reached_through_a_symbolic_link(tmp_path: Path,
         elif where.startswith("pair"):
             PairScores(cache, {"model": "m"}).store({("q", "d"): 1.0})
         else:
-            ChatClient(base_url="http://127.0.0.1:9/v1", model="m", cache_dir=str(cache.root)).complete_all({"q": "hello"})
+            ChatClient(base_url="http://127.0.0.1:9/v1", model="m", cache_dir=str(cache.root)).complete_all(
+                {"q": "hello"}
+            )
     assert not list(target.iterdir()) and link.is_symlink()
 
 

@@ -7,18 +7,59 @@ from pathlib import Path
 
 import pytest
 
-from ragtrack.evaluators.ranking import score_ranking
+from ragtrack.chunking import (
+    CharChunker,
+    ChunkPlan,
+    SentenceChunker,
+    TokenChunker,
+    judgment_level,
+    max_passage,
+    resolve_overlap,
+    sentence_spans,
+    windows,
+)
 from ragtrack.core.data import Corpus
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.runs import Run
-from ragtrack.chunking import (CharChunker, ChunkPlan, SentenceChunker, TokenChunker, judgment_level,
-                                 max_passage, resolve_overlap, sentence_spans, windows)
+from ragtrack.evaluators.ranking import score_ranking
 from ragtrack.pipeline.experiment import build_chunker as build_configured
 
-WORDS = ["alpha", "beta", "gamma", "x", "de", "Fig.", "3.5", "résumé", "(n", "=", "17)", "microm2/ms", "p-value",
-         "supercalifragilisticexpialidocious", "DNA", "e.g.", "well-known", "a"]
-BOUNDED = ["ndcg@1", "ndcg@5", "ndcg@10", "ndcg", "recall@5", "recall@100", "p@1", "p@10", "hit@10", "mrr", "map",
-           "r-precision", "f1@10", "err@10"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "x",
+    "de",
+    "Fig.",
+    "3.5",
+    "résumé",
+    "(n",
+    "=",
+    "17)",
+    "microm2/ms",
+    "p-value",
+    "supercalifragilisticexpialidocious",
+    "DNA",
+    "e.g.",
+    "well-known",
+    "a",
+]
+BOUNDED = [
+    "ndcg@1",
+    "ndcg@5",
+    "ndcg@10",
+    "ndcg",
+    "recall@5",
+    "recall@100",
+    "p@1",
+    "p@10",
+    "hit@10",
+    "mrr",
+    "map",
+    "r-precision",
+    "f1@10",
+    "err@10",
+]
 
 
 def random_text(rng: random.Random) -> str:
@@ -29,7 +70,7 @@ def random_text(rng: random.Random) -> str:
     for _ in range(rng.randint(1, 120)):
         word = rng.choice(WORDS)
         pieces.append(word.capitalize() if rng.random() < 0.2 else word)
-        pieces.append(rng.choice([" ", " ", " ", "  ", ". ", "! ", "? ", ".\n\n", "\n", "\t", "? \""]))
+        pieces.append(rng.choice([" ", " ", " ", "  ", ". ", "! ", "? ", ".\n\n", "\n", "\t", '? "']))
     return "".join(pieces)
 
 
@@ -60,11 +101,15 @@ def test_windows_share_exactly_the_overlap(seed: int) -> None:
 
 @pytest.mark.parametrize("kind", ["minilm", "words", "sentences"])
 @pytest.mark.parametrize("seed", range(25))
-def test_unit_chunkers_share_exactly_the_overlap_and_cover_every_unit(kind: str, seed: int, minilm_chunker_factory) -> None:
+def test_unit_chunkers_share_exactly_the_overlap_and_cover_every_unit(
+    kind: str, seed: int, minilm_chunker_factory
+) -> None:
     rng = random.Random(seed)
     size = rng.randint(1, 12 if kind == "sentences" else 40)
     overlap = rng.randint(0, size - 1)
-    chunker = {"minilm": minilm_chunker_factory, "words": TokenChunker, "sentences": SentenceChunker}[kind](size=size, overlap=overlap)
+    chunker = {"minilm": minilm_chunker_factory, "words": TokenChunker, "sentences": SentenceChunker}[kind](
+        size=size, overlap=overlap
+    )
     texts = [random_text(rng) for _ in range(5)]
     for text, units, spans in zip(texts, chunker.units(texts), chunker.spans(texts)):
         inside = [units_inside(units, span) for span in spans]
@@ -94,15 +139,25 @@ def test_char_chunks_fit_the_size_share_at_most_the_overlap_and_cover_the_text(s
 
 
 def test_char_chunks_break_at_whitespace() -> None:
-    assert [("one two three four five")[s:e] for s, e in CharChunker(size=10, overlap=0).char_spans("one two three four five")] == \
-        ["one two", "three four", "five"]
-    assert CharChunker(size=4, overlap=0).char_spans("abcdefghij") == [(0, 4), (4, 8), (8, 10)]  # no whitespace: hard cuts
+    assert [
+        ("one two three four five")[s:e]
+        for s, e in CharChunker(size=10, overlap=0).char_spans("one two three four five")
+    ] == ["one two", "three four", "five"]
+    assert CharChunker(size=4, overlap=0).char_spans("abcdefghij") == [
+        (0, 4),
+        (4, 8),
+        (8, 10),
+    ]  # no whitespace: hard cuts
 
 
 def test_sentence_splitter() -> None:
     text = 'It works. "Quoted!" he said? 3 cases (n = 17).\n\nnew paragraph. lower case stays e.g. here'
     assert [text[s:e] for s, e in sentence_spans(text)] == [
-        "It works.", '"Quoted!" he said?', "3 cases (n = 17).", "new paragraph. lower case stays e.g. here"]
+        "It works.",
+        '"Quoted!" he said?',
+        "3 cases (n = 17).",
+        "new paragraph. lower case stays e.g. here",
+    ]
 
 
 def test_overlap_may_be_a_fraction_and_must_stay_below_the_size() -> None:
@@ -113,9 +168,12 @@ def test_overlap_may_be_a_fraction_and_must_stay_below_the_size() -> None:
 
 
 def make_corpus() -> Corpus:
-    return Corpus(ids=["a", "b#0", "c"], titles=["Title A", "", "Only title"],
-                  texts=["one two three four five six seven", "eight nine", ""], hash="h")
-
+    return Corpus(
+        ids=["a", "b#0", "c"],
+        titles=["Title A", "", "Only title"],
+        texts=["one two three four five six seven", "eight nine", ""],
+        hash="h",
+    )
 
 
 def build_chunker(settings: dict):
@@ -135,9 +193,16 @@ def test_chunk_corpus_keeps_parent_position_title_and_trec_safe_ids() -> None:
 
 
 def test_the_chunker_settings_change_the_corpus_hash() -> None:
-    hashes = {build_chunker(cfg).chunk(make_corpus()).corpus.hash for cfg in (
-        {"type": "tokens", "size": 3}, {"type": "tokens", "size": 4}, {"type": "tokens", "size": 4, "overlap": 1},
-        {"type": "chars", "size": 4, "overlap": 0}, {"type": "sentences", "size": 4})}
+    hashes = {
+        build_chunker(cfg).chunk(make_corpus()).corpus.hash
+        for cfg in (
+            {"type": "tokens", "size": 3},
+            {"type": "tokens", "size": 4},
+            {"type": "tokens", "size": 4, "overlap": 1},
+            {"type": "chars", "size": 4, "overlap": 0},
+            {"type": "sentences", "size": 4},
+        )
+    }
     assert len(hashes) == 5 and "h" not in hashes
 
 

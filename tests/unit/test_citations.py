@@ -63,8 +63,13 @@ def test_alce_scores_equal_the_reference_on_random_answers() -> None:
     rng = random.Random(11)
     for trial in range(1500):
         passages = rng.randint(1, 5)
-        sentences = [(f"statement {trial} {k} words", [rng.randint(0, passages + 1) for _ in range(rng.choice([0, 1, 1, 2, 3, 4]))])
-                     for k in range(rng.randint(1, 5))]
+        sentences = [
+            (
+                f"statement {trial} {k} words",
+                [rng.randint(0, passages + 1) for _ in range(rng.choice([0, 1, 1, 2, 3, 4]))],
+            )
+            for k in range(rng.randint(1, 5))
+        ]
         answer = " ".join(f"{text}{''.join(f'[{n}]' for n in numbers)}." for text, numbers in sentences)
         truth = {}
 
@@ -91,17 +96,31 @@ def test_alce_scores_equal_the_reference_on_random_answers() -> None:
 def test_sentences_and_their_citations() -> None:
     answer = "Paris is the capital [1]. It has 2 million people.[2][3] Berlin [9] is big. Rome [1, 2]\n- a list item [2][2]\n[3]"
     assert cited_statements(answer, 3) == [
-        Statement("Paris is the capital.", (1,)), Statement("It has 2 million people.", (2, 3)),
-        Statement("Berlin is big.", (9,), out_of_range=True), Statement("Rome", (1, 2)), Statement("- a list item", (2,))]
+        Statement("Paris is the capital.", (1,)),
+        Statement("It has 2 million people.", (2, 3)),
+        Statement("Berlin is big.", (9,), out_of_range=True),
+        Statement("Rome", (1, 2)),
+        Statement("- a list item", (2,)),
+    ]
     assert cited_statements("One [1][2][3][4].", 4, max_citations=2) == [Statement("One.", (1, 2))]
     assert cited_statements("Zero [0].", 4)[0].out_of_range
 
 
-@pytest.mark.parametrize("reply, verdict", [
-    ("yes", True), ("No.", False), ('{"supported": true}', True), ('{"supported": "no"}', False), ("Supported: no", False),
-    ("not supported", False), ("**Yes**, the passage says so.", True), ("Answer: yes", True),
-    ('The statement reads {"supported": true}; but {"supported": false}', False), ("Supported: yes? No.\nSupported: no", False),
-])
+@pytest.mark.parametrize(
+    "reply, verdict",
+    [
+        ("yes", True),
+        ("No.", False),
+        ('{"supported": true}', True),
+        ('{"supported": "no"}', False),
+        ("Supported: no", False),
+        ("not supported", False),
+        ("**Yes**, the passage says so.", True),
+        ("Answer: yes", True),
+        ('The statement reads {"supported": true}; but {"supported": false}', False),
+        ("Supported: yes? No.\nSupported: no", False),
+    ],
+)
 def test_parse_support(reply: str, verdict: bool) -> None:
     assert parse_support(reply) is verdict
     with pytest.raises(ValueError, match="no yes/no verdict in the reply 'perhaps'"):
@@ -115,7 +134,9 @@ ANSWER = "The Eiffel Tower is in Paris [1][3]. Paris is the capital of France [2
 def data_for(generated: dict[str, str]) -> EvalInput:
     corpus = Corpus([f"p{i}" for i in range(3)], [""] * 3, PASSAGES, "h")
     run = Run("bm25", {qid: {"p0": 3.0, "p1": 2.0, "p2": 1.0} for qid in generated})
-    return EvalInput(qrels={}, run=run, queries={qid: f"question {qid}" for qid in generated}, generated=generated, corpus=corpus)
+    return EvalInput(
+        qrels={}, run=run, queries={qid: f"question {qid}" for qid in generated}, generated=generated, corpus=corpus
+    )
 
 
 def test_lexical_mode_on_a_constructed_answer(tmp_path: Path) -> None:
@@ -125,8 +146,13 @@ def test_lexical_mode_on_a_constructed_answer(tmp_path: Path) -> None:
     Recall 2/4, precision (1 + 0 + 1) / 3."""
     evaluator = CitationEvaluator(top_k=3, output_dir=str(tmp_path), no_answer="unanswerable")
     table = evaluator.evaluate(data_for({"q": ANSWER, "abstains": "Unanswerable.", "empty": ""}))
-    assert table.loc["q"].tolist() == pytest.approx([0.5, 2 / 3]) and table.loc[["abstains", "empty"]].isna().all().all()
-    records = {r["qid"]: r for r in map(json.loads, (tmp_path / "systems" / "bm25" / "citations.jsonl").read_text().splitlines())}
+    assert (
+        table.loc["q"].tolist() == pytest.approx([0.5, 2 / 3]) and table.loc[["abstains", "empty"]].isna().all().all()
+    )
+    records = {
+        r["qid"]: r
+        for r in map(json.loads, (tmp_path / "systems" / "bm25" / "citations.jsonl").read_text().splitlines())
+    }
     assert [s["precise"] for s in records["q"]["statements"]] == [[1], [2], [], []]
     assert records["q"]["statements"][2]["out_of_range"] and records["abstains"]["skipped"] == "abstained"
     assert records["empty"]["error"] == "no generated answer"
@@ -144,28 +170,58 @@ class SupportServer(ChatServer):
         if "exploding" in statement:
             return self.send(handler, 500, b'{"error": "internal"}')
         shown = prompt.split("PASSAGES:")[1].split("STATEMENT:")[0].lower()
-        content = "perhaps" if "garbled" in statement else "yes" if set(re.findall(r"\w+", statement.lower())) <= set(re.findall(r"\w+", shown)) else "no"
-        self.send(handler, 200, json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode())
+        content = (
+            "perhaps"
+            if "garbled" in statement
+            else "yes"
+            if set(re.findall(r"\w+", statement.lower())) <= set(re.findall(r"\w+", shown))
+            else "no"
+        )
+        self.send(
+            handler, 200, json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+        )
 
 
 def test_llm_mode_asks_only_what_alce_needs_and_reports_unreadable_replies(tmp_path: Path, caplog) -> None:
     server = SupportServer()
     try:
         prompt = "Q: {question}\nPASSAGES:\n{passages}\nSTATEMENT: {statement}\nyes or no?"
-        evaluator = CitationEvaluator(mode="llm", prompt=prompt, top_k=3, output_dir=str(tmp_path), base_url=server.url, model="m",
-                                      timeout=5, max_retries=0)
-        answers = {"q": ANSWER.replace("It is tall.", "It is the capital."), "odd": "A garbled claim [1].", "down": "An exploding claim [2]."}
+        evaluator = CitationEvaluator(
+            mode="llm",
+            prompt=prompt,
+            top_k=3,
+            output_dir=str(tmp_path),
+            base_url=server.url,
+            model="m",
+            timeout=5,
+            max_retries=0,
+        )
+        answers = {
+            "q": ANSWER.replace("It is tall.", "It is the capital."),
+            "odd": "A garbled claim [1].",
+            "down": "An exploding claim [2].",
+        }
         with caplog.at_level(logging.WARNING):
             table = evaluator.evaluate(data_for(answers))
-        prompts = [r["body"]["messages"][-1]["content"] for r in server.requests if "Eiffel" in r["body"]["messages"][-1]["content"].split("STATEMENT:")[1]]
+        prompts = [
+            r["body"]["messages"][-1]["content"]
+            for r in server.requests
+            if "Eiffel" in r["body"]["messages"][-1]["content"].split("STATEMENT:")[1]
+        ]
         assert len(prompts) == 3  # (1, 3) jointly, then 1 alone and 3 alone; "without 3" is "1 alone", already known
         assert any("[1] The Eiffel Tower is in Paris\n[3] Berlin is in Germany" in p for p in prompts)
         assert table.loc["q"].tolist() == pytest.approx([0.5, 2 / 3]) and table.loc[["odd", "down"]].isna().all().all()
-        records = {r["qid"]: r for r in map(json.loads, (tmp_path / "systems" / "bm25" / "citations.jsonl").read_text().splitlines())}
+        records = {
+            r["qid"]: r
+            for r in map(json.loads, (tmp_path / "systems" / "bm25" / "citations.jsonl").read_text().splitlines())
+        }
         assert records["odd"]["error"] == "unparseable reply: no yes/no verdict in the reply 'perhaps'"
         assert "HTTP 500" in records["down"]["error"] and records["q"]["error"] == ""
         assert "citations bm25: 2 of 3 queries not scored" in caplog.text
-        assert {call.prompt_id[0] for call in evaluator.client.take_calls()} == {"q", "odd"}  # keyed by query (usage.csv's rows)
+        assert {call.prompt_id[0] for call in evaluator.client.take_calls()} == {
+            "q",
+            "odd",
+        }  # keyed by query (usage.csv's rows)
     finally:
         server.stop()
 
@@ -174,7 +230,9 @@ def test_the_extractive_generator_cites_its_passage() -> None:
     generator = ExtractiveGenerator(top_k=3, unit="sentence", cite=True)
     answers = generator.generate({"q": "Where is the Eiffel Tower?"}, {"q": PASSAGES[::-1]})
     assert answers == {"q": "The Eiffel Tower is in Paris [3]"}
-    plain = ExtractiveGenerator(top_k=3, unit="sentence").generate({"q": "Where is the Eiffel Tower?"}, {"q": PASSAGES[::-1]})
+    plain = ExtractiveGenerator(top_k=3, unit="sentence").generate(
+        {"q": "Where is the Eiffel Tower?"}, {"q": PASSAGES[::-1]}
+    )
     assert plain == {"q": "The Eiffel Tower is in Paris"}
 
 
@@ -183,13 +241,22 @@ def test_a_dry_run_of_llm_citations_bounds_the_later_rounds() -> None:
     uncounted: 2 planned where the real run asks 4 (ANSWER: [1][3] jointly, then each alone)."""
     server = SupportServer()
     try:
-        settings = {"mode": "llm", "prompt": "Q: {question}\nPASSAGES:\n{passages}\nSTATEMENT: {statement}\nyes or no?", "top_k": 3,
-                    "base_url": server.url, "model": "m", "timeout": 5, "max_retries": 0}
+        settings = {
+            "mode": "llm",
+            "prompt": "Q: {question}\nPASSAGES:\n{passages}\nSTATEMENT: {statement}\nyes or no?",
+            "top_k": 3,
+            "base_url": server.url,
+            "model": "m",
+            "timeout": 5,
+            "max_retries": 0,
+        }
         dry, real = CitationEvaluator(**settings), CitationEvaluator(**settings)
         dry.client.offline = True
         dry.evaluate(data_for({"q": ANSWER}))
         planned = dry.client.take_calls()
-        assert len(planned) == 2 and dry.unsent_followups() == 4  # (1, 3) and (2) jointly; then ≤ 2 checks per citation of (1, 3)
+        assert (
+            len(planned) == 2 and dry.unsent_followups() == 4
+        )  # (1, 3) and (2) jointly; then ≤ 2 checks per citation of (1, 3)
         real.evaluate(data_for({"q": ANSWER}))
         assert len(server.requests) == 4 <= len(planned) + dry.unsent_followups()
     finally:

@@ -9,7 +9,6 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-
 from omegaconf import OmegaConf, open_dict
 
 from ragtrack.pipeline.config import CONFIG_MODULE
@@ -17,15 +16,23 @@ from ragtrack.pipeline.experiment import yaml_text
 
 MULTI_SELECT = {"retriever", "rewriter", "fusion", "reranker", "evaluator"}
 DATASET_OF = {  # the dataset an override runs on, where it is not the default's (SciFact)
-    "dataset=beir": "nfcorpus", "dataset=irds": "beir-scifact-test", "experiment=beir_irds": "beir-scifact-test", "dataset=toy": "toy",
-    "dataset=trec": "dl19-queries", "dataset=xquad_en": "xquad_en", "dataset=xquad_en_unanswerable": "xquad_en_unanswerable",
-    "experiment=qa_xquad": "xquad_en", "experiment=qa_xquad_cited": "xquad_en",
+    "dataset=beir": "nfcorpus",
+    "dataset=irds": "beir-scifact-test",
+    "experiment=beir_irds": "beir-scifact-test",
+    "dataset=toy": "toy",
+    "dataset=trec": "dl19-queries",
+    "dataset=xquad_en": "xquad_en",
+    "dataset=xquad_en_unanswerable": "xquad_en_unanswerable",
+    "experiment=qa_xquad": "xquad_en",
+    "experiment=qa_xquad_cited": "xquad_en",
 }
 
 
 def _options() -> list[str]:
     overrides = []
-    for group in sorted(p for p in Path(str(files(CONFIG_MODULE))).iterdir() if p.is_dir() and p.name not in {"hydra", "local"}):
+    for group in sorted(
+        p for p in Path(str(files(CONFIG_MODULE))).iterdir() if p.is_dir() and p.name not in {"hydra", "local"}
+    ):
         for option in sorted(group.rglob("*.yaml")):
             name = option.relative_to(group).with_suffix("").as_posix()
             overrides.append(f"{group.name}=[{name}]" if group.name in MULTI_SELECT else f"{group.name}={name}")
@@ -51,20 +58,35 @@ def test_the_default_config() -> None:
 
 @pytest.mark.parametrize("override", _options())
 def test_every_config_composes(override: str) -> None:
-    given = {"dataset=beir": ["dataset.path=/tmp/nfcorpus"], "dataset=irds": ["dataset.id=beir/scifact/test"],
-             "experiment=beir_irds": ["dataset.id=beir/scifact/test"],  # a sweep gives it (hydra.sweeper.params)
-             "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=/data/dl19-queries.tsv.gz", "dataset.qrels=q.txt"]}
+    given = {
+        "dataset=beir": ["dataset.path=/tmp/nfcorpus"],
+        "dataset=irds": ["dataset.id=beir/scifact/test"],
+        "experiment=beir_irds": ["dataset.id=beir/scifact/test"],  # a sweep gives it (hydra.sweeper.params)
+        "dataset=trec": ["dataset.corpus=c.tsv", "dataset.topics=/data/dl19-queries.tsv.gz", "dataset.qrels=q.txt"],
+    }
     cfg = compose_config([override, *given.get(override, [])])
     assert cfg.dataset.name == DATASET_OF.get(override, "scifact") and cfg.depth > 0
     with open_dict(cfg):
         del cfg["hydra"]
-    assert yaml_text(OmegaConf.to_container(cfg, resolve=True)) == OmegaConf.to_yaml(cfg, resolve=True)  # the written config.yaml
+    assert yaml_text(OmegaConf.to_container(cfg, resolve=True)) == OmegaConf.to_yaml(
+        cfg, resolve=True
+    )  # the written config.yaml
 
 
 def test_overrides_users_type() -> None:
-    cfg = compose_config(["retriever=[bm25]", "fusion=[]", "retriever.bm25.k1=1.2", "paths.cache_dir=/tmp/c", "tracking.uri=http://127.0.0.1:5000"])
+    cfg = compose_config(
+        [
+            "retriever=[bm25]",
+            "fusion=[]",
+            "retriever.bm25.k1=1.2",
+            "paths.cache_dir=/tmp/c",
+            "tracking.uri=http://127.0.0.1:5000",
+        ]
+    )
     assert list(cfg.retriever) == ["bm25"] and not cfg.get("fusion")
-    assert cfg.retriever.bm25.k1 == 1.2 and cfg.paths.cache_dir == "/tmp/c" and cfg.tracking.uri == "http://127.0.0.1:5000"
+    assert (
+        cfg.retriever.bm25.k1 == 1.2 and cfg.paths.cache_dir == "/tmp/c" and cfg.tracking.uri == "http://127.0.0.1:5000"
+    )
     assert compose_config(["fusion.rrf.k=30"]).fusion.rrf.k == 30
     assert compose_config(["tracking=none"]).tracking.enabled is False
 
@@ -89,5 +111,10 @@ def test_a_plugin_a_preset_needs_names_the_extra_that_installs_it() -> None:
 
     from ragtrack.pipeline.config import explain_composition_error
 
-    error = explain_composition_error(MissingConfigException("no optuna", missing_cfg_file="hydra/sweeper/optuna", options=["basic"]))
-    assert str(error) == "hydra/sweeper: 'optuna' is not allowed: one of basic (it comes with ragtrack[optuna]: pip install 'ragtrack[optuna]')"
+    error = explain_composition_error(
+        MissingConfigException("no optuna", missing_cfg_file="hydra/sweeper/optuna", options=["basic"])
+    )
+    assert (
+        str(error)
+        == "hydra/sweeper: 'optuna' is not allowed: one of basic (it comes with ragtrack[optuna]: pip install 'ragtrack[optuna]')"
+    )

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-
 import random
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import pytrec_eval
 
 import ragtrack
+from ragtrack.core.runs import Run, write_trec
 from ragtrack.evaluators.ranking import score_ranking
 from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.core.runs import Run, write_trec
 from tests.support import assert_equal_per_query, ours_to_trec, pytrec_reference, random_pairs
 
 PAIRS_PER_CHUNK = 75
@@ -55,7 +54,9 @@ def test_negative_grades_equal_trec_eval_per_query(threshold: int) -> None:
     qrels, run = random_pairs(range(400, 550))
     qrels = with_negative_grades(qrels, seed=threshold)
     ours, _ = score_ranking(run, qrels, list(ours_to_trec()), threshold=threshold)
-    nonnegative = {qid: kept for qid, judged in qrels.items() if (kept := {doc: g for doc, g in judged.items() if g >= 0})}
+    nonnegative = {
+        qid: kept for qid, judged in qrels.items() if (kept := {doc: g for doc, g in judged.items() if g >= 0})
+    }
     reference = pytrec_reference(nonnegative, run, threshold)
     assert len(reference) > 1000 and (reference["bpref"] > 0).any()
     assert_equal_per_query(ours, reference)
@@ -72,7 +73,9 @@ def test_threshold_zero_equals_pytrec_eval_on_grades_raised_by_one() -> None:
     qrels = with_negative_grades(qrels, seed=0)
     binary = [name for name in ours_to_trec() if not name.startswith("ndcg")]
     ours, _ = score_ranking(run, qrels, binary, threshold=0)
-    raised = {qid: kept for qid, judged in qrels.items() if (kept := {doc: g + 1 for doc, g in judged.items() if g >= 0})}
+    raised = {
+        qid: kept for qid, judged in qrels.items() if (kept := {doc: g + 1 for doc, g in judged.items() if g >= 0})
+    }
     reference = pytrec_reference(raised, run, 1)[binary]
     assert len(reference) > 1000 and (reference["map"] > 0).any() and (reference["bpref"] > 0).any()
     assert_equal_per_query(ours, reference)
@@ -89,7 +92,9 @@ def test_bpref_skips_a_negative_grade() -> None:
     qrels = {"q": {"a": -1, "b": 1, "c": 0}}
     run = {"q": {"a": 3.0, "b": 2.0, "c": 1.0, "x": 0.5}}
     ours, _ = score_ranking(run, qrels, ["bpref", "map", "ndcg", "auc"])
-    assert ours.loc["q"].to_dict() == pytest.approx({"bpref": 1.0, "map": 0.5, "ndcg": 0.6309297535714575, "auc": 2 / 3})
+    assert ours.loc["q"].to_dict() == pytest.approx(
+        {"bpref": 1.0, "map": 0.5, "ndcg": 0.6309297535714575, "auc": 2 / 3}
+    )
 
 
 def test_empty_run_scores_zero() -> None:
@@ -104,10 +109,20 @@ def test_eval_cli_equals_pytrec_eval_on_trec_files(tmp_path: Path, capsys) -> No
     qrels, run = random_pairs(range(300, 400))
     run["unjudged-query"] = {"d1": 1.0}
     qrels_file, run_file = tmp_path / "qrels.txt", tmp_path / "run.trec"
-    qrels_file.write_text("".join(f"{qid} 0 {doc} {grade}\n" for qid, judged in qrels.items() for doc, grade in judged.items()))
+    qrels_file.write_text(
+        "".join(f"{qid} 0 {doc} {grade}\n" for qid, judged in qrels.items() for doc, grade in judged.items())
+    )
     write_trec(Run("random", run), run_file)
     for threshold in (1, 2):
-        arguments = ["eval", str(qrels_file), str(run_file), "--json", "--per-query", "--relevance-threshold", str(threshold)]
+        arguments = [
+            "eval",
+            str(qrels_file),
+            str(run_file),
+            "--json",
+            "--per-query",
+            "--relevance-threshold",
+            str(threshold),
+        ]
         assert cli_main([*arguments, *(f"--metric={name}" for name in ours_to_trec())]) == 0
         ours = pd.DataFrame.from_dict(json.loads(capsys.readouterr().out)["per_query"], orient="index")
         with open(qrels_file) as q, open(run_file) as r:
@@ -121,7 +136,9 @@ TREC_EVAL_TESTS = Path(__file__).parents[1] / "data" / "trec_eval"  # trec_eval 
 
 def trec_eval_all_line(path: Path) -> dict[str, str]:
     """The ``all`` values of a trec_eval output file, as printed (4 decimals)."""
-    return {name: value for name, qid, value in (line.split() for line in path.read_text().splitlines()) if qid == "all"}
+    return {
+        name: value for name, qid, value in (line.split() for line in path.read_text().splitlines()) if qid == "all"
+    }
 
 
 @pytest.mark.parametrize("how", ["api", "cli"])
@@ -131,8 +148,16 @@ def test_all_line_equals_trec_eval_10_with_a_topic_judged_without_relevant_docum
     default. ``without_relevant="exclude"`` averages over the other 30 (the figures of issue 36)."""
     qrels, run = TREC_EVAL_TESTS / "qrels.comment.test.gz", TREC_EVAL_TESTS / "results.comment.test.gz"
     expected = trec_eval_all_line(TREC_EVAL_TESTS / "out.comment.test")
-    names = {"map": "map", "p@5": "P_5", "p@10": "P_10", "p@100": "P_100", "mrr": "recip_rank", "bpref": "bpref",
-             "r-precision": "Rprec", "num_rel_ret": "num_rel_ret"}
+    names = {
+        "map": "map",
+        "p@5": "P_5",
+        "p@10": "P_10",
+        "p@100": "P_100",
+        "mrr": "recip_rank",
+        "bpref": "bpref",
+        "r-precision": "Rprec",
+        "num_rel_ret": "num_rel_ret",
+    }
     if how == "api":
         result = ragtrack.evaluate(qrels, run, list(names))
         means, n = result.aggregate, int(result.summary["n"].max())
@@ -142,11 +167,17 @@ def test_all_line_equals_trec_eval_10_with_a_topic_judged_without_relevant_docum
         printed = json.loads(capsys.readouterr().out)
         means, n = printed["aggregate"], printed["queries"]
     assert n == int(expected["num_q"]) == 31
-    assert {trec: f"{means[ours]:.4f}" for ours, trec in names.items() if trec != "num_rel_ret"} == \
-        {trec: expected[trec] for ours, trec in names.items() if trec != "num_rel_ret"}
+    assert {trec: f"{means[ours]:.4f}" for ours, trec in names.items() if trec != "num_rel_ret"} == {
+        trec: expected[trec] for ours, trec in names.items() if trec != "num_rel_ret"
+    }
     assert round(means["num_rel_ret"] * n) == int(expected["num_rel_ret"])  # trec_eval prints the sum
     excluded = ragtrack.evaluate(qrels, run, ["map", "p@10", "mrr", "bpref"], without_relevant="exclude")
-    assert {name: round(value, 4) for name, value in excluded.aggregate.items()} == {"map": 0.2779, "p@10": 0.7967, "mrr": 0.8881, "bpref": 0.3339}
+    assert {name: round(value, 4) for name, value in excluded.aggregate.items()} == {
+        "map": 0.2779,
+        "p@10": 0.7967,
+        "mrr": 0.8881,
+        "bpref": 0.3339,
+    }
     assert int(excluded.summary["n"].max()) == 30
 
 
@@ -166,10 +197,26 @@ def test_means_equal_pytrec_eval_over_every_judged_query() -> None:
 
 
 TREC_EVAL_MEASURES = {  # ragtrack's names of trec_eval's other all_trec measures -> pytrec_eval's (trec_eval 9.0.8)
-    "gm_map": "gm_map", "gm_bpref": "gm_bpref", "infAP": "infAP", "utility": "utility", "binG": "binG", "G": "G", "ndcg_rel": "ndcg_rel",
-    "Rndcg": "Rndcg", "set_P": "set_P", "set_recall": "set_recall", "set_map": "set_map", "set_F": "set_F", "set_relative_P": "set_relative_P",
-    "num_ret": "num_ret", "num_rel": "num_rel", "num_nonrel_judged_ret": "num_nonrel_judged_ret", "relative_P@5": "relative_P_5",
-    "relative_P@100": "relative_P_100", "Rprec_mult@0.2": "Rprec_mult_0.20", "Rprec_mult@1.4": "Rprec_mult_1.40",
+    "gm_map": "gm_map",
+    "gm_bpref": "gm_bpref",
+    "infAP": "infAP",
+    "utility": "utility",
+    "binG": "binG",
+    "G": "G",
+    "ndcg_rel": "ndcg_rel",
+    "Rndcg": "Rndcg",
+    "set_P": "set_P",
+    "set_recall": "set_recall",
+    "set_map": "set_map",
+    "set_F": "set_F",
+    "set_relative_P": "set_relative_P",
+    "num_ret": "num_ret",
+    "num_rel": "num_rel",
+    "num_nonrel_judged_ret": "num_nonrel_judged_ret",
+    "relative_P@5": "relative_P_5",
+    "relative_P@100": "relative_P_100",
+    "Rprec_mult@0.2": "Rprec_mult_0.20",
+    "Rprec_mult@1.4": "Rprec_mult_1.40",
 }
 RECALL_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -184,7 +231,9 @@ def test_trec_eval_measures_equal_pytrec_eval_per_query(threshold: int) -> None:
     """The measures of trec_eval's all_trec that trec_eval 9.0.8 (pytrec_eval) computes as 10.0 does."""
     qrels, run = random_pairs(range(750, 850))
     ours, _ = score_ranking(run, qrels, list(TREC_EVAL_MEASURES), threshold=threshold)
-    reference = pytrec_all(qrels, run, threshold)[list(TREC_EVAL_MEASURES.values())].set_axis(list(TREC_EVAL_MEASURES), axis=1)
+    reference = pytrec_all(qrels, run, threshold)[list(TREC_EVAL_MEASURES.values())].set_axis(
+        list(TREC_EVAL_MEASURES), axis=1
+    )
     assert len(reference) > 1000 and (reference["infAP"] > 0).any() and (reference["Rndcg"] > 0).any()
     assert_equal_per_query(ours, reference)
 
@@ -196,8 +245,12 @@ def test_interpolated_precision_differs_from_trec_eval_9_only_by_its_rounding() 
     names = [f"iprec_at_recall@{level:g}" for level in RECALL_LEVELS]
     ours, num_rel = score_ranking(run, qrels, [*names, "11pt_avg"])
     reference = pytrec_all(qrels, run, 1)
-    same = [qid for qid, relevant in zip(ours.index, num_rel) if qid in reference.index and
-            all(math.floor(x * relevant + 0.5) == int(x * relevant + 0.9) for x in RECALL_LEVELS)]
+    same = [
+        qid
+        for qid, relevant in zip(ours.index, num_rel)
+        if qid in reference.index
+        and all(math.floor(x * relevant + 0.5) == int(x * relevant + 0.9) for x in RECALL_LEVELS)
+    ]
     assert 0 < len(same) < len(reference)
     expected = reference.loc[same, [f"iprec_at_recall_{level:.2f}" for level in RECALL_LEVELS] + ["11pt_avg"]]
     assert_equal_per_query(ours, expected.set_axis([*names, "11pt_avg"], axis=1))

@@ -11,13 +11,32 @@ import pandas as pd
 
 from ragtrack.pipeline.csv_files import FORMULA_STARTS, csv_text, read_csv
 
-HOSTILE = ["=1+1", "+33 6 12", "-5", "@SUM(A1)", "\tcmd", "\r=2", "'quoted", "''twice", "NA", "null", "007", "two\rlines\r\n",
-           "=HYPERLINK(\"http://x\",\"y\")"]
+HOSTILE = [
+    "=1+1",
+    "+33 6 12",
+    "-5",
+    "@SUM(A1)",
+    "\tcmd",
+    "\r=2",
+    "'quoted",
+    "''twice",
+    "NA",
+    "null",
+    "007",
+    "two\rlines\r\n",
+    '=HYPERLINK("http://x","y")',
+]
 
 
 def _table() -> pd.DataFrame:
-    return pd.DataFrame({"system": ["bm25"] * len(HOSTILE), "qid": HOSTILE, "generated_answer": list(reversed(HOSTILE)),
-                         "ndcg@10": [-0.5, 0.0, math.nan, 1.0, 0.25, -1e-300, 0.1 + 0.2, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5]})
+    return pd.DataFrame(
+        {
+            "system": ["bm25"] * len(HOSTILE),
+            "qid": HOSTILE,
+            "generated_answer": list(reversed(HOSTILE)),
+            "ndcg@10": [-0.5, 0.0, math.nan, 1.0, 0.25, -1e-300, 0.1 + 0.2, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5],
+        }
+    )
 
 
 def test_no_cell_starts_like_a_formula_and_numbers_stay_numbers() -> None:

@@ -24,10 +24,12 @@ def saved(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("rows, columns, block", [(10, 5, 3), (10, 5, 10), (10, 5, 64), (0, 5, 4), (70_000, 384, 65_536)])
+@pytest.mark.parametrize(
+    "rows, columns, block", [(10, 5, 3), (10, 5, 10), (10, 5, 64), (0, 5, 4), (70_000, 384, 65_536)]
+)
 def test_rows_written_in_blocks_are_the_bytes_of_np_save(tmp_path, rows, columns, block) -> None:
     array = np.random.default_rng(0).standard_normal((rows, columns), dtype=np.float32)
-    save_rows(tmp_path / "e.npy", rows, iter([array[start:start + block] for start in range(0, max(rows, 1), block)]))
+    save_rows(tmp_path / "e.npy", rows, iter([array[start : start + block] for start in range(0, max(rows, 1), block)]))
     assert (tmp_path / "e.npy").read_bytes() == saved(array)
 
 

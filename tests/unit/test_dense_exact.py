@@ -12,8 +12,8 @@ from ragtrack.core.cache import Cache
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import rank_documents
-from ragtrack.retrievers.base import top_documents
 from ragtrack.retrievers import dense
+from ragtrack.retrievers.base import top_documents
 from ragtrack.retrievers.dense import DenseRetriever, ExactIndex, normalized, row_blocks
 from ragtrack.retrievers.encoders import HashingEncoder
 from tests.support import TOY
@@ -34,7 +34,9 @@ def test_same_bits_for_any_batching_and_thread_count() -> None:
     with threadpool_limits(1):
         one_by_one = [index.search(query[None], 25)[0] for query in queries]
     with threadpool_limits(2):
-        in_pairs = [found for start in range(0, len(queries), 2) for found in index.search(queries[start:start + 2], 25)]
+        in_pairs = [
+            found for start in range(0, len(queries), 2) for found in index.search(queries[start : start + 2], 25)
+        ]
     assert together == one_by_one == in_pairs  # dicts of floats: equal means equal bits
 
 
@@ -57,7 +59,10 @@ def test_every_block_shape_and_thread_count_gives_the_top_k_of_every_document(th
     cut back block after block) against the fixed-order score of every document: block sizes from
     seven rows to the whole array, passes of 1, 7 and all queries, k below and above a block's rows and
     the corpus size, ties across blocks, with 1, 2 and all BLAS threads."""
-    documents, queries = vectors(800, dimension=16, seed=5), vectors(23, dimension=16, seed=6)  # passes of 23 normalize rows
+    documents, queries = (
+        vectors(800, dimension=16, seed=5),
+        vectors(23, dimension=16, seed=6),
+    )  # passes of 23 normalize rows
     documents[400:460] = documents[3]  # ties of document 3, spread over blocks
     queries[0] = documents[3]
     ids = np.array([f"d{i:05d}" for i in range(len(documents))], dtype=object)
@@ -70,7 +75,9 @@ def test_every_block_shape_and_thread_count_gives_the_top_k_of_every_document(th
             for k in (1, 10, 61, 1000):
                 with threadpool_limits(threads):
                     found = index.search(queries, k)
-                assert found == [top_documents(ids, (every * query).sum(axis=1), k) for query in normalized(queries.copy())]
+                assert found == [
+                    top_documents(ids, (every * query).sum(axis=1), k) for query in normalized(queries.copy())
+                ]
     assert [d for d, _ in rank_documents(found[0])][:61] == [f"d{i:05d}" for i in range(459, 399, -1)] + ["d00003"]
 
 
@@ -147,7 +154,10 @@ def test_the_build_mode_decides_the_collection_but_not_the_run_key() -> None:
 
 
 def test_an_unknown_chroma_build_mode_is_refused() -> None:
-    with pytest.raises(RagtrackError, match="dense retriever 'dense': chroma.build: .* is not allowed: input should be 'when_used' or 'always'"):
+    with pytest.raises(
+        RagtrackError,
+        match="dense retriever 'dense': chroma.build: .* is not allowed: input should be 'when_used' or 'always'",
+    ):
         DenseRetriever(HashingEncoder(), chroma={"build": "never"})
 
 

@@ -17,8 +17,13 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.models import resolve_model
 from ragtrack.retrievers.encoders import OnnxEncoder, SentenceTransformerEncoder
 
-TEXTS = ["short one", "ATP is produced in the mitochondria of eukaryotic cells " * 6, "", "mid length text about plate tectonics",
-         "Glucose and oxygen come from photosynthesis in the chloroplasts of plants " * 40]  # the last one is truncated
+TEXTS = [
+    "short one",
+    "ATP is produced in the mitochondria of eukaryotic cells " * 6,
+    "",
+    "mid length text about plate tectonics",
+    "Glucose and oxygen come from photosynthesis in the chloroplasts of plants " * 40,
+]  # the last one is truncated
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +70,11 @@ def test_fp32_runs_the_fused_graph_at_float_rounding(encoders) -> None:
     import onnx
 
     operators = Counter(node.op_type for node in onnx.load(str(encoders["fp32"]._model_file)).graph.node)
-    assert operators["Attention"] == 6 and operators["EmbedLayerNormalization"] == 1 and operators["SkipLayerNormalization"] == 12
+    assert (
+        operators["Attention"] == 6
+        and operators["EmbedLayerNormalization"] == 1
+        and operators["SkipLayerNormalization"] == 12
+    )
     reference = SentenceTransformerEncoder().encode(TEXTS)
     assert (encoders["fp32"].encode(TEXTS) * reference).sum(axis=1).min() >= 0.9999
 

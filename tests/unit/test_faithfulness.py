@@ -43,14 +43,35 @@ def reference_recall(answer: str, golds: list[str]) -> float:
     return max(scores)
 
 
-WORDS = ["the", "a", "Cat", "cat", "sat", "on", "mat", "Paris", "1889", "tower", "iron", "built", "by", "Eiffel", "!", ".", ",", "e-mail"]
+WORDS = [
+    "the",
+    "a",
+    "Cat",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    "Paris",
+    "1889",
+    "tower",
+    "iron",
+    "built",
+    "by",
+    "Eiffel",
+    "!",
+    ".",
+    ",",
+    "e-mail",
+]
 
 
 def _data(answers: dict[str, str], golds: dict[str, list[str]], passages: dict[str, list[str]]) -> EvalInput:
     ids = [f"{qid}-{n}" for qid, texts in passages.items() for n in range(len(texts))]
     corpus = Corpus(ids=ids, titles=[""] * len(ids), texts=[t for texts in passages.values() for t in texts], hash="x")
     run = Run("r", {qid: {f"{qid}-{n}": float(-n) for n in range(len(texts))} for qid, texts in passages.items()})
-    return EvalInput(qrels={}, run=run, queries={q: "?" for q in golds}, answers=golds, generated=answers, corpus=corpus)
+    return EvalInput(
+        qrels={}, run=run, queries={q: "?" for q in golds}, answers=golds, generated=answers, corpus=corpus
+    )
 
 
 def test_k_precision_and_recall_equal_adlakha_et_al() -> None:
@@ -61,18 +82,26 @@ def test_k_precision_and_recall_equal_adlakha_et_al() -> None:
         passages[qid] = [" ".join(rng.choices(WORDS, k=rng.randint(1, 15))) for _ in range(rng.randint(1, 5))]
         golds[qid] = [" ".join(rng.choices(WORDS, k=rng.randint(0, 4))) for _ in range(rng.randint(1, 2))]
         answers[qid] = " ".join(rng.choices(WORDS, k=rng.randint(0, 8)))
-    table = FaithfulnessEvaluator(metrics=["k_precision", "answer_recall"], top_k=3).evaluate(_data(answers, golds, passages))
+    table = FaithfulnessEvaluator(metrics=["k_precision", "answer_recall"], top_k=3).evaluate(
+        _data(answers, golds, passages)
+    )
     for qid in answers:
-        assert table.loc[qid, "k_precision"] == pytest.approx(reference_k_precision(answers[qid], passages[qid][:3]), abs=1e-12)
+        assert table.loc[qid, "k_precision"] == pytest.approx(
+            reference_k_precision(answers[qid], passages[qid][:3]), abs=1e-12
+        )
         assert table.loc[qid, "answer_recall"] == pytest.approx(reference_recall(answers[qid], golds[qid]), abs=1e-12)
-    assert table["k_precision"].between(0.01, 0.99).sum() > 100 and table["answer_recall"].between(0.01, 0.99).sum() > 50
+    assert (
+        table["k_precision"].between(0.01, 0.99).sum() > 100 and table["answer_recall"].between(0.01, 0.99).sum() > 50
+    )
 
 
 def test_hand_checked_cases() -> None:
     passages = ["The Eiffel Tower is made of iron.", "It was built in 1889 in Paris."]
     # answer tokens: eiffel tower was built in 1889 by gustave eiffel (9); found in the passages joined:
     # eiffel, tower, was, built, in, 1889 (6; "eiffel" only once in the passages) -> 6/9
-    assert k_precision("The Eiffel Tower was built in 1889 by Gustave Eiffel.", passages) == pytest.approx(6 / 9, abs=1e-12)
+    assert k_precision("The Eiffel Tower was built in 1889 by Gustave Eiffel.", passages) == pytest.approx(
+        6 / 9, abs=1e-12
+    )
     assert k_precision("", passages) == 0.0
     # sentences: "It was built in 1889." (5 tokens, all in passage 2: supported);
     # "Gustave Eiffel designed it." (4 tokens; passage 1 has eiffel, passage 2 has it: 1/4 each: not supported)
@@ -93,13 +122,22 @@ def test_the_evaluator_reads_the_top_k_passages() -> None:
     assert top2 == {"k_precision": 1.0, "answer_recall": 1.0, "sentence_support": 1.0}
 
 
-@pytest.mark.parametrize(("settings", "message"), [
-    ({"top_k": 0}, "^faithfulness evaluator: top_k: 0 is not allowed: input should be greater than or equal to 1$"),
-    ({"support_threshold": 1.5}, "^faithfulness evaluator: support_threshold: 1.5 is not allowed: input should be less than or equal to 1$"),
-    ({"support_threshold": "half"}, "^faithfulness evaluator: support_threshold: 'half' is not allowed: input should be a valid number$"),
-    ({"top_n": 3}, "^faithfulness evaluator: top_n: no such key$"),
-    ({"metrics": ["k_recall"]}, "faithfulness evaluator: unknown metrics \\['k_recall'\\]"),
-])
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"top_k": 0}, "^faithfulness evaluator: top_k: 0 is not allowed: input should be greater than or equal to 1$"),
+        (
+            {"support_threshold": 1.5},
+            "^faithfulness evaluator: support_threshold: 1.5 is not allowed: input should be less than or equal to 1$",
+        ),
+        (
+            {"support_threshold": "half"},
+            "^faithfulness evaluator: support_threshold: 'half' is not allowed: input should be a valid number$",
+        ),
+        ({"top_n": 3}, "^faithfulness evaluator: top_n: no such key$"),
+        ({"metrics": ["k_recall"]}, "faithfulness evaluator: unknown metrics \\['k_recall'\\]"),
+    ],
+)
 def test_bad_settings_fail_in_one_line(settings: dict, message: str) -> None:
     with pytest.raises(RagtrackError, match=message):
         FaithfulnessEvaluator(**settings)
@@ -110,6 +148,11 @@ def test_citing_changes_no_faithfulness_metric() -> None:
     k_precision and sentence_support counted the marker's number as an unsupported token (and a marker
     after the full stop as a sentence of its own)."""
     passages = {"q": ["The Denver Broncos won Super Bowl 50.", "Carolina lost."]}
-    scores = [FaithfulnessEvaluator(top_k=2).evaluate(_data({"q": answer}, {"q": ["Denver Broncos"]}, passages)).loc["q"].to_dict()
-              for answer in ("The Denver Broncos won. Carolina lost.", "The Denver Broncos won [1]. Carolina lost. [2]")]
+    scores = [
+        FaithfulnessEvaluator(top_k=2)
+        .evaluate(_data({"q": answer}, {"q": ["Denver Broncos"]}, passages))
+        .loc["q"]
+        .to_dict()
+        for answer in ("The Denver Broncos won. Carolina lost.", "The Denver Broncos won [1]. Carolina lost. [2]")
+    ]
     assert scores[0] == scores[1] == {"k_precision": 1.0, "answer_recall": 1.0, "sentence_support": 1.0}

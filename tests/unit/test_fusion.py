@@ -9,10 +9,10 @@ import random
 import pytest
 from hydra import compose, initialize_config_module
 
-from ragtrack.pipeline import registry
-from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
+from ragtrack.pipeline import registry
+from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.retrievers.fusion import combmnz, combsum, linear_fusion, normalize, reciprocal_rank_fusion
 
 RUNS = {
@@ -33,16 +33,23 @@ def test_rrf_hand_computed() -> None:
     assert [d for d, _ in fused.ranking("q1")] == ["b", "c", "a", "d"]
 
 
-@pytest.mark.parametrize("method, ranked, expected", [
-    ("none", [("a", 3.0), ("b", 2.0), ("c", 1.0)], {"a": 3.0, "b": 2.0, "c": 1.0}),
-    ("minmax", [("a", 3.0), ("b", 2.0), ("c", 1.0)], {"a": 1.0, "b": 0.5, "c": 0.0}),
-    ("minmax", [("a", 7.0)], {"a": 1.0}),
-    ("zscore", [("a", 3.0), ("b", 2.0), ("c", 1.0)], {"a": Z, "b": 0.0, "c": -Z}),
-    ("zscore", [("a", 2.0), ("b", 2.0)], {"a": 0.0, "b": 0.0}),
-    ("max", [("b", 0.9), ("c", 0.5), ("d", 0.1)], {"b": 1.0, "c": 5 / 9, "d": 1 / 9}),
-    ("max", [("a", 0.0), ("b", -1.0)], {"a": 0.0, "b": -1e9}),
-    ("max", [("a", -1.0), ("b", -2.0), ("c", -4.0)], {"a": -1e9, "b": -2e9, "c": -4e9}),  # all negative: the order kept
-])
+@pytest.mark.parametrize(
+    "method, ranked, expected",
+    [
+        ("none", [("a", 3.0), ("b", 2.0), ("c", 1.0)], {"a": 3.0, "b": 2.0, "c": 1.0}),
+        ("minmax", [("a", 3.0), ("b", 2.0), ("c", 1.0)], {"a": 1.0, "b": 0.5, "c": 0.0}),
+        ("minmax", [("a", 7.0)], {"a": 1.0}),
+        ("zscore", [("a", 3.0), ("b", 2.0), ("c", 1.0)], {"a": Z, "b": 0.0, "c": -Z}),
+        ("zscore", [("a", 2.0), ("b", 2.0)], {"a": 0.0, "b": 0.0}),
+        ("max", [("b", 0.9), ("c", 0.5), ("d", 0.1)], {"b": 1.0, "c": 5 / 9, "d": 1 / 9}),
+        ("max", [("a", 0.0), ("b", -1.0)], {"a": 0.0, "b": -1e9}),
+        (
+            "max",
+            [("a", -1.0), ("b", -2.0), ("c", -4.0)],
+            {"a": -1e9, "b": -2e9, "c": -4e9},
+        ),  # all negative: the order kept
+    ],
+)
 def test_normalizations(method: str, ranked: list, expected: dict) -> None:
     assert normalize(ranked, method) == pytest.approx(expected)
 
@@ -55,7 +62,10 @@ def test_max_normalization_equals_ranx_and_never_reverses_a_ranking() -> None:
     from ranx.normalization import max_norm
 
     rng = random.Random(0)
-    lists = {f"q{i}": {f"d{j}": rng.uniform(-10, 10) - (15 if i % 3 == 0 else 0) for j in range(rng.randint(1, 12))} for i in range(90)}
+    lists = {
+        f"q{i}": {f"d{j}": rng.uniform(-10, 10) - (15 if i % 3 == 0 else 0) for j in range(rng.randint(1, 12))}
+        for i in range(90)
+    }
     reference = max_norm(RanxRun({q: dict(docs) for q, docs in lists.items()})).to_dict()
     for qid, docs in lists.items():
         ours = normalize(sorted(docs.items(), key=lambda item: -item[1]), "max")
@@ -63,18 +73,23 @@ def test_max_normalization_equals_ranx_and_never_reverses_a_ranking() -> None:
         assert sorted(ours, key=lambda doc: -ours[doc]) == sorted(docs, key=lambda doc: -docs[doc])
 
 
-@pytest.mark.parametrize("normalization, expected", [
-    ("none", {"a": 3.0, "b": 2.9, "c": 1.5, "d": 0.1}),
-    ("minmax", {"a": 1.0, "b": 1.5, "c": 0.5, "d": 0.0}),
-    ("zscore", {"a": Z, "b": Z, "c": -Z, "d": -Z}),
-    ("max", {"a": 1.0, "b": 5 / 3, "c": 1 / 3 + 5 / 9, "d": 1 / 9}),
-])
+@pytest.mark.parametrize(
+    "normalization, expected",
+    [
+        ("none", {"a": 3.0, "b": 2.9, "c": 1.5, "d": 0.1}),
+        ("minmax", {"a": 1.0, "b": 1.5, "c": 0.5, "d": 0.0}),
+        ("zscore", {"a": Z, "b": Z, "c": -Z, "d": -Z}),
+        ("max", {"a": 1.0, "b": 5 / 3, "c": 1 / 3 + 5 / 9, "d": 1 / 9}),
+    ],
+)
 def test_combsum(normalization: str, expected: dict) -> None:
     assert scores(combsum(RUNS, MEMBERS, normalization=normalization)) == pytest.approx(expected)
 
 
 def test_combsum_weights_and_depth() -> None:
-    assert scores(combsum(RUNS, MEMBERS, weights=[2, 1], normalization="none")) == pytest.approx({"a": 6.0, "b": 4.9, "c": 2.5, "d": 0.1})
+    assert scores(combsum(RUNS, MEMBERS, weights=[2, 1], normalization="none")) == pytest.approx(
+        {"a": 6.0, "b": 4.9, "c": 2.5, "d": 0.1}
+    )
     # depth 2: bm25 keeps a, b; dense keeps b, c; the fused run keeps its top 2
     fused = combsum(RUNS, MEMBERS, depth=2, normalization="none")
     assert scores(fused) == pytest.approx({"a": 3.0, "b": 2.9})
@@ -97,18 +112,24 @@ def test_linear_is_convex_and_imputes_the_member_minimum() -> None:
 
 
 def test_queries_of_one_member_only() -> None:
-    runs = {"bm25": Run("bm25", {"q1": {"a": 1.0}, "q2": {"x": 2.0, "y": 1.0}}), "dense": Run("dense", {"q1": {"a": 0.5}})}
+    runs = {
+        "bm25": Run("bm25", {"q1": {"a": 1.0}, "q2": {"x": 2.0, "y": 1.0}}),
+        "dense": Run("dense", {"q1": {"a": 0.5}}),
+    }
     assert combsum(runs, MEMBERS).scores["q2"] == pytest.approx({"x": 1.0, "y": 0.0})
     assert linear_fusion(runs, MEMBERS).scores["q2"] == pytest.approx({"x": 0.5, "y": 0.0})
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: combsum(RUNS, MEMBERS, normalization="softmax"), "unknown score normalization 'softmax'"),
-    (lambda: combmnz(RUNS, MEMBERS, weights=[1.0]), "2 members but 1 weights"),
-    (lambda: combsum(RUNS, ["bm25", "splade"]), "fusion members ['splade']"),
-    (lambda: linear_fusion(RUNS, MEMBERS, weights=[1, -1]), "weights must be >= 0"),
-    (lambda: reciprocal_rank_fusion(RUNS, MEMBERS, k=-1), "RRF k must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: combsum(RUNS, MEMBERS, normalization="softmax"), "unknown score normalization 'softmax'"),
+        (lambda: combmnz(RUNS, MEMBERS, weights=[1.0]), "2 members but 1 weights"),
+        (lambda: combsum(RUNS, ["bm25", "splade"]), "fusion members ['splade']"),
+        (lambda: linear_fusion(RUNS, MEMBERS, weights=[1, -1]), "weights must be >= 0"),
+        (lambda: reciprocal_rank_fusion(RUNS, MEMBERS, k=-1), "RRF k must be >= 0"),
+    ],
+)
 def test_bad_settings_fail_with_one_line(call, message: str) -> None:
     with pytest.raises(RagtrackError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
         call()
@@ -129,7 +150,10 @@ def test_every_fusion_config_builds_its_registered_stage() -> None:
 
 def test_every_fusion_breaks_ties_by_document_id_descending() -> None:
     """Members whose documents all score the same fuse into equal scores: order and cut by id."""
-    runs = {"a": Run("a", {"q": {"d1": 1.0, "d2": 1.0, "d3": 1.0}}), "b": Run("b", {"q": {"d1": 2.0, "d2": 2.0, "d3": 2.0}})}
+    runs = {
+        "a": Run("a", {"q": {"d1": 1.0, "d2": 1.0, "d3": 1.0}}),
+        "b": Run("b", {"q": {"d1": 2.0, "d2": 2.0, "d3": 2.0}}),
+    }
     for fuse in (reciprocal_rank_fusion, combsum, combmnz, linear_fusion):
         fused = fuse(runs, ["a", "b"], depth=2)
         assert [d for d, _ in fused.ranking("q")] == ["d3", "d2"], fuse.__name__

@@ -16,15 +16,24 @@ from ragtrack.pipeline import registry
 from ragtrack.retrievers.fusion_methods import Trained, condorcet, fuse
 
 ranx = pytest.importorskip("ranx")
-from ranx import Qrels as RanxQrels, Run as RanxRun  # noqa: E402
+from ranx import Qrels as RanxQrels  # noqa: E402
+from ranx import Run as RanxRun  # noqa: E402
 from ranx import fusion as ranx_fusion  # noqa: E402
 
 
 def random_runs(seed: int, members: int = 2, queries: int = 25, prefix: str = "q") -> dict[str, Run]:
     """Members over the same queries, 2-40 documents each (minmax of one score is 1 here, 0 in ranx) from a pool of 60 (some shared), distinct scores."""
     rng = random.Random(seed)
-    return {f"m{i}": Run(f"m{i}", {f"{prefix}{q}": {f"d{d}": rng.uniform(-3, 5) for d in rng.sample(range(60), rng.randint(2, 40))}
-                                   for q in range(queries)}) for i in range(members)}
+    return {
+        f"m{i}": Run(
+            f"m{i}",
+            {
+                f"{prefix}{q}": {f"d{d}": rng.uniform(-3, 5) for d in rng.sample(range(60), rng.randint(2, 40))}
+                for q in range(queries)
+            },
+        )
+        for i in range(members)
+    }
 
 
 def as_ranx(runs: dict[str, Run]) -> list:
@@ -40,17 +49,35 @@ def assert_same(ours: Run, reference: dict[str, dict[str, float]]) -> None:
         assert ranked == [d for d, _ in rank_documents(ours.scores[qid])]
 
 
-NORMS = {"none": None, "minmax": "min-max", "zscore": "zmuv", "max": "max", "sum": "sum", "rank": "rank",
-         "borda": "borda", "minmax-inverted": "min-max-inverted"}
+NORMS = {
+    "none": None,
+    "minmax": "min-max",
+    "zscore": "zmuv",
+    "max": "max",
+    "sum": "sum",
+    "rank": "rank",
+    "borda": "borda",
+    "minmax-inverted": "min-max-inverted",
+}
 WEIGHTS = [0.7, 1.6]
 UNSUPERVISED = [  # ours, its parameters, ranx's name, ranx's parameters
-    ("combsum", {}, "sum", {}), ("combsum", {"weights": WEIGHTS}, "wsum", {"weights": WEIGHTS}),
-    ("combmnz", {}, "mnz", {}), ("combanz", {}, "anz", {}), ("combgmnz", {"gamma": 0.3}, "gmnz", {"gamma": 0.3}),
-    ("combmin", {}, "min", {}), ("combmax", {}, "max", {}), ("combmed", {}, "med", {}),
-    ("wmnz", {"weights": WEIGHTS}, "wmnz", {"weights": WEIGHTS}), ("mixed", {"weights": WEIGHTS}, "mixed", {"weights": WEIGHTS}),
-    ("rrf", {"k": 10}, "rrf", {"k": 10}), ("isr", {}, "isr", {}), ("log_isr", {}, "log_isr", {}),
-    ("logn_isr", {"sigma": 0.2}, "logn_isr", {"sigma": 0.2}), ("rbc", {"phi": 0.7}, "rbc", {"phi": 0.7}),
-    ("borda", {}, "bordafuse", {}), ("borda", {"weights": WEIGHTS}, "w_bordafuse", {"weights": WEIGHTS}),
+    ("combsum", {}, "sum", {}),
+    ("combsum", {"weights": WEIGHTS}, "wsum", {"weights": WEIGHTS}),
+    ("combmnz", {}, "mnz", {}),
+    ("combanz", {}, "anz", {}),
+    ("combgmnz", {"gamma": 0.3}, "gmnz", {"gamma": 0.3}),
+    ("combmin", {}, "min", {}),
+    ("combmax", {}, "max", {}),
+    ("combmed", {}, "med", {}),
+    ("wmnz", {"weights": WEIGHTS}, "wmnz", {"weights": WEIGHTS}),
+    ("mixed", {"weights": WEIGHTS}, "mixed", {"weights": WEIGHTS}),
+    ("rrf", {"k": 10}, "rrf", {"k": 10}),
+    ("isr", {}, "isr", {}),
+    ("log_isr", {}, "log_isr", {}),
+    ("logn_isr", {"sigma": 0.2}, "logn_isr", {"sigma": 0.2}),
+    ("rbc", {"phi": 0.7}, "rbc", {"phi": 0.7}),
+    ("borda", {}, "bordafuse", {}),
+    ("borda", {"weights": WEIGHTS}, "w_bordafuse", {"weights": WEIGHTS}),
 ]
 
 
@@ -92,13 +119,18 @@ def acyclic_runs(seed: int) -> dict[str, Run]:
         position = [{d: p for p, d in enumerate(order)} for order in orders]
         wins = {d: sum(sum(p[d] < p[e] for p in position) >= 2 for e in base if e != d) for d in base}
         if sorted(wins.values()) == list(range(12)):
-            return {f"m{i}": Run(f"m{i}", {"q": {d: 100.0 - p for p, d in enumerate(order)}}) for i, order in enumerate(orders)}
+            return {
+                f"m{i}": Run(f"m{i}", {"q": {d: 100.0 - p for p, d in enumerate(order)}})
+                for i, order in enumerate(orders)
+            }
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_condorcet_equals_ranx_where_its_order_is_unique(seed: int) -> None:
     runs = acyclic_runs(seed)
-    assert_same(condorcet(runs, list(runs), depth=100), ranx.fuse(as_ranx(runs), norm=None, method="condorcet").to_dict())
+    assert_same(
+        condorcet(runs, list(runs), depth=100), ranx.fuse(as_ranx(runs), norm=None, method="condorcet").to_dict()
+    )
     weights = [1.0, 1.0, 3.0]  # the third member outvotes the other two: its order
     fused = condorcet(runs, list(runs), depth=100, weights=weights)
     assert [d for d, _ in fused.ranking("q")] == [d for d, _ in runs["m2"].ranking("q")]
@@ -110,7 +142,12 @@ def test_condorcet_unranked_pairs_get_no_vote() -> None:
     tie kept in Borda order; ranx lets each member that ranked neither vote for the second argument."""
     runs = {"a": Run("a", {"q": {"w": 3.0, "x": 2.0}}), "b": Run("b", {"q": {"z": 3.0, "y": 2.0}})}
     fused = condorcet(runs, ["a", "b"])
-    assert [d for d, _ in fused.ranking("q")] == ["z", "w", "y", "x"]  # Borda order (rank sums 1+3, 2+3 each), ties by id
+    assert [d for d, _ in fused.ranking("q")] == [
+        "z",
+        "w",
+        "y",
+        "x",
+    ]  # Borda order (rank sums 1+3, 2+3 each), ties by id
     assert fused.scores["q"] == {"z": 4.0, "w": 3.0, "y": 2.0, "x": 1.0}
 
 
@@ -120,20 +157,35 @@ def condorcet_by_comparisons(runs: dict[str, Run], weights: list[float] | None =
     weights = weights or [1.0] * len(runs)
     fused = {}
     for qid in dict.fromkeys(q for run in runs.values() for q in run.scores):
-        position = [{d: p for p, (d, _) in enumerate(run.ranking(qid), 1)} if qid in run.scores else {} for run in runs.values()]
+        position = [
+            {d: p for p, (d, _) in enumerate(run.ranking(qid), 1)} if qid in run.scores else {} for run in runs.values()
+        ]
         docs = list(dict.fromkeys(d for ranks in position for d in ranks))
         at = {d: [ranks.get(d, len(docs) + 1) for ranks in position] for d in docs}
 
         def compare(x: str, y: str, at: dict[str, list[int]] = at) -> int:
             margin = sum(w * ((a < b) - (b < a)) for w, a, b in zip(weights, at[x], at[y]))
             return -1 if margin > 0 else 1 if margin < 0 else 0
+
         start = [d for d, _ in rank_documents({d: -sum(at[d]) for d in docs})]
         fused[qid] = {d: float(len(docs) - i) for i, d in enumerate(sorted(start, key=cmp_to_key(compare)))}
     return fused
 
 
-@pytest.mark.parametrize("members, weights", [(2, None), (2, [0.4, 0.6]), (2, [0.0, 1.0]), (2, [2.0, 2.0]), (3, None),
-                                              (3, [1.0, 1.0, 3.0]), (3, [0.2, 0.3, 0.5]), (4, [1.0, 2.0, 4.0, 8.0]), (4, None)])
+@pytest.mark.parametrize(
+    "members, weights",
+    [
+        (2, None),
+        (2, [0.4, 0.6]),
+        (2, [0.0, 1.0]),
+        (2, [2.0, 2.0]),
+        (3, None),
+        (3, [1.0, 1.0, 3.0]),
+        (3, [0.2, 0.3, 0.5]),
+        (4, [1.0, 2.0, 4.0, 8.0]),
+        (4, None),
+    ],
+)
 def test_condorcet_equals_its_definition_by_comparisons(members: int, weights: list[float] | None) -> None:
     """Every path of the sort (lexicographic votes; the Borda order kept; a query sorted by comparisons,
     with cycles among 3 or 4 members) gives the order Python's sort gives with the majority comparator."""
@@ -143,8 +195,14 @@ def test_condorcet_equals_its_definition_by_comparisons(members: int, weights: l
     assert [d for d, _ in fused.ranking("q0")] == [d for d, _ in rank_documents(fused.scores["q0"])]
 
 
-LEARNED = [("posfuse", {}, {}), ("probfuse", {"segments": 4}, {"n_segments": 4}), ("segfuse", {}, {}),
-           ("slidefuse", {"window": 3}, {"w": 3}), ("bayesfuse", {}, {}), ("mapfuse", {}, {})]
+LEARNED = [
+    ("posfuse", {}, {}),
+    ("probfuse", {"segments": 4}, {"n_segments": 4}),
+    ("segfuse", {}, {}),
+    ("slidefuse", {"window": 3}, {"w": 3}),
+    ("bayesfuse", {}, {}),
+    ("mapfuse", {}, {}),
+]
 
 
 @pytest.mark.parametrize("method, ours, theirs", LEARNED, ids=[m for m, _, _ in LEARNED])
@@ -159,7 +217,9 @@ def test_every_learned_method_equals_ranx_trained_on_other_queries(method: str, 
     key = {"mapfuse": "map_scores", "bayesfuse": "log_odds"}.get(method, "probs")
     normed = [ranx.normalization.min_max_norm(r) for r in as_ranx(test)] if norm else as_ranx(test)
     reference = getattr(ranx_fusion, method)(normed, **{key: learned}, **apply).to_dict()
-    fusion = Trained(method, list(test), depth=1000, normalization="minmax" if norm else "none", **ours).fit(train, qrels)
+    fusion = Trained(method, list(test), depth=1000, normalization="minmax" if norm else "none", **ours).fit(
+        train, qrels
+    )
     assert_same(fusion.fuse(test), reference)
 
 
@@ -181,12 +241,24 @@ def test_a_learned_fusion_refuses_a_job_that_reports_its_training_queries(tmp_pa
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td1\t1\n" for i in range(25)))
     for name, run in train.items():
         write_trec(run, tmp_path / f"{name}.trec")
-    fusion = registry.build("fusions", {"type": "posfuse", "system": "posfuse", "members": ["m0", "m1"], "train": {
-        "qrels": str(tmp_path / "qrels.tsv"), "runs": {m: str(tmp_path / f"{m}.trec") for m in train}}})
+    fusion = registry.build(
+        "fusions",
+        {
+            "type": "posfuse",
+            "system": "posfuse",
+            "members": ["m0", "m1"],
+            "train": {"qrels": str(tmp_path / "qrels.tsv"), "runs": {m: str(tmp_path / f"{m}.trec") for m in train}},
+        },
+    )
 
     def dataset(qids: list[str]) -> Dataset:
-        return Dataset("toy", Corpus(["d1"], [""], ["text"], "h"), {qid: "text" for qid in qids}, {qid: {"d1": 1} for qid in qids})
+        return Dataset(
+            "toy", Corpus(["d1"], [""], ["text"], "h"), {qid: "text" for qid in qids}, {qid: {"d1": 1} for qid in qids}
+        )
+
     assert fusion.dataset_problems(dataset(["t1", "t2"])) == {}
     problem = fusion.dataset_problems(dataset(["q24", "q3", "t1"]))["train.qrels"]
-    assert problem.startswith("2 of its 25 training queries are among the 3 queries of toy that this job reports (e.g. 'q24')")
+    assert problem.startswith(
+        "2 of its 25 training queries are among the 3 queries of toy that this job reports (e.g. 'q24')"
+    )
     assert "\n" not in problem

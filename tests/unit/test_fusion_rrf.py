@@ -20,8 +20,12 @@ def test_rrf_hand_computed() -> None:
 def test_rrf_member_depth_weights_and_output_depth() -> None:
     runs = {"a": Run("a", {"q": {"x": 3.0, "y": 2.0}}), "b": Run("b", {"q": {"y": 1.0, "x": 0.5}})}
     fused = reciprocal_rank_fusion(runs, ["a", "b"], k=0, depth=1, weights=[2.0, 1.0])
-    assert fused.scores["q"] == {"x": 2.0}  # each member read to depth 1: x from a (2/1); y from b (1/1) is cut by the output depth
-    assert reciprocal_rank_fusion(runs, ["a", "b"], k=0, depth=2, weights=[2.0, 1.0]).scores["q"] == pytest.approx({"x": 2.0 + 0.5, "y": 1.0 + 1.0})
+    assert fused.scores["q"] == {
+        "x": 2.0
+    }  # each member read to depth 1: x from a (2/1); y from b (1/1) is cut by the output depth
+    assert reciprocal_rank_fusion(runs, ["a", "b"], k=0, depth=2, weights=[2.0, 1.0]).scores["q"] == pytest.approx(
+        {"x": 2.0 + 0.5, "y": 1.0 + 1.0}
+    )
 
 
 def test_rrf_errors() -> None:

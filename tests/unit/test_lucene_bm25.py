@@ -79,26 +79,35 @@ def test_tie_adjustment_equals_anserinis() -> None:
     rng = np.random.default_rng(1)
     for _ in range(2000):
         n = int(rng.integers(1, 80))
-        base = rng.choice([5.0, 5.00004, 5.0001, 5.00015, 5.0002, 4.9999, 3.2, 3.20004, 7.1, 12.34567, 3.52245, 3.52255], n)
+        base = rng.choice(
+            [5.0, 5.00004, 5.0001, 5.00015, 5.0002, 4.9999, 3.2, 3.20004, 7.1, 12.34567, 3.52245, 3.52255], n
+        )
         scores = np.sort((base + rng.choice([0, 0, 0, 1e-5, 3e-5], n)).astype(F32))[::-1]
         assert bm25_lucene.adjust_ties(scores.copy()).tolist() == java_adjust_ties(scores.tolist())
 
 
 def test_rankings_row_by_row_are_adjusted_each_alone() -> None:
     rng = np.random.default_rng(1)
-    rankings = [np.sort(rng.choice([5.0, 5.00004, 5.0001, 4.9999, 3.2], int(n)).astype(F32))[::-1] for n in rng.integers(0, 8, 300)]
+    rankings = [
+        np.sort(rng.choice([5.0, 5.00004, 5.0001, 4.9999, 3.2], int(n)).astype(F32))[::-1]
+        for n in rng.integers(0, 8, 300)
+    ]
     padded = np.zeros((len(rankings), 8), dtype=F32)
     for row, ranking in enumerate(rankings):
-        padded[row, :len(ranking)] = ranking
+        padded[row, : len(ranking)] = ranking
     together = bm25_lucene.adjust_ties(padded)
-    assert [together[row, :len(ranking)].tolist() for row, ranking in enumerate(rankings)] == [java_adjust_ties(r.tolist()) for r in rankings]
+    assert [together[row, : len(ranking)].tolist() for row, ranking in enumerate(rankings)] == [
+        java_adjust_ties(r.tolist()) for r in rankings
+    ]
     assert bm25_lucene.adjust_ties(np.empty(0, dtype=F32)).tolist() == []
 
 
 # ----------------------------------------------------------------------------- analysis
 def random_text(rng: random.Random, length: int) -> str:
-    alphabet = ("abcXYZ019_ .,;:'\"-’＇\u00ad\u200d\u0301\u20e3\ufe0f#*©®™ αβΣσς İıßﬁ²½ 日本語 ひらがな カタカナ ภาษา 한국 "
-                "\u05d0\u05d1 ١٢ ０１ Ａ \U0001F600\U0001F3FD\U0001F1FA\U0001F1F8\U000E0067\U000E007F\U0001F3F4")
+    alphabet = (
+        "abcXYZ019_ .,;:'\"-’＇\u00ad\u200d\u0301\u20e3\ufe0f#*©®™ αβΣσς İıßﬁ²½ 日本語 ひらがな カタカナ ภาษา 한국 "
+        "\u05d0\u05d1 ١٢ ０１ Ａ \U0001f600\U0001f3fd\U0001f1fa\U0001f1f8\U000e0067\U000e007f\U0001f3f4"
+    )
     return "".join(rng.choice(alphabet) for _ in range(length))
 
 
@@ -129,18 +138,23 @@ def test_words_with_non_ascii_characters_scanned_apart_give_the_same_words(monke
     monkeypatch.setattr(lucene, "SPARSE_NON_ASCII", 1)  # always apart
     rng = random.Random(4)
     for _ in range(4000):
-        text = "".join(rng.choice((random_text(rng, 3), " ", "\n", "ab's", "x.y", "1,2", "\t")) for _ in range(rng.randint(0, 12)))
+        text = "".join(
+            rng.choice((random_text(rng, 3), " ", "\n", "ab's", "x.y", "1,2", "\t")) for _ in range(rng.randint(0, 12))
+        )
         for lowercase in (True, False):
             assert lucene.english_words(text, lowercase) == lucene._standard_words(text, lowercase), text
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ("1,000 people", ["1,000", "people"]),
-    ("X-Rays and U.S.A. e.g. John's JOHN’S", ["x", "rays", "and", "u.s.a", "e.g", "john", "john"]),
-    ("a:b a.1 1.a 3.14 5mg __ a_b_ IL-6", ["a:b", "a", "1", "1", "a", "3.14", "5mg", "a_b_", "il", "6"]),
-    ("ΣΑΣ İstanbul Straße", ["σασ", "istanbul", "straße"]),  # Java lower-casing: no final sigma, no folding
-    ("Tamiflu® 東京 カタカナ", ["tamiflu", "®", "東", "京", "カタカナ"]),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("1,000 people", ["1,000", "people"]),
+        ("X-Rays and U.S.A. e.g. John's JOHN’S", ["x", "rays", "and", "u.s.a", "e.g", "john", "john"]),
+        ("a:b a.1 1.a 3.14 5mg __ a_b_ IL-6", ["a:b", "a", "1", "1", "a", "3.14", "5mg", "a_b_", "il", "6"]),
+        ("ΣΑΣ İstanbul Straße", ["σασ", "istanbul", "straße"]),  # Java lower-casing: no final sigma, no folding
+        ("Tamiflu® 東京 カタカナ", ["tamiflu", "®", "東", "京", "カタカナ"]),
+    ],
+)
 def test_english_words(text: str, words: list[str]) -> None:
     assert lucene.english_words(text) == words
 
@@ -148,18 +162,46 @@ def test_english_words(text: str, words: list[str]) -> None:
 def test_a_token_longer_than_255_code_units_is_cut() -> None:
     long = "a" * 600
     assert lucene.english_words(f"x {long} y") == ["x", "a" * 255, "a" * 255, "a" * 90, "y"]
-    astral = "\U0001D41A" * 200  # mathematical bold a: a letter of two UTF-16 code units
+    astral = "\U0001d41a" * 200  # mathematical bold a: a letter of two UTF-16 code units
     assert [len(word) for word in lucene.standard_tokens(astral)] == [127, 73]
 
 
-@pytest.mark.parametrize(("word", "expected"), [
-    ("caresses", "caress"), ("ponies", "poni"), ("ties", "ti"), ("cats", "cat"), ("feed", "feed"), ("agreed", "agre"),
-    ("disabled", "disabl"), ("matting", "mat"), ("mating", "mate"), ("meeting", "meet"), ("milling", "mill"),
-    ("messing", "mess"), ("meetings", "meet"), ("happy", "happi"), ("relational", "relat"), ("conditional", "condit"),
-    ("generalization", "gener"), ("oscillators", "oscil"), ("hopefulness", "hope"), ("electricity", "electr"),
-    ("probate", "probat"), ("rate", "rate"), ("cease", "ceas"), ("controlling", "control"), ("rolling", "roll"),
-    ("as", "as"), ("is", "is"), ("ion", "ion"), ("aed", "a"), ("syllogism", "syllog"), ("sensibility", "sensibl"),
-])
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        ("caresses", "caress"),
+        ("ponies", "poni"),
+        ("ties", "ti"),
+        ("cats", "cat"),
+        ("feed", "feed"),
+        ("agreed", "agre"),
+        ("disabled", "disabl"),
+        ("matting", "mat"),
+        ("mating", "mate"),
+        ("meeting", "meet"),
+        ("milling", "mill"),
+        ("messing", "mess"),
+        ("meetings", "meet"),
+        ("happy", "happi"),
+        ("relational", "relat"),
+        ("conditional", "condit"),
+        ("generalization", "gener"),
+        ("oscillators", "oscil"),
+        ("hopefulness", "hope"),
+        ("electricity", "electr"),
+        ("probate", "probat"),
+        ("rate", "rate"),
+        ("cease", "ceas"),
+        ("controlling", "control"),
+        ("rolling", "roll"),
+        ("as", "as"),
+        ("is", "is"),
+        ("ion", "ion"),
+        ("aed", "a"),
+        ("syllogism", "syllog"),
+        ("sensibility", "sensibl"),
+    ],
+)
 def test_porter_stems_as_lucene(word: str, expected: str) -> None:
     """Examples of Porter (1980) and of Lucene's PorterStemmer comments (Bug 1: aed, Bug 2: ion)."""
     assert stem(word) == expected
@@ -170,12 +212,17 @@ def test_snowball_porter_is_taken_only_where_it_equals_lucenes() -> None:
     """PorterStemmer hands Snowball's porter the words where it cannot depart from Lucene's (ragtrack.core.porter):
     random words built from the suffixes of every step give the stems of the transcription."""
     rng = random.Random(5)
-    suffixes = ("ational tional enci anci izer bli alli entli eli ousli ization ation ator alism iveness fulness ousness aliti iviti "
-                "biliti logi icate ative alize iciti ical ful ness al ance ence er ic able ible ant ement ment ent ion sion ou ism ate "
-                "iti ous ive ize e ll y ies sses s eed ed ing ly at bl iz edly ably ibly logy").split()
+    suffixes = (
+        "ational tional enci anci izer bli alli entli eli ousli ization ation ator alism iveness fulness ousness aliti iviti "
+        "biliti logi icate ative alize iciti ical ful ness al ance ence er ic able ible ant ement ment ent ion sion ou ism ate "
+        "iti ous ive ize e ll y ies sses s eed ed ing ly at bl iz edly ably ibly logy"
+    ).split()
     words = set()
     for _ in range(40_000):
-        word = "".join(rng.choice("aeiouybcdhjklmnrstvwxzYéß" if rng.random() < 0.3 else "aeiouybcdlmnrst") for _ in range(rng.randint(1, 7)))
+        word = "".join(
+            rng.choice("aeiouybcdhjklmnrstvwxzYéß" if rng.random() < 0.3 else "aeiouybcdlmnrst")
+            for _ in range(rng.randint(1, 7))
+        )
         words.add(word + "".join(rng.choice(suffixes) for _ in range(rng.randint(0, 3))))
     words = sorted(words)
     assert PorterStemmer().stemWords(words) == [stem(word) for word in words]
@@ -208,7 +255,9 @@ def test_scores_equal_lucenes_formula_bit_for_bit(tmp_path: Path) -> None:
     rng = random.Random(3)
     words = [f"w{i}" for i in range(40)]
     texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 120))) for _ in range(300)]
-    corpus = Corpus(ids=[f"d{i:03d}" for i in range(len(texts))], titles=[""] * len(texts), texts=texts, hash="random-lengths")
+    corpus = Corpus(
+        ids=[f"d{i:03d}" for i in range(len(texts))], titles=[""] * len(texts), texts=texts, hash="random-lengths"
+    )
     retriever = BM25Retriever(score_ties="raw", tokenizer={"stemmer": None, "stopwords": None})
     retriever.index(corpus, Cache(tmp_path))
     documents = [text.split() for text in texts]
@@ -230,7 +279,10 @@ def test_the_query_id_is_removed_and_settings_key_the_caches(tmp_path: Path) -> 
     kept.index(corpus, cache)
     removed = BM25Retriever()
     removed.index(corpus, cache)
-    assert list(kept.search({"q1": "apple"}, 10).scores["q1"]) == ["d2", "q1"]  # tied: id ascending, the second lowered by 1e-6
+    assert list(kept.search({"q1": "apple"}, 10).scores["q1"]) == [
+        "d2",
+        "q1",
+    ]  # tied: id ascending, the second lowered by 1e-6
     assert list(removed.search({"q1": "apple"}, 10).scores["q1"]) == ["d2"]
     assert len(cache.builds) == 1 and kept.identity() != removed.identity()  # one index, two runs
     BM25Retriever(fields={"title": 1.0, "text": 1.0}).index(corpus, cache)
@@ -241,7 +293,12 @@ def test_the_query_id_is_removed_and_settings_key_the_caches(tmp_path: Path) -> 
 def test_multifield_sums_its_fields(tmp_path: Path) -> None:
     """Each field has its own N and avgdl (a document with an empty title is not counted in the
     title's N); a document's score is the sum of its fields' scores."""
-    corpus = Corpus(ids=["a", "b", "c"], titles=["apple", "", "pear apple"], texts=["pie crust", "apple apple", "tart"], hash="fields")
+    corpus = Corpus(
+        ids=["a", "b", "c"],
+        titles=["apple", "", "pear apple"],
+        texts=["pie crust", "apple apple", "tart"],
+        hash="fields",
+    )
     both = BM25Retriever(fields={"title": 1.0, "text": 1.0}, score_ties="raw")
     both.index(corpus, Cache(tmp_path / "both"))
     parts = {}
@@ -249,7 +306,11 @@ def test_multifield_sums_its_fields(tmp_path: Path) -> None:
         one = BM25Retriever(fields={field: 1.0}, score_ties="raw")
         one.index(corpus, Cache(tmp_path / field))
         parts[field] = one.search({"q": "apple"}, 10).scores["q"]
-    summed = {doc: float(F32(parts["title"].get(doc, 0.0) + parts["text"].get(doc, 0.0))) for doc in "abc" if doc in parts["title"] or doc in parts["text"]}
+    summed = {
+        doc: float(F32(parts["title"].get(doc, 0.0) + parts["text"].get(doc, 0.0)))
+        for doc in "abc"
+        if doc in parts["title"] or doc in parts["text"]
+    }
     assert both.search({"q": "apple"}, 10).scores["q"] == summed
 
 
@@ -264,8 +325,10 @@ def test_the_analyzer_gives_lucenes_tokens() -> None:
     with gzip.open(PYSERINI / "analyzed_queries.jsonl.gz", "rt", encoding="utf-8") as lines:
         queries = [json.loads(line) for line in lines]
     tricky = [json.loads(line) for line in (PYSERINI / "tricky.jsonl").read_text(encoding="utf-8").splitlines()]
-    for expected_full, expected_plain, texts in (([q["tokens"] for q in queries], [q["nostem"] for q in queries], [q["text"] for q in queries]),
-                                                 ([t["default"] for t in tricky], [t["nostem"] for t in tricky], [t["text"] for t in tricky])):
+    for expected_full, expected_plain, texts in (
+        ([q["tokens"] for q in queries], [q["nostem"] for q in queries], [q["text"] for q in queries]),
+        ([t["default"] for t in tricky], [t["nostem"] for t in tricky], [t["text"] for t in tricky]),
+    ):
         assert full(texts) == expected_full
         assert plain(texts) == expected_plain
     with gzip.open(PYSERINI / "porter_words.tsv.gz", "rt", encoding="utf-8") as lines:
@@ -300,7 +363,11 @@ def test_pyserini_runs_are_reproduced(system: str, fields: dict | None, tmp_path
         retriever.index(dataset.corpus, cache)
         run = retriever.search(queries, depth=1000)
         for qid, expected in reference.items():
-            top = run.ranking(qid)[:100] if ties == "anserini" else sorted(run.scores[qid].items(), key=lambda item: (-item[1], item[0]))[:100]
+            top = (
+                run.ranking(qid)[:100]
+                if ties == "anserini"
+                else sorted(run.scores[qid].items(), key=lambda item: (-item[1], item[0]))[:100]
+            )
             assert [(doc, shown(score)) for doc, score in top] == expected, qid
 
 
@@ -319,7 +386,9 @@ def test_clause_scores_written_in_steps_equal_one_pass(tmp_path: Path, monkeypat
 
 
 @pytest.mark.parametrize("fields", [None, {"title": 1.0, "text": 1.0}, {"title": 2.0, "text": 0.5}])
-def test_batches_and_threads_change_no_figure(fields: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batches_and_threads_change_no_figure(
+    fields: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A search of many queries, in batches of any size on any number of threads, gives each query the
     ranking and the written scores of that query searched alone (SciFact, repeated query terms and
     field boosts included)."""
@@ -333,24 +402,36 @@ def test_batches_and_threads_change_no_figure(fields: dict | None, tmp_path: Pat
         monkeypatch.setattr(bm25_lucene, "BATCH_POSTINGS", postings)
         retriever = BM25Retriever(fields=fields, threads=threads)
         retriever.index(dataset.corpus, cache)
-        batches = bm25_lucene.query_batches(retriever._fields, [bm25_lucene.query_weights(t) for t in retriever.tokenizer(queries.values())], threads)
+        batches = bm25_lucene.query_batches(
+            retriever._fields, [bm25_lucene.query_weights(t) for t in retriever.tokenizer(queries.values())], threads
+        )
         assert len(batches) > (1 if postings < 1 << 30 else 0) and batches[0][0] == 0 and batches[-1][1] == len(queries)
         found = retriever.search(queries, depth=100).scores
-        assert {qid: list(scores.items()) for qid, scores in found.items()} == {qid: list(scores.items()) for qid, scores in expected.items()}
+        assert {qid: list(scores.items()) for qid, scores in found.items()} == {
+            qid: list(scores.items()) for qid, scores in expected.items()
+        }
 
 
 def test_threads_is_a_lucene_backend_setting() -> None:
     with pytest.raises(RagtrackError, match="threads needs backend lucene"):
         BM25Retriever(backend="bm25s", threads=2)
-    assert BM25Retriever(threads=None).identity() == BM25Retriever(threads=3).identity()  # the same run, one cache entry
+    assert (
+        BM25Retriever(threads=None).identity() == BM25Retriever(threads=3).identity()
+    )  # the same run, one cache entry
 
 
 @pytest.mark.parametrize("fields", [None, {"title": 1.0, "text": 1.0}, {"title": 2.0, "text": 0.5}])
-def test_dense_and_sparse_scoring_give_the_same_run(fields: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dense_and_sparse_scoring_give_the_same_run(
+    fields: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A query is scored on a dense array (most documents match) or by the sparse product: the same
     ids, order and float32 scores at any depth, with ties, boosts, repeated and weighted terms."""
     dataset = load_beir(datasets_dir() / "scifact")
-    queries = dict(list(dataset.queries.items())[:80]) | {"twice": "cell cell membrane", "unknown": "zzzqqq", "common": "the of and"}
+    queries = dict(list(dataset.queries.items())[:80]) | {
+        "twice": "cell cell membrane",
+        "unknown": "zzzqqq",
+        "common": "the of and",
+    }
     retriever = BM25Retriever(fields=fields, score_ties="raw", threads=1)
     retriever.index(dataset.corpus, Cache(tmp_path))
     weighted = {"w": {"cell": 0.7, "membran": 1.3, "protein": 2.0}}
@@ -358,6 +439,9 @@ def test_dense_and_sparse_scoring_give_the_same_run(fields: dict | None, tmp_pat
     for share in (0.0, float("inf")):
         monkeypatch.setattr(bm25_lucene, "DENSE_SHARE", share)
         monkeypatch.setattr(bm25_lucene, "DENSE_POSTINGS", 0)
-        found = [{qid: list(scores.items()) for qid, scores in retriever.search(queries, depth).scores.items()} for depth in (1, 7, 100, 6000)]
+        found = [
+            {qid: list(scores.items()) for qid, scores in retriever.search(queries, depth).scores.items()}
+            for depth in (1, 7, 100, 6000)
+        ]
         runs.append(found + ([retriever.search_weighted(weighted, 50).scores] if fields is None else []))
     assert runs[0] == runs[1] and runs[0]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragtrack.evaluators.ranking import RankingEvaluator, parse_metric, score_ranking
 from ragtrack.core.errors import RagtrackError
+from ragtrack.evaluators.ranking import RankingEvaluator, parse_metric, score_ranking
 
 
 def ranked(*docs: str) -> dict[str, float]:
@@ -85,12 +85,15 @@ def test_mean_rank() -> None:
     assert scores(run, qrels, ["mean_rank"], threshold=2)["a"]["mean_rank"] == 6  # grade 1 < 2: not relevant
 
 
-@pytest.mark.parametrize(("name", "problem"), [
-    ("ndgc@10", "unknown metric 'ndgc@10'; known: p@k, recall@k"),
-    ("p", "needs a cutoff"),
-    ("auc@10", "takes no cutoff"),
-    ("ndcg@0", "positive integer"),
-])
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("ndgc@10", "unknown metric 'ndgc@10'; known: p@k, recall@k"),
+        ("p", "needs a cutoff"),
+        ("auc@10", "takes no cutoff"),
+        ("ndcg@0", "positive integer"),
+    ],
+)
 def test_bad_metric_names(name: str, problem: str) -> None:
     with pytest.raises(RagtrackError, match=problem.replace("(", r"\(")):
         parse_metric(name)
@@ -98,8 +101,10 @@ def test_bad_metric_names(name: str, problem: str) -> None:
         RankingEvaluator(metrics=[name])
 
 
-@pytest.mark.parametrize("typed, suggestion", [("ndgc@10", "ndcg@10"), ("recal@100", "recall@100"), ("mrrr", "mrr"),
-                                                ("qqq", None), ("zzz@3", None)])
+@pytest.mark.parametrize(
+    "typed, suggestion",
+    [("ndgc@10", "ndcg@10"), ("recal@100", "recall@100"), ("mrrr", "mrr"), ("qqq", None), ("zzz@3", None)],
+)
 def test_a_misspelled_metric_gets_a_did_you_mean(typed: str, suggestion: str | None) -> None:
     with pytest.raises(RagtrackError) as failure:
         parse_metric(typed)
@@ -110,6 +115,7 @@ def test_a_misspelled_metric_gets_a_did_you_mean(typed: str, suggestion: str | N
 
 # --- variants from other sources, on their worked examples ----------------------------------------
 
+
 def test_ndcg_retrieved_on_the_wikipedia_example() -> None:
     # Wikipedia, "Discounted cumulative gain", worked example: six retrieved documents graded 3 2 3 0 1 2.
     # DCG6 = 3 + 2/log2(3) + 3/2 + 0 + 1/log2(6) + 2/log2(7) = 6.861; the ideal order of the retrieved
@@ -118,14 +124,20 @@ def test_ndcg_retrieved_on_the_wikipedia_example() -> None:
     run = {"q": ranked("d1", "d2", "d3", "d4", "d5", "d6")}
     grades = {"d1": 3, "d2": 2, "d3": 3, "d4": 0, "d5": 1, "d6": 2}
     values = scores(run, {"q": grades}, ["dcg@6", "ndcg_retrieved@6", "ndcg@6"])["q"]
-    assert (round(values["dcg@6"], 3), round(values["ndcg_retrieved@6"], 3), round(values["ndcg@6"], 3)) == (6.861, 0.961, 0.961)
+    assert (round(values["dcg@6"], 3), round(values["ndcg_retrieved@6"], 3), round(values["ndcg@6"], 3)) == (
+        6.861,
+        0.961,
+        0.961,
+    )
     values = scores(run, {"q": grades | {"d7": 3, "d8": 2}}, ["ndcg_retrieved@6", "ndcg@6"])["q"]
     assert (round(values["ndcg_retrieved@6"], 3), round(values["ndcg@6"], 3)) == (0.961, 0.785)
 
 
 def test_precision_over_the_retrieved_documents() -> None:
     # 3 documents retrieved, 2 relevant: P@10 = 2/10 (trec_eval), p_retrieved@10 = 2/3; @2: 1/2 both.
-    values = scores({"q": ranked("r1", "n", "r2")}, {"q": {"r1": 1, "r2": 1, "r3": 1}}, ["p@10", "p_retrieved@10", "p_retrieved@2"])["q"]
+    values = scores(
+        {"q": ranked("r1", "n", "r2")}, {"q": {"r1": 1, "r2": 1, "r3": 1}}, ["p@10", "p_retrieved@10", "p_retrieved@2"]
+    )["q"]
     assert values == pytest.approx({"p@10": 0.2, "p_retrieved@10": 2 / 3, "p_retrieved@2": 0.5}, abs=1e-12)
     assert scores({}, {"q": {"r1": 1}}, ["p_retrieved@5"])["q"]["p_retrieved@5"] == 0  # nothing retrieved
 
@@ -136,8 +148,14 @@ def test_capped_recall_hole_and_judged() -> None:
     # only for query b and u1 nowhere. R_cap@2 = 2/min(2, 4) = 1 (recall@2 = 2/4); R_cap@5 = 2/4.
     # Hole@5 = 1/5 (u1; x is judged for b); judged@5 = 3/5 (r1 r2 n1: judged for a).
     qrels = {"a": {"r1": 1, "r2": 2, "r3": 1, "r4": 1, "n1": 0}, "b": {"x": 1}}
-    values = scores({"a": ranked("r1", "r2", "u1", "n1", "x")}, qrels, ["recall@2", "r_cap@2", "r_cap@5", "hole@5", "judged@5", "hole@10"])["a"]
-    assert values == pytest.approx({"recall@2": 0.5, "r_cap@2": 1.0, "r_cap@5": 0.5, "hole@5": 0.2, "judged@5": 0.6, "hole@10": 0.1}, abs=1e-12)
+    values = scores(
+        {"a": ranked("r1", "r2", "u1", "n1", "x")},
+        qrels,
+        ["recall@2", "r_cap@2", "r_cap@5", "hole@5", "judged@5", "hole@10"],
+    )["a"]
+    assert values == pytest.approx(
+        {"recall@2": 0.5, "r_cap@2": 1.0, "r_cap@5": 0.5, "hole@5": 0.2, "judged@5": 0.6, "hole@10": 0.1}, abs=1e-12
+    )
 
 
 def test_context_precision_on_the_ragas_example() -> None:
@@ -151,14 +169,20 @@ def test_context_precision_on_the_ragas_example() -> None:
     assert values["c"] == {"context_precision@2": 0.0, "context_precision": 0.0}
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("ndcg@¹⁰", "metric 'ndcg@¹⁰': the cutoff must be a positive integer in ASCII digits; did you mean 'ndcg@10'?"),
-    ("recall@１０", "metric 'recall@１０': the cutoff must be a positive integer in ASCII digits; did you mean 'recall@10'?"),
-    ("p@٣", "metric 'p@٣': the cutoff must be a positive integer in ASCII digits; did you mean 'p@3'?"),
-    ("map@1_0", "metric 'map@1_0': the cutoff must be a positive integer in ASCII digits, e.g. map@10"),
-    ("hole@+5", "metric 'hole@+5': the cutoff must be a positive integer in ASCII digits, e.g. hole@10"),
-    ("ndcg@", "metric 'ndcg@': the cutoff must be a positive integer in ASCII digits, e.g. ndcg@10"),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("ndcg@¹⁰", "metric 'ndcg@¹⁰': the cutoff must be a positive integer in ASCII digits; did you mean 'ndcg@10'?"),
+        (
+            "recall@１０",
+            "metric 'recall@１０': the cutoff must be a positive integer in ASCII digits; did you mean 'recall@10'?",
+        ),
+        ("p@٣", "metric 'p@٣': the cutoff must be a positive integer in ASCII digits; did you mean 'p@3'?"),
+        ("map@1_0", "metric 'map@1_0': the cutoff must be a positive integer in ASCII digits, e.g. map@10"),
+        ("hole@+5", "metric 'hole@+5': the cutoff must be a positive integer in ASCII digits, e.g. hole@10"),
+        ("ndcg@", "metric 'ndcg@': the cutoff must be a positive integer in ASCII digits, e.g. ndcg@10"),
+    ],
+)
 def test_a_cutoff_takes_ascii_digits_only(name: str, message: str) -> None:
     with pytest.raises(RagtrackError) as failure:
         parse_metric(name)

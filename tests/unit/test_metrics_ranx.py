@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ragtrack.evaluators.ranking import score_ranking
 from ragtrack.core.runs import rank_documents
+from ragtrack.evaluators.ranking import score_ranking
 from tests.support import assert_equal_per_query, random_pairs
 
 ranx_metrics = pytest.importorskip("ranx.metrics")
@@ -22,7 +22,12 @@ RANX = {"ndcg_exp": ranx_metrics.ndcg_burges, "f1": ranx_metrics.f1, "hit": ranx
 def as_ranx(qrels: dict, run: dict, qids: list[str]):
     """ranx's low-level input: per query a (documents, 2) array of (document code, grade or score),
     sorted best first. The run is passed in trec_eval order (ranx breaks ties arbitrarily)."""
-    code = {doc: float(n) for n, doc in enumerate({doc for judged in qrels.values() for doc in judged} | {doc for ranked in run.values() for doc in ranked})}
+    code = {
+        doc: float(n)
+        for n, doc in enumerate(
+            {doc for judged in qrels.values() for doc in judged} | {doc for ranked in run.values() for doc in ranked}
+        )
+    }
 
     def table(pairs: list[tuple[str, float]]) -> np.ndarray:
         return np.array([[code[doc], value] for doc, value in pairs], dtype=np.float64).reshape(-1, 2)
@@ -38,7 +43,9 @@ def test_equals_ranx_per_query() -> None:
     names = [f"{metric}@{k}" for metric in RANX for k in CUTOFFS]
     ours, _ = score_ranking(run, qrels, names)
     judged, ranked = as_ranx(qrels, run, qids)
-    reference = pd.DataFrame({name: RANX[name.split("@")[0]](judged, ranked, int(name.split("@")[1]), 1) for name in names}, index=qids)
+    reference = pd.DataFrame(
+        {name: RANX[name.split("@")[0]](judged, ranked, int(name.split("@")[1]), 1) for name in names}, index=qids
+    )
     assert (reference["ndcg_exp@10"] > 0).sum() > 1000
     assert_equal_per_query(ours, reference)
     unevaluated = [qid for qid in qrels if not run.get(qid)]

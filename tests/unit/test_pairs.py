@@ -46,11 +46,14 @@ def test_a_failed_batch_stores_nothing_of_itself(tmp_path: Path) -> None:
 
 def _python(script: str, tmp_path: Path) -> subprocess.Popen:
     prelude = f"from ragtrack.core.cache import Cache\nfrom ragtrack.core.pairs import PairScores\nstore = PairScores(Cache({str(tmp_path)!r}), {IDENTITY!r})\n"
-    return subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(script)], stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", prelude + textwrap.dedent(script)], stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_a_process_killed_while_storing_leaves_whole_batches(tmp_path: Path) -> None:
-    killed = _python("""
+    killed = _python(
+        """
         import os, signal
         store.store({("q", f"first {i}"): float(i) for i in range(100)})
 
@@ -62,7 +65,9 @@ def test_a_process_killed_while_storing_leaves_whole_batches(tmp_path: Path) -> 
                     yield item
 
         store.store(DiesHalfway({("q", f"second {i}"): float(i) for i in range(10000)}))
-        """, tmp_path)
+        """,
+        tmp_path,
+    )
     assert killed.wait(timeout=60) == -9, killed.stderr.read()
     store = PairScores(Cache(tmp_path), IDENTITY)
     found = store.lookup([("q", f"{batch} {i}") for batch in ("first", "second") for i in range(10000)])
@@ -70,10 +75,16 @@ def test_a_process_killed_while_storing_leaves_whole_batches(tmp_path: Path) -> 
 
 
 def test_two_processes_store_into_one_file_at_once(tmp_path: Path) -> None:
-    writers = [_python(f"""
+    writers = [
+        _python(
+            f"""
         for batch in range(40):
             store.store({{("q", f"{name} {{batch}} {{i}}"): float(i) for i in range(50)}})
-        """, tmp_path) for name in ("left", "right")]
+        """,
+            tmp_path,
+        )
+        for name in ("left", "right")
+    ]
     assert [w.wait(timeout=120) for w in writers] == [0, 0], [w.stderr.read() for w in writers]
     pairs = [("q", f"{name} {batch} {i}") for name in ("left", "right") for batch in range(40) for i in range(50)]
     assert len(PairScores(Cache(tmp_path), IDENTITY).lookup(pairs)) == 4000
@@ -95,4 +106,7 @@ def test_a_full_disk_does_not_advise_deleting_valid_scores(tmp_path: Path) -> No
 
     store = PairScores(Cache(tmp_path), IDENTITY)
     message = str(store._connection()._unreadable(sqlite3.OperationalError("database or disk is full")))
-    assert message == f"{store.path}: the pair-score store cannot be used: disk full (SQLite: database or disk is full) (its stored scores are kept)"
+    assert (
+        message
+        == f"{store.path}: the pair-score store cannot be used: disk full (SQLite: database or disk is full) (its stored scores are kept)"
+    )

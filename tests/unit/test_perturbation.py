@@ -9,10 +9,14 @@ import sys
 
 import pytest
 
-from ragtrack.perturbation import NEIGHBOURS, drop_words, perturb_queries, typos, _rng
+from ragtrack.perturbation import NEIGHBOURS, _rng, drop_words, perturb_queries, typos
 
-QUERIES = {"a": "How many points did the Panthers defense surrender?", "b": "0-dimensional biomaterials lack inductive properties.",
-           "c": "why", "d": "A B C D E F G H I J"}
+QUERIES = {
+    "a": "How many points did the Panthers defense surrender?",
+    "b": "0-dimensional biomaterials lack inductive properties.",
+    "c": "why",
+    "d": "A B C D E F G H I J",
+}
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -38,7 +42,9 @@ def test_typos_edit_about_rate_times_letters(rate: float) -> None:
     for seed in range(20):
         changed = typos(text, rate, _rng(seed, "t", "a"))
         edits = int(rate * letters + 0.5)
-        assert 0 < edit_distance(text, changed) <= 2 * edits  # one typo per picked letter, each at most 2 character edits
+        assert (
+            0 < edit_distance(text, changed) <= 2 * edits
+        )  # one typo per picked letter, each at most 2 character edits
         assert abs(len(changed) - len(text)) <= edits
 
 
@@ -70,6 +76,14 @@ def test_a_querys_perturbation_depends_only_on_seed_name_and_id() -> None:
 
 def test_same_output_under_any_hash_seed() -> None:
     code = "from ragtrack.perturbation import perturb_queries; print(perturb_queries({'a': 'where is ATP produced in cells', 'b': 'x y z w'}, 'n', 'typos', 0.3, 1))"
-    outputs = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True,
-                              check=True).stdout for seed in ("0", "1", "12345")}
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "1", "12345")
+    }
     assert len(outputs) == 1 and "'a'" in outputs.pop()

@@ -72,7 +72,9 @@ def test_the_estimate_leaves_out_a_slow_first_batch(caplog) -> None:
         for _ in range(9):
             clock.now += 1.0
             counter.update(64)
-    assert caplog.messages[0] == "bertscore: embed 640 texts: about 29 s (estimated from the first 128)"  # not 20 s × 10
+    assert (
+        caplog.messages[0] == "bertscore: embed 640 texts: about 29 s (estimated from the first 128)"
+    )  # not 20 s × 10
     assert caplog.messages[-1] == "bertscore: embed 640 texts done, 29 s" and len(caplog.messages) == 2
 
 
@@ -104,11 +106,20 @@ def test_track_yields_every_item_and_counts_silently_when_asked(caplog) -> None:
             clock.now += 1.0
             yield item
 
-    assert list(track(ticking(range(50)), "bm25: search", "queries", total=50, clock=clock, show=False)) == list(range(50))
-    assert list(track(ticking(range(50)), "bm25: search", "queries", total=50, clock=clock, stream=io.StringIO())) == list(range(50))
-    assert caplog.messages[0] == "bm25: search 50 queries: about 50 s (estimated from the first 2)" and len(caplog.messages) == 3
+    assert list(track(ticking(range(50)), "bm25: search", "queries", total=50, clock=clock, show=False)) == list(
+        range(50)
+    )
+    assert list(
+        track(ticking(range(50)), "bm25: search", "queries", total=50, clock=clock, stream=io.StringIO())
+    ) == list(range(50))
+    assert (
+        caplog.messages[0] == "bm25: search 50 queries: about 50 s (estimated from the first 2)"
+        and len(caplog.messages) == 3
+    )
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0.4, "0 s"), (47, "47 s"), (80, "1 min 20 s"), (3599.6, "1 h 0 min"), (7530, "2 h 5 min")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0.4, "0 s"), (47, "47 s"), (80, "1 min 20 s"), (3599.6, "1 h 0 min"), (7530, "2 h 5 min")]
+)
 def test_durations_read_as_a_person_would_say_them(seconds: float, text: str) -> None:
     assert duration(seconds) == text

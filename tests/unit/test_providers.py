@@ -37,10 +37,14 @@ def register_beir_folder(folder: Path, dataset_id: str, scratch: Path) -> None:
         with gzip.open(folder / "corpus.jsonl.gz", "rb") as packed, open(corpus, "wb") as plain:
             shutil.copyfileobj(packed, plain)
     if dataset_id not in ir_datasets.registry:
-        ir_datasets.registry.register(dataset_id, IrdsCollection(
-            BeirDocs(dataset_id, LocalDownload(corpus), BeirTitleDoc),
-            BeirQueries(dataset_id, LocalDownload(folder / "queries.jsonl"), GenericQuery),
-            BeirQrels(LocalDownload(folder / "qrels" / "test.tsv"), qrels_defs={})))
+        ir_datasets.registry.register(
+            dataset_id,
+            IrdsCollection(
+                BeirDocs(dataset_id, LocalDownload(corpus), BeirTitleDoc),
+                BeirQueries(dataset_id, LocalDownload(folder / "queries.jsonl"), GenericQuery),
+                BeirQrels(LocalDownload(folder / "qrels" / "test.tsv"), qrels_defs={}),
+            ),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +62,23 @@ def test_irds_equals_the_beir_folder_of_the_same_files(irds_home) -> None:
     assert list(irds.corpus.titles) == list(beir.corpus.titles) and list(irds.corpus.texts) == list(beir.corpus.texts)
     assert irds.queries == beir.queries and irds.qrels == beir.qrels
     assert irds.source == "irds:ragtrack-test/scifact" and irds.name == "ragtrack-test-scifact"
-    assert set(irds.hashes) == {"documents", "queries", "qrels"} and irds.hash != beir.hash  # hashed as read, not as stored
+    assert (
+        set(irds.hashes) == {"documents", "queries", "qrels"} and irds.hash != beir.hash
+    )  # hashed as read, not as stored
 
 
 def test_irds_job_equals_the_beir_job_on_every_metric(irds_home, tmp_path) -> None:
     common = ["retriever=[bm25]", "fusion=[]", "tracking=none", f"paths.cache_dir={tmp_path / 'cache'}"]
     beir = ragtrack.run_experiment(["dataset=toy", *common, f"paths.output_dir={tmp_path / 'beir'}"])
-    irds = ragtrack.run_experiment(["dataset=irds", "dataset.id=ragtrack-test/toy", f"dataset.home={irds_home}", *common,
-                                    f"paths.output_dir={tmp_path / 'irds'}"])
+    irds = ragtrack.run_experiment(
+        [
+            "dataset=irds",
+            "dataset.id=ragtrack-test/toy",
+            f"dataset.home={irds_home}",
+            *common,
+            f"paths.output_dir={tmp_path / 'irds'}",
+        ]
+    )
     assert irds.systems == beir.systems  # every metric, to the last digit
     assert irds.results["aggregates"] == beir.results["aggregates"]
     assert irds.results["dataset"]["name"] == "ragtrack-test-toy" and irds.results["dataset"]["provider"] == "irds"
@@ -75,15 +88,29 @@ def test_irds_fields_choose_the_text(irds_home) -> None:
     text_only = load_dataset({"type": "irds", "id": "ragtrack-test/toy", "home": str(irds_home), "fields": ["text"]})
     beir = load_beir(TOY)
     assert list(text_only.corpus.texts) == list(beir.corpus.texts) and set(text_only.corpus.titles) == {""}
-    swapped = load_dataset({"type": "irds", "id": "ragtrack-test/toy", "home": str(irds_home), "fields": ["text", "title"]})
+    swapped = load_dataset(
+        {"type": "irds", "id": "ragtrack-test/toy", "home": str(irds_home), "fields": ["text", "title"]}
+    )
     assert list(swapped.corpus.titles) == list(beir.corpus.texts)
 
 
-@pytest.mark.parametrize(("settings", "message"), [
-    ({"id": "ragtrack-test/toi"}, "dataset.id: 'ragtrack-test/toi' is not an ir_datasets id; did you mean 'ragtrack-test/toy'?"),
-    ({"id": "ragtrack-test/toy", "fields": ["body"]}, "dataset.fields: 'body' is not a field of ir_datasets 'ragtrack-test/toy'; its fields: doc_id, text, title"),
-    ({"id": "ragtrack-test/toy", "query_field": "txt"}, "dataset.query_field: 'txt' is not a field of ir_datasets 'ragtrack-test/toy'; its fields: query_id, text; did you mean 'text'?"),
-])
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"id": "ragtrack-test/toi"},
+            "dataset.id: 'ragtrack-test/toi' is not an ir_datasets id; did you mean 'ragtrack-test/toy'?",
+        ),
+        (
+            {"id": "ragtrack-test/toy", "fields": ["body"]},
+            "dataset.fields: 'body' is not a field of ir_datasets 'ragtrack-test/toy'; its fields: doc_id, text, title",
+        ),
+        (
+            {"id": "ragtrack-test/toy", "query_field": "txt"},
+            "dataset.query_field: 'txt' is not a field of ir_datasets 'ragtrack-test/toy'; its fields: query_id, text; did you mean 'text'?",
+        ),
+    ],
+)
 def test_irds_mistakes_are_one_line(irds_home, settings, message) -> None:
     with pytest.raises(RagtrackError) as error:
         IrdsDataset(home=str(irds_home), **settings).load()
@@ -91,10 +118,14 @@ def test_irds_mistakes_are_one_line(irds_home, settings, message) -> None:
 
 
 def test_an_irds_download_that_fails_is_one_line(irds_home, tmp_path) -> None:
-    ir_datasets.registry.register("ragtrack-test/gone", IrdsCollection(
-        BeirDocs("ragtrack-test/gone", LocalDownload(tmp_path / "missing.jsonl"), BeirTitleDoc),
-        BeirQueries("ragtrack-test/gone", LocalDownload(TOY / "queries.jsonl"), GenericQuery),
-        BeirQrels(LocalDownload(TOY / "qrels" / "test.tsv"), qrels_defs={})))
+    ir_datasets.registry.register(
+        "ragtrack-test/gone",
+        IrdsCollection(
+            BeirDocs("ragtrack-test/gone", LocalDownload(tmp_path / "missing.jsonl"), BeirTitleDoc),
+            BeirQueries("ragtrack-test/gone", LocalDownload(TOY / "queries.jsonl"), GenericQuery),
+            BeirQrels(LocalDownload(TOY / "qrels" / "test.tsv"), qrels_defs={}),
+        ),
+    )
     with pytest.raises(RagtrackError, match=r"^ir_datasets 'ragtrack-test/gone': cannot read its documents: ") as error:
         IrdsDataset(id="ragtrack-test/gone", home=str(irds_home)).load()
     assert "\n" not in str(error.value)
@@ -123,17 +154,24 @@ A relevant document must name an organization.
 def test_classic_topics_give_each_field(tmp_path) -> None:
     path = tmp_path / "topics.301-302"
     path.write_text(CLASSIC)
-    assert load_topics(path, "title")[0] == {"301": "International Organized Crime", "302": "Poliomyelitis and Post-Polio"}
-    assert load_topics(path, "description")[0] == {"301": "Identify organizations that participate in international criminal activity.",
-                                                   "302": "Is the disease coming back?"}
+    assert load_topics(path, "title")[0] == {
+        "301": "International Organized Crime",
+        "302": "Poliomyelitis and Post-Polio",
+    }
+    assert load_topics(path, "description")[0] == {
+        "301": "Identify organizations that participate in international criminal activity.",
+        "302": "Is the disease coming back?",
+    }
     assert load_topics(path, "narrative")[0]["302"] == "Anything about polio."
 
 
 def test_topic_markup_and_entities_are_not_query_text(tmp_path) -> None:
     """Closing tags, inline tags and entities, as TREC Robust and Web track topics have them."""
     path = tmp_path / "topics"
-    path.write_text("<top>\n<num> Number: 401 </num>\n<title> <i>Titanic</i> &amp; icebergs </title>\n"
-                    "<desc> Description: Ships &lt;1900&gt; and &#39;ice&#39;. </desc>\n</top>\n")
+    path.write_text(
+        "<top>\n<num> Number: 401 </num>\n<title> <i>Titanic</i> &amp; icebergs </title>\n"
+        "<desc> Description: Ships &lt;1900&gt; and &#39;ice&#39;. </desc>\n</top>\n"
+    )
     assert load_topics(path, "title")[0] == {"401": "Titanic & icebergs"}
     assert load_topics(path, "description")[0] == {"401": "Ships <1900> and 'ice'."}
 
@@ -146,17 +184,28 @@ def test_tsv_topics_and_corpus_gzip(tmp_path) -> None:
     corpus = tmp_path / "collection.tsv"
     corpus.write_text("d1\tBM25 is a ranking function\nd2\tDense\tretrieval with vectors\n")
     loaded = load_tsv_corpus(corpus)
-    assert list(loaded.ids) == ["d1", "d2"] and list(loaded.titles) == ["", "Dense"] and list(loaded.full_texts()) == ["BM25 is a ranking function", "Dense retrieval with vectors"]
+    assert (
+        list(loaded.ids) == ["d1", "d2"]
+        and list(loaded.titles) == ["", "Dense"]
+        and list(loaded.full_texts()) == ["BM25 is a ranking function", "Dense retrieval with vectors"]
+    )
 
 
-@pytest.mark.parametrize(("content", "ids", "header"), [
-    ("docid\ttitle\ttext\nd1\tT\tone\nd2\t\ttwo\n", ["d1", "d2"], "1: skipped the header line 'docid title text'"),
-    ("\n_id\ttext\nd1\tone\n", ["d1"], "2: skipped the header line '_id text'"),  # the first non-blank line
-    ("DocID \t Title\tBody\nd1\tT\tone\n", ["d1"], "1: skipped the header line 'DocID Title Body'"),  # any case, spaces around
-    ("pid\tpassage\nd1\tone\n", ["d1"], "1: skipped the header line 'pid passage'"),
-    ("id\tsome text\nd1\tone\n", ["id", "d1"], None),  # a cell that is no column name: a document
-    ("d1\ttext\n", ["d1"], None),
-])
+@pytest.mark.parametrize(
+    ("content", "ids", "header"),
+    [
+        ("docid\ttitle\ttext\nd1\tT\tone\nd2\t\ttwo\n", ["d1", "d2"], "1: skipped the header line 'docid title text'"),
+        ("\n_id\ttext\nd1\tone\n", ["d1"], "2: skipped the header line '_id text'"),  # the first non-blank line
+        (
+            "DocID \t Title\tBody\nd1\tT\tone\n",
+            ["d1"],
+            "1: skipped the header line 'DocID Title Body'",
+        ),  # any case, spaces around
+        ("pid\tpassage\nd1\tone\n", ["d1"], "1: skipped the header line 'pid passage'"),
+        ("id\tsome text\nd1\tone\n", ["id", "d1"], None),  # a cell that is no column name: a document
+        ("d1\ttext\n", ["d1"], None),
+    ],
+)
 def test_a_tsv_corpus_header_is_skipped_and_said(tmp_path, caplog, content, ids, header) -> None:
     path = tmp_path / "collection.tsv"
     path.write_text(content)
@@ -166,12 +215,19 @@ def test_a_tsv_corpus_header_is_skipped_and_said(tmp_path, caplog, content, ids,
     assert said == ([f"{path}:{header} (column names, not a document)"] if header else [])
 
 
-@pytest.mark.parametrize(("content", "queries", "header"), [
-    ("qid\tquery\nq1\thello\n", {"q1": "hello"}, "qid query"),
-    ("query_id\ttext\nq1\thello\n", {"q1": "hello"}, "query_id text"),
-    ("Topic\tTitle\nq1\thello\n", {"q1": "hello"}, "Topic Title"),
-    ("qid\tmy query\nq1\thello\n", {"qid": "my query", "q1": "hello"}, None),  # not every cell a column name: a topic
-])
+@pytest.mark.parametrize(
+    ("content", "queries", "header"),
+    [
+        ("qid\tquery\nq1\thello\n", {"q1": "hello"}, "qid query"),
+        ("query_id\ttext\nq1\thello\n", {"q1": "hello"}, "query_id text"),
+        ("Topic\tTitle\nq1\thello\n", {"q1": "hello"}, "Topic Title"),
+        (
+            "qid\tmy query\nq1\thello\n",
+            {"qid": "my query", "q1": "hello"},
+            None,
+        ),  # not every cell a column name: a topic
+    ],
+)
 def test_a_tsv_topics_header_is_skipped_and_said(tmp_path, caplog, content, queries, header) -> None:
     path = tmp_path / "topics.tsv"
     path.write_text(content)
@@ -186,23 +242,40 @@ def test_tsv_topics_have_no_description(tmp_path, field) -> None:
     files = toy_as_trec_files(tmp_path)
     with pytest.raises(InputError) as error:
         TrecDataset(**files, query_field=field).load()
-    assert str(error.value) == (f"{files['topics']}: qid<TAB>text topics have no {field} field, only one text: set dataset.query_field=title "
-                                "(description and narrative are fields of <top> topics)")
+    assert str(error.value) == (
+        f"{files['topics']}: qid<TAB>text topics have no {field} field, only one text: set dataset.query_field=title "
+        "(description and narrative are fields of <top> topics)"
+    )
 
 
-@pytest.mark.parametrize(("name", "content", "message"), [
-    ("topics.tsv", "q1\tone\nqid\tquery\n", "topics.tsv:2: the header 'qid query' is allowed only as the first non-blank line"),
-    ("topics.tsv", "q1 no tab here\n", "topics.tsv:1: expected 'qid<TAB>text' (or a <top> block)"),
-    ("topics.tsv", "q1\tone\nq1\ttwo\n", "topics.tsv:2: duplicate topic id 'q1' (first on line 1)"),
-    ("topics.tsv", "q1\t  \n", "topics.tsv:1: topic 'q1' has an empty text"),
-    ("topics.tsv", "q 1\ttext\n", "topics.tsv:1: id 'q 1' contains whitespace"),
-    ("topics.txt", "<top>\n<num> Number: 1\n<title> a\n", "topics.txt: the topic opened on line 1 has no </top>"),
-    ("topics.txt", "<top>\n<title> a\n</top>\n", "topics.txt:3: topic without <num>"),
-    ("topics.txt", "<top>\n<num> Number: 7\n<desc> d\n</top>\n", "topics.txt:1: topic '7' has no <title> field"),
-    ("topics.txt", "<top>\n<num> Number: 7\n<title> a\n<top>\n", "topics.txt:4: <top> inside a topic (a missing </top>?)"),
-    ("topics.txt", "<top>\n<num> Number: 7\n<title> a\n</top>\nstray\n", "topics.txt:5: text outside a <top> block: 'stray'"),
-    ("topics.tsv", "", "topics.tsv: no topics"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "topics.tsv",
+            "q1\tone\nqid\tquery\n",
+            "topics.tsv:2: the header 'qid query' is allowed only as the first non-blank line",
+        ),
+        ("topics.tsv", "q1 no tab here\n", "topics.tsv:1: expected 'qid<TAB>text' (or a <top> block)"),
+        ("topics.tsv", "q1\tone\nq1\ttwo\n", "topics.tsv:2: duplicate topic id 'q1' (first on line 1)"),
+        ("topics.tsv", "q1\t  \n", "topics.tsv:1: topic 'q1' has an empty text"),
+        ("topics.tsv", "q 1\ttext\n", "topics.tsv:1: id 'q 1' contains whitespace"),
+        ("topics.txt", "<top>\n<num> Number: 1\n<title> a\n", "topics.txt: the topic opened on line 1 has no </top>"),
+        ("topics.txt", "<top>\n<title> a\n</top>\n", "topics.txt:3: topic without <num>"),
+        ("topics.txt", "<top>\n<num> Number: 7\n<desc> d\n</top>\n", "topics.txt:1: topic '7' has no <title> field"),
+        (
+            "topics.txt",
+            "<top>\n<num> Number: 7\n<title> a\n<top>\n",
+            "topics.txt:4: <top> inside a topic (a missing </top>?)",
+        ),
+        (
+            "topics.txt",
+            "<top>\n<num> Number: 7\n<title> a\n</top>\nstray\n",
+            "topics.txt:5: text outside a <top> block: 'stray'",
+        ),
+        ("topics.tsv", "", "topics.tsv: no topics"),
+    ],
+)
 def test_malformed_topics_are_one_line(tmp_path, name, content, message) -> None:
     path = tmp_path / name
     path.write_text(content)
@@ -211,15 +284,27 @@ def test_malformed_topics_are_one_line(tmp_path, name, content, message) -> None
     assert str(error.value).replace(f"{tmp_path}/", "").startswith(message)
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("d1 only one column\n", "collection.tsv:1: expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got 1"),
-    ("d1\ta\tb\tc\n", "collection.tsv:1: expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got 4"),
-    ("d1\ta\nd1\tb\n", "collection.tsv:2: duplicate document id 'd1' (first on line 1)"),
-    ("d1\t \n", "collection.tsv:1: document 'd1' has an empty title and text"),
-    ("\tno id\n", "collection.tsv:1: 'document id' must be a non-empty string"),
-    ("d1\ta\ndocid\ttext\n", "collection.tsv:2: the header 'docid text' is allowed only as the first non-blank line"),
-    ("docid\ttext\ndocid\tone\ndocid\ttwo\n", "collection.tsv:3: duplicate document id 'docid' (first on line 2)"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "d1 only one column\n",
+            "collection.tsv:1: expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got 1",
+        ),
+        (
+            "d1\ta\tb\tc\n",
+            "collection.tsv:1: expected 2 (docid, text) or 3 (docid, title, text) tab-separated columns, got 4",
+        ),
+        ("d1\ta\nd1\tb\n", "collection.tsv:2: duplicate document id 'd1' (first on line 1)"),
+        ("d1\t \n", "collection.tsv:1: document 'd1' has an empty title and text"),
+        ("\tno id\n", "collection.tsv:1: 'document id' must be a non-empty string"),
+        (
+            "d1\ta\ndocid\ttext\n",
+            "collection.tsv:2: the header 'docid text' is allowed only as the first non-blank line",
+        ),
+        ("docid\ttext\ndocid\tone\ndocid\ttwo\n", "collection.tsv:3: duplicate document id 'docid' (first on line 2)"),
+    ],
+)
 def test_malformed_tsv_corpus_is_one_line(tmp_path, content, message) -> None:
     path = tmp_path / "collection.tsv"
     path.write_text(content)
@@ -231,15 +316,27 @@ def test_malformed_tsv_corpus_is_one_line(tmp_path, content, message) -> None:
 def toy_as_trec_files(folder: Path) -> dict[str, str]:
     """The toy dataset as a tsv corpus, tsv topics and TREC qrels."""
     beir = load_beir(TOY)
-    (folder / "collection.tsv").write_text("".join(f"{d}\t{t}\t{x}\n" for d, t, x in zip(beir.corpus.ids, beir.corpus.titles, beir.corpus.texts)))
+    (folder / "collection.tsv").write_text(
+        "".join(f"{d}\t{t}\t{x}\n" for d, t, x in zip(beir.corpus.ids, beir.corpus.titles, beir.corpus.texts))
+    )
     (folder / "topics.tsv").write_text("".join(f"{q}\t{text}\n" for q, text in beir.queries.items()))
-    (folder / "qrels.txt").write_text("".join(f"{q} 0 {d} {g}\n" for q, judged in beir.qrels.items() for d, g in judged.items()))
-    return {"corpus": str(folder / "collection.tsv"), "topics": str(folder / "topics.tsv"), "qrels": str(folder / "qrels.txt")}
+    (folder / "qrels.txt").write_text(
+        "".join(f"{q} 0 {d} {g}\n" for q, judged in beir.qrels.items() for d, g in judged.items())
+    )
+    return {
+        "corpus": str(folder / "collection.tsv"),
+        "topics": str(folder / "topics.tsv"),
+        "qrels": str(folder / "qrels.txt"),
+    }
 
 
 def test_trec_files_equal_the_beir_folder(tmp_path) -> None:
     beir, trec = load_beir(TOY), TrecDataset(**toy_as_trec_files(tmp_path)).load()
-    assert list(trec.corpus.full_texts()) == list(beir.corpus.full_texts()) and trec.queries == beir.queries and trec.qrels == beir.qrels
+    assert (
+        list(trec.corpus.full_texts()) == list(beir.corpus.full_texts())
+        and trec.queries == beir.queries
+        and trec.qrels == beir.qrels
+    )
     assert trec.name == "topics" and trec.queries_path == tmp_path / "topics.tsv"
 
 
@@ -253,13 +350,21 @@ def test_trec_qrels_naming_an_unknown_topic_names_the_line(tmp_path) -> None:
 
 # ----------------------------------------------------------------------------- DataFrames
 
+
 def toy_frames() -> dict:
     """The toy dataset as DataFrames (answers one row each)."""
     beir = load_beir(TOY)
-    return {"corpus": pd.DataFrame({"docid": list(beir.corpus.ids), "title": list(beir.corpus.titles), "text": list(beir.corpus.texts)}),
-            "queries": pd.DataFrame({"qid": list(beir.queries), "text": list(beir.queries.values())}),
-            "qrels": pd.DataFrame([(q, d, g) for q, judged in beir.qrels.items() for d, g in judged.items()], columns=["qid", "docid", "grade"]),
-            "answers": pd.DataFrame([(q, a) for q, gold in beir.answers.items() for a in gold], columns=["qid", "answer"])}
+    return {
+        "corpus": pd.DataFrame(
+            {"docid": list(beir.corpus.ids), "title": list(beir.corpus.titles), "text": list(beir.corpus.texts)}
+        ),
+        "queries": pd.DataFrame({"qid": list(beir.queries), "text": list(beir.queries.values())}),
+        "qrels": pd.DataFrame(
+            [(q, d, g) for q, judged in beir.qrels.items() for d, g in judged.items()],
+            columns=["qid", "docid", "grade"],
+        ),
+        "answers": pd.DataFrame([(q, a) for q, gold in beir.answers.items() for a in gold], columns=["qid", "answer"]),
+    }
 
 
 def test_dataframes_equal_the_files(tmp_path) -> None:
@@ -267,21 +372,32 @@ def test_dataframes_equal_the_files(tmp_path) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         files = ragtrack.run_experiment(["dataset=toy", *common, f"paths.output_dir={tmp_path / 'files'}"])
-    assert not [w for w in caught if "No artists with labels" in str(w.message)]  # a one-system job draws no empty legend
-    frames = ragtrack.run_experiment([*common, f"paths.output_dir={tmp_path / 'frames'}"], dataset={**toy_frames(), "name": "toy"})
+    assert not [
+        w for w in caught if "No artists with labels" in str(w.message)
+    ]  # a one-system job draws no empty legend
+    frames = ragtrack.run_experiment(
+        [*common, f"paths.output_dir={tmp_path / 'frames'}"], dataset={**toy_frames(), "name": "toy"}
+    )
     assert frames.systems == files.systems and frames.results["aggregates"] == files.results["aggregates"]
     timing = [c for c in files.per_query.columns if c.endswith("_ms")]  # latency differs between two runs
     pd.testing.assert_frame_equal(frames.per_query.drop(columns=timing), files.per_query.drop(columns=timing))
     assert list(frames.per_query.columns[:2]) == ["system", "qid"] and set(frames.per_query["system"]) == {"bm25"}
     assert frames.summary.loc[("bm25", "ndcg@10"), "mean"] == files.systems["bm25"]["ndcg@10"]
-    assert list(frames.summary.columns) == ["mean", "std", "ci_low", "ci_high", "n"] and frames.summary.loc[("bm25", "mrr"), "n"] == 6
+    assert (
+        list(frames.summary.columns) == ["mean", "std", "ci_low", "ci_high", "n"]
+        and frames.summary.loc[("bm25", "mrr"), "n"] == 6
+    )
     assert frames.results["dataset"]["provider"] == "frames" and frames.results["dataset"]["source"] == "frames:toy"
     again = dataset_from_frames(**toy_frames(), name="toy")
-    assert again.hash == dataset_from_frames(**toy_frames(), name="toy").hash and again.answers == load_beir(TOY).answers
+    assert (
+        again.hash == dataset_from_frames(**toy_frames(), name="toy").hash and again.answers == load_beir(TOY).answers
+    )
 
 
 def test_a_frames_job_cannot_be_reloaded_from_its_config() -> None:
-    with pytest.raises(RagtrackError, match="was given as DataFrames .* cannot be read from a config; pass the DataFrames again"):
+    with pytest.raises(
+        RagtrackError, match="was given as DataFrames .* cannot be read from a config; pass the DataFrames again"
+    ):
         load_dataset({"type": "frames", "name": "mine"})
 
 
@@ -291,24 +407,67 @@ def _broken(part: str, change) -> dict:
     return frames
 
 
-@pytest.mark.parametrize(("frames", "message"), [
-    (_broken("corpus", lambda f: f.drop(columns="text")), "corpus DataFrame: missing column text (needs docid, text, optional title)"),
-    (_broken("qrels", lambda f: f.rename(columns={"grade": "score"})), "qrels DataFrame: missing column grade (needs qid, docid, grade)"),
-    (_broken("qrels", lambda f: f.assign(grade=f["grade"].astype(float) + 0.5)), "qrels DataFrame row 0: grade 2.5 is not an integer"),
-    (_broken("qrels", lambda f: f.assign(grade=f["grade"].astype(str))), "qrels DataFrame row 0: grade '2' is not an integer"),
-    (_broken("queries", lambda f: f.assign(qid=range(len(f)))), "queries DataFrame row 0: qid is a int (0), not text"),
-    (_broken("queries", lambda f: f.assign(text=[None, *f["text"][1:]])), "queries DataFrame row 0: text is missing"),
-    (_broken("corpus", lambda f: f.assign(docid=["d 1", *f["docid"][1:]])), "corpus DataFrame row 0: id 'd 1' contains whitespace"),
-    (_broken("corpus", lambda f: pd.concat([f, f.iloc[:1]])), "corpus DataFrame row 0: duplicate document id 'd1' (first on row 0)"),
-    (_broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("zz", "d1", 1)], columns=f.columns)], ignore_index=True)),
-     "qrels DataFrame row 12: unknown query id 'zz' (not in queries DataFrame)"),
-    (_broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("q1", "NOPE", 1)], columns=f.columns, index=["mine"])])),
-     "qrels DataFrame row 'mine': unknown document id 'NOPE' (not in the corpus)"),
-    (_broken("qrels", lambda f: f.assign(grade=f["grade"].astype(float))),
-     "qrels DataFrame row 0: grade 2.0 is not an integer (a float column: .astype(int) makes its grades integers)"),
-    (_broken("qrels", lambda f: f.assign(grade=[*f["grade"][:-1], 2**63])), "qrels DataFrame row 11: relevance grade '9223372036854775808' is out of range"),
-    (_broken("answers", lambda f: f.assign(qid=["nope", *f["qid"][1:]])), "answers DataFrame row 0: unknown query id 'nope' (not in the queries DataFrame)"),
-])
+@pytest.mark.parametrize(
+    ("frames", "message"),
+    [
+        (
+            _broken("corpus", lambda f: f.drop(columns="text")),
+            "corpus DataFrame: missing column text (needs docid, text, optional title)",
+        ),
+        (
+            _broken("qrels", lambda f: f.rename(columns={"grade": "score"})),
+            "qrels DataFrame: missing column grade (needs qid, docid, grade)",
+        ),
+        (
+            _broken("qrels", lambda f: f.assign(grade=f["grade"].astype(float) + 0.5)),
+            "qrels DataFrame row 0: grade 2.5 is not an integer",
+        ),
+        (
+            _broken("qrels", lambda f: f.assign(grade=f["grade"].astype(str))),
+            "qrels DataFrame row 0: grade '2' is not an integer",
+        ),
+        (
+            _broken("queries", lambda f: f.assign(qid=range(len(f)))),
+            "queries DataFrame row 0: qid is a int (0), not text",
+        ),
+        (
+            _broken("queries", lambda f: f.assign(text=[None, *f["text"][1:]])),
+            "queries DataFrame row 0: text is missing",
+        ),
+        (
+            _broken("corpus", lambda f: f.assign(docid=["d 1", *f["docid"][1:]])),
+            "corpus DataFrame row 0: id 'd 1' contains whitespace",
+        ),
+        (
+            _broken("corpus", lambda f: pd.concat([f, f.iloc[:1]])),
+            "corpus DataFrame row 0: duplicate document id 'd1' (first on row 0)",
+        ),
+        (
+            _broken(
+                "qrels", lambda f: pd.concat([f, pd.DataFrame([("zz", "d1", 1)], columns=f.columns)], ignore_index=True)
+            ),
+            "qrels DataFrame row 12: unknown query id 'zz' (not in queries DataFrame)",
+        ),
+        (
+            _broken(
+                "qrels", lambda f: pd.concat([f, pd.DataFrame([("q1", "NOPE", 1)], columns=f.columns, index=["mine"])])
+            ),
+            "qrels DataFrame row 'mine': unknown document id 'NOPE' (not in the corpus)",
+        ),
+        (
+            _broken("qrels", lambda f: f.assign(grade=f["grade"].astype(float))),
+            "qrels DataFrame row 0: grade 2.0 is not an integer (a float column: .astype(int) makes its grades integers)",
+        ),
+        (
+            _broken("qrels", lambda f: f.assign(grade=[*f["grade"][:-1], 2**63])),
+            "qrels DataFrame row 11: relevance grade '9223372036854775808' is out of range",
+        ),
+        (
+            _broken("answers", lambda f: f.assign(qid=["nope", *f["qid"][1:]])),
+            "answers DataFrame row 0: unknown query id 'nope' (not in the queries DataFrame)",
+        ),
+    ],
+)
 def test_a_wrong_dataframe_is_one_line(frames, message) -> None:
     with pytest.raises(RagtrackError) as error:
         dataset_from_frames(**frames)
@@ -318,7 +477,9 @@ def test_a_wrong_dataframe_is_one_line(frames, message) -> None:
 def test_a_judged_document_that_the_job_does_not_index_names_its_row() -> None:
     """The Python API leaves the judged documents to the job (chunk ids may be judged): its check names
     the DataFrame row too, as a file's line."""
-    frames = _broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("q2", "NOPE", 1)], columns=f.columns)], ignore_index=True))
+    frames = _broken(
+        "qrels", lambda f: pd.concat([f, pd.DataFrame([("q2", "NOPE", 1)], columns=f.columns)], ignore_index=True)
+    )
     dataset = dataset_from_frames(**frames, check_documents=False)
     with pytest.raises(InputError) as error:
         check_judged_documents(dataset, dataset.corpus.ids)
@@ -326,9 +487,13 @@ def test_a_judged_document_that_the_job_does_not_index_names_its_row() -> None:
 
 
 def test_a_data_error_in_a_python_job_names_the_row_and_leaves_no_folder(tmp_path) -> None:
-    frames = _broken("qrels", lambda f: pd.concat([f, pd.DataFrame([("q2", "NOPE", 1)], columns=f.columns)], ignore_index=True))
+    frames = _broken(
+        "qrels", lambda f: pd.concat([f, pd.DataFrame([("q2", "NOPE", 1)], columns=f.columns)], ignore_index=True)
+    )
     with pytest.raises(InputError, match=r"^qrels DataFrame row 12: unknown document id 'NOPE' \(not in the corpus\)$"):
-        ragtrack.run_experiment(["retriever=[bm25]", "fusion=[]", "tracking=none", f"paths.root_dir={tmp_path}"], dataset=frames)
+        ragtrack.run_experiment(
+            ["retriever=[bm25]", "fusion=[]", "tracking=none", f"paths.root_dir={tmp_path}"], dataset=frames
+        )
     assert list((tmp_path / "outputs" / "runs").iterdir()) == []  # the folder the job made is removed, being empty
 
 
@@ -342,11 +507,22 @@ def test_wrong_argument_types_are_type_errors() -> None:
 def test_a_frames_job_keeps_its_slice_settings_and_names_a_missing_frame(tmp_path) -> None:
     """dataset.slice_metadata (and slices_file) hold for DataFrames as for files; a missing DataFrame is a TypeError naming it."""
     frames = toy_frames()
-    frames["queries"] = frames["queries"].assign(topic=["a", "b"] * (len(frames["queries"]) // 2) + ["a"] * (len(frames["queries"]) % 2))
-    common = ["retriever=[bm25]", "fusion=[]", "tracking=none", f"paths.cache_dir={tmp_path / 'cache'}", f"paths.root_dir={tmp_path}"]
+    frames["queries"] = frames["queries"].assign(
+        topic=["a", "b"] * (len(frames["queries"]) // 2) + ["a"] * (len(frames["queries"]) % 2)
+    )
+    common = [
+        "retriever=[bm25]",
+        "fusion=[]",
+        "tracking=none",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"paths.root_dir={tmp_path}",
+    ]
     job = ragtrack.run_experiment([*common, "dataset.slice_metadata=[topic]"], dataset=frames)
     assert "slice.topic" in job.per_query.columns and set(job.results["slices"]["systems"]["bm25"]) == {"topic"}
     with pytest.raises(InputError, match=r"has no metadata 'nokey' \(dataset\.slice_metadata\)"):
         ragtrack.run_experiment([*common, "dataset.slice_metadata=[nokey]"], dataset=frames)
-    with pytest.raises(TypeError, match=r"^run_experiment: dataset lacks 'qrels'; its keys: corpus, queries, qrels, and optionally answers, name$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^run_experiment: dataset lacks 'qrels'; its keys: corpus, queries, qrels, and optionally answers, name$",
+    ):
         ragtrack.run_experiment(common, dataset={"corpus": frames["corpus"], "queries": frames["queries"]})

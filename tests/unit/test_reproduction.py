@@ -10,8 +10,18 @@ import pytest
 from scipy.stats import kendalltau
 
 from ragtrack.core.runs import Run
-from ragtrack.evaluators.reproduction import (delta_relative_improvement, effect_ratio, equivalence_p, kendall_tau_b, kendall_tau_union, measures_table,
-                                              rank_biased_overlap, ranking_agreement, rankings_table, rmse)
+from ragtrack.evaluators.reproduction import (
+    delta_relative_improvement,
+    effect_ratio,
+    equivalence_p,
+    kendall_tau_b,
+    kendall_tau_union,
+    measures_table,
+    rank_biased_overlap,
+    ranking_agreement,
+    rankings_table,
+    rmse,
+)
 
 repro_eval = pytest.importorskip("repro_eval")
 from repro_eval.measure.document_order import KTU, RBO  # noqa: E402
@@ -31,8 +41,12 @@ def test_effect_measures_equal_repro_eval(seed: int) -> None:
     base_rep, adv_rep = base + rng.normal(0, 0.05, n), adv + rng.normal(0, 0.1, n)
     orig_b, orig_a, rep_b, rep_a = map(topic_scores, (base, adv, base_rep, adv_rep))
     assert rmse(adv, adv_rep) == pytest.approx(RMSE(orig_a, rep_a)["ndcg"], rel=1e-12)
-    assert effect_ratio(adv, base, adv_rep, base_rep) == pytest.approx(ER(orig_a, orig_b, rep_a, rep_b)["ndcg"], rel=1e-10)
-    assert delta_relative_improvement(adv, base, adv_rep, base_rep) == pytest.approx(DRI(orig_a, orig_b, rep_a, rep_b)["ndcg"], rel=1e-10, abs=1e-14)
+    assert effect_ratio(adv, base, adv_rep, base_rep) == pytest.approx(
+        ER(orig_a, orig_b, rep_a, rep_b)["ndcg"], rel=1e-10
+    )
+    assert delta_relative_improvement(adv, base, adv_rep, base_rep) == pytest.approx(
+        DRI(orig_a, orig_b, rep_a, rep_b)["ndcg"], rel=1e-10, abs=1e-14
+    )
 
 
 def random_rankings(rng, queries: int, depth: int, names, same_length: bool = False) -> tuple[dict, dict]:
@@ -61,7 +75,11 @@ def test_ktu_equals_repro_eval(seed: int) -> None:
     """repro_eval's KTU (repro_eval/measure/document_order.py) on random runs of overlapping pools; its
     lists of one query must be equally long (else scipy stops it), so those are; per query and mean."""
     original, reproduced = random_rankings(np.random.default_rng(seed), 40, 30, lambda i: f"d{i}", same_length=True)
-    per_topic = KTU({q: OrderedDict(d) for q, d in original.items()}, {q: OrderedDict(d) for q, d in reproduced.items()}, per_topic=True)
+    per_topic = KTU(
+        {q: OrderedDict(d) for q, d in original.items()},
+        {q: OrderedDict(d) for q, d in reproduced.items()},
+        per_topic=True,
+    )
     for qid in original:
         ours = kendall_tau_union(list(original[qid]), list(reproduced[qid]))
         assert ours == pytest.approx(per_topic[qid], abs=1e-12) or (np.isnan(ours) and np.isnan(per_topic[qid]))
@@ -105,7 +123,9 @@ def test_worked_example() -> None:
     # docs/metrics.md: baseline 0.4 0.6, system 0.5 0.9 (original); 0.4 0.5 and 0.5 0.7 (reproduced)
     assert rmse([0.5, 0.9], [0.5, 0.7]) == pytest.approx(np.sqrt(0.02))
     assert effect_ratio([0.5, 0.9], [0.4, 0.6], [0.5, 0.7], [0.4, 0.5]) == pytest.approx(0.15 / 0.2)
-    assert delta_relative_improvement([0.5, 0.9], [0.4, 0.6], [0.5, 0.7], [0.4, 0.5]) == pytest.approx(0.4 - 0.15 / 0.45)
+    assert delta_relative_improvement([0.5, 0.9], [0.4, 0.6], [0.5, 0.7], [0.4, 0.5]) == pytest.approx(
+        0.4 - 0.15 / 0.45
+    )
     # RBO of a b c / b a d at depth 3, p = 0.5: overlaps 0, 2, 2 -> (0 + 0.5·2/2 + 0.25·2/3) / 1.75
     assert rank_biased_overlap(list("abc"), list("bad"), p=0.5) == pytest.approx((0.5 + 0.5 / 3) / 1.75)
     assert rank_biased_overlap(list("abc"), list("abc")) == 1.0
@@ -119,16 +139,28 @@ def test_measures_table_per_system_and_metric() -> None:
     def table(values, qids=("q1", "q2")):
         return pd.DataFrame({"ndcg@10": values}, index=pd.Index(list(qids), name="qid"))
 
-    pairs = [("bm25", table([0.4, 0.6]), table([0.4, 0.5])), ("dense", table([0.5, 0.9]), table([0.5, 0.7, 0.1], ("q1", "q2", "q3")))]
+    pairs = [
+        ("bm25", table([0.4, 0.6]), table([0.4, 0.5])),
+        ("dense", table([0.5, 0.9]), table([0.5, 0.7, 0.1], ("q1", "q2", "q3"))),
+    ]
     measures = measures_table(pairs, ["ndcg@10"], "bm25").set_index("system")
-    assert measures.loc["dense", ["queries", "rmse", "effect_ratio", "delta_ri"]].tolist() == pytest.approx([2, np.sqrt(0.02), 0.75, 0.4 - 0.15 / 0.45])
-    assert measures.loc["bm25", "rmse"] == pytest.approx(np.sqrt(0.01 / 2)) and np.isnan(measures.loc["bm25", "effect_ratio"])
+    assert measures.loc["dense", ["queries", "rmse", "effect_ratio", "delta_ri"]].tolist() == pytest.approx(
+        [2, np.sqrt(0.02), 0.75, 0.4 - 0.15 / 0.45]
+    )
+    assert measures.loc["bm25", "rmse"] == pytest.approx(np.sqrt(0.01 / 2)) and np.isnan(
+        measures.loc["bm25", "effect_ratio"]
+    )
     assert measures_table(pairs, ["ndcg@10"], None)["effect_ratio"].isna().all()  # no baseline: no ER, no ΔRI
     run = Run("a", {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}, "q2": {"a": 2.0, "b": 1.0}})
     other = Run("b", {"q1": {"b": 3.0, "a": 2.0, "d": 1.0}, "q2": {"a": 2.0, "b": 1.0}})
     rankings = rankings_table([("x", run, other)], queries={"q1"}).set_index("system")
-    assert rankings.loc["x"].tolist() == pytest.approx([kendall_tau_union(list("abc"), list("bad")), kendall_tau_b(list("abc"), list("bad")),
-                                                        rank_biased_overlap(list("abc"), list("bad"))])
+    assert rankings.loc["x"].tolist() == pytest.approx(
+        [
+            kendall_tau_union(list("abc"), list("bad")),
+            kendall_tau_b(list("abc"), list("bad")),
+            rank_biased_overlap(list("abc"), list("bad")),
+        ]
+    )
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
+from ragtrack.core import stages
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import load_beir
 from ragtrack.core.runs import Run
-from ragtrack.core import stages
 from ragtrack.core.stages import LATENCY_MIN_QUERIES, StageContext, latency_sample
 from ragtrack.retrievers.bm25 import BM25Retriever
 from ragtrack.retrievers.dense import DenseRetriever
@@ -37,12 +37,14 @@ def test_one_call_searches_every_query_and_a_sample_is_timed_alone(tmp_path) -> 
     output = retriever.produce({}, StageContext(dataset, dataset.corpus, Cache(tmp_path), 5, 5))
     batch, *alone = retriever.calls
     assert batch == list(dataset.queries) and all(len(call) == 1 for call in alone)
-    assert [call[0] for call in alone] == latency_sample(dataset.queries)[:len(alone)]
+    assert [call[0] for call in alone] == latency_sample(dataset.queries)[: len(alone)]
     assert LATENCY_MIN_QUERIES <= len(alone) == output.efficiency["latency_queries"]
     efficiency = output.efficiency
     assert efficiency["queries_per_second"] == pytest.approx(len(dataset.queries) / efficiency["search_seconds"])
     assert 0 < efficiency["latency_p50_seconds"] <= efficiency["latency_p95_seconds"]
-    share = efficiency["search_seconds"] * 1000 / len(dataset.queries)  # each query's latency_ms: the batch's time per query
+    share = (
+        efficiency["search_seconds"] * 1000 / len(dataset.queries)
+    )  # each query's latency_ms: the batch's time per query
     assert output.latency_ms == pytest.approx(dict.fromkeys(dataset.queries, share))
 
 
@@ -71,8 +73,15 @@ def scifact():
     return load_beir(datasets_dir() / "scifact")
 
 
-@pytest.mark.parametrize("make", [lambda: BM25Retriever(backend="lucene"), lambda: BM25Retriever(backend="bm25s"),
-                                  lambda: DenseRetriever(HashingEncoder())], ids=["bm25-lucene", "bm25-bm25s", "dense-exact"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BM25Retriever(backend="lucene"),
+        lambda: BM25Retriever(backend="bm25s"),
+        lambda: DenseRetriever(HashingEncoder()),
+    ],
+    ids=["bm25-lucene", "bm25-bm25s", "dense-exact"],
+)
 def test_batch_and_one_query_at_a_time_give_the_same_bits(make, scifact, tmp_path) -> None:
     """Every SciFact query (300) over its 5,183 documents: the same ids and float scores in one call
     and one query per call."""
@@ -80,5 +89,7 @@ def test_batch_and_one_query_at_a_time_give_the_same_bits(make, scifact, tmp_pat
     retriever.index(scifact.corpus, Cache(tmp_path))
     together = retriever.search(scifact.queries, 100).scores
     alone = {qid: retriever.search({qid: text}, 100).scores.get(qid, {}) for qid, text in scifact.queries.items()}
-    assert {qid: ranked for qid, ranked in alone.items() if ranked} == {qid: ranked for qid, ranked in together.items() if ranked}
+    assert {qid: ranked for qid, ranked in alone.items() if ranked} == {
+        qid: ranked for qid, ranked in together.items() if ranked
+    }
     assert sum(map(len, together.values())) > 100 * len(scifact.queries) * 0.9

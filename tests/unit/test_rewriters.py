@@ -21,9 +21,9 @@ from ragtrack.core.cache import Cache
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
+from ragtrack.core.settings import TokenizerSettings
 from ragtrack.core.stages import StageContext, StageOutput
 from ragtrack.retrievers.base import Retriever
-from ragtrack.core.settings import TokenizerSettings
 from ragtrack.retrievers.bm25 import BM25Retriever
 from ragtrack.retrievers.rewriters import LLMRewriter, LLMRewriterSettings, RM3Rewriter, RM3Settings
 
@@ -32,7 +32,10 @@ DOCUMENTS = {  # title, text; feedback terms must be in at most 10% of the docum
     "a2": ("Leaves", "Leaves hold chlorophyll and stomata; plants breathe through stomata and grow toward sunlight."),
     "a3": ("Glucose", "Glucose is a sugar; plants store glucose as starch, starch granules, starch everywhere."),
     "a4": ("Roots", "Roots take water and nitrogen from soil for plants; mycorrhiza help roots."),
-    "a5": ("Café plants", "A café_owner grows plants under pneumonoultramicroscopicsilicovolcanoconiosis lamps with sunlight."),
+    "a5": (
+        "Café plants",
+        "A café_owner grows plants under pneumonoultramicroscopicsilicovolcanoconiosis lamps with sunlight.",
+    ),
     "b1": ("Earthquakes", "Earthquakes happen when tectonic plates slip along faults."),
     "b2": ("Volcanoes", "Magma erupts through vents in the crust."),
     "b3": ("Tsunami", "Undersea earthquakes push water into giant waves."),
@@ -41,16 +44,24 @@ DOCUMENTS = {  # title, text; feedback terms must be in at most 10% of the docum
     "c3": ("Black holes", "Gravity so strong that light cannot escape."),
     "c4": ("Mitochondria", "Mitochondria produce energy for cells."),
 }
-QUERIES = {"q1": "how do plants use sunlight and glucose", "q2": "earthquakes under the sea", "q3": "plants plants roots",
-           "q4": "zzzz unknown words"}
+QUERIES = {
+    "q1": "how do plants use sunlight and glucose",
+    "q2": "earthquakes under the sea",
+    "q3": "plants plants roots",
+    "q4": "zzzz unknown words",
+}
 
 
 def write_beir(folder: Path, documents: dict[str, tuple[str, str]], queries: dict[str, str]) -> Path:
     folder.mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": t, "text": x}) + "\n" for d, (t, x) in documents.items()))
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": d, "title": t, "text": x}) + "\n" for d, (t, x) in documents.items())
+    )
     (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": x}) + "\n" for q, x in queries.items()))
     (folder / "qrels").mkdir()
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\ta1\t1\n" for q in queries))
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\ta1\t1\n" for q in queries)
+    )
     return folder
 
 
@@ -59,11 +70,13 @@ def context_for(dataset, root: Path) -> StageContext:
 
 
 # ----------------------------------------------------------------------------- an independent RM3
-def reference_rm3(query: list[str], feedback: list[tuple[list[str], float]], df: Counter, n: int, fb_terms: int,
-                  weight: float) -> dict[str, float]:
+def reference_rm3(
+    query: list[str], feedback: list[tuple[list[str], float]], df: Counter, n: int, fb_terms: int, weight: float
+) -> dict[str, float]:
     """Anserini's Rm3Reranker written out with Counters: per document tf of the terms [a-z0-9]{2,20}
     with df/N <= 0.1, its fb_terms most frequent, / their sum, times its score; summed; the fb_terms
     largest / their sum; λ·tf(q)/|q| + (1 − λ)·that."""
+
     def best(counter, k):
         return dict(sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
 
@@ -94,7 +107,9 @@ def lucene_bm25_scores(documents: list[list[str]], k1: float, b: float) -> dict[
 def test_rm3_equals_reference_and_brute_force_bm25(tmp_path: Path) -> None:
     dataset = load_beir(write_beir(tmp_path / "hand", DOCUMENTS, QUERIES))
     context = context_for(dataset, tmp_path / "cache")
-    bm25 = BM25Retriever(name="bm25", backend="bm25s", tokenizer=TokenizerSettings().model_dump())  # the reference: bm25s's formula, Snowball stems
+    bm25 = BM25Retriever(
+        name="bm25", backend="bm25s", tokenizer=TokenizerSettings().model_dump()
+    )  # the reference: bm25s's formula, Snowball stems
     first = bm25.produce({}, context)
     rm3 = RM3Rewriter(input="bm25", type="rm3", fb_docs=3, fb_terms=4, original_query_weight=0.3)
     expanded, _ = rm3.rewrite(bm25, first, context)
@@ -107,13 +122,17 @@ def test_rm3_equals_reference_and_brute_force_bm25(tmp_path: Path) -> None:
         assert expanded[qid].keys() == reference.keys(), qid
         assert all(abs(expanded[qid][t] - w) <= 1e-12 for t, w in reference.items()), qid
     assert set(expanded["q1"]) - {"how", "do", "plant", "use", "sunlight", "and", "glucos"}, "q1 gains feedback terms"
-    assert not {"café", "café_own", "pneumonoultramicroscopicsilicovolcanoconiosi"} & set(expanded["q1"])  # a5 is feedback: filtered
+    assert not {"café", "café_own", "pneumonoultramicroscopicsilicovolcanoconiosi"} & set(
+        expanded["q1"]
+    )  # a5 is feedback: filtered
 
     index = lucene_bm25_scores(list(tokens.values()), bm25.k1, bm25.b)
     output = rm3.produce({"bm25": first}, context)
     for qid, weights in expanded.items():
-        brute = {doc: sum(w * float(index[t][i]) for t, w in weights.items() if t in index) for i, doc in enumerate(tokens)}
-        ranked = sorted(((s, d) for d, s in brute.items() if s > 0), reverse=True)[:context.search_depth]
+        brute = {
+            doc: sum(w * float(index[t][i]) for t, w in weights.items() if t in index) for i, doc in enumerate(tokens)
+        }
+        ranked = sorted(((s, d) for d, s in brute.items() if s > 0), reverse=True)[: context.search_depth]
         assert [d for _, d in ranked] == [d for d, _ in output.passage_run.ranking(qid)], qid
         assert np.allclose([s for s, _ in ranked], [s for _, s in output.passage_run.ranking(qid)], rtol=0, atol=1e-12)
     assert "q4" not in output.run.scores  # no known term, no feedback: no documents
@@ -177,9 +196,19 @@ def test_rm3_identity_is_its_settings() -> None:
 # ----------------------------------------------------------------------------- HyDE
 def hyde(chat_server, tmp_path: Path, **settings) -> LLMRewriter:
     """Prompts whose first line is the query: the server answers "answer to <query>"."""
-    return LLMRewriter(**{"input": "bm25", "type": "llm", "base_url": chat_server.url, "model": "m", "max_retries": 0,
-                                              "backoff": 0.0, "cache_dir": str(tmp_path / "chat"), "prompt": "{query}\nWrite a passage.",
-                                              **settings})
+    return LLMRewriter(
+        **{
+            "input": "bm25",
+            "type": "llm",
+            "base_url": chat_server.url,
+            "model": "m",
+            "max_retries": 0,
+            "backoff": 0.0,
+            "cache_dir": str(tmp_path / "chat"),
+            "prompt": "{query}\nWrite a passage.",
+            **settings,
+        }
+    )
 
 
 @pytest.mark.parametrize("mode", ["replace", "append"])
@@ -198,7 +227,9 @@ def test_hyde_searches_the_generated_passage(chat_server, toy_path: Path, tmp_pa
         assert rewritten[qid] == expected
     output = rewriter.produce({"bm25": first}, context)
     assert output.run.name == "bm25+llm" and output.efficiency["failed_queries"] == len(failing)
-    assert output.run.scores == {qid: ranked for qid, ranked in bm25.search(rewritten, context.search_depth).scores.items() if ranked}
+    assert output.run.scores == {
+        qid: ranked for qid, ranked in bm25.search(rewritten, context.search_depth).scores.items() if ranked
+    }
 
 
 def test_hyde_reruns_from_the_reply_cache(chat_server, toy_path: Path, tmp_path: Path) -> None:
@@ -216,8 +247,15 @@ def test_hyde_reruns_from_the_reply_cache(chat_server, toy_path: Path, tmp_path:
 def test_hyde_identity_holds_no_key(chat_server, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HYDE_TEST_KEY", "sk-secret-value")
     identity = hyde(chat_server, tmp_path, api_key_env="HYDE_TEST_KEY", parameters={"temperature": 0.7}).identity()
-    assert identity == {"format": 1, "model": "m", "base_url": chat_server.url, "parameters": {"temperature": 0.7},
-                        "system_prompt": None, "prompt": "{query}\nWrite a passage.", "mode": "replace"}
+    assert identity == {
+        "format": 1,
+        "model": "m",
+        "base_url": chat_server.url,
+        "parameters": {"temperature": 0.7},
+        "system_prompt": None,
+        "prompt": "{query}\nWrite a passage.",
+        "mode": "replace",
+    }
     with pytest.raises(RagtrackError, match="unknown fields"):
         hyde(chat_server, tmp_path, prompt="{question}")
 
@@ -225,7 +263,9 @@ def test_hyde_identity_holds_no_key(chat_server, tmp_path: Path, monkeypatch) ->
 # ----------------------------------------------------------------------------- configs and entry points
 @pytest.mark.parametrize("name, model", [("rm3", RM3Settings), ("llm", LLMRewriterSettings)])
 def test_shipped_config_equals_the_defaults(name: str, model) -> None:
-    config = OmegaConf.to_container(OmegaConf.load(Path(str(files("ragtrack.conf"))) / "rewriter" / f"{name}.yaml"))[name]
+    config = OmegaConf.to_container(OmegaConf.load(Path(str(files("ragtrack.conf"))) / "rewriter" / f"{name}.yaml"))[
+        name
+    ]
     assert config["type"] == name and config["input"] == "bm25" and config["system"] is None
     for key, field in model.model_fields.items():
         if key in ("type", "target", "input"):

@@ -36,12 +36,15 @@ def test_truncation_keeps_the_top_documents() -> None:
     assert run.truncated(2).scores == {"q": {"a": 3.0, "b": 2.0}}
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("q1 Q0 d1 1 0.5\n", "r.trec:1: expected 6 columns 'qid Q0 docid rank score tag', got 5"),
-    ("q1 Q0 d1 1 high t\n", "r.trec:1: score 'high' is not a number"),
-    ("q1 Q0 d1 1 nan t\n", "r.trec:1: score 'nan' is not finite"),
-    ("q1 Q0 d1 1 1 t\nq1 Q0 d1 2 0.5 t\n", "r.trec:2: document 'd1' appears twice for query 'q1'"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("q1 Q0 d1 1 0.5\n", "r.trec:1: expected 6 columns 'qid Q0 docid rank score tag', got 5"),
+        ("q1 Q0 d1 1 high t\n", "r.trec:1: score 'high' is not a number"),
+        ("q1 Q0 d1 1 nan t\n", "r.trec:1: score 'nan' is not finite"),
+        ("q1 Q0 d1 1 1 t\nq1 Q0 d1 2 0.5 t\n", "r.trec:2: document 'd1' appears twice for query 'q1'"),
+    ],
+)
 def test_bad_run_files(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "r.trec"
     path.write_text(content)
@@ -50,17 +53,26 @@ def test_bad_run_files(tmp_path: Path, content: str, message: str) -> None:
     assert str(raised.value) == f"{tmp_path}/{message}"
 
 
-@pytest.mark.parametrize("lines", [
-    ["b 2.0", "c 1.0", "a 1.0", "d 0.5"],  # trec_eval order already
-    ["a 1.0", "d 0.5", "c 1.0", "b 2.0"],  # any order: sorted first
-])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["b 2.0", "c 1.0", "a 1.0", "d 0.5"],  # trec_eval order already
+        ["a 1.0", "d 0.5", "c 1.0", "b 2.0"],  # any order: sorted first
+    ],
+)
 def test_judged_positions_of_a_run_file_follow_trec_eval_order(tmp_path: Path, lines: list[str]) -> None:
     """Ranks by score descending, ties by document id descending (c before a); a judged document that
     was not retrieved (zz) and a judged query absent from the run (x) have no position."""
     path = tmp_path / "r.trec"
-    path.write_text("".join(f"q Q0 {line.split()[0]} 0 {line.split()[1]} t\n" for line in lines) + "other Q0 a 1 9.0 t\n")
+    path.write_text(
+        "".join(f"q Q0 {line.split()[0]} 0 {line.split()[1]} t\n" for line in lines) + "other Q0 a 1 9.0 t\n"
+    )
     columns = read_run_columns(path)
-    retrieved, rows, grades, positions = columns.judged_positions(["q", "x"], {"q": {"a": 1, "c": 2, "d": 0, "zz": 1}, "x": {"a": 1}})
+    retrieved, rows, grades, positions = columns.judged_positions(
+        ["q", "x"], {"q": {"a": 1, "c": 2, "d": 0, "zz": 1}, "x": {"a": 1}}
+    )
     assert retrieved.tolist() == [4, 0]
     assert sorted(zip(rows.tolist(), grades.tolist(), positions.tolist())) == [(0, 0, 3), (0, 1, 2), (0, 2, 1)]
-    assert columns.to_run("r").scores == read_trec(path).scores == RunColumns.from_run(read_trec(path)).to_run("r").scores
+    assert (
+        columns.to_run("r").scores == read_trec(path).scores == RunColumns.from_run(read_trec(path)).to_run("r").scores
+    )

@@ -26,10 +26,12 @@ def scale():
 
 
 def test_measured_reads_the_stages_a_child_announces(scale, tmp_path: Path) -> None:
-    child = ("import time\n"
-             "print('[bench] first ...', flush=True); time.sleep(0.2); print('[bench] first done in 0.2 s', flush=True)\n"
-             "print('[bench] second done in 1.5 s', flush=True)\n"  # announced only when done: its own seconds
-             "print('RESULT {}', flush=True)\n")
+    child = (
+        "import time\n"
+        "print('[bench] first ...', flush=True); time.sleep(0.2); print('[bench] first done in 0.2 s', flush=True)\n"
+        "print('[bench] second done in 1.5 s', flush=True)\n"  # announced only when done: its own seconds
+        "print('RESULT {}', flush=True)\n"
+    )
     stages, whole, log = scale.measured([sys.executable, "-c", child], tmp_path)
     assert [name for name, _ in stages] == ["first", "second"]
     assert 0.15 < stages[0][1].seconds < whole.seconds
@@ -40,8 +42,11 @@ def test_measured_reads_the_stages_a_child_announces(scale, tmp_path: Path) -> N
 
 def test_side_table_gives_queries_per_second_and_ratios(scale) -> None:
     measure = scale.Measure
-    stages = {"ragtrack: load corpus": measure(1.0, 1.0, 400.0), "ragtrack: index": measure(10.0, 9.0, 1000.0),
-              "bm25s: index": measure(20.0, 19.0, 2000.0)}
+    stages = {
+        "ragtrack: load corpus": measure(1.0, 1.0, 400.0),
+        "ragtrack: index": measure(10.0, 9.0, 1000.0),
+        "bm25s: index": measure(20.0, 19.0, 2000.0),
+    }
     seconds = {"ragtrack": (2.0, 1.0), "bm25s numpy": (4.0, 2.0), "bm25s numba": (1.0, 1.0)}
     for system, (one, two) in seconds.items():
         stages[f"{system}, 1 thread: search"] = measure(one, one, 0.0)
@@ -50,7 +55,10 @@ def test_side_table_gives_queries_per_second_and_ratios(scale) -> None:
     text = scale.side_table(stages, figures)
     assert "| ragtrack | 10.0 / 9.0 / 1,000 | 100.00 (2.0) | 200.00 (2.0) | 2.00 | 0.500 |" in text
     assert "(The corpus loaded, before any build: 400 MB.)" in text
-    assert "- ragtrack ÷ bm25s numpy: 2.00 on 1 thread each; ragtrack on 2 threads ÷ bm25s numpy on 1: 4.00; 2.00 on 2 threads each" in text
+    assert (
+        "- ragtrack ÷ bm25s numpy: 2.00 on 1 thread each; ragtrack on 2 threads ÷ bm25s numpy on 1: 4.00; 2.00 on 2 threads each"
+        in text
+    )
     assert "- ragtrack ÷ bm25s numba: 0.50 on 1 thread each" in text
     alone = scale.side_table({name: m for name, m in stages.items() if not name.startswith("bm25s")}, figures)
     assert "bm25s" not in alone and "| ragtrack |" in alone

@@ -13,15 +13,33 @@ from pathlib import Path
 import pytest
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.core.secrets import (check_variable_name, known_secrets, mask, masked, remember, remember_url_credentials,
-                                   split_credentials, without_credentials)
+from ragtrack.core.llm import ChatClient
+from ragtrack.core.secrets import (
+    check_variable_name,
+    known_secrets,
+    mask,
+    masked,
+    remember,
+    remember_url_credentials,
+    split_credentials,
+    without_credentials,
+)
 from ragtrack.pipeline.cli import build_parser
 from ragtrack.pipeline.layout import file_uri, sqlite_path, sqlite_uri
-from ragtrack.pipeline.redaction import (SecretFilter, check_run_arguments, check_variable_names, flatten, redact, redact_everywhere,
-                                         redact_overrides, redact_text, remember_argument_secrets, remember_config_secrets)
+from ragtrack.pipeline.redaction import (
+    SecretFilter,
+    check_run_arguments,
+    check_variable_names,
+    flatten,
+    redact,
+    redact_everywhere,
+    redact_overrides,
+    redact_text,
+    remember_argument_secrets,
+    remember_config_secrets,
+)
 from ragtrack.pipeline.tracking import CREDENTIAL_VARIABLES, probe_server, use_credentials
 from tests.support import BasicAuthServer, ChatServer, free_port, package_sources, ragtrack
-from ragtrack.core.llm import ChatClient
 
 SECRET = "sk-test-4f9c2e7d-never-written"
 
@@ -29,8 +47,16 @@ SECRET = "sk-test-4f9c2e7d-never-written"
 def test_a_secret_in_the_environment_never_reaches_store_outputs_or_cache(tmp_path: Path) -> None:
     """The secret is referenced by name only: an ``${oc.env:...}`` interpolation and a Chroma ``token_env``."""
     env = {"RAGTRACK_TEST_SECRET": SECRET}
-    result = ragtrack(tmp_path, "run", "dataset=toy", "encoder=hashing", "+vars.llm_api_key=${oc.env:RAGTRACK_TEST_SECRET}",
-                      "retriever.dense.chroma.token_env=RAGTRACK_TEST_SECRET", "hydra.run.dir=outputs/job", env=env)
+    result = ragtrack(
+        tmp_path,
+        "run",
+        "dataset=toy",
+        "encoder=hashing",
+        "+vars.llm_api_key=${oc.env:RAGTRACK_TEST_SECRET}",
+        "retriever.dense.chroma.token_env=RAGTRACK_TEST_SECRET",
+        "hydra.run.dir=outputs/job",
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "mlflow.db" for p in written) and any(p.name == "config.yaml" for p in written)
@@ -43,8 +69,17 @@ def test_a_secret_in_the_environment_never_reaches_store_outputs_or_cache(tmp_pa
 def test_a_secret_typed_on_the_command_line_never_reaches_store_outputs_or_logs(tmp_path: Path) -> None:
     """Hydra records overrides as typed (``.hydra/``, a sweep's ``multirun.yaml``, its job list in the log);
     ragtrack rewrites those records redacted before logging them and filters every log line."""
-    result = ragtrack(tmp_path, "run", "-m", "dataset=toy", "encoder=hashing", f"+vars.llm.api_key={SECRET}", f"+vars.db.password='{SECRET}'",
-                      "fusion.rrf.k=10,20", "hydra.sweep.dir=outputs/sweep")
+    result = ragtrack(
+        tmp_path,
+        "run",
+        "-m",
+        "dataset=toy",
+        "encoder=hashing",
+        f"+vars.llm.api_key={SECRET}",
+        f"+vars.db.password='{SECRET}'",
+        "fusion.rrf.k=10,20",
+        "hydra.sweep.dir=outputs/sweep",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "overrides.yaml" for p in written) and any(p.name == "multirun.yaml" for p in written)
@@ -55,23 +90,45 @@ def test_a_secret_typed_on_the_command_line_never_reaches_store_outputs_or_logs(
 
 def test_secret_assignments_in_text_are_redacted() -> None:
     line = "#0 : +llm.api_key=sk-1 fusion.rrf.k=10 x.token='a b',y=2 Authorization=\"Bearer z\" chroma.token_env=NAME"
-    assert redact_text(line) == "#0 : +llm.api_key=*** fusion.rrf.k=10 x.token=***,y=2 Authorization=*** chroma.token_env=NAME"
+    assert (
+        redact_text(line)
+        == "#0 : +llm.api_key=*** fusion.rrf.k=10 x.token=***,y=2 Authorization=*** chroma.token_env=NAME"
+    )
     assert redact_everywhere({"task": ["+a.api_key=s", "k=1"], "dirname": "+a.api_key=s,k=1", "password": "p"}) == {
-        "task": ["+a.api_key=***", "k=1"], "dirname": "+a.api_key=***,k=1", "password": "***"}
+        "task": ["+a.api_key=***", "k=1"],
+        "dirname": "+a.api_key=***,k=1",
+        "password": "***",
+    }
 
 
 def test_secret_looking_keys_are_redacted() -> None:
-    config = {"llm": {"api_key": "a", "apikey": "b", "model": "m"}, "chroma": {"headers": {"X-Chroma-Token": "c"}, "token_env": "NAME"},
-              "db": {"password": "d", "client_secret": "e", "Authorization": "f"}, "unset": {"token": None}}
+    config = {
+        "llm": {"api_key": "a", "apikey": "b", "model": "m"},
+        "chroma": {"headers": {"X-Chroma-Token": "c"}, "token_env": "NAME"},
+        "db": {"password": "d", "client_secret": "e", "Authorization": "f"},
+        "unset": {"token": None},
+    }
     flat = flatten(config)
-    assert {k for k, v in flat.items() if v == "***"} == {"llm.api_key", "llm.apikey", "chroma.headers.X-Chroma-Token",
-                                                         "db.password", "db.client_secret", "db.Authorization"}
+    assert {k for k, v in flat.items() if v == "***"} == {
+        "llm.api_key",
+        "llm.apikey",
+        "chroma.headers.X-Chroma-Token",
+        "db.password",
+        "db.client_secret",
+        "db.Authorization",
+    }
     assert flat["chroma.token_env"] == "NAME" and flat["llm.model"] == "m" and flat["unset.token"] is None
     assert redact(config)["db"] == {"password": "***", "client_secret": "***", "Authorization": "***"}
-    assert redact_overrides(["+llm.api_key=sk-1", "fusion.rrf.k=10", "~old.token"]) == ["+llm.api_key=***", "fusion.rrf.k=10", "~old.token"]
+    assert redact_overrides(["+llm.api_key=sk-1", "fusion.rrf.k=10", "~old.token"]) == [
+        "+llm.api_key=***",
+        "fusion.rrf.k=10",
+        "~old.token",
+    ]
 
 
-UNSAFE_LOADS = re.compile(r"\bpickle\b|allow_pickle\s*=\s*True|read_pickle|joblib\.load|torch\.load|yaml\.load\(|yaml\.unsafe_load|\beval\(")
+UNSAFE_LOADS = re.compile(
+    r"\bpickle\b|allow_pickle\s*=\s*True|read_pickle|joblib\.load|torch\.load|yaml\.load\(|yaml\.unsafe_load|\beval\("
+)
 LOADS = re.compile(r"(np\.load|BM25\.load)\((.*)")
 
 
@@ -112,33 +169,58 @@ def test_ui_keeps_the_store_password_off_the_server_command_line(monkeypatch) ->
 KEYS = ["sk-proj-Zx81QmT0aBcD", "AKIAIOSFODNN7EXAMPLE", "3f9c2a7e51d04b8c9e6a", "Bearer abc.def"]
 
 
-@pytest.mark.parametrize("value, refused", [("OPENAI_API_KEY", False), ("HF_TOKEN", False), ("_X1", False), (None, False), ("", False),
-                                            *((key, True) for key in KEYS), ("openai_api_key", True), ("MY-KEY", True)])
+@pytest.mark.parametrize(
+    "value, refused",
+    [
+        ("OPENAI_API_KEY", False),
+        ("HF_TOKEN", False),
+        ("_X1", False),
+        (None, False),
+        ("", False),
+        *((key, True) for key in KEYS),
+        ("openai_api_key", True),
+        ("MY-KEY", True),
+    ],
+)
 def test_a_variable_name_setting_refuses_what_looks_like_a_key(value, refused: bool) -> None:
     if not refused:
         check_variable_name("generator.api_key_env", value)
         return
-    with pytest.raises(RagtrackError, match="generator.api_key_env must be the NAME of an environment variable") as error:
+    with pytest.raises(
+        RagtrackError, match="generator.api_key_env must be the NAME of an environment variable"
+    ) as error:
         check_variable_name("generator.api_key_env", value)
     assert value not in str(error.value)
 
 
 def test_variable_name_settings_are_found_in_overrides_files_and_configs(tmp_path: Path) -> None:
-    for argument in [f"generator.api_key_env={KEYS[0]}", f"+evaluator.j={{type:llm_judge,api_key_env: {KEYS[1]}}}",
-                     f"retriever.dense.chroma.token_env='{KEYS[2]}'"]:
+    for argument in [
+        f"generator.api_key_env={KEYS[0]}",
+        f"+evaluator.j={{type:llm_judge,api_key_env: {KEYS[1]}}}",
+        f"retriever.dense.chroma.token_env='{KEYS[2]}'",
+    ]:
         with pytest.raises(RagtrackError, match=r"^override \S*_env must be the NAME") as error:
             check_run_arguments([argument])
         assert not any(key in str(error.value) for key in KEYS)
-    check_run_arguments(["generator.api_key_env=OPENAI_API_KEY", "retriever.dense.chroma.token_env=null", "x_env=${oc.env:A}"])
+    check_run_arguments(
+        ["generator.api_key_env=OPENAI_API_KEY", "retriever.dense.chroma.token_env=null", "x_env=${oc.env:A}"]
+    )
     (tmp_path / "generator").mkdir()
     (tmp_path / "generator" / "mine.yaml").write_text(f"type: openai\nmodel: m\n# the key\napi_key_env: {KEYS[0]}\n")
-    with pytest.raises(RagtrackError, match=rf"^{tmp_path / 'generator' / 'mine.yaml'}:4: api_key_env must be the NAME"):
+    with pytest.raises(
+        RagtrackError, match=rf"^{tmp_path / 'generator' / 'mine.yaml'}:4: api_key_env must be the NAME"
+    ):
         check_run_arguments(["--config-dir", str(tmp_path), "generator=mine"])
     with pytest.raises(RagtrackError, match=r"^generator\.api_key_env must be the NAME"):
         check_variable_names({"generator": {"api_key_env": KEYS[3]}, "chroma": {"token_env": "NAME"}})
-    assert flatten({"generator": {"api_key_env": KEYS[0], "base_url": "u"}}) == {"generator.api_key_env": "***", "generator.base_url": "u"}
-    assert redact_text(f"generator.api_key_env={KEYS[0]} chroma.token_env=CHROMA_TOKEN") == \
-        "generator.api_key_env=*** chroma.token_env=CHROMA_TOKEN"
+    assert flatten({"generator": {"api_key_env": KEYS[0], "base_url": "u"}}) == {
+        "generator.api_key_env": "***",
+        "generator.base_url": "u",
+    }
+    assert (
+        redact_text(f"generator.api_key_env={KEYS[0]} chroma.token_env=CHROMA_TOKEN")
+        == "generator.api_key_env=*** chroma.token_env=CHROMA_TOKEN"
+    )
 
 
 @pytest.mark.parametrize("how", ["override", "config-dir", "searchpath"])
@@ -150,18 +232,25 @@ def test_a_key_given_as_a_variable_name_is_refused_and_stored_nowhere(tmp_path: 
     conf = tmp_path / "myconf"
     (conf / "generator").mkdir(parents=True)
     (conf / "generator" / "mine.yaml").write_text(f"defaults:\n  - openai\n  - _self_\nmodel: m\napi_key_env: {key}\n")
-    arguments = {"override": ["generator=openai", "generator.model=m", f"generator.api_key_env={key}"],
-                 "config-dir": ["--config-dir", str(conf), "generator=mine"],
-                 "searchpath": [f"hydra.searchpath=[file://{conf}]", "generator=mine"]}[how]
+    arguments = {
+        "override": ["generator=openai", "generator.model=m", f"generator.api_key_env={key}"],
+        "config-dir": ["--config-dir", str(conf), "generator=mine"],
+        "searchpath": [f"hydra.searchpath=[file://{conf}]", "generator=mine"],
+    }[how]
     result = ragtrack(tmp_path, "run", "dataset=toy", "retriever=[bm25]", "fusion=[]", *arguments)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]  # refused before Hydra runs, or by the typed settings (searchpath)
-    assert "api_key_env must be the NAME of an environment variable" in last or "api_key_env: the value given (not shown) is not allowed" in last
+    assert (
+        "api_key_env must be the NAME of an environment variable" in last
+        or "api_key_env: the value given (not shown) is not allowed" in last
+    )
     assert key not in result.stdout + result.stderr
     written = [p for p in tmp_path.rglob("*") if p.is_file() and conf not in p.parents]
     assert [str(p) for p in written if key.encode() in p.read_bytes()] == []
     assert not (tmp_path / "mlruns").exists()
-    assert not [p for p in (tmp_path / "outputs").rglob("*") if p.is_file()]  # a searchpath job is stopped by the typed settings: its folder is removed
+    assert not [
+        p for p in (tmp_path / "outputs").rglob("*") if p.is_file()
+    ]  # a searchpath job is stopped by the typed settings: its folder is removed
 
 
 # ----------------------------------------------------------------------------- secrets by value
@@ -173,18 +262,51 @@ def test_remembered_values_are_masked_whole_in_any_text_and_short_ones_never() -
     remember(None)
     text = "a mask-Me-7a1c-and-more b mask-Me-7a1c c pw!@7a1c/= d pw%21%407a1c%2F%3D e short7"
     assert mask(text) == "a *** b *** c *** d *** e short7"
-    assert masked({"k": ["x mask-Me-7a1c", ("mask-Me-7a1c",)], "n": 3, "none": None}) == {"k": ["x ***", ("***",)], "n": 3, "none": None}
+    assert masked({"k": ["x mask-Me-7a1c", ("mask-Me-7a1c",)], "n": 3, "none": None}) == {
+        "k": ["x ***", ("***",)],
+        "n": 3,
+        "none": None,
+    }
     assert "short7" not in known_secrets() and mask("one 'mask-Me-7a1c' two", "two") == "one '***' ***"
 
 
-@pytest.mark.parametrize("url, bare, user, password, shown", [
-    ("http://alice:pw-5e8d1b@host:5000/x?q=1", "http://host:5000/x?q=1", "alice", "pw-5e8d1b", "http://alice:***@host:5000/x?q=1"),
-    ("https://tok-4c9e2f7a@host/", "https://host/", "tok-4c9e2f7a", None, "https://***@host/"),  # a token as the user name
-    ("http://alice:pa%3Ass%40wd-9f1@127.0.0.1:1", "http://127.0.0.1:1", "alice", "pa:ss@wd-9f1", "http://alice:***@127.0.0.1:1"),
-    ("http://alice:raw@pw-3b7d@host", "http://host", "alice", "raw@pw-3b7d", "http://alice:***@host"),  # the last @ ends the userinfo
-    ("http://host:5000", "http://host:5000", None, None, "http://host:5000"),
-])
-def test_url_credentials_are_split_off_and_remembered(url: str, bare: str, user: str | None, password: str | None, shown: str) -> None:
+@pytest.mark.parametrize(
+    "url, bare, user, password, shown",
+    [
+        (
+            "http://alice:pw-5e8d1b@host:5000/x?q=1",
+            "http://host:5000/x?q=1",
+            "alice",
+            "pw-5e8d1b",
+            "http://alice:***@host:5000/x?q=1",
+        ),
+        (
+            "https://tok-4c9e2f7a@host/",
+            "https://host/",
+            "tok-4c9e2f7a",
+            None,
+            "https://***@host/",
+        ),  # a token as the user name
+        (
+            "http://alice:pa%3Ass%40wd-9f1@127.0.0.1:1",
+            "http://127.0.0.1:1",
+            "alice",
+            "pa:ss@wd-9f1",
+            "http://alice:***@127.0.0.1:1",
+        ),
+        (
+            "http://alice:raw@pw-3b7d@host",
+            "http://host",
+            "alice",
+            "raw@pw-3b7d",
+            "http://alice:***@host",
+        ),  # the last @ ends the userinfo
+        ("http://host:5000", "http://host:5000", None, None, "http://host:5000"),
+    ],
+)
+def test_url_credentials_are_split_off_and_remembered(
+    url: str, bare: str, user: str | None, password: str | None, shown: str
+) -> None:
     assert split_credentials(url) == (bare, user, password) and without_credentials(url) == bare
     remember_url_credentials(f"see {url} there")
     assert mask(url) == shown and (password is None or mask(password) == "***")
@@ -195,14 +317,27 @@ def test_a_composed_config_tells_its_secrets(monkeypatch, tmp_path: Path) -> Non
     not the locations the shipped configs read from the environment (RAGTRACK_ROOT)."""
     from ragtrack.pipeline.config import compose
 
-    env = {"RT_UNIT_NOTE": "note-6d2a9c1e", "RT_UNIT_KEY": "key-6d2a9c1e", "RT_UNIT_DEFAULT": "default-6d2a9c1e",
-           "RAGTRACK_ROOT": str(tmp_path / "root-6d2a9c1e")}
+    env = {
+        "RT_UNIT_NOTE": "note-6d2a9c1e",
+        "RT_UNIT_KEY": "key-6d2a9c1e",
+        "RT_UNIT_DEFAULT": "default-6d2a9c1e",
+        "RAGTRACK_ROOT": str(tmp_path / "root-6d2a9c1e"),
+    }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    cfg = compose(["dataset=toy", f"paths.output_dir={tmp_path}", "generator=openai", "generator.model=m",
-                   "generator.base_url=http://bob:url-6d2a9c1e@127.0.0.1:9/v1", "generator.api_key_env=RT_UNIT_KEY",
-                   "+vars.note=${oc.env:RT_UNIT_NOTE}", "+vars.other='${oc.env:RT_UNIT_UNSET,${oc.env:RT_UNIT_DEFAULT}}'",
-                   "+retriever.dense.chroma.headers.X-Api-Key=header-6d2a9c1e"])
+    cfg = compose(
+        [
+            "dataset=toy",
+            f"paths.output_dir={tmp_path}",
+            "generator=openai",
+            "generator.model=m",
+            "generator.base_url=http://bob:url-6d2a9c1e@127.0.0.1:9/v1",
+            "generator.api_key_env=RT_UNIT_KEY",
+            "+vars.note=${oc.env:RT_UNIT_NOTE}",
+            "+vars.other='${oc.env:RT_UNIT_UNSET,${oc.env:RT_UNIT_DEFAULT}}'",
+            "+retriever.dense.chroma.headers.X-Api-Key=header-6d2a9c1e",
+        ]
+    )
     remember_config_secrets(cfg)
     text = " ".join([*env.values(), "url-6d2a9c1e", "header-6d2a9c1e"])
     assert mask(text) == f"*** *** *** {tmp_path / 'root-6d2a9c1e'} *** ***"
@@ -210,17 +345,29 @@ def test_a_composed_config_tells_its_secrets(monkeypatch, tmp_path: Path) -> Non
 
 def test_run_arguments_tell_their_secrets_before_hydra_logs_them(monkeypatch) -> None:
     monkeypatch.setenv("RT_ARG_KEY", "argkey-0b4f8e2d")
-    remember_argument_secrets(["+vars.headers.Token='arghead-0b4f8e2d'", "x.key_env=RT_ARG_KEY", "t.uri=http://u:argurl-0b4f8e2d@h",
-                               "fusion.rrf.k=10,20"])
-    assert mask("arghead-0b4f8e2d argkey-0b4f8e2d argurl-0b4f8e2d fusion.rrf.k=10,20") == "*** *** *** fusion.rrf.k=10,20"
+    remember_argument_secrets(
+        [
+            "+vars.headers.Token='arghead-0b4f8e2d'",
+            "x.key_env=RT_ARG_KEY",
+            "t.uri=http://u:argurl-0b4f8e2d@h",
+            "fusion.rrf.k=10,20",
+        ]
+    )
+    assert (
+        mask("arghead-0b4f8e2d argkey-0b4f8e2d argurl-0b4f8e2d fusion.rrf.k=10,20") == "*** *** *** fusion.rrf.k=10,20"
+    )
 
 
 def test_every_redaction_masks_known_values_under_any_key() -> None:
     remember("value-1f7c3a9e")
     config = {"note": "see value-1f7c3a9e", "list": ["value-1f7c3a9e"], "k": 1}
     assert redact(config) == {"note": "see ***", "list": ["***"], "k": 1}
-    assert flatten(config)["note"] == "see ***" and redact_overrides(["+vars.note=value-1f7c3a9e"]) == ["+vars.note=***"]
-    assert redact_text("job: x=value-1f7c3a9e") == "job: x=***" and redact_everywhere({"task": ["a=value-1f7c3a9e"]}) == {"task": ["a=***"]}
+    assert flatten(config)["note"] == "see ***" and redact_overrides(["+vars.note=value-1f7c3a9e"]) == [
+        "+vars.note=***"
+    ]
+    assert redact_text("job: x=value-1f7c3a9e") == "job: x=***" and redact_everywhere(
+        {"task": ["a=value-1f7c3a9e"]}
+    ) == {"task": ["a=***"]}
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "run %s (%d)", ("value-1f7c3a9e", 3), None)
     assert SecretFilter().filter(record) and record.getMessage() == "run *** (3)"
 
@@ -235,7 +382,10 @@ def test_the_probe_authenticates_with_the_uri_credentials_and_never_shows_them()
     closed = free_port()
     with pytest.raises(RagtrackError) as error:
         probe_server(f"http://alice:pa%3Ass%40wd-2c8e@127.0.0.1:{closed}", 5)
-    assert str(error.value) == f"MLflow tracking server http://127.0.0.1:{closed} is unreachable: connection refused (nothing listens there)"
+    assert (
+        str(error.value)
+        == f"MLflow tracking server http://127.0.0.1:{closed} is unreachable: connection refused (nothing listens there)"
+    )
 
 
 def test_uri_credentials_reach_mlflow_through_its_variables_and_only_for_that_uri(monkeypatch) -> None:
@@ -246,8 +396,13 @@ def test_uri_credentials_reach_mlflow_through_its_variables_and_only_for_that_ur
     assert use_credentials("http://127.0.0.1:5001") == "http://127.0.0.1:5001"  # another server gets none of them
     assert not any(name in os.environ for name in CREDENTIAL_VARIABLES)
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "users-own-8e1d5b")  # the user's own variables are left alone
-    assert use_credentials("http://127.0.0.1:5001") == "http://127.0.0.1:5001" and os.environ["MLFLOW_TRACKING_PASSWORD"] == "users-own-8e1d5b"
-    assert use_credentials("postgresql://u:db-8e1d5b@db/mlflow") == "postgresql://u:db-8e1d5b@db/mlflow"  # a database URI keeps its password
+    assert (
+        use_credentials("http://127.0.0.1:5001") == "http://127.0.0.1:5001"
+        and os.environ["MLFLOW_TRACKING_PASSWORD"] == "users-own-8e1d5b"
+    )
+    assert (
+        use_credentials("postgresql://u:db-8e1d5b@db/mlflow") == "postgresql://u:db-8e1d5b@db/mlflow"
+    )  # a database URI keeps its password
     assert mask("db-8e1d5b") == "***"
 
 
@@ -261,7 +416,9 @@ def test_store_uris_of_any_folder_name_read_back_as_that_folder(tmp_path: Path, 
     database = tmp_path / folder / "mlruns" / "mlflow.db"
     uri = sqlite_uri(database)
     assert make_url(uri).database == str(database) and sqlite_path(uri) == database
-    assert Path(url2pathname(urlsplit(file_uri(database.parent)).path)) == database.parent  # as MLflow reads an artifact location
+    assert (
+        Path(url2pathname(urlsplit(file_uri(database.parent)).path)) == database.parent
+    )  # as MLflow reads an artifact location
 
 
 def test_llm_stage_identities_hold_no_credentials(chat_server, tmp_path: Path) -> None:

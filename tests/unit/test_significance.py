@@ -10,8 +10,16 @@ import numpy as np
 import pytest
 from scipy.stats import ttest_rel
 
-from ragtrack.evaluators.significance import (EffectSize, PairedTest, detectable_effect, effect_size, holm, paired_t_test,
-                                              randomization_test, win_tie_loss)
+from ragtrack.evaluators.significance import (
+    EffectSize,
+    PairedTest,
+    detectable_effect,
+    effect_size,
+    holm,
+    paired_t_test,
+    randomization_test,
+    win_tie_loss,
+)
 
 
 def reference_randomization_exact(a, b) -> float:
@@ -60,7 +68,9 @@ def test_randomization_exact_equals_enumeration(seed: int) -> None:
     rng = np.random.default_rng(seed)
     a, b = rng.uniform(0, 1, 12), rng.uniform(0, 1, 12)
     b[:3] = a[:3]  # zero differences do not change the test
-    assert randomization_test(a, b, resamples=4096).p_value == pytest.approx(reference_randomization_exact(a, b), abs=1e-15)
+    assert randomization_test(a, b, resamples=4096).p_value == pytest.approx(
+        reference_randomization_exact(a, b), abs=1e-15
+    )
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -121,7 +131,9 @@ def test_effect_size_equals_statsmodels_scipy_and_the_formulas(seed: int) -> Non
     assert (effect.ci_low, effect.ci_high) == pytest.approx((interval.low, interval.high), rel=1e-10)
     power = TTestPower()
     assert power.power(effect.mdd / d.std(ddof=1), nobs=len(d), alpha=0.05) == pytest.approx(0.8, abs=1e-9)
-    assert effect.mdd / d.std(ddof=1) == pytest.approx(power.solve_power(effect_size=None, nobs=len(d), alpha=0.05, power=0.8), rel=1e-4)
+    assert effect.mdd / d.std(ddof=1) == pytest.approx(
+        power.solve_power(effect_size=None, nobs=len(d), alpha=0.05, power=0.8), rel=1e-4
+    )
 
 
 def test_effect_size_worked_example() -> None:
@@ -161,7 +173,9 @@ def test_undefined_pairs_are_dropped_never_a_p_value(seed: int) -> None:
         assert _same(got.p_value, clean.p_value) and _same(got.statistic, clean.statistic)
         if not kept.any():
             assert math.isnan(got.p_value)
-    assert all(_same(x, y) for x, y in zip(vars(effect_size(a, b)).values(), vars(effect_size(a[kept], b[kept])).values()))
+    assert all(
+        _same(x, y) for x, y in zip(vars(effect_size(a, b)).values(), vars(effect_size(a[kept], b[kept])).values())
+    )
     assert win_tie_loss(a, b) == win_tie_loss(a[kept], b[kept]) and sum(win_tie_loss(a, b)) == kept.sum()
 
 

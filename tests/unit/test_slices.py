@@ -15,8 +15,16 @@ from ragtrack.core.data import load_beir, load_queries
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.pipeline import layout
 from ragtrack.pipeline.config import datasets_dir
-from ragtrack.pipeline.slices import (Attribute, query_attributes, query_length_terciles, question_type, question_types_tsv,
-                                      read_slices_file, slice_summaries, summarize)
+from ragtrack.pipeline.slices import (
+    Attribute,
+    query_attributes,
+    query_length_terciles,
+    question_type,
+    question_types_tsv,
+    read_slices_file,
+    slice_summaries,
+    summarize,
+)
 from tests.support import TOY
 
 XQUAD = datasets_dir() / "xquad_en"
@@ -40,22 +48,32 @@ GOOD = "qid\ttopic\tsource\n" + "".join(f"q{i}\t{'bio' if i < 4 else 'phys'}\tx\
 
 def test_slices_file_gives_one_attribute_per_column(tmp_path) -> None:
     topic, source = slices_of(toy_copy(tmp_path), GOOD + "q7\tgeo\tx\n")  # q7: in queries.jsonl, not judged: allowed
-    assert topic.name == "topic" and topic.order == ("bio", "phys") and topic.values["q1"] == "bio" and topic.values["q6"] == "phys"
-    assert set(topic.values) == {f"q{i}" for i in range(1, 7)} and source.order == ("x",) and topic.source == "slices_file"
+    assert (
+        topic.name == "topic"
+        and topic.order == ("bio", "phys")
+        and topic.values["q1"] == "bio"
+        and topic.values["q6"] == "phys"
+    )
+    assert (
+        set(topic.values) == {f"q{i}" for i in range(1, 7)} and source.order == ("x",) and topic.source == "slices_file"
+    )
 
 
-@pytest.mark.parametrize("text, problem, line", [
-    ("", "empty slices file", None),
-    ("id\ttopic\n", "header must be 'qid<TAB><attribute>", 1),
-    ("qid\n", "header must be", 1),
-    ("qid\tto pic\n", "attribute name 'to pic'", 1),
-    ("qid\ttopic\ttopic\n", "repeats a column name", 1),
-    (GOOD.replace("q3\tbio\tx", "q3\tbio"), "expected 3 tab-separated columns, got 2", 4),
-    (GOOD + "q1\tbio\tx\n", "duplicate query id 'q1' (first on line 2)", 8),
-    (GOOD + "q99\tbio\tx\n", "unknown query id 'q99' (not in queries.jsonl)", 8),
-    (GOOD.replace("q2\tbio\tx", "q2\t \tx"), "empty 'topic' value for query 'q2'", 3),
-    ("qid\ttopic\tsource\nq1\tbio\tx\n", "no line for 5 queries of the run, the first: 'q2'", None),
-])
+@pytest.mark.parametrize(
+    "text, problem, line",
+    [
+        ("", "empty slices file", None),
+        ("id\ttopic\n", "header must be 'qid<TAB><attribute>", 1),
+        ("qid\n", "header must be", 1),
+        ("qid\tto pic\n", "attribute name 'to pic'", 1),
+        ("qid\ttopic\ttopic\n", "repeats a column name", 1),
+        (GOOD.replace("q3\tbio\tx", "q3\tbio"), "expected 3 tab-separated columns, got 2", 4),
+        (GOOD + "q1\tbio\tx\n", "duplicate query id 'q1' (first on line 2)", 8),
+        (GOOD + "q99\tbio\tx\n", "unknown query id 'q99' (not in queries.jsonl)", 8),
+        (GOOD.replace("q2\tbio\tx", "q2\t \tx"), "empty 'topic' value for query 'q2'", 3),
+        ("qid\ttopic\tsource\nq1\tbio\tx\n", "no line for 5 queries of the run, the first: 'q2'", None),
+    ],
+)
 def test_slices_file_defects_are_one_line_errors_naming_file_and_line(tmp_path, text, problem, line) -> None:
     with pytest.raises(InputError) as error:
         slices_of(toy_copy(tmp_path), text)
@@ -72,7 +90,12 @@ def test_metadata_slices_and_their_errors(tmp_path) -> None:
     dataset = load_beir(folder)
     config = {"dataset": {"path": str(folder), "slice_metadata": ["level", "hard"]}}
     level, hard = query_attributes(config, dataset)
-    assert level.order == ("0", "1") and level.values["q1"] == "0" and hard.values["q5"] == "true" and hard.source == "metadata"
+    assert (
+        level.order == ("0", "1")
+        and level.values["q1"] == "0"
+        and hard.values["q5"] == "true"
+        and hard.source == "metadata"
+    )
     with pytest.raises(InputError, match=r"queries.jsonl:1: query 'q1' has a dict .* metadata 'notes'"):
         query_attributes({"dataset": {"path": str(folder), "slice_metadata": ["notes"]}}, dataset)
     with pytest.raises(InputError, match=r"queries.jsonl:1: query 'q1' has no metadata 'missing'"):
@@ -84,7 +107,9 @@ def test_metadata_slices_and_their_errors(tmp_path) -> None:
 
 def test_config_errors_name_the_key(tmp_path) -> None:
     dataset = load_beir(TOY)
-    with pytest.raises(RagtrackError, match="slices: unknown automatic slice 'length'; known: query_length, relevant_docs"):
+    with pytest.raises(
+        RagtrackError, match="slices: unknown automatic slice 'length'; known: query_length, relevant_docs"
+    ):
         query_attributes({"slices": ["length"]}, dataset)
     with pytest.raises(RagtrackError, match="dataset.slice_metadata must be a list of names"):
         query_attributes({"dataset": {"path": str(TOY), "slice_metadata": "level"}}, dataset)
@@ -110,12 +135,22 @@ def test_relevant_docs_counts_judgments_at_the_threshold() -> None:
     assert strict.values["q6"] == "0" and strict.order == ("0", "1")
 
 
-@pytest.mark.parametrize("question, kind", [
-    ("How many points did the Panthers defense surrender?", "how_many"), ("How much did it cost?", "how_many"),
-    ("How did the war end?", "how"), ("In what year was it built?", "what"), ("Whose idea was it?", "who"),
-    ("The Panthers beat whom?", "who"), ("Which team won?", "which"), ("Why-not?", "other"),
-    ("Why did it fail?", "why"), ("Name a luxury division of Toyota.", "other"), ("When, and where?", "when"),
-])
+@pytest.mark.parametrize(
+    "question, kind",
+    [
+        ("How many points did the Panthers defense surrender?", "how_many"),
+        ("How much did it cost?", "how_many"),
+        ("How did the war end?", "how"),
+        ("In what year was it built?", "what"),
+        ("Whose idea was it?", "who"),
+        ("The Panthers beat whom?", "who"),
+        ("Which team won?", "which"),
+        ("Why-not?", "other"),
+        ("Why did it fail?", "why"),
+        ("Name a luxury division of Toyota.", "other"),
+        ("When, and where?", "when"),
+    ],
+)
 def test_question_type_rule(question, kind) -> None:
     assert question_type(question) == kind
 
@@ -125,7 +160,17 @@ def test_shipped_xquad_slices_file_is_the_documented_rule_and_loads() -> None:
     assert (XQUAD / "slices.tsv").read_text() == question_types_tsv(queries)
     (attribute,) = read_slices_file(XQUAD / "slices.tsv", load_beir(XQUAD))
     counts = {value: sum(v == value for v in attribute.values.values()) for value in attribute.order}
-    assert counts == {"how": 47, "how_many": 93, "other": 16, "what": 675, "when": 86, "where": 45, "which": 83, "who": 130, "why": 15}
+    assert counts == {
+        "how": 47,
+        "how_many": 93,
+        "other": 16,
+        "what": 675,
+        "when": 86,
+        "where": 45,
+        "which": 83,
+        "who": 130,
+        "why": 15,
+    }
     assert f"{sum(counts.values()):,}" in (XQUAD / "SOURCE.md").read_text()
 
 
@@ -141,7 +186,10 @@ def test_slice_summary_is_the_mean_over_the_slices_counted_rows() -> None:
         for metric in per_query.columns:
             kept = [q for q in rows if counted.loc[q, metric]]
             assert summary.loc[metric, "mean"] == pytest.approx(per_query.loc[kept, metric].mean(), abs=1e-12)
-            assert summary.loc[metric, "n"] == len(kept) and summary.loc[metric, "ci_low"] <= summary.loc[metric, "mean"] <= summary.loc[metric, "ci_high"]
+            assert (
+                summary.loc[metric, "n"] == len(kept)
+                and summary.loc[metric, "ci_low"] <= summary.loc[metric, "mean"] <= summary.loc[metric, "ci_high"]
+            )
 
 
 def test_key_scheme_and_findings() -> None:
@@ -156,8 +204,18 @@ def test_key_scheme_and_findings() -> None:
     found = summarize({"bm25": (per_query, counted)}, [attribute], seed=0)
     assert found.parent_metrics == {"bm25/mrr/slice/kind/a_b": 0.75}  # slice c: no counted query, no metric
     assert found.system_metrics["bm25"]["mrr/slice/kind/a_b_ci_high"] <= 1.0
-    assert found.results["slices"]["attributes"]["kind"] == {"source": "slices_file", "rule": "column 'kind'", "queries": {"a b": 2, "c": 1}}
-    assert found.results["slices"]["systems"]["bm25"]["kind"]["c"]["mrr"] == {"mean": None, "std": None, "ci_low": None, "ci_high": None, "n": 0}
+    assert found.results["slices"]["attributes"]["kind"] == {
+        "source": "slices_file",
+        "rule": "column 'kind'",
+        "queries": {"a b": 2, "c": 1},
+    }
+    assert found.results["slices"]["systems"]["bm25"]["kind"]["c"]["mrr"] == {
+        "mean": None,
+        "std": None,
+        "ci_low": None,
+        "ci_high": None,
+        "n": 0,
+    }
     clash = Attribute("kind", {"q1": "a b", "q2": "a_b", "q3": "c"}, ("a b", "a_b", "c"), "slices_file", "")
     with pytest.raises(RagtrackError, match="values 'a b' and 'a_b' map to the same MLflow key 'a_b'"):
         summarize({"bm25": (per_query, counted)}, [clash], seed=0)

@@ -27,14 +27,20 @@ def test_each_kind_names_its_base_class_and_common_keys(kind: StageKind) -> None
     base = kind.base_class()
     assert issubclass(base, Stage) and base.kind == kind.section
     assert issubclass(kind.settings_model(), SystemSettings)
-    assert (kind.reads == "input") == issubclass(kind.settings_model(), StageSettings)  # ``input`` is StageSettings' key
+    assert (kind.reads == "input") == issubclass(
+        kind.settings_model(), StageSettings
+    )  # ``input`` is StageSettings' key
     assert kind.group in registry.GROUPS and f"ragtrack.{kind.group}" in PYPROJECT["project"]["entry-points"]
     for name in registry.installed(kind.group):
         assert issubclass(registry.load(kind.group, name), base), name
 
 
 def test_every_entry_point_group_is_a_registry_group() -> None:
-    groups = {group.removeprefix("ragtrack.") for group in PYPROJECT["project"]["entry-points"] if group.startswith("ragtrack.")}
+    groups = {
+        group.removeprefix("ragtrack.")
+        for group in PYPROJECT["project"]["entry-points"]
+        if group.startswith("ragtrack.")
+    }
     assert groups == set(registry.GROUPS)
 
 
@@ -74,7 +80,9 @@ class ToyAnnotator(Annotator):
 def test_a_kind_added_to_the_table_alone_is_planned_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     """One row (and its plugins' entry points, here faked): the job settings take its section, the
     planner names and orders its systems, its plugins' keys are checked."""
-    toy = StageKind("annotator", "annotators", f"{__name__}:Annotator", "ragtrack.core.settings:StageSettings", "input+key", "input")
+    toy = StageKind(
+        "annotator", "annotators", f"{__name__}:Annotator", "ragtrack.core.settings:StageSettings", "input+key", "input"
+    )
     monkeypatch.setattr(stage_kinds, "STAGE_KINDS", (*STAGE_KINDS, toy))
 
     class Entry:
@@ -84,17 +92,33 @@ def test_a_kind_added_to_the_table_alone_is_planned_and_checked(monkeypatch: pyt
             return ToyAnnotator
 
     installed, load = registry.installed, registry.load
-    monkeypatch.setattr(registry, "installed", lambda group: {"toy": Entry()} if group == "annotators" else installed(group))
-    monkeypatch.setattr(registry, "load", lambda group, name: ToyAnnotator if group == "annotators" else load(group, name))
+    monkeypatch.setattr(
+        registry, "installed", lambda group: {"toy": Entry()} if group == "annotators" else installed(group)
+    )
+    monkeypatch.setattr(
+        registry, "load", lambda group, name: ToyAnnotator if group == "annotators" else load(group, name)
+    )
     paths = {k: "/tmp/x" for k in ("root_dir", "data_dir", "log_dir", "output_dir", "cache_dir", "mlflow_dir")}
-    job = {"depth": 10, "seed": 0, "paths": paths, "dataset": {"type": "beir", "name": "toy", "path": "/tmp/toy"}, "tracking": {"enabled": False},
-           "retriever": {"bm25": {"type": "bm25"}}, "annotator": {"tags": {"type": "toy", "input": "bm25", "strength": 3}}}
-    assert "annotator" in job_model(stage_kinds.STAGE_KINDS).model_fields and "annotator" not in job_model(STAGE_KINDS).model_fields
+    job = {
+        "depth": 10,
+        "seed": 0,
+        "paths": paths,
+        "dataset": {"type": "beir", "name": "toy", "path": "/tmp/toy"},
+        "tracking": {"enabled": False},
+        "retriever": {"bm25": {"type": "bm25"}},
+        "annotator": {"tags": {"type": "toy", "input": "bm25", "strength": 3}},
+    }
+    assert (
+        "annotator" in job_model(stage_kinds.STAGE_KINDS).model_fields
+        and "annotator" not in job_model(STAGE_KINDS).model_fields
+    )
     validate(job)
     assert [system.name for system in plan_systems(job)] == ["bm25", "bm25+tags"]
     with pytest.raises(InputError, match=r"^annotator\.tags\.strength: 'x' is not allowed"):
         validate({**job, "annotator": {"tags": {"type": "toy", "input": "bm25", "strength": "x"}}})
-    with pytest.raises(InputError, match=r"^annotator\.tags\.input: 'dense' is not allowed: a system of this job \(bm25\)"):
+    with pytest.raises(
+        InputError, match=r"^annotator\.tags\.input: 'dense' is not allowed: a system of this job \(bm25\)"
+    ):
         validate({**job, "annotator": {"tags": {"type": "toy", "input": "dense"}}})
     monkeypatch.setattr(stage_kinds, "STAGE_KINDS", STAGE_KINDS)
     with pytest.raises(InputError, match=r"^annotator: no such key"):
@@ -106,8 +130,16 @@ def test_the_parent_run_shares_no_stage_setting() -> None:
     (rewriter and reranker settings leaked into them)."""
     from ragtrack.pipeline.experiment import shared_params
 
-    flat = {"depth": 100, "retriever.bm25.k1": 0.9, "rewriter.rm3.fb_terms": 10, "fusion.rrf.k": 60, "reranker.cross_encoder.depth": 10,
-            "paths.cache_dir": "/tmp/c", "tracking.uri": "sqlite:///x", "dataset.name": "scifact"}
+    flat = {
+        "depth": 100,
+        "retriever.bm25.k1": 0.9,
+        "rewriter.rm3.fb_terms": 10,
+        "fusion.rrf.k": 60,
+        "reranker.cross_encoder.depth": 10,
+        "paths.cache_dir": "/tmp/c",
+        "tracking.uri": "sqlite:///x",
+        "dataset.name": "scifact",
+    }
     assert shared_params(flat) == {"depth": 100, "dataset.name": "scifact"}
 
 
@@ -127,9 +159,16 @@ def test_a_learned_fusion_trained_on_reported_queries_stops_the_job_before_any_s
     (train / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nt9\td1\t1\n")
     for member in ("bm25", "dense"):
         write_trec(Run(member, {"q1": {"d1": 1.0}, "t9": {"d1": 1.0}}), train / f"{member}.trec")
-    overrides = ["dataset=toy", "encoder=hashing", "tracking=none", f"paths.root_dir={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}",
-                 "fusion=[posfuse]", f"fusion.posfuse.train={{qrels: '{train / 'qrels.tsv'}', runs: {{bm25: '{train / 'bm25.trec'}', "
-                 f"dense: '{train / 'dense.trec'}'}}}}"]
+    overrides = [
+        "dataset=toy",
+        "encoder=hashing",
+        "tracking=none",
+        f"paths.root_dir={tmp_path}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "fusion=[posfuse]",
+        f"fusion.posfuse.train={{qrels: '{train / 'qrels.tsv'}', runs: {{bm25: '{train / 'bm25.trec'}', "
+        f"dense: '{train / 'dense.trec'}'}}}}",
+    ]
     message = r"^fusion\.posfuse\.train\.qrels: 1 of its 2 training queries are among the \d+ queries of toy that this job reports \(e\.g\. 'q1'\)"
     with pytest.raises(RagtrackError, match=message):
         ragtrack.run_experiment(overrides)

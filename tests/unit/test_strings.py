@@ -51,7 +51,9 @@ def test_corpus_is_held_compactly_and_reads_as_before() -> None:
     corpus = load_beir(TOY).corpus
     assert all(isinstance(column, Strings) for column in (corpus.ids, corpus.titles, corpus.texts))
     rebuilt = Corpus(ids=list(corpus.ids), titles=list(corpus.titles), texts=list(corpus.texts), hash=corpus.hash)
-    assert rebuilt == corpus and rebuilt.full_texts() == [f"{t} {x}".strip() for t, x in zip(corpus.titles, corpus.texts)]
+    assert rebuilt == corpus and rebuilt.full_texts() == [
+        f"{t} {x}".strip() for t, x in zip(corpus.titles, corpus.texts)
+    ]
     assert corpus.id_array().dtype == object and corpus.id_array().tolist() == list(corpus.ids)
     with pytest.raises(ValueError, match="differ in length"):
         Corpus(ids=["a", "b"], titles=[""], texts=["x", "y"], hash="h")

@@ -15,27 +15,55 @@ from omegaconf import OmegaConf
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.compare import run_compare
-from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, TAG_DATASET, TAG_DATASET_HASH, TAG_OVERRIDES, TAG_PARENT, TAG_SYSTEM
+from ragtrack.pipeline.layout import (
+    CONFIG_FILE,
+    PER_QUERY_FILE,
+    TAG_DATASET,
+    TAG_DATASET_HASH,
+    TAG_OVERRIDES,
+    TAG_PARENT,
+    TAG_SYSTEM,
+)
 from tests.support import TOY
 
 SPLITS = {"train": ["q1", "q2", "q3"], "test": ["q4", "q5", "q6"]}
 # hybrid's nDCG@10 per k: k=10 best on train (0.8), k=30 best on test (1.0); the default is k=60
-HYBRID = {"train": {10: [0.9, 0.8, 0.7], 30: [0.5, 0.5, 0.5], 60: [0.6, 0.6, 0.6]},
-          "test": {10: [0.5, 0.4, 0.3], 30: [1.0, 1.0, 1.0], 60: [0.5, 0.5, 0.5]}}
+HYBRID = {
+    "train": {10: [0.9, 0.8, 0.7], 30: [0.5, 0.5, 0.5], 60: [0.6, 0.6, 0.6]},
+    "test": {10: [0.5, 0.4, 0.3], 30: [1.0, 1.0, 1.0], 60: [0.5, 0.5, 0.5]},
+}
 
 
 def log_job(client, experiment_id: str, data, split: str, k: int, folder) -> None:
     """A finished job of ``experiment=rrf_k fusion.rrf.k=K dataset.split=SPLIT`` with bm25 and hybrid rows."""
-    config = {"dataset": {"type": "beir", "name": "toy", "path": str(data), "split": split, "qrels_file": None, "slices_file": None,
-                          "slice_metadata": []}, "evaluator": {"ranking": {"relevance_threshold": 1}}}
-    tags = {TAG_DATASET: "toy", TAG_DATASET_HASH: load_beir(data, split).hash, TAG_OVERRIDES: f"experiment=rrf_k fusion.rrf.k={k} dataset.split={split}"}
+    config = {
+        "dataset": {
+            "type": "beir",
+            "name": "toy",
+            "path": str(data),
+            "split": split,
+            "qrels_file": None,
+            "slices_file": None,
+            "slice_metadata": [],
+        },
+        "evaluator": {"ranking": {"relevance_threshold": 1}},
+    }
+    tags = {
+        TAG_DATASET: "toy",
+        TAG_DATASET_HASH: load_beir(data, split).hash,
+        TAG_OVERRIDES: f"experiment=rrf_k fusion.rrf.k={k} dataset.split={split}",
+    }
     parent = client.create_run(experiment_id, run_name=f"hybrid k={k}", tags=tags).info.run_id
     folder.mkdir(exist_ok=True)
     OmegaConf.save(OmegaConf.create(config), folder / CONFIG_FILE)
     client.log_artifact(parent, str(folder / CONFIG_FILE))
     for system, values in (("bm25", [0.4, 0.4, 0.4]), ("hybrid", HYBRID[split][k])):
-        child = client.create_run(experiment_id, run_name=f"{system} · k={k}", tags={TAG_PARENT: parent, TAG_SYSTEM: system}).info.run_id
-        pd.DataFrame({"system": system, "qid": SPLITS[split], "ndcg@10": values}).to_csv(folder / PER_QUERY_FILE, index=False)
+        child = client.create_run(
+            experiment_id, run_name=f"{system} · k={k}", tags={TAG_PARENT: parent, TAG_SYSTEM: system}
+        ).info.run_id
+        pd.DataFrame({"system": system, "qid": SPLITS[split], "ndcg@10": values}).to_csv(
+            folder / PER_QUERY_FILE, index=False
+        )
         client.log_artifact(child, str(folder / PER_QUERY_FILE))
         client.set_terminated(child, "FINISHED")
     client.set_terminated(parent, "FINISHED")
@@ -49,7 +77,9 @@ def store(tmp_path_factory):
     shutil.copytree(TOY, data)
     lines = (data / "qrels" / "test.tsv").read_text().splitlines()
     for split, queries in SPLITS.items():
-        (data / "qrels" / f"{split}.tsv").write_text("\n".join([lines[0], *(line for line in lines[1:] if line.split("\t")[0] in queries)]) + "\n")
+        (data / "qrels" / f"{split}.tsv").write_text(
+            "\n".join([lines[0], *(line for line in lines[1:] if line.split("\t")[0] in queries)]) + "\n"
+        )
     uri = f"sqlite:///{root}/mlflow.db"
     client = MlflowClient(uri)
     experiment_id = client.create_experiment("ragtrack-toy", artifact_location=str(root / "artifacts"))
@@ -63,24 +93,44 @@ def test_chosen_on_train_reported_on_test_and_logged_with_a_child(store) -> None
     comparison, text = run_compare(store, metrics=["ndcg@10"], tune_on="train", resamples=100, failures=0)
     text = " ".join(text.split())  # unwrapped
     assert comparison.baseline.label == "hybrid k=60 (default)" and set(comparison.queries) == set(SPLITS["test"])
-    assert "dataset.split=test (3 queries): hybrid k=10, chosen on 3 queries of dataset.split=train (0.8000 there)" in text
-    assert "held-out ndcg@10 0.4000 vs hybrid k=60 (default) 0.5000: Δ -0.1000" in text  # k=30 would have won on test: never read
+    assert (
+        "dataset.split=test (3 queries): hybrid k=10, chosen on 3 queries of dataset.split=train (0.8000 there)" in text
+    )
+    assert (
+        "held-out ndcg@10 0.4000 vs hybrid k=60 (default) 0.5000: Δ -0.1000" in text
+    )  # k=30 would have won on test: never read
     client = MlflowClient(store)
     run = client.get_run(comparison.logged.split()[0])
-    assert run.info.run_name.startswith("tuning hybrid (chosen on dataset.split=train, reported on dataset.split=test) vs hybrid k=60 (default)")
-    assert run.data.metrics["tuning/ndcg_at_10/held_out"] == pytest.approx(0.4) and run.data.metrics["tuning/ndcg_at_10/delta"] == pytest.approx(-0.1)
+    assert run.info.run_name.startswith(
+        "tuning hybrid (chosen on dataset.split=train, reported on dataset.split=test) vs hybrid k=60 (default)"
+    )
+    assert run.data.metrics["tuning/ndcg_at_10/held_out"] == pytest.approx(0.4) and run.data.metrics[
+        "tuning/ndcg_at_10/delta"
+    ] == pytest.approx(-0.1)
     assert "tuning.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
     (child,) = client.search_runs([run.info.experiment_id], f"tags.`{TAG_PARENT}` = '{run.info.run_id}'")
     assert child.info.run_name == "dataset.split=test: hybrid k=10" and child.data.params["fusion.rrf.k"] == "10"
     assert child.data.params["tuned_on"] == "3" and child.data.metrics["where_chosen/ndcg_at_10"] == pytest.approx(0.8)
-    assert child.data.metrics["ndcg_at_10"] == pytest.approx(0.4) and child.data.metrics["default/ndcg_at_10"] == pytest.approx(0.5)
+    assert child.data.metrics["ndcg_at_10"] == pytest.approx(0.4) and child.data.metrics[
+        "default/ndcg_at_10"
+    ] == pytest.approx(0.5)
 
 
 def test_json_carries_the_tuning_and_a_bad_split_is_one_line(store) -> None:
-    _, text = run_compare(store, metrics=["ndcg@10"], tune_on="dataset.split=train", resamples=100, fmt="json", failures=0,
-                          log_to_mlflow=False)
+    _, text = run_compare(
+        store,
+        metrics=["ndcg@10"],
+        tune_on="dataset.split=train",
+        resamples=100,
+        fmt="json",
+        failures=0,
+        log_to_mlflow=False,
+    )
     tuning = json.loads(text)["tuning"]
-    assert tuning["protocol"] == "chosen on dataset.split=train, reported on dataset.split=test" and tuning["chosen"][0]["chosen"] == "hybrid k=10"
+    assert (
+        tuning["protocol"] == "chosen on dataset.split=train, reported on dataset.split=test"
+        and tuning["chosen"][0]["chosen"] == "hybrid k=10"
+    )
     with pytest.raises(RagtrackError, match="--tune-on dev: no setting that differs between the jobs has this value"):
         run_compare(store, metrics=["ndcg@10"], tune_on="dev", log_to_mlflow=False)
     with pytest.raises(RagtrackError, match="--tune-on tunes the settings of one swept system"):
@@ -91,7 +141,9 @@ def test_the_command_refuses_two_ways_to_tune_in_one_line(store, capsys) -> None
     from ragtrack.pipeline.cli import main
 
     assert main(["compare", "--tracking-uri", store, "--folds", "3", "--tune-on", "train"]) == 2
-    assert capsys.readouterr().err == ("ragtrack: error: --folds and --tune-on are two ways to tune: cross-validate over the reported queries, "
-                                       "or choose on another split; give one\n")
+    assert capsys.readouterr().err == (
+        "ragtrack: error: --folds and --tune-on are two ways to tune: cross-validate over the reported queries, "
+        "or choose on another split; give one\n"
+    )
     assert main(["compare", "--tracking-uri", store, "--tune-on", "dataset.split="]) == 2
     assert "give the tuning split as VALUE or KEY=VALUE" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from ragtrack.pipeline.experiment import counts_text
 
 def strict_json(text: str) -> object:
     """``json.loads`` that refuses NaN, Infinity and -Infinity (what no JSON parser but Python's accepts)."""
+
     def refuse(constant: str) -> None:
         raise ValueError(f"not JSON: {constant}")
 
@@ -44,10 +45,15 @@ def abstaining_systems(seed: int, n: int = 60) -> list[SystemRun]:
     systems = []
     for label, rate in (("bm25", 0.5), ("dense", 0.65), ("hybrid", 0.55)):
         abstained = rng.random(n) < rate
-        frame = pd.DataFrame({"ndcg@10": np.where(unanswerable, np.nan, rng.random(n)),
-                              "abstention_rate": abstained.astype(float),
-                              "abstention_precision": np.where(abstained, unanswerable, np.nan),
-                              "abstention_recall": np.where(unanswerable, abstained, np.nan)}, index=pd.Index(qids, name="qid"))
+        frame = pd.DataFrame(
+            {
+                "ndcg@10": np.where(unanswerable, np.nan, rng.random(n)),
+                "abstention_rate": abstained.astype(float),
+                "abstention_precision": np.where(abstained, unanswerable, np.nan),
+                "abstention_recall": np.where(unanswerable, abstained, np.nan),
+            },
+            index=pd.Index(qids, name="qid"),
+        )
         systems.append(row(label, frame))
     return systems
 
@@ -84,8 +90,10 @@ def test_each_metric_is_compared_on_the_queries_where_every_row_has_a_value(seed
 def test_the_trials_abstention_precision_never_gets_a_spurious_p_value() -> None:
     """Two systems whose abstention_precision is defined on different queries and equal where both are:
     before, NaN pairs made p rand. 1/10001 at W/T/L 0/n/0; now p = 1 on the shared queries."""
-    frames = [pd.DataFrame({"abstention_precision": values}, index=pd.Index(["a", "b", "c", "d"], name="qid"))
-              for values in ([np.nan, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, np.nan])]
+    frames = [
+        pd.DataFrame({"abstention_precision": values}, index=pd.Index(["a", "b", "c", "d"], name="qid"))
+        for values in ([np.nan, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, np.nan])
+    ]
     systems = [row("bm25", frames[0]), row("dense", frames[1])]
     dense = compare_systems(systems, ["abstention_precision"], systems[0]).table.iloc[1]
     assert (dense["n"], dense["p_randomization"], dense["p_ttest"], dense["wins"], dense["ties"]) == (2, 1.0, 1.0, 0, 2)
@@ -100,9 +108,14 @@ def test_a_metric_undefined_on_every_compared_query_is_blank_with_a_note(tmp_pat
     rows = comparison.table[comparison.table["metric"] == "abstention_recall"]
     assert (rows["n"] == 0).all() and rows["mean"].isna().all() and not rows["best"].any()
     assert rows["p_ttest"].isna().all() and rows["p_randomization"].isna().all()
-    assert verdicts(comparison)[0] == "abstention_recall: no value, defined on none of the compared queries for every system"
+    assert (
+        verdicts(comparison)[0]
+        == "abstention_recall: no value, defined on none of the compared queries for every system"
+    )
     text = render(comparison, "table")
-    assert not re.search(r"\bnan\b", text) and "abstention_recall: no query has a value for every row; shown blank" in " ".join(text.split())
+    assert not re.search(
+        r"\bnan\b", text
+    ) and "abstention_recall: no query has a value for every row; shown blank" in " ".join(text.split())
     assert strict_json(render(comparison, "json"))["rows"][0]["mean"] is None
     for fmt in ("markdown", "latex", "csv"):
         render(comparison, fmt)
@@ -111,7 +124,11 @@ def test_a_metric_undefined_on_every_compared_query_is_blank_with_a_note(tmp_pat
 
 
 def test_json_text_writes_null_for_undefined_values_and_refuses_nothing_else() -> None:
-    value = {"a": float("nan"), "b": [1.5, np.float64("nan"), np.float32(0.5), np.int64(3)], "c": (float("inf"), "x", None, True)}
+    value = {
+        "a": float("nan"),
+        "b": [1.5, np.float64("nan"), np.float32(0.5), np.int64(3)],
+        "c": (float("inf"), "x", None, True),
+    }
     assert strict_json(json_text(value)) == {"a": None, "b": [1.5, None, 0.5, 3], "c": [None, "x", None, True]}
     with pytest.raises(ValueError, match="NaN"):
         strict_json(json.dumps({"a": float("nan")}))
@@ -120,10 +137,14 @@ def test_json_text_writes_null_for_undefined_values_and_refuses_nothing_else() -
 def test_the_terminal_says_over_how_many_queries_each_mean_is() -> None:
     same = {"bm25": {"ndcg@10": 6, "mrr": 6}, "dense": {"ndcg@10": 6, "mrr": 6}}
     assert counts_text(same) == "6 queries; mean per query; * best of each metric"
-    mixed = {"bm25": {"ndcg@10": 952, "answer_f1": 952, "abstention_rate": 1190, "abstention_precision": 587},
-             "dense": {"ndcg@10": 952, "answer_f1": 952, "abstention_rate": 1190, "abstention_precision": 775}}
-    assert " ".join(counts_text(mixed).split()) == ("mean per query over 952 queries (ndcg@10, answer_f1), 1190 queries (abstention_rate); "
-                                                    "abstention_precision: 587 bm25, 775 dense; * best of each metric")
+    mixed = {
+        "bm25": {"ndcg@10": 952, "answer_f1": 952, "abstention_rate": 1190, "abstention_precision": 587},
+        "dense": {"ndcg@10": 952, "answer_f1": 952, "abstention_rate": 1190, "abstention_precision": 775},
+    }
+    assert " ".join(counts_text(mixed).split()) == (
+        "mean per query over 952 queries (ndcg@10, answer_f1), 1190 queries (abstention_rate); "
+        "abstention_precision: 587 bm25, 775 dense; * best of each metric"
+    )
 
 
 def test_the_sweep_summary_uses_the_one_best_rule(tmp_path: Path) -> None:
@@ -139,6 +160,9 @@ def test_the_sweep_summary_uses_the_one_best_rule(tmp_path: Path) -> None:
         (tmp_path / str(job) / "results.json").write_text(json.dumps({"systems": systems}))
     lines = sweep_summary(tmp_path, ["ndcg@10", "mrr", "abstention_precision"]).splitlines()
     assert lines[0].split() == ["hybrid", "mrr", "hybrid", "abstention_precision"]
-    assert [line.split() for line in lines[2:5]] == [["fusion.rrf.k=0", "0.5000"], ["fusion.rrf.k=1", "0.7500*", "0.2500"],
-                                                     ["fusion.rrf.k=2", "0.7500*", "0.5000*"]]
+    assert [line.split() for line in lines[2:5]] == [
+        ["fusion.rrf.k=0", "0.5000"],
+        ["fusion.rrf.k=1", "0.7500*", "0.2500"],
+        ["fusion.rrf.k=2", "0.7500*", "0.5000*"],
+    ]
     assert lines[6] == "the same in every job: hybrid ndcg@10 0.2267"

@@ -12,8 +12,19 @@ from ragtrack.core.words import counted, plural
 from tests.support import TOY, ChatServer
 
 
-@pytest.mark.parametrize("noun, many", [("query", "queries"), ("attempt", "attempts"), ("judgment", "judgments"), ("day", "days"),
-                                        ("pass", "passes"), ("box", "boxes"), ("match", "matches"), ("system", "systems")])
+@pytest.mark.parametrize(
+    "noun, many",
+    [
+        ("query", "queries"),
+        ("attempt", "attempts"),
+        ("judgment", "judgments"),
+        ("day", "days"),
+        ("pass", "passes"),
+        ("box", "boxes"),
+        ("match", "matches"),
+        ("system", "systems"),
+    ],
+)
 def test_plural_of_regular_nouns(noun: str, many: str) -> None:
     assert plural(noun) == many
     assert counted(1, noun) == f"1 {noun}" and counted(0, noun) == f"0 {many}" and counted(2, noun) == f"2 {many}"
@@ -31,4 +42,7 @@ def test_the_dataset_line_counts_in_the_singular(caplog) -> None:
     with caplog.at_level(logging.INFO):
         load_beir(TOY)
     line = next(m for m in caplog.messages if m.startswith("dataset toy"))
-    assert line == "dataset toy/test: 12 documents, 6 queries, 12 judgments; 1 query without judgments in this split: not run"
+    assert (
+        line
+        == "dataset toy/test: 12 documents, 6 queries, 12 judgments; 1 query without judgments in this split: not run"
+    )

@@ -20,5 +20,8 @@ class BestGradeEvaluator(Evaluator):
         columns = {}
         for metric in self.metrics:
             k = parse_cutoff(metric)
-            columns[metric] = [max([judged.get(doc, 0) for doc, _ in data.run.ranking(qid)[:k]] + [0]) for qid, judged in data.qrels.items()]
+            columns[metric] = [
+                max([judged.get(doc, 0) for doc, _ in data.run.ranking(qid)[:k]] + [0])
+                for qid, judged in data.qrels.items()
+            ]
         return pd.DataFrame(columns, index=pd.Index(list(data.qrels), name="qid"), dtype=float)

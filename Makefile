@@ -20,7 +20,7 @@ run: setup
 	$(BIN)/ragtrack run $(ARGS)
 
 # Two pytest workers (the CI machine's 2 cores), a test file per worker (docs/development.md).
-test: setup chromium
+test: setup chromium lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(ARGS)
 
 # The browser tests (tests/integration/test_ui.py) use Debian's chromium: installed with apt-get when
@@ -38,10 +38,13 @@ test-slow: setup
 	$(BIN)/pip install --quiet -e '.[dev,scale]'
 	$(BIN)/python -m pytest -m slow $(ARGS)
 
-# The layers contract (pyproject [tool.importlinter]), checked on a plain install of the checkout: import-linter
-# reads a package's folder, and the checkout's ragtrack/ holds only the package root (docs/development.md). The
-# wheel test checks the installed wheel too.
+# The formatter and the linter (ruff, pyproject [tool.ruff]), then the layers contract (pyproject
+# [tool.importlinter]), checked on a plain install of the checkout: import-linter reads a package's folder, and
+# the checkout's ragtrack/ holds only the package root (docs/development.md). The wheel test checks the installed
+# wheel too. `make test` runs this first.
 lint: setup
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
 	rm -rf build/lint
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation --target build/lint .
 	cd build/lint && ../../$(BIN)/lint-imports --config ../../pyproject.toml --no-cache

@@ -115,12 +115,16 @@ def evaluators_for(
             if name == "ranking"
             else {}
         )
+        needs = f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})"
+        schema = (
+            getattr(classes[name], "settings_schema", None) if name != "ranking" else None
+        )  # ranking's: no pydantic
+        if schema is not None and any(field.is_required() for field in schema.model_fields.values()):
+            raise RagtrackError(needs)
         try:
             evaluators.append(classes[name](metrics=names, **kwargs))
         except TypeError:
-            raise RagtrackError(
-                f"metrics {', '.join(names)} need the {name!r} evaluator's settings; use them in `ragtrack run` (evaluator={name})"
-            ) from None
+            raise RagtrackError(needs) from None
     return evaluators
 
 

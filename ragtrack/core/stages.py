@@ -230,7 +230,7 @@ def timed_search(
     from ragtrack.core.progress import step
     from ragtrack.core.words import counted
 
-    with step(f"{name}: search {counted(len(queries), 'query')}", log):
+    with step(f"{name}: search {counted(len(queries), 'query')}"):
         started = time.perf_counter()
         found = search(dict(queries))
         seconds = time.perf_counter() - started

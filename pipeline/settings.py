@@ -619,12 +619,13 @@ def _shipped(group: str) -> dict[str, Any]:
 
 
 def shipped_encoders() -> list[type]:
-    """The encoder classes ragtrack ships with their own settings (every subclass of ``Encoder``)."""
+    """The encoder classes ragtrack ships with their own settings (every subclass of ``Encoder`` in
+    ragtrack's modules: a subclass defined elsewhere, a test's or a user's, is not ragtrack's to list)."""
     found, waiting = [], list(Encoder.__subclasses__())
     while waiting:
         encoder = waiting.pop(0)
         waiting += encoder.__subclasses__()
-        if encoder.settings_schema is not EncoderSettings:
+        if encoder.settings_schema is not EncoderSettings and encoder.__module__.startswith("ragtrack."):
             found.append(encoder)
     return sorted(found, key=lambda encoder: encoder.__name__)
 

@@ -278,9 +278,12 @@ class BM25Retriever(Retriever):
         qids = list(queries)
         weights = [queries[qid] for qid in qids]
         threads = self.threads or physical_cores()
-        batches = lucene_bm25.query_batches(self._fields, weights, threads)
+        postings = np.array([lucene_bm25.postings_read(self._fields, query) for query in weights], dtype=np.int64)
+        batches = lucene_bm25.query_batches(postings, threads)
         with ThreadPoolExecutor(min(threads, len(batches) or 1)) as pool:  # scipy and numpy let go of the GIL
-            tops = list(pool.map(lambda batch: self._lucene_top(weights[batch[0] : batch[1]], k), batches))
+            tops = list(
+                pool.map(lambda batch: self._lucene_top(weights[slice(*batch)], postings[slice(*batch)], k), batches)
+            )
         results = {}
         for (begin, _), (ids, values, ends) in zip(batches, tops):
             for qid, first, last in zip(qids[begin:], [0] + ends, ends):
@@ -289,10 +292,12 @@ class BM25Retriever(Retriever):
                     results[qid].pop(qid, None)
         return Run(self.name, results)
 
-    def _lucene_top(self, queries: list[dict[str, float]], k: int) -> tuple[list[str], list[float], list[int]]:
-        """The top ``k`` of each of ``queries`` (one batch): ids and scores, one query after the other,
-        and where each query's end."""
-        ranks, values, lengths = self._lucene_ranked(queries, k)
+    def _lucene_top(
+        self, queries: list[dict[str, float]], postings: np.ndarray, k: int
+    ) -> tuple[list[str], list[float], list[int]]:
+        """The top ``k`` of each of ``queries`` (one batch; ``postings``: what each reads): ids and
+        scores, one query after the other, and where each query's end."""
+        ranks, values, lengths = self._lucene_ranked(queries, postings, k)
         if self.score_ties == "anserini":  # a row per query, padded at its end
             filled = np.arange(lengths.max(initial=0)) < lengths[:, None]
             padded = np.zeros(filled.shape, dtype=np.float32)
@@ -300,13 +305,15 @@ class BM25Retriever(Retriever):
             values = lucene_bm25.adjust_ties(padded)[filled]
         return self._ids_by_rank[ranks].tolist(), values.astype(float).tolist(), np.cumsum(lengths).tolist()
 
-    def _lucene_ranked(self, queries: list[dict[str, float]], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _lucene_ranked(
+        self, queries: list[dict[str, float]], postings: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:func:`~ragtrack.retrievers.bm25_lucene.ranked` of ``queries``: a query that reads at least
         :data:`~ragtrack.retrievers.bm25_lucene.DENSE_SHARE` postings per document (most of the corpus
         matches) and :data:`~ragtrack.retrievers.bm25_lucene.DENSE_POSTINGS` in all is summed on a dense
         array (``dense_top``), the others as one sparse product; the same figures either way (tested)."""
         limit = max(lucene_bm25.DENSE_SHARE * len(self._doc_ids), lucene_bm25.DENSE_POSTINGS)
-        dense = [lucene_bm25.postings_read(self._fields, weights) >= limit for weights in queries]
+        dense = (postings >= limit).tolist()
         sparse = [weights for weights, is_dense in zip(queries, dense) if not is_dense]
         found = iter(())
         if sparse:

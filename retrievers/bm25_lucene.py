@@ -194,16 +194,15 @@ def postings_read(fields: list[FieldIndex], weights: dict[str, float]) -> int:
     )
 
 
-def query_batches(fields: list[FieldIndex], queries: list[dict[str, float]], parts: int) -> list[tuple[int, int]]:
+def query_batches(postings: np.ndarray, parts: int) -> list[tuple[int, int]]:
     """Runs of consecutive queries, (begin, end), that each read about 1/``parts`` of the postings all
-    of them read (:func:`postings_read`), and no more than about :data:`BATCH_POSTINGS` (a query alone
-    may read more)."""
-    if not queries:
+    of them read (``postings``: per query, :func:`postings_read`), and no more than about
+    :data:`BATCH_POSTINGS` (a query alone may read more)."""
+    if not len(postings):
         return []
-    postings = np.array([postings_read(fields, weights) for weights in queries], dtype=np.int64)
     size = max(1, min(BATCH_POSTINGS, -(-int(postings.sum()) // parts)))
     batch = (np.cumsum(postings) - postings) // size  # each query goes with the batch where its postings begin
-    cuts = [0, *(np.flatnonzero(np.diff(batch)) + 1).tolist(), len(queries)]
+    cuts = [0, *(np.flatnonzero(np.diff(batch)) + 1).tolist(), len(postings)]
     return list(zip(cuts[:-1], cuts[1:]))
 
 

@@ -402,8 +402,9 @@ def test_batches_and_threads_change_no_figure(
         monkeypatch.setattr(bm25_lucene, "BATCH_POSTINGS", postings)
         retriever = BM25Retriever(fields=fields, threads=threads)
         retriever.index(dataset.corpus, cache)
+        weights = [bm25_lucene.query_weights(t) for t in retriever.tokenizer(queries.values())]
         batches = bm25_lucene.query_batches(
-            retriever._fields, [bm25_lucene.query_weights(t) for t in retriever.tokenizer(queries.values())], threads
+            np.array([bm25_lucene.postings_read(retriever._fields, w) for w in weights]), threads
         )
         assert len(batches) > (1 if postings < 1 << 30 else 0) and batches[0][0] == 0 and batches[-1][1] == len(queries)
         found = retriever.search(queries, depth=100).scores

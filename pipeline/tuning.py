@@ -34,6 +34,7 @@ import pandas as pd
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import json_text
+from ragtrack.core.folds import query_folds
 from ragtrack.evaluators.significance import effect_size, paired_t_test, randomization_test, win_tie_loss
 from ragtrack.pipeline.comparison import Comparison, SystemRun
 from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
@@ -199,12 +200,10 @@ def same_setting(given: object, other: object) -> bool:
 
 
 def folds_of(queries: Sequence[str], folds: int, seed: int) -> list[list[str]]:
-    """``queries`` shuffled with ``seed`` (from their sorted order: the folds never depend on the order
-    they came in) and cut into ``folds`` near-equal parts."""
+    """The ``folds`` parts of the compared ``queries`` (:func:`ragtrack.core.folds.query_folds`)."""
     if not 2 <= folds <= len(queries):
         raise RagtrackError(f"--folds {folds}: give 2 to {len(queries)} (the compared queries)")
-    shuffled = np.random.default_rng(seed).permutation(np.array(sorted(queries), dtype=object))
-    return [part.tolist() for part in np.array_split(shuffled, folds)]
+    return query_folds(queries, folds, seed)
 
 
 def values_of(rows: Sequence[SystemRun], metric: str, queries: Sequence[str]) -> pd.DataFrame:

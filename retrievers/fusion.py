@@ -16,12 +16,16 @@ Linear (convex combination, Bruch, Gai & Ingber, TOIS 2023): score(d) = Σ_r α_
 α_r = w_r / Σ w; a document missing from member r takes r's lowest normalized score for that query
 (the most it could have had without being retrieved), not 0.
 
-The learned methods (:class:`LearnedFusion`) fit on the runs and judgments of training queries named by
-``train`` and refuse to fuse a query they were trained on.
+The learned methods (:class:`LearnedFusion`) never fuse a query they learned from: cross-fitted on folds
+of the job's own judged queries (``train.folds``, the default: each fold fused by a model fitted on the
+other folds), or fitted on the runs and judgments of training queries in files (``train.qrels``,
+``train.runs``), which the job may not report.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,11 +33,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, Strict, ValidationInfo, field_validator
+from pydantic import Field, Strict, ValidationInfo, field_validator, model_validator
 
 from ragtrack.core.checksums import file_sha256
 from ragtrack.core.data import Dataset, Qrels, load_qrels
 from ragtrack.core.errors import RagtrackError
+from ragtrack.core.folds import query_folds
 from ragtrack.core.runs import Run, read_trec
 from ragtrack.core.settings import (
     Count,
@@ -169,22 +174,40 @@ class RBCSettings(FusionSettings, extra="forbid"):
 
 
 class TrainSettings(Section):
-    """Where a learned fusion learns: judgments (BEIR or TREC qrels) of training queries, and each
-    member's TREC run on those queries (``{member: path}``); none of them may be fused."""
+    """Where a learned fusion learns, never from a query it fuses. Either ``folds``: cross-fitted on
+    the job's own judged queries, cut into ``folds`` parts with ``seed`` as ``compare --folds`` cuts
+    them (:func:`ragtrack.core.folds.query_folds`), each part fused by a model fitted on the other
+    parts' judgments and member runs; or files: ``qrels`` (BEIR or TREC) of training queries and each
+    member's TREC run on them (``runs``, ``{member: path}``), none of which the job may report."""
 
-    qrels: InputPath
-    runs: dict[SystemName, InputPath]
+    folds: Annotated[int, Strict(), Field(ge=2)] | None = None
+    seed: NonNegativeInt = 0
+    qrels: InputPath | None = None
+    runs: dict[SystemName, InputPath] | None = None
+
+    @model_validator(mode="after")
+    def _folds_or_files(self) -> "TrainSettings":
+        if (self.folds is None) == (self.qrels is None and self.runs is None):
+            raise ValueError(
+                "either folds (cross-fitted on the job's own queries) or qrels and runs (files; with folds=null)"
+            )
+        if self.folds is None and (self.qrels is None or self.runs is None):
+            raise ValueError("training files need both qrels and runs ({member: run file on those queries})")
+        return self
+
+
+TRAIN_FOLDS = 5  # a learned fusion's default: cross-fitted on five folds of the job's queries
 
 
 class LearnedSettings(FusionSettings, extra="forbid"):
-    train: TrainSettings | None = None
+    train: TrainSettings = Field(default_factory=lambda: TrainSettings(folds=TRAIN_FOLDS))
     relevance_threshold: Count = 1
 
     @field_validator("train")
     @classmethod
-    def _a_run_per_member(cls, train: TrainSettings | None, info: ValidationInfo) -> TrainSettings | None:
+    def _a_run_per_member(cls, train: TrainSettings, info: ValidationInfo) -> TrainSettings:
         members = info.data.get("members") or []
-        if train is not None and sorted(train.runs) != sorted(members):
+        if train.runs is not None and sorted(train.runs) != sorted(members):
             raise ValueError(
                 f"one training run per member ({', '.join(members)}), got {', '.join(train.runs) or 'none'}"
             )
@@ -224,9 +247,14 @@ class Fusion(Stage):
         """The fused run of ``runs`` (by member name)."""
         return self.method(runs, **self.identity())
 
+    def fuse_on(self, runs: Mapping[str, Run], dataset: Dataset) -> Run:
+        """The fused run of ``runs`` for the queries of ``dataset`` (a cross-fitted learned fusion reads
+        its judgments); :meth:`fuse` by default."""
+        return self.fuse(runs)
+
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         started = time.perf_counter()
-        run = self.fuse({member: inputs[member].run for member in self.inputs})
+        run = self.fuse_on({member: inputs[member].run for member in self.inputs}, context.dataset)
         seconds = time.perf_counter() - started
         share = seconds * 1000 / max(len(context.dataset.queries), 1)
         latency_ms = {
@@ -312,32 +340,38 @@ class Condorcet(Fusion):
 
 
 class LearnedFusion(Fusion):
-    """A fusion that learns from judged training queries (:class:`ragtrack.retrievers.fusion_methods.Trained`):
-    fitted on ``train`` (the qrels and each member's run on the training queries) when it first fuses.
-    Its training queries must not be among the job's queries: :meth:`dataset_problems` refuses the job
-    before any system runs, and the fitted method refuses any query it was trained on. A subclass names
-    its ``learned`` method."""
+    """A fusion that learns from judged queries (:class:`ragtrack.retrievers.fusion_methods.Trained`),
+    never from one it fuses (``train``, :class:`TrainSettings`). Cross-fitted (``train.folds``): each
+    fold of the job's queries is fused by a model fitted on the other folds, so every query is fused
+    once, by a model that never saw its judgments. From files (``train.qrels``, ``train.runs``): fitted
+    once, when it first fuses; the training queries must not be among the job's (:meth:`dataset_problems`
+    refuses the job before any system runs, and the fitted method refuses any query it was trained on).
+    A subclass names its ``learned`` method."""
 
     settings_schema: type[LearnedSettings] = LearnedSettings
     learned: str
 
     def __init__(self, name: str | None = None, **values):
         super().__init__(name, **values)
-        if self.settings.train is None:
-            raise RagtrackError(
-                f"fusion {self.settings.system!r} ({self.learned}) learns from judged training queries: set its "
-                "train.qrels and train.runs ({member: run file on those queries}); never the reported queries"
-            )
         self.trained: Trained | None = None
 
     def identity(self) -> dict:
         identity = super().identity()
         train = self.settings.train
-        identity["train"] = {
-            "qrels": file_sha256(Path(train.qrels)),
-            "runs": {m: file_sha256(Path(p)) for m, p in sorted(train.runs.items())},
-        }
+        if train.folds is not None:
+            identity["train"] = {"folds": train.folds, "seed": train.seed}
+        else:
+            identity["train"] = {
+                "qrels": file_sha256(Path(train.qrels)),
+                "runs": {m: file_sha256(Path(p)) for m, p in sorted(train.runs.items())},
+            }
         return identity
+
+    def identity_on(self, dataset: Dataset) -> dict:
+        """Cross-fitted, the output depends on the job's judgments: their sha256."""
+        if self.settings.train.folds is None:
+            return {}
+        return {"qrels": hashlib.sha256(json.dumps(dataset.qrels, sort_keys=True).encode()).hexdigest()}
 
     @cached_property
     def training_qrels(self) -> Qrels:
@@ -345,30 +379,71 @@ class LearnedFusion(Fusion):
         return load_qrels(Path(self.settings.train.qrels))[0]
 
     def dataset_problems(self, dataset: Dataset) -> dict[str, str]:
-        """What stops this fusion on ``dataset``, found before any system runs: training queries (those
-        ``train.qrels`` judges, which it learns from) among the queries the job reports. Never allowed:
-        whatever it learned from them would be scored on them (test-set tuning)."""
+        """What stops this fusion on ``dataset``, found before any system runs. From files: training
+        queries (those ``train.qrels`` judges) among the queries the job reports — never allowed, as
+        whatever it learned from them would be scored on them (test-set tuning). Cross-fitted: more
+        folds than queries, or a fold whose other folds hold no judged query to learn from."""
+        train = self.settings.train
+        if train.folds is not None:
+            return self._fold_problems(dataset)
         overlap = set(self.training_qrels) & set(dataset.queries)
         if not overlap:
             return {}
         return {
             "train.qrels": f"{len(overlap)} of its {len(self.training_qrels)} training queries are among the {len(dataset.queries)} "
             f"queries of {dataset.name} that this job reports (e.g. {min(overlap)!r}): a learned fusion learns "
-            "from other queries than those it is scored on (a train split, or other topics)"
+            "from other queries than those it is scored on (a train split, other topics, or train.folds)"
         }
+
+    def _fold_problems(self, dataset: Dataset) -> dict[str, str]:
+        folds = self.settings.train.folds
+        if folds > len(dataset.queries):
+            return {
+                "train.folds": f"{folds} folds of the {len(dataset.queries)} queries of {dataset.name}: give 2 to {len(dataset.queries)}"
+            }
+        for number, part in enumerate(self.folds(dataset), start=1):
+            if not self.training_judgments(dataset, part):
+                return {
+                    "train.folds": f"fold {number} of {folds} (seed {self.settings.train.seed}): the other folds hold "
+                    f"no judged query of {dataset.name} to learn from; use fewer folds"
+                }
+        return {}
+
+    def folds(self, dataset: Dataset) -> list[list[str]]:
+        """The job's queries in ``train.folds`` parts, cut as ``compare --folds`` cuts them."""
+        return query_folds(list(dataset.queries), self.settings.train.folds, self.settings.train.seed)
+
+    @staticmethod
+    def training_judgments(dataset: Dataset, held_out: Sequence[str]) -> Qrels:
+        """The judgments a fold's model learns from: those of the job's queries outside ``held_out``."""
+        held = set(held_out)
+        return {qid: judged for qid, judged in dataset.qrels.items() if qid in dataset.queries and qid not in held}
+
+    def model(self) -> Trained:
+        """The method, not yet fitted, with this fusion's settings."""
+        values = self.settings.model_dump(exclude={"type", "target", "alias", "train", "relevance_threshold"})
+        return Trained(self.learned, threshold=self.settings.relevance_threshold, **values)
 
     def fit(self, runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]]) -> "LearnedFusion":
         """Learn from the members' ``runs`` on training queries and their judgments ``qrels``."""
-        values = self.settings.model_dump(exclude={"type", "target", "alias", "train", "relevance_threshold"})
-        self.trained = Trained(self.learned, threshold=self.settings.relevance_threshold, **values).fit(
-            runs, dict(qrels)
-        )
+        self.trained = self.model().fit(runs, dict(qrels))
         return self
 
     def fuse(self, runs: Mapping[str, Run]) -> Run:
         if self.trained is None:
             self.fit({m: read_trec(path, m) for m, path in self.settings.train.runs.items()}, self.training_qrels)
         return self.trained.fuse(runs)
+
+    def fuse_on(self, runs: Mapping[str, Run], dataset: Dataset) -> Run:
+        """Cross-fitted: each fold fused by a model fitted on the other folds (class docstring)."""
+        if self.settings.train.folds is None:
+            return self.fuse(runs)
+        fused: dict[str, list[tuple[str, float]]] = {}
+        for part in self.folds(dataset):
+            held = {name: Run(name, {q: run.scores[q] for q in part if q in run.scores}) for name, run in runs.items()}
+            fused |= dict(self.model().fit(runs, self.training_judgments(dataset, part)).fuse(held).rankings())
+        order = dict.fromkeys(qid for member in self.inputs for qid in runs[member].scores)
+        return Run.from_rankings(self.settings.system, {qid: fused[qid] for qid in order if qid in fused})
 
 
 def _learned_stage(method: str, settings: type[LearnedSettings], title: str) -> type[LearnedFusion]:

@@ -104,6 +104,12 @@ class Stage(ABC):
     def produce(self, inputs: Mapping[str, StageOutput], context: StageContext) -> StageOutput:
         """This stage's system, from its inputs' outputs (by system name)."""
 
+    def identity_on(self, dataset: Dataset) -> dict:
+        """What of ``dataset`` beyond its corpus and queries changes this stage's output (the judgments
+        a learned fusion cross-fitted on the job's queries reads); part of its chain key where not
+        empty. Nothing by default."""
+        return {}
+
     def problems(self) -> dict[str, str]:
         """What would stop this stage, found before the job does any work (a model that cannot be
         found), by setting name: what is wrong; none by default."""
@@ -145,19 +151,19 @@ class SingleInputStage(Stage):
 
 def chain_key(stage: Stage, inputs: Mapping[str, StageOutput], context: StageContext) -> str:
     """The identity of ``stage``'s output: sha256 over its class, its settings, the corpus, the
-    queries, the depths and its inputs' keys."""
-    return cache_key(
-        "system",
-        {
-            "class": f"{type(stage).__module__}.{type(stage).__qualname__}",
-            "stage": stage.identity(),
-            "corpus": context.dataset.corpus.hash,
-            "queries": context.queries_hash(),
-            "depth": context.depth,
-            "search_depth": context.search_depth,
-            "inputs": [inputs[name].key for name in stage.inputs],
-        },
-    )
+    queries, the depths, its inputs' keys and what else of the dataset it reads (:meth:`Stage.identity_on`)."""
+    identity = {
+        "class": f"{type(stage).__module__}.{type(stage).__qualname__}",
+        "stage": stage.identity(),
+        "corpus": context.dataset.corpus.hash,
+        "queries": context.queries_hash(),
+        "depth": context.depth,
+        "search_depth": context.search_depth,
+        "inputs": [inputs[name].key for name in stage.inputs],
+    }
+    if read := stage.identity_on(context.dataset):
+        identity["dataset"] = read
+    return cache_key("system", identity)
 
 
 def cached_run(

@@ -12,11 +12,16 @@ from pathlib import Path
 
 import pytest
 import pytrec_eval
+from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
+import ragtrack as api
 from ragtrack.core.data import load_beir
 from ragtrack.core.runs import read_trec
 from ragtrack.pipeline import layout, registry
+from ragtrack.pipeline.config import CONFIG_MODULE
+from ragtrack.pipeline.dryrun import dry_run
+from ragtrack.retrievers.fusion import ProbFuse
 from tests.support import TOY, ragtrack, save_tiny_cross_encoder
 
 DEPTHS = (2, 4, 8)
@@ -176,3 +181,30 @@ def test_an_oracle_reranker_plugin_gives_the_ideal_reordering_of_bm25s_top_100(t
         expected = sum(per_query.get(qid, {}).get(measure, 0.0) for qid in dataset.qrels) / len(dataset.qrels)
         assert oracle_metrics[name] == pytest.approx(expected, abs=1e-9), name
     assert oracle_metrics["ndcg@10"] > result.results["systems"]["bm25"]["ndcg@10"] + 0.1
+
+
+def test_a_cross_fitted_learned_fusion_is_a_system_of_the_job(tmp_path: Path) -> None:
+    """``fusion=[probfuse]`` runs as shipped (cross-fitted on folds of the job's queries): its run file
+    is the fold-by-fold fusion of the members' run files, and the dry run plans it without a search."""
+    overrides = [
+        "dataset=toy",
+        "encoder=hashing",
+        "tracking=none",
+        f"paths.root_dir={tmp_path}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "fusion=[rrf,probfuse]",
+        "fusion.probfuse.train.folds=3",
+        "fusion.probfuse.segments=2",
+    ]
+    job = api.run_experiment(overrides)
+    assert list(job.systems) == ["bm25", "dense", "hybrid", "probfuse"]
+    runs = {name: read_trec(job.output_dir / "runs" / f"{name}.trec") for name in ("bm25", "dense", "probfuse")}
+    expected = ProbFuse(system="probfuse", members=["bm25", "dense"], segments=2, train={"folds": 3}).fuse_on(
+        runs, load_beir(TOY)
+    )
+    assert {q: runs["probfuse"].ranking(q) for q in expected.scores} == {
+        q: [(d, pytest.approx(s, rel=1e-15)) for d, s in expected.ranking(q)] for q in expected.scores
+    }
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, f"paths.output_dir={tmp_path / 'dry'}"])
+    dry_run(cfg)

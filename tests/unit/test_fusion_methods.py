@@ -5,14 +5,18 @@ ranx's answer is unique (its documented bug otherwise); learned methods only fro
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from functools import cmp_to_key
 
 import pytest
 
+from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, rank_documents, write_trec
+from ragtrack.core.stages import StageContext, StageOutput, chain_key
 from ragtrack.pipeline import registry
+from ragtrack.pipeline.tuning import folds_of
 from ragtrack.retrievers.fusion_methods import Trained, condorcet, fuse
 
 ranx = pytest.importorskip("ranx")
@@ -262,3 +266,109 @@ def test_a_learned_fusion_refuses_a_job_that_reports_its_training_queries(tmp_pa
         "2 of its 25 training queries are among the 3 queries of toy that this job reports (e.g. 'q24')"
     )
     assert "\n" not in problem
+
+
+# ----------------------------------------------------------------------------- cross-fitted on folds
+UNJUDGED = "q3"  # judged by no qrels: a fold model learns nothing from it
+
+
+def judged_dataset(runs: dict[str, Run], seed: int, name: str = "toy") -> Dataset:
+    """The runs' queries, each judging 12 of the 60 documents (grades 1 or 2), q3 left unjudged."""
+    rng = random.Random(seed)
+    qids = list(next(iter(runs.values())).scores)
+    qrels = {q: {f"d{d}": rng.choice([1, 1, 2]) for d in rng.sample(range(60), 12)} for q in qids if q != UNJUDGED}
+    return Dataset(
+        name, Corpus([f"d{d}" for d in range(60)], [""] * 60, ["text"] * 60, "h"), dict.fromkeys(qids, "t"), qrels
+    )
+
+
+def learned_stage(method: str, **values):
+    return registry.build("fusions", {"type": method, "system": method, "members": ["m0", "m1"], **values})
+
+
+@pytest.mark.parametrize("method, ours, theirs", LEARNED, ids=[m for m, _, _ in LEARNED])
+def test_a_cross_fitted_fusion_equals_ranx_trained_on_the_other_folds(method: str, ours: dict, theirs: dict) -> None:
+    """Each fold of the job's queries (cut as ``compare --folds`` cuts them) equals ranx's method trained
+    on the other folds' judgments and runs, then applied to the fold."""
+    runs = random_runs(21)
+    data = judged_dataset(runs, 4)
+    norm = method == "segfuse"  # SegFuse reads min-max scores (ranx normalizes them first)
+    stage = learned_stage(method, depth=1000, train={"folds": 4, "seed": 7}, **ours)
+    fused = stage.fuse_on(runs, data)
+    folds = folds_of(list(data.queries), 4, seed=7)
+    for fold in folds:
+        qrels = {q: j for q, j in data.qrels.items() if q not in fold}  # ranx pairs run and qrels query by query:
+        train = {m: RanxRun({q: dict(r.scores[q]) for q in qrels}) for m, r in runs.items()}  # the judged ones
+        train_params = {"n_segments": theirs["n_segments"]} if "n_segments" in theirs else {}
+        learned = getattr(ranx_fusion, f"{method}_train")(RanxQrels(qrels), list(train.values()), **train_params)
+        held = [RanxRun({q: dict(r.scores[q]) for q in fold}) for r in runs.values()]
+        held = [ranx.normalization.min_max_norm(r) for r in held] if norm else held
+        key = {"mapfuse": "map_scores", "bayesfuse": "log_odds"}.get(method, "probs")
+        apply = {"w": theirs["w"]} if "w" in theirs else {}
+        reference = getattr(ranx_fusion, method)(held, **{key: learned}, **apply).to_dict()
+        assert_same(Run(method, {q: fused.scores[q] for q in fold}), reference)
+    assert list(fused.scores) == list(runs["m0"].scores)  # the members' query order
+
+
+def test_a_folds_judgments_never_reach_its_own_fusion() -> None:
+    """Changing every judgment of one fold's queries changes the other folds' rankings, never its own."""
+    runs = random_runs(22)
+    data = judged_dataset(runs, 5)
+    stage = learned_stage("probfuse", train={"folds": 5, "seed": 0})
+    fold = folds_of(list(data.queries), 5, seed=0)[2]
+    flipped = {q: ({f"d{d}": 2 for d in range(30)} if q in fold else j) for q, j in data.qrels.items()}
+    before, after = stage.fuse_on(runs, data), stage.fuse_on(runs, replace(data, qrels=flipped))
+    assert all(before.ranking(q) == after.ranking(q) for q in fold)
+    assert any(before.scores[q] != after.scores[q] for q in data.queries if q not in fold)
+
+
+def test_cross_fitted_fusion_keys_its_output_by_the_judgments(tmp_path) -> None:
+    """A reranker reading a cross-fitted fusion is recomputed when the qrels change; no other stage's key
+    reads the judgments (their keys are as before)."""
+    runs = random_runs(23)
+    data = judged_dataset(runs, 6)
+    context = StageContext(data, data.corpus, Cache(tmp_path), 100, 100)
+    inputs = {m: StageOutput(r, r, f"key-{m}", None) for m, r in runs.items()}
+    stage = learned_stage("posfuse")
+    other = replace(data, qrels={**data.qrels, "q0": {"d1": 1}})
+    assert stage.identity()["train"] == {"folds": 5, "seed": 0}
+    assert chain_key(stage, inputs, context) != chain_key(stage, inputs, replace(context, dataset=other))
+    rrf = registry.build("fusions", {"type": "rrf", "system": "hybrid", "members": ["m0", "m1"]})
+    assert rrf.identity_on(data) == {} and chain_key(rrf, inputs, context) == chain_key(
+        rrf, inputs, replace(context, dataset=other)
+    )
+    files = learned_stage("posfuse", train={"folds": None, "qrels": __file__, "runs": {"m0": __file__, "m1": __file__}})
+    assert files.identity_on(data) == {}
+
+
+def test_cross_fitting_refuses_what_cannot_be_folded_before_any_system_runs() -> None:
+    runs = random_runs(24, queries=4)
+    data = judged_dataset(runs, 7)
+    assert learned_stage("mapfuse", train={"folds": 4}).dataset_problems(data) == {}
+    assert learned_stage("mapfuse", train={"folds": 5}).dataset_problems(data) == {
+        "train.folds": "5 folds of the 4 queries of toy: give 2 to 4"
+    }
+    unjudged = replace(data, qrels={"q0": data.qrels["q0"]})
+    problem = learned_stage("mapfuse", train={"folds": 2, "seed": 1}).dataset_problems(unjudged)["train.folds"]
+    assert problem.startswith("fold ") and "the other folds hold no judged query of toy to learn from" in problem
+
+
+@pytest.mark.parametrize(
+    "train, message",
+    [
+        ({"folds": 5, "qrels": "q.tsv", "runs": {"m0": "a", "m1": "b"}}, "either folds"),
+        ({"folds": None}, "either folds"),
+        ({"folds": None, "qrels": "q.tsv"}, "training files need both qrels and runs"),
+        ({"folds": 1}, "greater than or equal to 2"),
+        ({"folds": None, "qrels": "q.tsv", "runs": {"m0": "a"}}, "one training run per member"),
+        (None, "train"),
+    ],
+)
+def test_train_takes_folds_or_files(train: dict | None, message: str) -> None:
+    with pytest.raises(RagtrackError, match=message):
+        learned_stage("posfuse", train=train)
+
+
+def test_a_learned_stage_is_cross_fitted_on_five_folds_by_default() -> None:
+    settings = learned_stage("slidefuse").settings.train
+    assert (settings.folds, settings.seed, settings.qrels, settings.runs) == (5, 0, None, None)

@@ -129,7 +129,7 @@ def test_a_kind_added_to_the_table_alone_is_planned_and_checked(monkeypatch: pyt
 def test_the_parent_run_shares_no_stage_setting() -> None:
     """Each system's child run carries its stages' settings; the parent's params keep none of any kind
     (rewriter and reranker settings leaked into them)."""
-    from ragtrack.pipeline.experiment import shared_params
+    from ragtrack.pipeline.job_tracking import shared_params
 
     flat = {
         "depth": 100,
@@ -167,8 +167,9 @@ def test_a_learned_fusion_trained_on_reported_queries_stops_the_job_before_any_s
         f"paths.root_dir={tmp_path}",
         f"paths.cache_dir={tmp_path / 'cache'}",
         "fusion=[posfuse]",
-        f"fusion.posfuse.train={{qrels: '{train / 'qrels.tsv'}', runs: {{bm25: '{train / 'bm25.trec'}', "
-        f"dense: '{train / 'dense.trec'}'}}}}",
+        "fusion.posfuse.train.folds=null",
+        f"fusion.posfuse.train.qrels='{train / 'qrels.tsv'}'",
+        f"fusion.posfuse.train.runs={{bm25: '{train / 'bm25.trec'}', dense: '{train / 'dense.trec'}'}}",
     ]
     message = r"^fusion\.posfuse\.train\.qrels: 1 of its 2 training queries are among the \d+ queries of toy that this job reports \(e\.g\. 'q1'\)"
     with pytest.raises(RagtrackError, match=message):

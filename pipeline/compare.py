@@ -443,6 +443,23 @@ def split_jobs(jobs: dict, tune_on: str) -> tuple[dict, dict, tuple[str, str]]:
     return tuning, reported, (f"{key}={value}", f"{key}={others.pop()}")
 
 
+def split_keys(settings: dict, tuning_jobs: dict, reported_jobs: dict) -> set[str]:
+    """The settings that make the split: one value on every tuning job and another on every reported
+    job (``dataset.split``; a TREC topics file and its qrels file, ``dataset.topics`` and ``dataset.qrels``)."""
+
+    def values(jobs: dict, key: str) -> set[str]:
+        return {str(settings[job_id].get(key)) for job_id in jobs}
+
+    keys = {key for values_ in settings.values() for key in values_}
+    return {
+        key
+        for key in keys
+        if len(tuned := values(tuning_jobs, key)) == 1
+        and len(reported := values(reported_jobs, key)) == 1
+        and tuned != reported
+    }
+
+
 def tune_on_split(
     client,
     tuning_jobs: dict,
@@ -457,7 +474,7 @@ def tune_on_split(
 ) -> Tuning:
     """``--tune-on``: the swept setting chosen on the rows of ``tuning_jobs`` over their judged queries,
     reported by the comparison's row of the same settings (``pipeline.tuning.split_tune``). Rows meet
-    across the splits by the settings that differ between the jobs, the split's aside; a setting a job
+    across the splits by the settings that differ between the jobs, the split's aside (:func:`split_keys`); a setting a job
     does not override has its default (``default_of``, else the config the reported jobs compose to)."""
     metric, rows = comparison.metrics[0], swept_rows(comparison.systems, comparison.baseline, "--tune-on")
     systems = load_systems(client, tuning_jobs, runs, folder)
@@ -474,7 +491,7 @@ def tune_on_split(
         [q for q in scopes[0].counted if q in shared and all(q in s.per_query.index for s in candidates)],
     )
     settings = differing_settings({**tuning_jobs, **reported_jobs})
-    keys = {key for values in settings.values() for key in values} - {splits[0].split("=", 1)[0]}
+    keys = {key for values in settings.values() for key in values} - split_keys(settings, tuning_jobs, reported_jobs)
     every = [job_id for s in (*candidates, *rows) for job_id in (s.job_id, *s.merged.values())]
     fallback = (
         default_of or composed_default(reported_jobs, keys)

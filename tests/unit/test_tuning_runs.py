@@ -1,6 +1,7 @@
 """``ragtrack compare --tune-on`` over jobs as MLflow holds them: a sweep of RRF k run on a train and a
 test split of one dataset (its own qrels each), the choice made on train, reported on test, logged as a
-tuning run with a child per fold."""
+tuning run with a child per fold; and the same sweep over two TREC topic files (one qrels file), tuned
+on one topics file and reported on the other."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from omegaconf import OmegaConf
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.compare import run_compare
+from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.layout import (
     CONFIG_FILE,
     PER_QUERY_FILE,
@@ -34,24 +36,47 @@ HYBRID = {
 }
 
 
-def log_job(client, experiment_id: str, data, split: str, k: int, folder) -> None:
-    """A finished job of ``experiment=rrf_k fusion.rrf.k=K dataset.split=SPLIT`` with bm25 and hybrid rows."""
+def beir_split(data, split: str) -> tuple[dict, str, str]:
+    """The dataset config of the toy data's ``split``, its hash and the override that selects it."""
     config = {
-        "dataset": {
-            "type": "beir",
-            "name": "toy",
-            "path": str(data),
-            "split": split,
-            "qrels_file": None,
-            "slices_file": None,
-            "slice_metadata": [],
-        },
-        "evaluator": {"ranking": {"relevance_threshold": 1}},
+        "type": "beir",
+        "name": "toy",
+        "path": str(data),
+        "split": split,
+        "qrels_file": None,
+        "slices_file": None,
+        "slice_metadata": [],
     }
+    return config, load_beir(data, split).hash, f"dataset.split={split}"
+
+
+def trec_topics(data, split: str) -> tuple[dict, str, str]:
+    """The dataset config of the TREC topics file ``<split>.topics`` with its qrels ``<split>.qrels``, its
+    hash and the override that selects it."""
+    topics = data / f"{split}.topics"
+    config = {
+        "type": "trec",
+        "corpus": str(data / "corpus.jsonl"),
+        "topics": str(topics),
+        "qrels": str(data / f"{split}.qrels"),
+        "name": "toy",
+        "query_field": "title",
+        "slices_file": None,
+        "slice_metadata": [],
+    }
+    override = f"dataset=trec dataset.corpus={config['corpus']} dataset.topics={topics} dataset.qrels={config['qrels']}"
+    return config, load_dataset(config).hash, override
+
+
+def log_job(client, experiment_id: str, dataset: tuple[dict, str, str], split: str, k: int, folder) -> None:
+    """A finished job of ``experiment=rrf_k fusion.rrf.k=K`` on ``dataset`` (config, hash, override)
+    with bm25 and hybrid rows."""
+    settings, dataset_hash, override = dataset
+    config = {"dataset": settings, "evaluator": {"ranking": {"relevance_threshold": 1}}}
     tags = {
         TAG_DATASET: "toy",
-        TAG_DATASET_HASH: load_beir(data, split).hash,
-        TAG_OVERRIDES: f"experiment=rrf_k fusion.rrf.k={k} dataset.split={split}",
+        TAG_DATASET_HASH: dataset_hash,
+        TAG_OVERRIDES: f"experiment=rrf_k fusion.rrf.k={k} {override}",
     }
     parent = client.create_run(experiment_id, run_name=f"hybrid k={k}", tags=tags).info.run_id
     folder.mkdir(exist_ok=True)
@@ -85,8 +110,31 @@ def store(tmp_path_factory):
     experiment_id = client.create_experiment("ragtrack-toy", artifact_location=str(root / "artifacts"))
     for split in SPLITS:
         for k in (10, 30, 60):
-            log_job(client, experiment_id, data, split, k, root / "upload")
+            log_job(client, experiment_id, beir_split(data, split), split, k, root / "upload")
     return uri
+
+
+@pytest.fixture(scope="module")
+def trec_store(tmp_path_factory):
+    """The toy corpus with q1-q3 in train.topics and q4-q6 in test.topics (qid<TAB>text), each with its
+    TREC qrels, and the six jobs."""
+    root = tmp_path_factory.mktemp("tune_on_trec")
+    data = root / "toy"
+    data.mkdir()
+    shutil.copy(TOY / "corpus.jsonl", data / "corpus.jsonl")
+    toy = load_beir(TOY)
+    for split, queries in SPLITS.items():
+        (data / f"{split}.topics").write_text("".join(f"{q}\t{toy.queries[q]}\n" for q in queries))
+        (data / f"{split}.qrels").write_text(
+            "".join(f"{q} 0 {d} {g}\n" for q in queries for d, g in toy.qrels[q].items())
+        )
+    uri = f"sqlite:///{root}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment_id = client.create_experiment("ragtrack-toy", artifact_location=str(root / "artifacts"))
+    for split in SPLITS:
+        for k in (10, 30, 60):
+            log_job(client, experiment_id, trec_topics(data, split), split, k, root / "upload")
+    return uri, data
 
 
 def test_chosen_on_train_reported_on_test_and_logged_with_a_child(store) -> None:
@@ -147,3 +195,25 @@ def test_the_command_refuses_two_ways_to_tune_in_one_line(store, capsys) -> None
     )
     assert main(["compare", "--tracking-uri", store, "--tune-on", "dataset.split="]) == 2
     assert "give the tuning split as VALUE or KEY=VALUE" in capsys.readouterr().err
+
+
+def test_tuned_on_one_trec_topics_file_reported_on_another(trec_store) -> None:
+    """TREC topic files as the split: the jobs differ in ``dataset.topics`` (and ``dataset.qrels``); the
+    choice reads the tuning topics' queries only, the report the other topics'."""
+    store, data = trec_store
+    comparison, text = run_compare(
+        store,
+        metrics=["ndcg@10"],
+        tune_on=f"dataset.topics={data / 'train.topics'}",
+        resamples=100,
+        failures=0,
+        log_to_mlflow=False,
+    )
+    text = "".join(text.split())  # unwrapped (the paths' hyphens wrap)
+    assert set(comparison.queries) == set(SPLITS["test"])
+    expected = (
+        f"dataset.topics={data / 'test.topics'} (3 queries): hybrid k=10, chosen on 3 queries of "
+        f"dataset.topics={data / 'train.topics'} (0.8000 there)",
+        "held-out ndcg@10 0.4000 vs hybrid k=60 (default) 0.5000: Δ -0.1000",  # k=30 would have won on test
+    )
+    assert all("".join(line.split()) in text for line in expected)

@@ -294,7 +294,7 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     notes = [f"{len(jobs)} jobs; * marks the best value of each column"]
     if not varying:
         same = ", ".join(f"{c} {table[c].iloc[0]:.4f}" for c in table)
-        notes = [f"{len(jobs)} jobs, all with the same key metrics: {same}"]
+        notes = [f"{len(jobs)} jobs, all with the same key metrics: {same}" if len(jobs) > 1 else f"1 job: {same}"]
         notes += [f"every job: {' '.join(o for o in jobs[0][0] if o in shared)}"] if shared else []
         return "\n".join(textwrap.fill(note, TEXT_WIDTH, subsequent_indent="  ") for note in notes)
     if len(varying) < len(table.columns):

@@ -16,7 +16,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.app import objective
 from ragtrack.pipeline.cli import main as cli_main
 from ragtrack.pipeline.config import CONFIG_MODULE
-from tests.support import TOY
+from tests.support import TOY, ragtrack
 
 PRESETS = sorted(p.stem for p in Path(str(files(CONFIG_MODULE))).joinpath("experiment").glob("*.yaml"))
 
@@ -149,6 +149,23 @@ def test_objective_names_system_and_metric() -> None:
     assert objective(results, "hybrid/ndcg@10") == 0.5 and objective(results, None) is None
     with pytest.raises(RagtrackError, match="optimize_metric 'bm25/ndcg@10' is not a result"):
         objective(results, "bm25/ndcg@10")
+
+
+def test_an_optuna_search_prints_no_library_noise(tmp_path) -> None:
+    """The sweeper's import of a SQL store logs no alembic "setup plugin" lines, and a one-job sweep's
+    summary speaks of one job."""
+    done = ragtrack(
+        tmp_path,
+        "run",
+        "hparams_search=rrf_optuna",
+        "hydra.sweeper.n_trials=1",
+        "dataset=toy",
+        "encoder=hashing",
+        "tracking=none",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "alembic" not in done.stdout + done.stderr
+    assert "1 job: bm25 ndcg@10" in done.stdout + done.stderr
 
 
 @pytest.mark.slow

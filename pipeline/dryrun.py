@@ -1,6 +1,7 @@
 """``ragtrack run --dry-run``: the LLM calls a job would make, and their tokens, before it spends anything.
 
-The dry run builds the job as ``ragtrack run`` does, with every chat client offline
+The dry run is the job's executor (``pipeline.executor``) with the :class:`CountOnly` policy: it builds
+the job as ``ragtrack run`` does, with every chat client offline
 (:class:`~ragtrack.core.llm.ChatClient` ``offline``): nothing is sent; a prompt whose reply is cached is
 answered from the cache as in the real run; every other prompt is counted as a request to send, with
 its prompt tokens estimated (:func:`~ragtrack.core.llm.estimate_tokens`: characters / 4) and
@@ -46,29 +47,16 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from ragtrack.chunking import plan_chunks
-from ragtrack.core.cache import Cache
 from ragtrack.core.data import Dataset
 from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import CHARS_PER_TOKEN, NOT_SENT, NotSent, chat_clients, retrieved_passages
 from ragtrack.core.secrets import mask, masked
-from ragtrack.core.stages import Stage, StageContext, StageOutput
-from ragtrack.evaluators.base import Evaluator
-from ragtrack.generation import Generator, NoGenerator
-from ragtrack.pipeline import registry, robustness, usage
-from ragtrack.pipeline.experiment import (
-    _with_output_dir,
-    build_chunker,
-    build_evaluators,
-    build_stages,
-    check_stages_on,
-    eval_input,
-    stage,
-    stage_context,
-    stage_label,
-)
-from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.core.stages import StageOutput
+from ragtrack.pipeline import executor, robustness, usage
+from ragtrack.pipeline.executor import stage, stage_label, with_output_dir
 from ragtrack.pipeline.redaction import check_variable_names, remember_config_secrets
-from ragtrack.pipeline.systems import PlannedSystem
+from ragtrack.pipeline.scoring import eval_input
+from ragtrack.pipeline.slices import Findings
 from ragtrack.pipeline.usage import Meter
 
 log = logging.getLogger(__name__)
@@ -139,7 +127,7 @@ def dry_run(cfg: DictConfig, dataset: Dataset | None = None) -> DryRun:
     check_variable_names(OmegaConf.to_container(cfg, resolve=True))
     output_dir = Path(cfg.paths.output_dir)
     with tempfile.TemporaryDirectory(prefix="ragtrack-dry-run-") as scratch, _quiet_about_unsent():
-        calls = _plan(_with_output_dir(cfg, Path(scratch)), dataset)
+        calls = _plan(with_output_dir(cfg, Path(scratch)), dataset)
     found = DryRun(calls)
     output_dir.mkdir(parents=True, exist_ok=True)
     write_atomically(output_dir / FILE, json_text(masked(found.record()), indent=2))
@@ -164,114 +152,111 @@ def _quiet_about_unsent():
 
 
 def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
-    chunker, oversample = build_chunker(cfg.get("chunking"))
-    stages = build_stages(cfg)
+    """The job's steps by the executor with the :class:`CountOnly` policy: the planned calls."""
+    stages, dataset, chunker, oversample = executor.plan(cfg, dataset)
+    perturbed = robustness.perturbed_queries(cfg.robustness, dataset) if cfg.get("robustness") else {}
     meter = Meter()
-    evaluators, pair_judges = build_evaluators(cfg, meter)
-    generator = registry.build("generators", cfg.generator) if cfg.get("generator") else None
-    generator = None if isinstance(generator, NoGenerator) else generator
-    judges = [e for e in evaluators if chat_clients(e)]
-    metered = [*(s for _, s in stages), *([generator] if generator else []), *judges]  # what the robustness reruns run
-    for component in [*metered, *pair_judges]:
+    parts = executor.JobParts.build(cfg, stages, plan_chunks(dataset, chunker, oversample), meter)
+    metered = [*(s for _, s in stages), *([parts.generator] if parts.generator else [])]
+    metered += [e for e in parts.evaluators if chat_clients(e)]  # what the robustness reruns run
+    for component in [*metered, *parts.comparers]:
         for client in chat_clients(component):
             client.offline = True
-    if dataset is None:  # the app loads it (and logs that) before the dry run
-        with stage("load dataset"):
-            dataset = load_dataset(cfg.dataset, check_documents=False)
-    check_stages_on(stages, dataset)
-    perturbed = robustness.perturbed_queries(cfg.robustness, dataset) if cfg.get("robustness") else {}
-    plan = plan_chunks(dataset, chunker, oversample)
-    cache = Cache(cfg.paths.cache_dir)
-    answers, stood_in = _plan_systems(
-        stages, generator, judges, stage_context(dataset, cache, int(cfg.depth), plan), meter
-    )
+    run = executor.Executor(parts, CountOnly(meter))
+    planned = run.run(dataset)
     if any(chat_clients(component) for component in metered):  # else the reruns cost nothing: no need to retrieve
         for name, queries in perturbed.items():
-            context = stage_context(replace(dataset, queries=queries), cache, int(cfg.depth), plan)
-            _plan_systems(stages, generator, judges, context, meter.rerun(name))
-    for judge in pair_judges:
-        judge.compare(answers, dataset.queries, dataset.answers)
-        meter.collect(
-            usage.PAIRWISE, meter.stage_of(judge), [judge], bound=lambda qid: any(qid in s for s in stood_in.values())
-        )
+            run.rerun(name, replace(dataset, queries=queries), Path(cfg.paths.output_dir) / "robustness" / name)
+    run.compare(planned, dataset)
     return meter.table()
 
 
-def _plan_systems(
-    stages: list[tuple[PlannedSystem, Stage]],
-    generator: Generator | None,
-    judges: list[Evaluator],
-    context: StageContext,
-    meter: Meter,
-) -> tuple[dict[str, dict[str, str]], dict[str, set[str]]]:
-    """Steps 1 to 3 (module docstring) on the queries of ``context``, the judges but the pairwise ones:
-    the planned calls go to ``meter``; returns each system's answers (stand-ins where not generated yet)
-    and the queries whose answers are stand-ins."""
-    queries = context.dataset.queries
-    outputs: dict[str, StageOutput] = {}
-    inputs = {system.name: system.inputs for system, _ in stages}
-    for system, stage_object in stages:
-        if any(name not in outputs for name in system.inputs):  # made from an unknown system
+@dataclass
+class Planned:
+    """What a dry run keeps of a system: its answers (stand-ins where not generated yet; ``None``
+    without a generator) and the queries whose answers are stand-ins."""
+
+    answers: dict[str, str] | None
+    stood_in: set[str]
+
+
+class CountOnly(executor.Policy):
+    """Steps 1 to 3 of the module docstring: each step's chat calls counted on the meter, nothing sent
+    (the components' clients are offline); a system whose run is unknown is ``None``."""
+
+    def produce(self, system, stage_object, outputs, context) -> StageOutput | None:
+        queries, meter = context.dataset.queries, self.meter
+        if any(outputs[name] is None for name in system.inputs):  # made from an unknown system
             for client in chat_clients(stage_object):
-                meter.add_bound(
-                    system.name,
-                    system.section,
-                    client,
-                    stage_object.max_chat_calls(len(queries), context.depth),
-                    chain=True,
-                )
-            continue
-        with (
-            contextlib.suppress(NotSent),
-            stage(stage_label(system)),
-        ):  # NotSent: a prompt needed a reply not cached yet
-            outputs[system.name] = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
+                calls = stage_object.max_chat_calls(len(queries), context.depth)
+                meter.add_bound(system.name, system.section, client, calls, chain=True)
+            return None
+        output = None
+        with contextlib.suppress(NotSent), stage(stage_label(system)):  # NotSent: a reply not cached yet
+            output = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
         counted = meter.collect(system.name, system.section, [stage_object], chain=True)
-        if system.name not in outputs:  # the prompts after those that need replies not cached yet
+        if output is None:  # the prompts after those that need replies not cached yet
             for client in chat_clients(stage_object):
-                meter.add_bound(
-                    system.name,
-                    system.section,
-                    client,
-                    stage_object.max_chat_calls(len(queries), context.depth) - counted,
-                    chain=True,
-                )
-    answers, stood_in = {}, {}
-    for name in inputs:
-        known = name in outputs
-        output = outputs[name] if known else outputs[_nearest_known(name, inputs, outputs)]
-        generated, stood_in[name] = {}, set() if known else set(queries)
+                calls = stage_object.max_chat_calls(len(queries), context.depth) - counted
+                meter.add_bound(system.name, system.section, client, calls, chain=True)
+        return output
+
+    def generate(self, system, outputs, parts, context) -> tuple[dict[str, str], set[str], StageOutput]:
+        """The answers (stand-ins where not generated yet), the queries stood in for and the output
+        they were made from: the nearest known system's where ``system``'s run is unknown."""
+        name, queries, generator = system.name, context.dataset.queries, parts.generator
+        known = outputs[name] is not None
+        output = outputs[name] if known else outputs[_nearest_known(name, parts, outputs)]
+        generated, stood_in = {}, set() if known else set(queries)
         if generator is not None:
             texts = generator.generate(
                 queries, retrieved_passages(output.passage_run, context.dataset.corpus, queries, generator.top_k)
             )
-            meter.collect(name, "generator", [generator], bound=lambda qid, known=known: not known)
-            stood_in[name] |= {qid for qid, reason in generator.failures.items() if reason == NOT_SENT}
+            self.meter.collect(name, "generator", [generator], bound=lambda qid: not known)
+            stood_in |= {qid for qid, reason in generator.failures.items() if reason == NOT_SENT}
             longest = max((client.max_tokens or 0 for client in chat_clients(generator)), default=0) or None
-            generated = {
-                qid: stand_in(name, longest) if qid in stood_in[name] else texts.get(qid, "") for qid in queries
-            }
-            answers[name] = generated
+            generated = {qid: stand_in(name, longest) if qid in stood_in else texts.get(qid, "") for qid in queries}
+        return generated, stood_in, output
+
+    def evaluate(self, system, outputs, answers, parts, dataset, context) -> Planned:
+        """The judges (evaluators with a chat client) on the answers; later rounds as upper bounds."""
+        generated, stood_in, output = answers
+        name, meter = system.name, self.meter
         data = eval_input(output.run, context.dataset, generated, output.passage_run)
-        for judge in judges:
+        for judge in [e for e in parts.evaluators if chat_clients(e)]:
             followups = 0
             if judge.applies_to(data):
                 judge.evaluate(data)
                 followups = judge.unsent_followups()
-            meter.collect(
-                name, meter.stage_of(judge), [judge], bound=lambda qid, guessed=stood_in[name]: qid in guessed
-            )
+            meter.collect(name, meter.stage_of(judge), [judge], bound=lambda qid: qid in stood_in)
             for client in chat_clients(judge)[:1]:  # later rounds built from replies not sent: upper bounds
                 meter.add_bound(name, meter.stage_of(judge), client, followups)
-    return answers, stood_in
+        return Planned(generated if parts.generator is not None else None, stood_in)
+
+    def compare(self, parts, results, dataset) -> Findings:
+        """The pairwise judges' prompts from the main run's answers (upper bounds where stood in)."""
+        answers = {name: r.answers for name, r in results.items() if r.answers is not None}
+        for judge in parts.comparers:
+            judge.compare(answers, dataset.queries, dataset.answers)
+            self.meter.collect(
+                usage.PAIRWISE,
+                self.meter.stage_of(judge),
+                [judge],
+                bound=lambda qid: any(qid in r.stood_in for r in results.values()),
+            )
+        return Findings()
+
+    def perturbed(self, perturbation: str, folder: Path) -> CountOnly:
+        return CountOnly(self.meter.rerun(perturbation))
 
 
-def _nearest_known(name: str, inputs: dict[str, list[str]], outputs: dict[str, StageOutput]) -> str:
+def _nearest_known(name: str, parts: executor.JobParts, outputs: dict[str, StageOutput | None]) -> str:
     """The first system ``name`` is made from (breadth first) whose run is known."""
+    inputs = {system.name: system.inputs for system, _ in parts.stages}
     todo = list(inputs[name])
     while todo:
         candidate = todo.pop(0)
-        if candidate in outputs:
+        if outputs[candidate] is not None:
             return candidate
         todo += inputs[candidate]
     raise AssertionError(f"{name}: no known system it is made from")  # a retriever (no inputs) always runs

@@ -99,7 +99,8 @@ def study(
     bootstrap_seed: int = 0,
 ) -> Findings:
     """Run the study; ``clean``: the job's system results (``per_query``, ``counted``, ``summary``),
-    ``rerun(perturbation, dataset, folder)``: every system on another dataset. results.json ``robustness``::
+    ``rerun(perturbation, dataset, folder)``: every system on another dataset (the job's
+    :meth:`~ragtrack.pipeline.executor.Executor.rerun`). results.json ``robustness``::
 
         {"seed": 0, "perturbations": {"<name>": {"kind", "rate", "queries_changed"}},
          "drops": {"<system>": {"<perturbation>": {"<metric>": {"clean", "perturbed", "drop", "ci_low", "ci_high", "n"}}}}}

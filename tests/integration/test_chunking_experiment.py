@@ -14,8 +14,10 @@ from ragtrack.evaluators.answer import contains_answer, normalize_answer
 from ragtrack.evaluators.ranking import score_ranking
 from ragtrack.pipeline import registry
 from ragtrack.pipeline.config import CONFIG_MODULE
-from ragtrack.pipeline.experiment import _run_systems, build_chunker, run_experiment
+from ragtrack.pipeline.executor import Executor, JobParts, Live, build_chunker, build_stages
+from ragtrack.pipeline.experiment import run_experiment
 from ragtrack.pipeline.inputs import load_dataset
+from ragtrack.pipeline.usage import Meter
 
 
 def toy_config(tmp_path: Path, *overrides: str):
@@ -39,11 +41,17 @@ def chunked(cfg):
     return dataset, plan_chunks(dataset, *build_chunker(cfg.chunking))
 
 
+def run_systems(cfg, dataset, plan, cache: Cache, evaluators: list) -> dict:
+    """Every system of ``cfg`` run and scored by the live executor."""
+    parts = JobParts(cfg, build_stages(cfg), evaluators, [], plan, cache, Meter())
+    return Executor(parts, Live(parts.meter, Path(cfg.paths.output_dir))).run(dataset)
+
+
 def systems(cfg):
     """Load, chunk, retrieve and evaluate like run_experiment, returning the plan and the results."""
     dataset, plan = chunked(cfg)
     evaluators = [registry.build("evaluators", ecfg) for ecfg in cfg.evaluator.values()]
-    return dataset, plan, _run_systems(cfg, dataset, Cache(cfg.paths.cache_dir), int(cfg.depth), evaluators, plan)
+    return dataset, plan, run_systems(cfg, dataset, plan, Cache(cfg.paths.cache_dir), evaluators)
 
 
 def test_chars_chunking_end_to_end_with_mlflow(tmp_path: Path) -> None:
@@ -108,10 +116,10 @@ def test_chunking_changes_every_index_key(tmp_path: Path) -> None:
         ["chunking=chars", "chunking.size=30", "chunking.overlap=5"],
         ["chunking=chars", "chunking.size=40", "chunking.overlap=5"],
     ):
-        cfg = toy_config(tmp_path, *chunking, "fusion=[]")
+        cfg = toy_config(tmp_path, *chunking, "fusion=[]", "depth=10")
         cache = Cache(cfg.paths.cache_dir)
         dataset, plan = chunked(cfg)
-        _run_systems(cfg, dataset, cache, 10, [registry.build("evaluators", cfg.evaluator.ranking)], plan)
+        run_systems(cfg, dataset, plan, cache, [registry.build("evaluators", cfg.evaluator.ranking)])
         builds.append(sorted(entry.split("/")[0] for entry in cache.builds))
     assert builds[:3] == [["bm25", "embeddings", "run", "run"]] * 3 and builds[3] == []
 

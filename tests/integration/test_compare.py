@@ -27,9 +27,9 @@ from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseli
 from ragtrack.pipeline.comparison_plots import numeric_params
 from ragtrack.pipeline.comparison_report import failure_report, html_report, verdicts
 from ragtrack.pipeline.comparison_tables import render
-from ragtrack.pipeline.experiment import report_table
 from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM
 from ragtrack.pipeline.reproduce import reproduce
+from ragtrack.pipeline.terminal_report import report_table
 from tests.support import TOY, ragtrack, reproduce_cli
 
 

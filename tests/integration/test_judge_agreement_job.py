@@ -193,7 +193,7 @@ def test_human_labels_go_to_one_rubric_judge(tmp_path: Path) -> None:
     from omegaconf import open_dict
 
     from ragtrack.core.errors import RagtrackError
-    from ragtrack.pipeline.experiment import build_evaluators
+    from ragtrack.pipeline.executor import build_evaluators
     from ragtrack.pipeline.usage import Meter
 
     (tmp_path / "labels.jsonl").write_text(

@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
 from ragtrack.pipeline.config import CONFIG_MODULE
-from ragtrack.pipeline.experiment import yaml_text
+from ragtrack.pipeline.job_outputs import yaml_text
 
 MULTI_SELECT = {"retriever", "rewriter", "fusion", "reranker", "evaluator"}
 DATASET_OF = {  # the dataset an override runs on, where it is not the default's (SciFact)

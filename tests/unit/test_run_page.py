@@ -11,7 +11,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from ragtrack.pipeline.agreement import run_page_note, summary_text
-from ragtrack.pipeline.experiment import shown_metrics, summary_note
+from ragtrack.pipeline.job_tracking import summary_note
+from ragtrack.pipeline.scoring import shown_metrics
 
 
 def result(means: dict[str, float]) -> SimpleNamespace:

@@ -695,7 +695,7 @@ def test_relative_input_paths_are_made_absolute_against_the_working_folder(tmp_p
 
 
 def test_a_cutoff_past_the_job_depth_is_warned_once(caplog) -> None:
-    from ragtrack.pipeline.experiment import warn_cutoffs_past_depth
+    from ragtrack.pipeline.executor import warn_cutoffs_past_depth
 
     warn_cutoffs_past_depth(composed(["depth=10", "evaluator.ranking.metrics=[ndcg@10,recall@100,mrr,map@11]"]), 10)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [

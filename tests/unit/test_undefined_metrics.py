@@ -19,7 +19,7 @@ from ragtrack.evaluators.significance import paired_t_test, randomization_test
 from ragtrack.pipeline.comparison import SystemRun, compare_systems, coverage_note
 from ragtrack.pipeline.comparison_report import html_report, verdicts
 from ragtrack.pipeline.comparison_tables import render
-from ragtrack.pipeline.experiment import counts_text
+from ragtrack.pipeline.terminal_report import counts_text
 
 
 def strict_json(text: str) -> object:

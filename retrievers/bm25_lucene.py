@@ -118,9 +118,13 @@ class FieldIndex:
     indptr: np.ndarray
     n_docs: int
 
-    def clause_postings(self, weights: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
-        """One query's clauses in this field as (documents, clause scores) of all their postings, the
-        clauses in the order :meth:`scores` sums them (boost 1 by term row, then the others in query order)."""
+    def clause_matrix(self, weights: dict[str, float]):
+        """One query's clauses in this field as a clauses × documents matrix of their clause scores
+        (scipy CSR, float64 data, each a float32 value), the rows in the order :meth:`scores` sums them
+        (boost 1 by term row, then the others in query order). Its transpose times a vector of ones
+        adds them row after row, document by document, in float64: the sparse product's sums, dense."""
+        from scipy import sparse
+
         clauses = [
             (row, F32(weight) * F32(self.boost) if self.boost != 1.0 else F32(weight))
             for term, weight in weights.items()
@@ -134,12 +138,16 @@ class FieldIndex:
             if boost != F32(1)
         ]
         if not spans:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+            return sparse.csr_matrix((0, self.n_docs))
         documents = np.concatenate([self.indices[begin:end] for begin, end, _ in spans])
-        values = np.concatenate(
-            [self.unit.data[begin:end] if w is None else w - w / self.data[begin:end] for begin, end, w in spans]
+        values = np.concatenate(  # cast as copied: no float32 copy between
+            [self.unit.data[begin:end] if w is None else w - w / self.data[begin:end] for begin, end, w in spans],
+            dtype=np.float64,
         )
-        return documents, values.astype(np.float64)
+        offsets = np.cumsum([0] + [end - begin for begin, end, _ in spans], dtype=np.int64)
+        if offsets[-1] <= np.iinfo(documents.dtype).max:  # the documents' type: scipy keeps them uncopied
+            offsets = offsets.astype(documents.dtype)
+        return sparse.csr_matrix((values, documents, offsets), shape=(len(spans), self.n_docs))
 
     def scores(self, queries: list[dict[str, float]]):
         """Queries × documents (scipy CSR, float64): each query's clause scores in this field summed,
@@ -210,35 +218,36 @@ def dense_top(
     fields: list[FieldIndex], weights: dict[str, float], ties: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ranked`'s answer for one query (id ranks and float32 scores of its top ``k``), from its
-    scores summed on a dense array: the clause scores of each field added document by document in
-    the order the sparse product adds them (boost-1 clauses by term row, then the others; scipy's
-    COO-to-dense sum, float64, which lets go of Python's lock), rounded per field where a field boost
-    is not 1 (:func:`document_scores`), then to float32.
+    scores summed on a dense array: per field the transposed :meth:`FieldIndex.clause_matrix` times
+    ones (scipy's matrix-vector product: the clause scores added document by document in float64, in
+    the order the sparse product adds them, outside Python's lock), rounded per field where a field
+    boost is not 1 (:func:`document_scores`); the fields' sums added.
     The top k lie at or above the k-th largest of the maxima of ``n/2k``-document blocks (k blocks hold
-    a document that high), so only those documents are ranked, by :func:`ranked`'s keys."""
-    from scipy import sparse
-
+    a document that high); rounding to float32 keeps that order, so the float64 sums pick the
+    candidates: those above the float32 just below the threshold (none of which ranks below a
+    document at the threshold), only those rounded to float32 and ranked, by :func:`ranked`'s keys."""
     n_docs = fields[0].n_docs
     nested = any(field.boost != 1.0 for field in fields)
-    total = np.zeros((1, n_docs), dtype=np.float64)
+    total = None
     for field in fields:
-        documents, values = field.clause_postings(weights)
-        postings = sparse.coo_matrix((values, (np.zeros(len(documents), dtype=np.int32), documents)), shape=(1, n_docs))
-        summed = postings.toarray()  # posting by posting, outside Python's lock
-        total += summed.astype(F32) if nested else summed
-    scores = total[0].astype(F32)
+        clauses = field.clause_matrix(weights)
+        summed = clauses.T @ np.ones(clauses.shape[0])
+        if nested:
+            summed = summed.astype(F32).astype(np.float64)
+        total = summed if total is None else total + summed
     block = max(1, n_docs // (2 * k)) if k else n_docs
-    maxima = np.maximum.reduceat(scores, np.arange(0, n_docs, block)) if n_docs else scores
+    maxima = np.maximum.reduceat(total, np.arange(0, n_docs, block)).astype(F32) if n_docs else total.astype(F32)
     threshold = (
         np.partition(maxima, len(maxima) - min(k, len(maxima)))[len(maxima) - min(k, len(maxima))]
         if k and len(maxima)
         else F32(np.inf)
     )
-    candidates = np.flatnonzero((scores >= threshold) & (scores > 0))
-    keys = scores[candidates].view(np.uint32).astype(np.uint64)
+    candidates = np.flatnonzero(total > max(float(np.nextafter(threshold, F32(0))), 0.0))
+    scores = total[candidates].astype(F32)
+    keys = scores.view(np.uint32).astype(np.uint64)
     keys <<= np.uint64(32)
     keys |= ties[candidates]
-    top = np.sort(keys)[::-1][:k]
+    top = np.sort(keys[scores > 0])[::-1][:k]  # a sum that rounds to a float32 0 is no match
     return (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64), (top >> np.uint64(32)).astype(
         np.uint32
     ).view(F32)

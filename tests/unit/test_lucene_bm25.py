@@ -446,3 +446,36 @@ def test_dense_and_sparse_scoring_give_the_same_run(
         ]
         runs.append(found + ([retriever.search_weighted(weighted, 50).scores] if fields is None else []))
     assert runs[0] == runs[1] and runs[0]
+
+
+def test_dense_candidates_keep_float32_ties_at_the_threshold() -> None:
+    """The dense route picks its candidates on float64 sums: documents whose sums differ but round
+    to the same float32 as the k-th score (or round up past it) are all ranked, ties by id, as the
+    sparse product ranks them."""
+    from scipy import sparse
+
+    rng = np.random.default_rng(7)
+    n_docs = 60
+    common = np.ones(n_docs, dtype=np.float32)  # term "a": 1.0 on every document
+    tiny = rng.uniform(0, 2.0**-23, n_docs).astype(np.float32)  # term "b": below one float32 step of 1.0
+    data = np.concatenate([common, tiny])
+    indices = np.tile(np.arange(n_docs, dtype=np.int32), 2)
+    indptr = np.array([0, n_docs, 2 * n_docs], dtype=np.int32)
+    field = bm25_lucene.FieldIndex(
+        1.0,
+        {"a": 0, "b": 1},
+        np.ones(2, dtype=np.float32),
+        data,
+        sparse.csr_matrix((data, indices, indptr), shape=(2, n_docs)),
+        indices,
+        indptr,
+        n_docs,
+    )
+    sums = np.float64(1) + tiny.astype(np.float64)
+    assert len(np.unique(sums.astype(np.float32))) == 2 and len(np.unique(sums)) == n_docs  # ties in float32 only
+    ties = bm25_lucene.tie_keys(rng.permutation(n_docs))
+    query = {"a": 1.0, "b": 1.0}
+    for k in (1, 2, 5, 17, 31, 59, 60):
+        expected = bm25_lucene.ranked(bm25_lucene.document_scores([field], [query]), ties, k)
+        found = bm25_lucene.dense_top([field], query, ties, k)
+        assert found[0].tolist() == expected[0].tolist() and found[1].tobytes() == expected[1].tobytes()

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, Strict, ValidationInfo, field_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.llm import (
@@ -57,7 +57,7 @@ from ragtrack.core.llm import (
     retrieved_passages,
     without_citations,
 )
-from ragtrack.core.settings import ChatSettings, Count, Text
+from ragtrack.core.settings import LOCAL_ENDPOINT, ChatSettings, Count, HttpURL, Text, validated
 from ragtrack.evaluators.base import EvalInput, Evaluator, EvaluatorSettings
 from ragtrack.evaluators.faithfulness import covered, tokens
 from ragtrack.evaluators.replies import read_replies, report
@@ -180,12 +180,27 @@ def _word(text: str) -> str:
     return words[0] if words else ""
 
 
+SUPPORT_PROMPT = """\
+Do the PASSAGES support the STATEMENT? A statement is supported when everything it says follows
+from the passages; it is not supported when any part of it is missing from them or contradicts them.
+
+QUESTION: {question}
+PASSAGES:
+{passages}
+
+STATEMENT: {statement}
+
+Reply with one word: yes or no."""  # llm mode: the chat model's question per statement and passages
+
+
 class CitationSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
-    """Citation recall and precision (ALCE), judged lexically or by a chat model."""
+    """Citation recall and precision (ALCE), judged lexically or by a chat model; the endpoint's keys
+    (``base_url``, ``model``, ``prompt``, ...) serve ``llm`` mode only."""
 
     mode: Literal["lexical", "llm"] = "lexical"
+    base_url: HttpURL | None = LOCAL_ENDPOINT
     model: Text | None = None
-    prompt: Text  # the shipped one is in conf/evaluator/citations.yaml (llm mode)
+    prompt: Text | None = SUPPORT_PROMPT
     top_k: Count = 3
     max_citations: Count = 3
     support_threshold: Annotated[float, Strict(), Field(gt=0, le=1)] = 0.5
@@ -196,20 +211,23 @@ class CitationSettings(EvaluatorSettings, ChatSettings, extra="forbid"):
 
     @field_validator("prompt")
     @classmethod
-    def _fields_known(cls, prompt: str) -> str:
+    def _fields_known(cls, prompt: str | None) -> str | None:
         try:
-            check_template(prompt, PROMPT_FIELDS, "citations")
+            check_template(prompt or "", PROMPT_FIELDS, "citations")
         except RagtrackError as exc:
             raise ValueError(str(exc)) from None
         return prompt
 
-    @field_validator("mode")
-    @classmethod
-    def _model_given(cls, mode: str, info: ValidationInfo) -> str:
-        """``mode`` is declared after the endpoint's keys, so they are validated when it is."""
-        if mode == "llm" and not info.data.get("model"):
-            raise ValueError("llm mode needs a model: give evaluator.citations.model")
-        return mode
+    @model_validator(mode="after")
+    def _endpoint_for_llm_mode(self) -> "CitationSettings":
+        if self.mode != "llm":
+            return self
+        missing = [key for key in ("base_url", "model") if not getattr(self, key)]
+        if missing:
+            raise ValueError(f"llm mode needs {' and '.join(missing)}: give evaluator.citations.{missing[0]}")
+        if not all(f"{{{name}}}" in (self.prompt or "") for name in ("passages", "statement")):
+            raise ValueError("llm mode needs a prompt that shows {passages} and {statement}")
+        return self
 
 
 class CitationEvaluator(Evaluator):
@@ -224,30 +242,23 @@ class CitationEvaluator(Evaluator):
             "citation_precision": "share of citations that support their sentence and are not irrelevant (ALCE, Gao et al. 2023)",
         }
 
-    def __init__(
-        self,
-        prompt: str | None = None,
-        mode: str = "lexical",
-        metrics: Sequence[str] | None = None,
-        top_k: int = 3,
-        max_citations: int = 3,
-        support_threshold: float = 0.5,
-        no_answer: str | None = None,
-        output_dir: str | None = None,
-        **client,
-    ):
-        """``prompt`` and ``client`` (the :class:`ChatClient` settings: ``base_url``, ``model``, ...) are
-        used in ``llm`` mode only."""
-        super().__init__(metrics)
+    def __init__(self, **values):
+        """Built from its validated settings (:class:`CitationSettings`); a chat client in ``llm`` mode only."""
+        settings = validated(self.settings_schema, values, "citations evaluator")
+        super().__init__(settings.metrics)
         self._require_known_metrics("citations evaluator")
-        if mode not in ("lexical", "llm"):
-            raise RagtrackError(f"citations evaluator: mode must be 'lexical' or 'llm', got {mode!r}")
-        check_template(prompt or "", PROMPT_FIELDS, "citations")
-        if mode == "llm" and not all(f"{{{name}}}" in (prompt or "") for name in ("passages", "statement")):
-            raise RagtrackError("citations evaluator: mode llm needs a prompt that shows {passages} and {statement}")
-        self.prompt, self.mode, self.top_k, self.max_citations = prompt, mode, int(top_k), int(max_citations)
-        self.support_threshold, self.no_answer, self.output_dir = float(support_threshold), no_answer, output_dir
-        self.client = ChatClient(**client) if mode == "llm" else None
+        self.prompt, self.mode, self.top_k, self.max_citations = (
+            settings.prompt,
+            settings.mode,
+            settings.top_k,
+            settings.max_citations,
+        )
+        self.support_threshold, self.no_answer, self.output_dir = (
+            settings.support_threshold,
+            settings.no_answer,
+            settings.output_dir,
+        )
+        self.client = ChatClient(**settings.client_settings()) if settings.mode == "llm" else None
         self._followups = (
             0  # a dry run: the most checks the last evaluate would have asked after the replies it did not get
         )

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from pydantic import Field
@@ -38,12 +38,11 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.models import missing_model, model_fingerprint, quiet_model_loading, resolve_model
 from ragtrack.core.processes import physical_cores
 from ragtrack.core.progress import Progress
-from ragtrack.core.settings import Count, NameOrPath, Open, Text
+from ragtrack.core.settings import Count, NameOrPath, Open, Text, validated
 from ragtrack.core.text import Tokenizer
 
 log = logging.getLogger(__name__)
 
-DISTRIBUTED = ("none", "ray")
 HASHING_BLOCK = 65_536  # texts the hashing encoder tokenizes at once
 GPU_BATCH = 1024  # texts per batch on a GPU (issue 27, an H100: 1,756 documents/s at 1,024, 1,565 at 256)
 HALF = ("fp16", "bf16")  # half-precision transformer weights, on PyTorch
@@ -103,12 +102,18 @@ class Encoder(ABC):
     calls = 0  # texts encoded by this process, for tests that prove caching
     _runtime: tuple[str, ...] = ()  # loaded models and sessions: rebuilt where a copy is unpickled (Ray actors)
 
-    def __init__(self, device: str = "auto", distributed: str = "none", actors: int | None = None):
-        if distributed not in DISTRIBUTED:
-            raise RagtrackError(
-                f"encoder.distributed {distributed!r} is not supported; use one of: {', '.join(DISTRIBUTED)}"
-            )
-        self.device, self.distributed, self.actors = device, distributed, actors
+    def __init__(self, **values):
+        """Built from its validated settings (``settings_schema``; keyword arguments, the defaults there);
+        its ``_target_`` is its own class."""
+        target = f"{type(self).__module__}.{type(self).__qualname__}"
+        self.settings = validated(
+            self.settings_schema, {"_target_": target, **values}, f"encoder {type(self).__name__}"
+        )
+        self.device, self.distributed, self.actors = (
+            self.settings.device,
+            self.settings.distributed,
+            self.settings.actors,
+        )
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, **dict.fromkeys(self._runtime)}
@@ -172,33 +177,23 @@ class TransformerEncoder(Encoder):
     """A sentence-transformers model: its settings, fingerprint and the checks of ``precision``."""
 
     backend = "torch"  # names the embeddings' backend in the fingerprint, with the precision
-    precisions: tuple[str, ...] = ("fp32", *HALF)
     cpu_batch = 64  # texts per batch on a CPU where ``batch_size`` is null
 
-    def __init__(
-        self,
-        model: str = "all-MiniLM-L6-v2",
-        batch_size: int | None = None,
-        max_seq_length: int | None = None,
-        query_prefix: str = "",
-        document_prefix: str = "",
-        threads: int | None = None,
-        precision: str = "fp32",
-        **options,
-    ):
-        super().__init__(**options)
+    def __init__(self, **values):
+        super().__init__(**values)
+        settings = self.settings
         self.model_name, self.batch_size, self.max_seq_length, self.precision = (
-            model,
-            batch_size,
-            max_seq_length,
-            precision,
+            settings.model,
+            settings.batch_size,
+            settings.max_seq_length,
+            settings.precision,
         )
-        self.query_prefix, self.document_prefix, self.threads = query_prefix, document_prefix, threads
-        if precision not in self.precisions:
-            raise RagtrackError(
-                f"unknown {self.backend.upper()} precision {precision!r}; known: {', '.join(self.precisions)}"
-            )
-        self._location = resolve_model(model)
+        self.query_prefix, self.document_prefix, self.threads = (
+            settings.query_prefix,
+            settings.document_prefix,
+            settings.threads,
+        )
+        self._location = resolve_model(self.model_name)
 
     def fingerprint(self) -> dict:
         return {
@@ -223,7 +218,8 @@ class TransformerEncoder(Encoder):
         """The torch device to encode on; fp16 on anything but a GPU fails in one line."""
         device = torch_device(self.device)
         if self.precision in HALF and self.precision not in CPU_HALF and not device.startswith("cuda"):
-            cpu = " or ".join(p for p in self.precisions if p not in HALF or p in CPU_HALF)
+            allowed = get_args(self.settings_schema.model_fields["precision"].annotation)
+            cpu = " or ".join(p for p in allowed if p not in HALF or p in CPU_HALF)
             raise RagtrackError(
                 f"encoder.precision={self.precision} runs on a GPU only, and this run's device is {device}; use {cpu}"
             )
@@ -249,8 +245,8 @@ class SentenceTransformerEncoder(TransformerEncoder):
     settings_schema = SentenceTransformerSettings
     _runtime = ("_model", "_device")
 
-    def __init__(self, *args, **options):
-        super().__init__(*args, **options)
+    def __init__(self, **values):
+        super().__init__(**values)
         self._model = None
         self._device: str | None = None
 
@@ -434,13 +430,12 @@ class OnnxEncoder(TransformerEncoder):
 
     settings_schema = OnnxEncoderSettings
     backend = "onnx"
-    precisions = ("fp32", "int8", *HALF)
     cpu_batch = 32
 
     _runtime = ("_session", "_tokenizer", "_choice", "_torch")
 
-    def __init__(self, *args, **options):
-        super().__init__(*args, **options)
+    def __init__(self, **values):
+        super().__init__(**values)
         self._location = Path(self._location)
         if not (self._location / "tokenizer.json").is_file():
             raise RagtrackError(
@@ -604,9 +599,9 @@ class HashingEncoder(Encoder):
 
     _runtime = ("_tokenize",)
 
-    def __init__(self, dim: int = 256, **options):
-        super().__init__(**options)
-        self.dim = dim
+    def __init__(self, **values):
+        super().__init__(**values)
+        self.dim = self.settings.dim
         self._tokenize = Tokenizer()
 
     def fingerprint(self) -> dict:

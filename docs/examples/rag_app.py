@@ -56,7 +56,7 @@ def make_encoder(name: str) -> Encoder:
     if name == "hashing":
         return HashingEncoder()
     if name == "minilm":
-        return OnnxEncoder("all-MiniLM-L6-v2", precision="fp32")
+        return OnnxEncoder(model="all-MiniLM-L6-v2", precision="fp32")
     raise ValueError(f"unknown encoder {name!r}; use hashing or minilm")
 
 

@@ -128,10 +128,14 @@ class TokenizerSettings(Section):
         return self
 
 
+LOCAL_ENDPOINT = "http://127.0.0.1:8000/v1"  # an OpenAI-compatible server on this machine (vLLM's default port)
+HttpURL = Annotated[str, Field(pattern=r"^https?://\S+$", description="an http:// or https:// URL")]
+
+
 class ChatSettings(Section):
     """An OpenAI-compatible endpoint (ragtrack.core.llm.ChatClient)."""
 
-    base_url: Annotated[str, Field(pattern=r"^https?://\S+$", description="an http:// or https:// URL")]
+    base_url: HttpURL
     model: Text
     api_key_env: EnvName | None = None
     timeout: Positive = 60.0

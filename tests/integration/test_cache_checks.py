@@ -72,9 +72,9 @@ def test_cut_embeddings_are_rebuilt(toy: Dataset, tmp_path: Path, caplog: pytest
 
 def test_weights_changed_in_place_are_encoded_again(toy: Dataset, tmp_path: Path) -> None:
     model, cache = save_tiny_cross_encoder(tmp_path / "model", seed=0), Cache(tmp_path / "cache")
-    first = _produce(DenseRetriever(SentenceTransformerEncoder(str(model))), toy, cache)
+    first = _produce(DenseRetriever(SentenceTransformerEncoder(model=str(model))), toy, cache)
     save_tiny_cross_encoder(model, seed=1)  # a fine-tune saved to the same folder: the same file sizes
-    second = _produce(DenseRetriever(SentenceTransformerEncoder(str(model))), toy, cache)
+    second = _produce(DenseRetriever(SentenceTransformerEncoder(model=str(model))), toy, cache)
     assert [b.split("/")[0] for b in cache.builds] == ["embeddings", "run"] * 2
     assert second.run.scores != first.run.scores
 

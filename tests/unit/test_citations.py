@@ -15,9 +15,17 @@ from pathlib import Path
 import pytest
 
 from ragtrack.core.data import Corpus
+from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
 from ragtrack.evaluators.base import EvalInput
-from ragtrack.evaluators.citations import CitationEvaluator, Statement, alce_scores, cited_statements, parse_support
+from ragtrack.evaluators.citations import (
+    CitationEvaluator,
+    CitationSettings,
+    Statement,
+    alce_scores,
+    cited_statements,
+    parse_support,
+)
 from ragtrack.generation import ExtractiveGenerator
 from tests.support import ChatServer
 
@@ -261,3 +269,17 @@ def test_a_dry_run_of_llm_citations_bounds_the_later_rounds() -> None:
         assert len(server.requests) == 4 <= len(planned) + dry.unsent_followups()
     finally:
         server.stop()
+
+
+def test_the_constructor_takes_the_models_settings_and_needs_an_endpoint_in_llm_mode_only() -> None:
+    """Lexical mode needs no endpoint; llm mode names what it lacks; an unknown key is refused; the
+    defaults are the model's (the shipped prompt, the local endpoint)."""
+    assert CitationEvaluator().client is None
+    with pytest.raises(
+        RagtrackError, match="citations evaluator: llm mode needs model: give evaluator.citations.model"
+    ):
+        CitationEvaluator(mode="llm")
+    with pytest.raises(RagtrackError, match="citations evaluator: tp_k: no such key"):
+        CitationEvaluator(tp_k=3)
+    evaluator = CitationEvaluator(mode="llm", model="m")
+    assert evaluator.prompt == CitationSettings().prompt and evaluator.client.base_url == "http://127.0.0.1:8000/v1"

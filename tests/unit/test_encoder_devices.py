@@ -23,6 +23,7 @@ from ragtrack.retrievers.dense import ENCODED_BY, DenseRetriever
 from ragtrack.retrievers.encoders import (
     GPU_BATCH,
     HashingEncoder,
+    HashingEncoderSettings,
     OnnxEncoder,
     SentenceTransformerEncoder,
     torch_device,
@@ -112,7 +113,7 @@ def test_cpu_choices(monkeypatch) -> None:
         ),
         (
             lambda: SentenceTransformerEncoder(precision="int8"),
-            "unknown TORCH precision 'int8'; known: fp32, fp16, bf16",
+            "encoder SentenceTransformerEncoder: precision: 'int8' is not allowed: input should be 'fp32', 'fp16' or 'bf16'",
         ),
     ],
 )
@@ -194,3 +195,12 @@ def test_bf16_on_the_cpu_is_mixed_precision_close_to_fp32() -> None:
     assert vectors.dtype == np.float32 and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-6)
     cosines = (vectors * reference).sum(axis=1)
     assert cosines.min() >= 0.9999 and cosines.min() < 1 - 1e-7  # close, and not fp32 under another name
+
+
+def test_an_encoder_takes_its_models_validated_settings() -> None:
+    """Keyword arguments are checked by the encoder's settings model, whose defaults are the only ones."""
+    assert HashingEncoder().dim == HashingEncoderSettings.model_fields["dim"].default
+    with pytest.raises(RagtrackError, match="^encoder HashingEncoder: dims: no such key"):
+        HashingEncoder(dims=3)
+    with pytest.raises(RagtrackError, match="^encoder HashingEncoder: distributed: 'spark' is not allowed"):
+        HashingEncoder(distributed="spark")

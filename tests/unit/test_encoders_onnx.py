@@ -80,7 +80,7 @@ def test_fp32_runs_the_fused_graph_at_float_rounding(encoders) -> None:
 
 
 def test_unsupported_settings_fail_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(RagtrackError, match="unknown ONNX precision"):
+    with pytest.raises(RagtrackError, match="precision: 'fp8' is not allowed"):
         OnnxEncoder(precision="fp8")
     with pytest.raises(RagtrackError, match="tokenizer.json"):
         OnnxEncoder(model=str(tmp_path))

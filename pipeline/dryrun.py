@@ -153,10 +153,11 @@ def _quiet_about_unsent():
 
 def _plan(cfg: DictConfig, dataset: Dataset | None) -> pd.DataFrame:
     """The job's steps by the executor with the :class:`CountOnly` policy: the planned calls."""
-    stages, dataset, chunker, oversample = executor.plan(cfg, dataset)
+    planned = executor.plan(cfg, dataset)
+    stages, dataset = planned.stages, planned.dataset
     perturbed = robustness.perturbed_queries(cfg.robustness, dataset) if cfg.get("robustness") else {}
     meter = Meter()
-    parts = executor.JobParts.build(cfg, stages, plan_chunks(dataset, chunker, oversample), meter)
+    parts = executor.JobParts.build(cfg, planned, plan_chunks(dataset, planned.chunker, planned.oversample), meter)
     metered = [*(s for _, s in stages), *([parts.generator] if parts.generator else [])]
     metered += [e for e in parts.evaluators if chat_clients(e)]  # what the robustness reruns run
     for component in [*metered, *parts.comparers]:
@@ -200,6 +201,13 @@ class CountOnly(executor.Policy):
                 calls = stage_object.max_chat_calls(len(queries), context.depth) - counted
                 meter.add_bound(system.name, system.section, client, calls, chain=True)
         return output
+
+    def learn(self, system, stage_object, outputs, training) -> bool:
+        """Learned where every input is known on the training queries; else the system is unknown."""
+        if any(outputs[name] is None for name in system.inputs):
+            return False
+        stage_object.learn({name: outputs[name] for name in system.inputs}, training)
+        return True
 
     def generate(self, system, outputs, parts, context) -> tuple[dict[str, str], set[str], StageOutput]:
         """The answers (stand-ins where not generated yet), the queries stood in for and the output

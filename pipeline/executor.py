@@ -15,7 +15,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -89,16 +89,66 @@ def check_stages_on(stages: Stages, dataset: Dataset) -> None:
             raise InputError(f"{system.path}.{setting}", problem)
 
 
-def plan(cfg: DictConfig, dataset: Dataset | None) -> tuple[Stages, Dataset, Chunker | None, int]:
+@dataclass
+class Plan:
+    """The plan step's result: every system's stage, the job's dataset, the chunker with its
+    ``oversample``, and by system name the dataset a stage learns from before it produces
+    (:meth:`~ragtrack.core.stages.Stage.training_dataset`)."""
+
+    stages: Stages
+    dataset: Dataset
+    chunker: Chunker | None
+    oversample: int
+    training: dict[str, Dataset]
+
+
+def plan(cfg: DictConfig, dataset: Dataset | None) -> Plan:
     """The plan step: every system's stage, built and checked on the job's dataset (``dataset``, or
-    the one ``cfg.dataset`` names, loaded), and the chunker with its ``oversample``."""
+    the one ``cfg.dataset`` names, loaded), the chunker, and the training datasets, loaded and checked."""
     chunker, oversample = build_chunker(cfg.get("chunking"))
     stages = build_stages(cfg)
     if dataset is None:  # ``ragtrack run`` reads it before importing this module (pipeline.app)
         with stage("load dataset"):
             dataset = load_dataset(cfg.dataset, check_documents=False)
     check_stages_on(stages, dataset)
-    return stages, dataset, chunker, oversample
+    training = {
+        system.name: training_set(cfg, system, stage_object, dataset, chunker)
+        for system, stage_object in stages
+        if stage_object.training_dataset() is not None
+    }
+    return Plan(stages, dataset, chunker, oversample, training)
+
+
+def training_set(cfg: DictConfig, system: PlannedSystem, learner: Stage, dataset: Dataset, chunker) -> Dataset:
+    """The dataset ``learner`` learns from: the job's dataset config with its settings replaced, loaded
+    and refused (one line naming the setting) where it cannot serve: another corpus, no judged query,
+    a judged query the job reports (whatever it learned from it would be scored on it), or chunking."""
+    setting, replaced = learner.training_dataset()
+    where = f"{system.path}.{setting}"
+    if chunker is not None:
+        raise InputError(where, "a job that chunks learns from folds (train.folds) or files, not another query set")
+    settings = OmegaConf.to_container(cfg.dataset, resolve=True)
+    if unknown := [key for key in replaced if key not in settings]:
+        raise InputError(where, f"{unknown[0]}: no such key of the job's dataset ({', '.join(settings)})")
+    settings |= replaced
+    with stage(f"{system.name}: load its training dataset ({', '.join(f'{k}={v}' for k, v in replaced.items())})"):
+        training = load_dataset(settings, check_documents=False)
+    if training.corpus.hash != dataset.corpus.hash:
+        raise InputError(
+            where,
+            f"{training.name}'s corpus differs from the job's ({dataset.name}): give another query set of the same corpus",
+        )
+    judged = [qid for qid, grades in training.qrels.items() if grades]
+    overlap = sorted(set(judged) & set(dataset.queries))
+    if not judged or overlap:
+        problem = (
+            f"{len(overlap)} of its {len(judged)} training queries are among the {len(dataset.queries)} queries "
+            f"that this job reports (e.g. {overlap[0]!r}): learn from other queries than those scored"
+            if overlap
+            else f"{training.name} judges no query to learn from"
+        )
+        raise InputError(where, problem)
+    return training
 
 
 def build_evaluators(cfg: DictConfig, meter: Meter) -> tuple[list[Evaluator], list[SystemComparer]]:
@@ -167,7 +217,8 @@ def stage_label(system: PlannedSystem) -> str:
 @dataclass
 class JobParts:
     """What a job runs with: its config, its systems' stages, evaluators and pairwise judges (their
-    chat calls named on ``meter``), its chunking, the cache and its depth."""
+    chat calls named on ``meter``), its chunking, the cache, its depth, and the datasets stages learn
+    from (``training``, by system name; ``learned``: those that have)."""
 
     cfg: DictConfig
     stages: Stages
@@ -176,12 +227,14 @@ class JobParts:
     chunks: ChunkPlan
     cache: Cache
     meter: Meter
+    training: dict[str, Dataset] = field(default_factory=dict)
+    learned: set[str] = field(default_factory=set)
 
     @classmethod
-    def build(cls, cfg: DictConfig, stages: Stages, chunks: ChunkPlan, meter: Meter) -> JobParts:
+    def build(cls, cfg: DictConfig, planned: Plan, chunks: ChunkPlan, meter: Meter) -> JobParts:
         """The cache (its folder checked at once) and the evaluators of ``cfg``."""
         cache = Cache(cfg.paths.cache_dir)
-        return cls(cfg, stages, *build_evaluators(cfg, meter), chunks, cache, meter)
+        return cls(cfg, planned.stages, *build_evaluators(cfg, meter), chunks, cache, meter, planned.training)
 
     @property
     def depth(self) -> int:
@@ -205,6 +258,11 @@ class Policy(ABC):
         self, system: PlannedSystem, stage_object: Stage, outputs: Mapping[str, Any], context: StageContext
     ) -> Any:
         """``system`` made by its stage from ``outputs`` (the systems made so far, by name)."""
+
+    @abstractmethod
+    def learn(self, system: PlannedSystem, stage_object: Stage, outputs: Mapping[str, Any], training: Dataset) -> bool:
+        """``system``'s stage learns from its inputs' ``outputs`` on the queries of ``training``; whether
+        it could (a dry run cannot where an input is unknown)."""
 
     @abstractmethod
     def generate(
@@ -246,12 +304,32 @@ class Executor:
         context = stage_context(dataset, parts.cache, parts.depth, parts.chunks)
         outputs: dict[str, Any] = {}
         for system, stage_object in parts.stages:
-            outputs[system.name] = policy.produce(system, stage_object, outputs, context)
+            ready = self.learn(system, stage_object)
+            outputs[system.name] = policy.produce(system, stage_object, outputs, context) if ready else None
         results = {}
         for system, _ in parts.stages:
             answers = policy.generate(system, outputs, parts, context)
             results[system.name] = policy.evaluate(system, outputs, answers, parts, dataset, context)
         return results
+
+    def learn(self, system: PlannedSystem, stage_object: Stage) -> bool:
+        """Where ``system``'s stage learns from a training dataset and has not yet: the systems its
+        inputs need made on the training queries (those that learn too, learning first), then its
+        :meth:`Policy.learn`. Whether it is ready to produce."""
+        parts = self.parts
+        if system.name not in parts.training or system.name in parts.learned:
+            return True
+        training = parts.training[system.name]
+        context = stage_context(training, parts.cache, parts.depth, parts.chunks)
+        needed, outputs = upstream(parts.stages, system), {}
+        for member, member_stage in parts.stages:
+            if member.name in needed:
+                ready = self.learn(member, member_stage)
+                outputs[member.name] = self.policy.produce(member, member_stage, outputs, context) if ready else None
+        if not self.policy.learn(system, stage_object, outputs, training):
+            return False
+        parts.learned.add(system.name)
+        return True
 
     def rerun(self, perturbation: str, dataset: Dataset, folder: Path) -> dict[str, Any]:
         """Every system again on ``dataset`` (perturbed queries), its files in ``folder`` and its chat
@@ -261,6 +339,18 @@ class Executor:
     def compare(self, results: Mapping[str, Any], dataset: Dataset) -> Findings:
         """The pairwise judges' step, after every system has answered."""
         return self.policy.compare(self.parts, results, dataset)
+
+
+def upstream(stages: Stages, system: PlannedSystem) -> set[str]:
+    """The systems ``system`` reads, directly or through others."""
+    inputs = {planned.name: planned.inputs for planned, _ in stages}
+    found, pending = set(), list(system.inputs)
+    while pending:
+        name = pending.pop()
+        if name not in found:
+            found.add(name)
+            pending += inputs[name]
+    return found
 
 
 class Live(Policy):
@@ -276,6 +366,11 @@ class Live(Policy):
             output = stage_object.produce({name: outputs[name] for name in system.inputs}, context)
         self.meter.collect(system.name, system.section, [stage_object], chain=True)
         return output
+
+    def learn(self, system, stage_object, outputs, training) -> bool:
+        with stage(f"{system.name}: learn from {len(training.qrels)} judged queries of {training.name}"):
+            stage_object.learn({name: outputs[name] for name in system.inputs}, training)
+        return True
 
     def generate(self, system, outputs, parts, context) -> tuple[Answers | None, float | None]:
         """The answers and the generator's time per query (``None, None`` without a generator)."""

@@ -42,13 +42,14 @@ def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset
     redact_hydra_files(job.hydra_records)
     check_variable_names(OmegaConf.to_container(cfg, resolve=True))  # before anything is built or logged
     output_dir = make_output_dir(cfg)
-    stages, dataset, chunker, oversample = executor.plan(cfg, dataset)
+    planned = executor.plan(cfg, dataset)
+    dataset = planned.dataset
     attributes = query_attributes(cfg, dataset, relevance_threshold(cfg))
-    with executor.stage("chunk" if chunker else "check judgments"):
-        chunks = plan_chunks(dataset, chunker, oversample)
+    with executor.stage("chunk" if planned.chunker else "check judgments"):
+        chunks = plan_chunks(dataset, planned.chunker, planned.oversample)
     executor.warn_cutoffs_past_depth(cfg, int(cfg.depth))
     meter = Meter()
-    parts = executor.JobParts.build(cfg, stages, chunks, meter)
+    parts = executor.JobParts.build(cfg, planned, chunks, meter)
     tracker = job_tracking.make_tracker(cfg.tracking)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     parent = job_tracking.parent_run(cfg, resolved, job, dataset)

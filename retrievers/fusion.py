@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, Strict, ValidationInfo, field_validator, model_validator
 
@@ -174,25 +174,37 @@ class RBCSettings(FusionSettings, extra="forbid"):
 
 
 class TrainSettings(Section):
-    """Where a learned fusion learns, never from a query it fuses. Either ``folds``: cross-fitted on
-    the job's own judged queries, cut into ``folds`` parts with ``seed`` as ``compare --folds`` cuts
-    them (:func:`ragtrack.core.folds.query_folds`), each part fused by a model fitted on the other
-    parts' judgments and member runs; or files: ``qrels`` (BEIR or TREC) of training queries and each
-    member's TREC run on them (``runs``, ``{member: path}``), none of which the job may report."""
+    """Where a learned fusion learns, never from a query it fuses; one of three:
+
+    - ``folds``: cross-fitted on the job's own judged queries, cut into ``folds`` parts with ``seed`` as
+      ``compare --folds`` cuts them (:func:`ragtrack.core.folds.query_folds`), each part fused by a
+      model fitted on the other parts' judgments and member runs;
+    - ``dataset``: another query set of the job's corpus, as settings that replace the job's dataset's
+      (``{split: train}``; an ir_datasets ``id``; TREC ``topics`` and ``qrels``): the members are run on
+      its queries in the same job and the fusion learns from their runs and its judgments;
+    - files: ``qrels`` (BEIR or TREC) of training queries and each member's TREC run on them (``runs``,
+      ``{member: path}``).
+
+    The last two may not judge any query the job reports."""
 
     folds: Annotated[int, Strict(), Field(ge=2)] | None = None
     seed: NonNegativeInt = 0
+    dataset: dict[str, Any] | None = None
     qrels: InputPath | None = None
     runs: dict[SystemName, InputPath] | None = None
 
     @model_validator(mode="after")
-    def _folds_or_files(self) -> "TrainSettings":
-        if (self.folds is None) == (self.qrels is None and self.runs is None):
+    def _one_source(self) -> "TrainSettings":
+        given = [self.folds is not None, self.dataset is not None, self.qrels is not None or self.runs is not None]
+        if sum(given) != 1:
             raise ValueError(
-                "either folds (cross-fitted on the job's own queries) or qrels and runs (files; with folds=null)"
+                "one of folds (cross-fitted on the job's own queries), dataset (another split of its corpus) "
+                "or qrels and runs (files); set the others to null"
             )
-        if self.folds is None and (self.qrels is None or self.runs is None):
+        if given[2] and (self.qrels is None or self.runs is None):
             raise ValueError("training files need both qrels and runs ({member: run file on those queries})")
+        if self.dataset == {}:
+            raise ValueError("dataset: the settings that replace the job's dataset's, e.g. {split: train}")
         return self
 
 
@@ -343,10 +355,11 @@ class LearnedFusion(Fusion):
     """A fusion that learns from judged queries (:class:`ragtrack.retrievers.fusion_methods.Trained`),
     never from one it fuses (``train``, :class:`TrainSettings`). Cross-fitted (``train.folds``): each
     fold of the job's queries is fused by a model fitted on the other folds, so every query is fused
-    once, by a model that never saw its judgments. From files (``train.qrels``, ``train.runs``): fitted
-    once, when it first fuses; the training queries must not be among the job's (:meth:`dataset_problems`
-    refuses the job before any system runs, and the fitted method refuses any query it was trained on).
-    A subclass names its ``learned`` method."""
+    once, by a model that never saw its judgments. On another query set of the corpus
+    (``train.dataset``): the executor runs the members on it and calls :meth:`learn` before the fusion
+    produces. From files (``train.qrels``, ``train.runs``): fitted once, when it first fuses. The
+    training queries of the last two must not be among the job's (refused before any system runs),
+    and the fitted method refuses any query it was trained on. A subclass names its ``learned`` method."""
 
     settings_schema: type[LearnedSettings] = LearnedSettings
     learned: str
@@ -354,12 +367,25 @@ class LearnedFusion(Fusion):
     def __init__(self, name: str | None = None, **values):
         super().__init__(name, **values)
         self.trained: Trained | None = None
+        self.learned_from: str | None = None  # train.dataset: the sha256 of the dataset it learned from
+
+    def training_dataset(self) -> tuple[str, dict] | None:
+        """``train.dataset``: the members are run on that query set first (:meth:`learn`)."""
+        dataset = self.settings.train.dataset
+        return None if dataset is None else ("train.dataset", dict(dataset))
+
+    def learn(self, inputs: Mapping[str, StageOutput], dataset: Dataset) -> None:
+        """Fitted on the members' outputs on the queries of ``dataset`` (``train.dataset``) and its judgments."""
+        self.fit({member: inputs[member].run for member in self.inputs}, dataset.qrels)
+        self.learned_from = dataset.hash
 
     def identity(self) -> dict:
         identity = super().identity()
         train = self.settings.train
         if train.folds is not None:
             identity["train"] = {"folds": train.folds, "seed": train.seed}
+        elif train.dataset is not None:  # learned (learn) before it fuses: the data it learned from
+            identity["train"] = {"dataset": train.dataset, "learned_from": self.learned_from}
         else:
             identity["train"] = {
                 "qrels": file_sha256(Path(train.qrels)),
@@ -386,6 +412,8 @@ class LearnedFusion(Fusion):
         train = self.settings.train
         if train.folds is not None:
             return self._fold_problems(dataset)
+        if train.dataset is not None:  # the executor checks the training queries once it has loaded them
+            return {}
         overlap = set(self.training_qrels) & set(dataset.queries)
         if not overlap:
             return {}
@@ -430,6 +458,11 @@ class LearnedFusion(Fusion):
         return self
 
     def fuse(self, runs: Mapping[str, Run]) -> Run:
+        if self.trained is None and self.settings.train.dataset is not None:
+            raise RagtrackError(
+                f"fusion {self.settings.system!r} learns from train.dataset before it fuses: learn() from its "
+                "members' outputs on those queries first (a job does)"
+            )
         if self.trained is None:
             self.fit({m: read_trec(path, m) for m, path in self.settings.train.runs.items()}, self.training_qrels)
         return self.trained.fuse(runs)

@@ -110,6 +110,17 @@ class Stage(ABC):
         empty. Nothing by default."""
         return {}
 
+    def training_dataset(self) -> tuple[str, dict] | None:
+        """Where this stage learns before it produces: the setting that says so and the dataset settings
+        that replace the job's dataset's (``("train.dataset", {"split": "train"})``). The executor loads
+        that dataset, refuses it where it judges a query the job reports, makes this stage's inputs on
+        its queries and calls :meth:`learn`. ``None`` (the default): it learns nothing there."""
+        return None
+
+    def learn(self, inputs: Mapping[str, StageOutput], dataset: Dataset) -> None:
+        """Learn from ``inputs`` (this stage's inputs' outputs on the queries of ``dataset``, the
+        :meth:`training_dataset`) before :meth:`produce`; nothing by default."""
+
     def problems(self) -> dict[str, str]:
         """What would stop this stage, found before the job does any work (a model that cannot be
         found), by setting name: what is wrong; none by default."""

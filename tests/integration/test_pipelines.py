@@ -7,6 +7,7 @@ job in one line before anything runs."""
 from __future__ import annotations
 
 import json
+import shutil
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from mlflow.tracking import MlflowClient
 
 import ragtrack as api
 from ragtrack.core.data import load_beir
+from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import read_trec
 from ragtrack.pipeline import layout, registry
 from ragtrack.pipeline.config import CONFIG_MODULE
@@ -208,3 +210,83 @@ def test_a_cross_fitted_learned_fusion_is_a_system_of_the_job(tmp_path: Path) ->
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[*overrides, f"paths.output_dir={tmp_path / 'dry'}"])
     dry_run(cfg)
+
+
+@pytest.fixture
+def two_splits(tmp_path: Path) -> Path:
+    """The toy dataset with q1-q3 judged in qrels/train.tsv and q4-q6 in qrels/test.tsv."""
+    data = tmp_path / "toy"
+    shutil.copytree(TOY, data)
+    lines = (data / "qrels" / "test.tsv").read_text().splitlines()
+    for split, queries in (("train", {"q1", "q2", "q3"}), ("test", {"q4", "q5", "q6"})):
+        kept = [line for line in lines[1:] if line.split("\t")[0] in queries]
+        (data / "qrels" / f"{split}.tsv").write_text("\n".join([lines[0], *kept]) + "\n")
+    return data
+
+
+def split_job(tmp_path: Path, data: Path, *overrides: str) -> list[str]:
+    return [
+        "dataset=toy",
+        f"dataset.path={data}",
+        "encoder=hashing",
+        "tracking=none",
+        f"paths.root_dir={tmp_path}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        *overrides,
+    ]
+
+
+def test_a_learned_fusion_learns_from_another_split_in_the_same_job(tmp_path: Path, two_splits: Path) -> None:
+    """``train.dataset={split: train}``: the members run on the train queries within the job, and the
+    fused test run is the one the same method fitted on a train-split job's run files gives."""
+    learned = ["fusion=[probfuse]", "fusion.probfuse.train.folds=null", "fusion.probfuse.train.dataset={split: train}"]
+    job = api.run_experiment(split_job(tmp_path, two_splits, "fusion.probfuse.segments=2", *learned))
+    train = api.run_experiment(split_job(tmp_path, two_splits, "dataset.split=train", "fusion=[]"))
+    folder = train.output_dir / "runs"
+    expected = ProbFuse(
+        system="probfuse",
+        members=["bm25", "dense"],
+        segments=2,
+        train={
+            "qrels": str(two_splits / "qrels" / "train.tsv"),
+            "runs": {m: str(folder / f"{m}.trec") for m in ("bm25", "dense")},
+        },
+    ).fuse({m: read_trec(job.output_dir / "runs" / f"{m}.trec") for m in ("bm25", "dense")})
+    fused = read_trec(job.output_dir / "runs" / "probfuse.trec")
+    assert set(fused.scores) == {"q4", "q5", "q6"} == set(expected.scores)
+    assert {q: fused.ranking(q) for q in fused.scores} == {
+        q: [(d, pytest.approx(s, rel=1e-15)) for d, s in expected.ranking(q)] for q in expected.scores
+    }
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        cfg = compose(
+            "config", overrides=[*split_job(tmp_path, two_splits, *learned), f"paths.output_dir={tmp_path / 'dry'}"]
+        )
+    dry_run(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["fusion.probfuse.train.dataset={split: test}"],
+            r"fusion\.probfuse\.train\.dataset: 3 of its 3 training queries are among the 3 queries that this job reports \(e\.g\. 'q4'\)",
+        ),
+        (["fusion.probfuse.train.dataset={split: dev}"], r"qrels/dev\.tsv: file not found"),
+        (
+            ["fusion.probfuse.train.dataset={splt: train}"],
+            r"fusion\.probfuse\.train\.dataset: splt: no such key of the job's dataset",
+        ),
+        (
+            ["fusion.probfuse.train.dataset={split: train}", "chunking=tokens"],
+            r"fusion\.probfuse\.train\.dataset: a job that chunks learns from folds",
+        ),
+    ],
+)
+def test_a_training_dataset_that_cannot_serve_stops_the_job_before_any_system_runs(
+    tmp_path: Path, two_splits: Path, overrides: list[str], message: str
+) -> None:
+    with pytest.raises(RagtrackError, match=message):
+        api.run_experiment(
+            split_job(tmp_path, two_splits, "fusion=[probfuse]", "fusion.probfuse.train.folds=null", *overrides)
+        )
+    assert not list(tmp_path.rglob("run.trec"))

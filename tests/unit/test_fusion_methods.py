@@ -356,8 +356,8 @@ def test_cross_fitting_refuses_what_cannot_be_folded_before_any_system_runs() ->
 @pytest.mark.parametrize(
     "train, message",
     [
-        ({"folds": 5, "qrels": "q.tsv", "runs": {"m0": "a", "m1": "b"}}, "either folds"),
-        ({"folds": None}, "either folds"),
+        ({"folds": 5, "qrels": "q.tsv", "runs": {"m0": "a", "m1": "b"}}, "one of folds"),
+        ({"folds": None}, "one of folds"),
         ({"folds": None, "qrels": "q.tsv"}, "training files need both qrels and runs"),
         ({"folds": 1}, "greater than or equal to 2"),
         ({"folds": None, "qrels": "q.tsv", "runs": {"m0": "a"}}, "one training run per member"),

@@ -218,7 +218,8 @@ def stage_label(system: PlannedSystem) -> str:
 class JobParts:
     """What a job runs with: its config, its systems' stages, evaluators and pairwise judges (their
     chat calls named on ``meter``), its chunking, the cache, its depth, and the datasets stages learn
-    from (``training``, by system name; ``learned``: those that have)."""
+    from (``training``, by system name; ``learned``: those that have; ``training_outputs``: the
+    systems made on each training dataset's queries, by its hash)."""
 
     cfg: DictConfig
     stages: Stages
@@ -229,6 +230,7 @@ class JobParts:
     meter: Meter
     training: dict[str, Dataset] = field(default_factory=dict)
     learned: set[str] = field(default_factory=set)
+    training_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # by training dataset hash
 
     @classmethod
     def build(cls, cfg: DictConfig, planned: Plan, chunks: ChunkPlan, meter: Meter) -> JobParts:
@@ -321,9 +323,10 @@ class Executor:
             return True
         training = parts.training[system.name]
         context = stage_context(training, parts.cache, parts.depth, parts.chunks)
-        needed, outputs = upstream(parts.stages, system), {}
+        needed = upstream(parts.stages, system)
+        outputs = parts.training_outputs.setdefault(training.hash, {})  # shared by the stages that learn there
         for member, member_stage in parts.stages:
-            if member.name in needed:
+            if member.name in needed and member.name not in outputs:
                 ready = self.learn(member, member_stage)
                 outputs[member.name] = self.policy.produce(member, member_stage, outputs, context) if ready else None
         if not self.policy.learn(system, stage_object, outputs, training):

@@ -28,9 +28,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import pytrec_eval
+from hydra import compose, initialize_config_module
 
 from ragtrack.pipeline.cli import stop_process_group
-from ragtrack.pipeline.config import datasets_dir
+from ragtrack.pipeline.config import CONFIG_MODULE, datasets_dir
 from ragtrack.retrievers.rerankers import Reranker
 
 TESTS = Path(__file__).parent
@@ -52,6 +53,22 @@ def ragtrack(root: Path, *args: str, env: dict | None = None, timeout: float = 3
         **(env or {}),
     }
     return subprocess.run([*PYTHON_CLI, *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def toy_config(tmp_path: Path, *overrides: str):
+    """The composed config of a toy job (hashing encoder) whose folders are under ``tmp_path``, then ``overrides``."""
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        return compose(
+            "config",
+            overrides=[
+                "dataset=toy",
+                "encoder=hashing",
+                f"paths.root_dir={tmp_path}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+                f"paths.output_dir={tmp_path / 'out'}",
+                *overrides,
+            ],
+        )
 
 
 def reproduce_cli(run_id: str, uri: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

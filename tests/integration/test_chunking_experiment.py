@@ -6,33 +6,17 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from hydra import compose, initialize_config_module
 
 from ragtrack.chunking import plan_chunks
 from ragtrack.core.cache import Cache
 from ragtrack.evaluators.answer import contains_answer, normalize_answer
 from ragtrack.evaluators.ranking import score_ranking
 from ragtrack.pipeline import registry
-from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.pipeline.executor import Executor, JobParts, Live, build_chunker, build_stages
 from ragtrack.pipeline.experiment import run_experiment
 from ragtrack.pipeline.inputs import load_dataset
 from ragtrack.pipeline.usage import Meter
-
-
-def toy_config(tmp_path: Path, *overrides: str):
-    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "dataset=toy",
-                "encoder=hashing",
-                f"paths.root_dir={tmp_path}",
-                f"paths.cache_dir={tmp_path / 'cache'}",
-                f"paths.output_dir={tmp_path / 'out'}",
-                *overrides,
-            ],
-        )
+from tests.support import toy_config
 
 
 def chunked(cfg):

@@ -10,31 +10,15 @@ import re
 from pathlib import Path
 
 import pandas as pd
-from hydra import compose, initialize_config_module
 
 from ragtrack.pipeline.comparison import SystemRun, compare_systems
 from ragtrack.pipeline.comparison_report import detectability
-from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.pipeline.experiment import run_experiment
-from tests.support import ChatServer
+from tests.support import ChatServer, toy_config
 
 
 def _config(tmp_path: Path, *overrides: str):
-    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "dataset=toy",
-                "encoder=hashing",
-                "retriever=[bm25]",
-                "fusion=[]",
-                "tracking=none",
-                f"paths.root_dir={tmp_path}",
-                f"paths.cache_dir={tmp_path / 'cache'}",
-                f"paths.output_dir={tmp_path / 'out'}",
-                *overrides,
-            ],
-        )
+    return toy_config(tmp_path, "retriever=[bm25]", "fusion=[]", "tracking=none", *overrides)
 
 
 def _report(tmp_path: Path) -> str:

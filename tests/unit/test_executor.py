@@ -6,31 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 
-from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.pipeline.dryrun import dry_run
 from ragtrack.pipeline.executor import Executor
 from ragtrack.pipeline.experiment import run_experiment
+from tests.support import toy_config
 
 STUDY = "robustness={seed: 0, metrics: [ndcg@10], perturbations: {lowercase: {kind: lowercase}}}"
 
 
 def _job(tmp_path: Path, *overrides: str):
-    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "dataset=toy",
-                "encoder=hashing",
-                "tracking=none",
-                f"paths.root_dir={tmp_path}",
-                f"paths.cache_dir={tmp_path / 'cache'}",
-                f"paths.output_dir={tmp_path / 'out'}",
-                STUDY,
-                *overrides,
-            ],
-        )
+    return toy_config(tmp_path, "tracking=none", STUDY, *overrides)
 
 
 @pytest.fixture

@@ -14,17 +14,15 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_module
 
 from ragtrack.core.cache import Cache
 from ragtrack.core.llm import NOT_SENT, ChatCall, ChatClient, NotSent, estimate_tokens
 from ragtrack.core.runs import Run
 from ragtrack.core.stages import cached_run
 from ragtrack.pipeline import usage
-from ragtrack.pipeline.config import CONFIG_MODULE
 from ragtrack.pipeline.dryrun import dry_run
 from ragtrack.pipeline.experiment import run_experiment
-from tests.support import ChatServer, server_usage
+from tests.support import ChatServer, server_usage, toy_config
 
 
 def _client(server: ChatServer, cache: Path | None, **settings) -> ChatClient:
@@ -227,32 +225,24 @@ def test_a_stage_run_keeps_its_calls_and_a_dry_run_stores_nothing(tmp_path: Path
 
 
 def _job(tmp_path: Path, url: str, *overrides: str):
-    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "dataset=toy",
-                "encoder=hashing",
-                "retriever=[bm25]",
-                "fusion=[]",
-                "tracking=none",
-                f"paths.root_dir={tmp_path}",
-                f"paths.cache_dir={tmp_path / 'cache'}",
-                f"paths.output_dir={tmp_path / 'out'}",
-                "generator=openai",
-                f"generator.base_url={url}",
-                "generator.model=g",
-                "generator.top_k=1",
-                "generator.prompt='{question} {context}'",
-                "generator.price_prompt=2.5",
-                "generator.price_completion=10",
-                "evaluator=[ranking,llm_judge]",
-                f"evaluator.llm_judge.base_url={url}",
-                "evaluator.llm_judge.model=j",
-                "evaluator.llm_judge.top_k=1",
-                *overrides,
-            ],
-        )
+    return toy_config(
+        tmp_path,
+        "retriever=[bm25]",
+        "fusion=[]",
+        "tracking=none",
+        "generator=openai",
+        f"generator.base_url={url}",
+        "generator.model=g",
+        "generator.top_k=1",
+        "generator.prompt='{question} {context}'",
+        "generator.price_prompt=2.5",
+        "generator.price_completion=10",
+        "evaluator=[ranking,llm_judge]",
+        f"evaluator.llm_judge.base_url={url}",
+        "evaluator.llm_judge.model=j",
+        "evaluator.llm_judge.top_k=1",
+        *overrides,
+    )
 
 
 def test_dry_run_counts_the_requests_of_the_real_run(tmp_path: Path) -> None:

@@ -185,19 +185,24 @@ def test_an_oracle_reranker_plugin_gives_the_ideal_reordering_of_bm25s_top_100(t
     assert oracle_metrics["ndcg@10"] > result.results["systems"]["bm25"]["ndcg@10"] + 0.1
 
 
-def test_a_cross_fitted_learned_fusion_is_a_system_of_the_job(tmp_path: Path) -> None:
-    """``fusion=[probfuse]`` runs as shipped (cross-fitted on folds of the job's queries): its run file
-    is the fold-by-fold fusion of the members' run files, and the dry run plans it without a search."""
-    overrides = [
+def toy_job(tmp_path: Path, *overrides: str) -> list[str]:
+    """A job's overrides on the toy dataset with the hashing encoder, its files under ``tmp_path``."""
+    return [
         "dataset=toy",
         "encoder=hashing",
         "tracking=none",
         f"paths.root_dir={tmp_path}",
         f"paths.cache_dir={tmp_path / 'cache'}",
-        "fusion=[rrf,probfuse]",
-        "fusion.probfuse.train.folds=3",
-        "fusion.probfuse.segments=2",
+        *overrides,
     ]
+
+
+def test_a_cross_fitted_learned_fusion_is_a_system_of_the_job(tmp_path: Path) -> None:
+    """``fusion=[probfuse]`` runs as shipped (cross-fitted on folds of the job's queries): its run file
+    is the fold-by-fold fusion of the members' run files, and the dry run plans it without a search."""
+    overrides = toy_job(
+        tmp_path, "fusion=[rrf,probfuse]", "fusion.probfuse.train.folds=3", "fusion.probfuse.segments=2"
+    )
     job = api.run_experiment(overrides)
     assert list(job.systems) == ["bm25", "dense", "hybrid", "probfuse"]
     runs = {name: read_trec(job.output_dir / "runs" / f"{name}.trec") for name in ("bm25", "dense", "probfuse")}
@@ -225,15 +230,8 @@ def two_splits(tmp_path: Path) -> Path:
 
 
 def split_job(tmp_path: Path, data: Path, *overrides: str) -> list[str]:
-    return [
-        "dataset=toy",
-        f"dataset.path={data}",
-        "encoder=hashing",
-        "tracking=none",
-        f"paths.root_dir={tmp_path}",
-        f"paths.cache_dir={tmp_path / 'cache'}",
-        *overrides,
-    ]
+    """:func:`toy_job` on the toy data at ``data`` (:func:`two_splits`)."""
+    return toy_job(tmp_path, f"dataset.path={data}", *overrides)
 
 
 def test_a_learned_fusion_learns_from_another_split_in_the_same_job(tmp_path: Path, two_splits: Path) -> None:

@@ -94,6 +94,18 @@ def log_job(client, experiment_id: str, dataset: tuple[dict, str, str], split: s
     client.set_terminated(parent, "FINISHED")
 
 
+def logged_sweep(root, dataset_of) -> str:
+    """A new MLflow store under ``root`` holding the six jobs, k = 10, 30, 60 on each split (its
+    dataset ``dataset_of(split)``); its URI."""
+    uri = f"sqlite:///{root}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment_id = client.create_experiment("ragtrack-toy", artifact_location=str(root / "artifacts"))
+    for split in SPLITS:
+        for k in (10, 30, 60):
+            log_job(client, experiment_id, dataset_of(split), split, k, root / "upload")
+    return uri
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """The toy dataset with q1-q3 judged in qrels/train.tsv and q4-q6 in qrels/test.tsv, and the six jobs."""
@@ -105,13 +117,7 @@ def store(tmp_path_factory):
         (data / "qrels" / f"{split}.tsv").write_text(
             "\n".join([lines[0], *(line for line in lines[1:] if line.split("\t")[0] in queries)]) + "\n"
         )
-    uri = f"sqlite:///{root}/mlflow.db"
-    client = MlflowClient(uri)
-    experiment_id = client.create_experiment("ragtrack-toy", artifact_location=str(root / "artifacts"))
-    for split in SPLITS:
-        for k in (10, 30, 60):
-            log_job(client, experiment_id, beir_split(data, split), split, k, root / "upload")
-    return uri
+    return logged_sweep(root, lambda split: beir_split(data, split))
 
 
 @pytest.fixture(scope="module")
@@ -128,13 +134,7 @@ def trec_store(tmp_path_factory):
         (data / f"{split}.qrels").write_text(
             "".join(f"{q} 0 {d} {g}\n" for q in queries for d, g in toy.qrels[q].items())
         )
-    uri = f"sqlite:///{root}/mlflow.db"
-    client = MlflowClient(uri)
-    experiment_id = client.create_experiment("ragtrack-toy", artifact_location=str(root / "artifacts"))
-    for split in SPLITS:
-        for k in (10, 30, 60):
-            log_job(client, experiment_id, trec_topics(data, split), split, k, root / "upload")
-    return uri, data
+    return logged_sweep(root, lambda split: trec_topics(data, split)), data
 
 
 def test_chosen_on_train_reported_on_test_and_logged_with_a_child(store) -> None:

@@ -18,8 +18,9 @@ Linear (convex combination, Bruch, Gai & Ingber, TOIS 2023): score(d) = Σ_r α_
 
 The learned methods (:class:`LearnedFusion`) never fuse a query they learned from: cross-fitted on folds
 of the job's own judged queries (``train.folds``, the default: each fold fused by a model fitted on the
-other folds), or fitted on the runs and judgments of training queries in files (``train.qrels``,
-``train.runs``), which the job may not report.
+other folds), or fitted on the members' runs and the judgments of other queries, which the job may not
+report: another query set of the corpus run in the same job (``train.dataset``) or files
+(``train.qrels``, ``train.runs``).
 """
 
 from __future__ import annotations

@@ -493,8 +493,10 @@ def side_by_side(
 
 def side_table(stages: dict[str, Measure], figures: dict) -> str:
     """Markdown: per system its build (seconds, CPU seconds, peak MB, the loaded corpus included, whose
-    own peak follows), queries/s on each thread count (CPU seconds), the two-thread speed-up and
-    recall@10; then the ratios of ragtrack's queries/s to each bm25s backend's."""
+    own peak follows; in brackets the anonymous peak where sampled, what no file backs: the rest are
+    pages of files read or written, memory-mapped indexes among them, which the kernel may drop), queries/s on each thread count
+    (CPU seconds), the two-thread speed-up and recall@10; then the ratios of ragtrack's queries/s to
+    each bm25s backend's."""
     speed = {
         name[: -len(": search")]: figures["queries"] / m.seconds
         for name, m in stages.items()
@@ -503,7 +505,7 @@ def side_table(stages: dict[str, Measure], figures: dict) -> str:
     lines = [
         [
             "system",
-            "index: s / CPU s / peak MB",
+            "index: s / CPU s / peak MB (anon)",
             *(f"{counted(n, 'thread')}: q/s (CPU s)" for n in THREADS),
             "2 threads ÷ 1",
             "recall@10",
@@ -517,7 +519,8 @@ def side_table(stages: dict[str, Measure], figures: dict) -> str:
         lines.append(
             [
                 system,
-                f"{build.seconds:.1f} / {build.cpu:.1f} / {build.peak:,.0f}",
+                f"{build.seconds:.1f} / {build.cpu:.1f} / {build.peak:,.0f}"
+                + (f" ({build.anon:,.0f})" if build.anon else ""),
                 *(f"{speed[name]:.2f} ({stages[name + ': search'].cpu:.1f})" for name in names),
                 f"{speed[names[1]] / speed[names[0]]:.2f}",
                 f"{figures['recall@10'][names[0]]:.3f}",

@@ -494,9 +494,9 @@ def side_by_side(
 def side_table(stages: dict[str, Measure], figures: dict) -> str:
     """Markdown: per system its build (seconds, CPU seconds, peak MB, the loaded corpus included, whose
     own peak follows; in brackets the anonymous peak where sampled, what no file backs: the rest are
-    pages of files read or written, memory-mapped indexes among them, which the kernel may drop), queries/s on each thread count
-    (CPU seconds), the two-thread speed-up and recall@10; then the ratios of ragtrack's queries/s to
-    each bm25s backend's."""
+    pages of files read or written, memory-mapped indexes among them, which the kernel may drop),
+    queries/s on each thread count (CPU seconds), the two-thread speed-up and recall@10; then the
+    ratios of ragtrack's queries/s to each bm25s backend's."""
     speed = {
         name[: -len(": search")]: figures["queries"] / m.seconds
         for name, m in stages.items()

@@ -19,7 +19,7 @@ one is the judge's. A score must be a number on the rubric's scale. Queries whos
 out of the means and reported: a warning with the count and the first error, and ``judge.jsonl`` (per query: scores,
 rationale, error) in the system's output folder, which is logged to MLflow with the system's run.
 ``human_labels`` (a file of people's labels, ``evaluators.human_labels``) adds the judge's agreement with
-them and its PPI-corrected mean (``pipeline.agreement``).
+them and its PPI-corrected mean (``pipeline.execution.agreement``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Queries whose request or reply fails are left out and counted in ``failed`` with
 
 It compares systems, so it scores no single run: the experiment calls :meth:`PairwiseJudge.compare`
 once every system has answered (``conf/evaluator/pairwise_judge.yaml``). ``human_labels`` (people's
-verdicts, ``evaluators.human_labels``) adds the judge's agreement with them (``pipeline.agreement``).
+verdicts, ``evaluators.human_labels``) adds the judge's agreement with them (``pipeline.execution.agreement``).
 """
 
 from __future__ import annotations

@@ -26,12 +26,12 @@ from ragtrack.core.errors import RagtrackError, describe_fault
 from ragtrack.core.files import check_writable_folder
 from ragtrack.core.progress import step
 from ragtrack.core.secrets import mask
-from ragtrack.pipeline.config import CONFIG_NAME, config_path, register_resolvers
-from ragtrack.pipeline.inputs import load_dataset
-from ragtrack.pipeline.job import JobInfo
-from ragtrack.pipeline.layout import KEY_METRICS, RESULTS_FILE
+from ragtrack.pipeline.configuration.config import CONFIG_NAME, config_path, register_resolvers
+from ragtrack.pipeline.configuration.inputs import load_dataset
+from ragtrack.pipeline.configuration.settings import absolute_inputs, discard_job_folder, validate
+from ragtrack.pipeline.execution.job import JobInfo
+from ragtrack.pipeline.records.layout import KEY_METRICS, RESULTS_FILE
 from ragtrack.pipeline.redaction import redact_hydra_files, redact_overrides, remember_config_secrets
-from ragtrack.pipeline.settings import absolute_inputs, discard_job_folder, validate
 
 log = logging.getLogger("ragtrack")
 
@@ -66,15 +66,15 @@ def main(cfg: DictConfig) -> float | None:
             dataset = load_dataset(cfg.dataset, check_documents=False)
         job.default_choices = default_choices()  # a second composition: after the data are checked
         if cfg.get("dry_run"):
-            from ragtrack.pipeline.dryrun import dry_run, print_dry_run
+            from ragtrack.pipeline.execution.dryrun import dry_run, print_dry_run
 
             print_dry_run(dry_run(cfg, dataset), Path(cfg.paths.output_dir))
             return None
-        from ragtrack.pipeline.experiment import run_experiment
+        from ragtrack.pipeline.execution.experiment import run_experiment
 
         results = run_experiment(cfg, job, dataset)
         return objective(results, cfg.get("optimize_metric"))
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (pipeline.cli): no half results, the folder says why
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (pipeline.commands.cli): no half results, the folder says why
         mark_failed(Path(hydra_cfg.runtime.output_dir), "interrupted (Ctrl-C or SIGTERM)", before)
         raise
     except Exception as exc:  # user mistakes and faults (describe_fault): one line, exit 2; bugs keep their traceback
@@ -215,9 +215,9 @@ def sweep_page(tracking: DictConfig, sweep: str, key_metrics: list[str], default
     import pandas as pd
     from mlflow.tracking import MlflowClient
 
-    from ragtrack.pipeline.compare import run_compare, short_settings
-    from ragtrack.pipeline.layout import TAG_SWEEP, run_page, runs_table_page, system_metric_key
-    from ragtrack.pipeline.tracking import share_view, tracking_target, ui_base, use_credentials
+    from ragtrack.pipeline.analysis.compare import run_compare, short_settings
+    from ragtrack.pipeline.records.layout import TAG_SWEEP, run_page, runs_table_page, system_metric_key
+    from ragtrack.pipeline.records.tracking import share_view, tracking_target, ui_base, use_credentials
 
     uri, experiment, *_ = tracking_target(tracking)
     uri = use_credentials(uri)  # MLflow gets the URI's credentials as its variables, never in a URI it prints
@@ -260,8 +260,8 @@ def sweep_summary(folder: Path, key_metrics: list[str]) -> str:
     under a sweep folder ("" when no job left results there, e.g. jobs run on other machines)."""
     import pandas as pd
 
-    from ragtrack.pipeline.comparison import is_best
-    from ragtrack.pipeline.comparison_tables import TEXT_WIDTH
+    from ragtrack.pipeline.analysis.comparison import is_best
+    from ragtrack.pipeline.analysis.comparison_tables import TEXT_WIDTH
 
     jobs = []
     for results_file in sorted(

@@ -112,7 +112,7 @@ def build(group: str, config: Mapping | DictConfig, **kwargs: Any) -> Any:
                 settings = schema.model_validate(settings).model_dump(exclude={"type", "target", "alias"})
             except (
                 ValidationError
-            ) as exc:  # a caller that skipped pipeline.settings.validate: the first problem, one line
+            ) as exc:  # a caller that skipped pipeline.configuration.settings.validate: the first problem, one line
                 error = exc.errors()[0]
                 where = ".".join(map(str, error["loc"]))
                 raise RagtrackError(f"cannot construct {found[kind].value}: {where}: {error['msg']}") from None

@@ -4,9 +4,9 @@ The run is read as columns (``ragtrack.core.runs.read_run_scores``: Arrow's CSV 
 strict field rules; a file under 256 KiB line by line, before Arrow could be imported) and scored by the
 built-in ranking metrics straight from those columns, with numpy only: no dict per query, no pandas,
 no plugin scan, no Hydra. The values and their summary are
-those of :func:`ragtrack.pipeline.api.evaluate` to the last bit (same grade matrix, same metric
+those of :func:`ragtrack.pipeline.commands.api.evaluate` to the last bit (same grade matrix, same metric
 functions, same ``summarize``). Metric names that are not built-in ranking metrics (plugins, or a
-metric that needs the judged pool) and unknown names go through :func:`~ragtrack.pipeline.api.evaluate`,
+metric that needs the judged pool) and unknown names go through :func:`~ragtrack.pipeline.commands.api.evaluate`,
 which also words the errors.
 """
 
@@ -120,7 +120,7 @@ def evaluate_files(
             m.qids, values, summary, missing, tuple(qid for qid, num_rel in zip(m.qids, m.num_rel) if not num_rel)
         )
     else:
-        from ragtrack.pipeline.api import evaluate  # pandas and the plugins: only where a metric needs them
+        from ragtrack.pipeline.commands.api import evaluate  # pandas and the plugins: only where a metric needs them
 
         result = evaluate(qrels_path, run_path, metrics, relevance_threshold, seed, without_relevant)
     if counted_queries(result.summary_rows()) == 0:

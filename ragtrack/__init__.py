@@ -27,7 +27,7 @@ def __getattr__(name: str):
         except PackageNotFoundError:  # imported from a source tree that was never installed
             return "0+unknown"
     if name in API:
-        from ragtrack.pipeline import api
+        from ragtrack.pipeline.commands import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'ragtrack' has no attribute {name!r}")

@@ -2,6 +2,6 @@
 
 import sys
 
-from ragtrack.pipeline.cli import main
+from ragtrack.pipeline.commands.cli import main
 
 sys.exit(main())

@@ -10,10 +10,10 @@ MLflow's ``expected_retrieved_context``); answer scorers compare the answer in t
 ``expected_response``. Each Feedback's value is ``ragtrack.evaluate`` / ``ragtrack.evaluate_answers``
 on the same lists, and its rationale names the relevant documents found (with rank) and missed. A row
 that cannot be scored gets a Feedback with an error, never an exception. The implementation is
-:mod:`ragtrack.pipeline.scorers`.
+:mod:`ragtrack.pipeline.commands.scorers`.
 """
 
-from ragtrack.pipeline.scorers import (
+from ragtrack.pipeline.commands.scorers import (
     DEFAULT_ID_FIELDS,
     EXPECTED_RESPONSE,
     EXPECTED_RETRIEVED_CONTEXT,

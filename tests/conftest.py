@@ -30,7 +30,7 @@ def toy_sweep(tmp_path_factory):
     command = [
         sys.executable,
         "-m",
-        "ragtrack.pipeline.cli",
+        "ragtrack.pipeline.commands.cli",
         "run",
         "-m",
         "experiment=rrf_k",
@@ -83,7 +83,7 @@ def chat_server():
 @pytest.fixture(scope="session", autouse=True)
 def config_resolvers():
     """The resolvers ragtrack's configs use, as the app registers them (tests compose configs directly)."""
-    from ragtrack.pipeline.config import register_resolvers
+    from ragtrack.pipeline.configuration.config import register_resolvers
 
     register_resolvers()
 

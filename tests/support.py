@@ -30,8 +30,8 @@ import pytest
 import pytrec_eval
 from hydra import compose, initialize_config_module
 
-from ragtrack.pipeline.cli import stop_process_group
-from ragtrack.pipeline.config import CONFIG_MODULE, datasets_dir
+from ragtrack.pipeline.commands.cli import stop_process_group
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE, datasets_dir
 from ragtrack.retrievers.rerankers import Reranker
 
 TESTS = Path(__file__).parent
@@ -74,7 +74,16 @@ def toy_config(tmp_path: Path, *overrides: str):
 def reproduce_cli(run_id: str, uri: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``ragtrack reproduce RUN_ID --tracking-uri URI <args>`` in a subprocess: Chroma's native threads
     in the test process would deadlock tests that fork."""
-    command = [sys.executable, "-m", "ragtrack.pipeline.cli", "reproduce", run_id, *args, "--tracking-uri", uri]
+    command = [
+        sys.executable,
+        "-m",
+        "ragtrack.pipeline.commands.cli",
+        "reproduce",
+        run_id,
+        *args,
+        "--tracking-uri",
+        uri,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
 
@@ -135,7 +144,7 @@ def _stall_points() -> dict:
 
 def stalling_main() -> int:
     """``ragtrack`` that stalls in phase $RAGTRACK_TEST_STALL (see :func:`_stall_points`)."""
-    from ragtrack.pipeline.cli import main
+    from ragtrack.pipeline.commands.cli import main
 
     phase, marker = os.environ["RAGTRACK_TEST_STALL"], Path(os.environ["RAGTRACK_TEST_STALL_FILE"])
     owner, name = _stall_points()[phase]

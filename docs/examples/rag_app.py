@@ -36,8 +36,8 @@ import ragtrack.mlflow
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Dataset, load_beir
 from ragtrack.core.runs import Run
-from ragtrack.pipeline.config import datasets_dir
-from ragtrack.pipeline.layout import default_tracking_uri
+from ragtrack.pipeline.configuration.config import datasets_dir
+from ragtrack.pipeline.records.layout import default_tracking_uri
 from ragtrack.retrievers.bm25 import BM25Retriever
 from ragtrack.retrievers.dense import DenseRetriever
 from ragtrack.retrievers.encoders import Encoder, HashingEncoder, OnnxEncoder

@@ -4,7 +4,7 @@
 Every LLM stage (generator, judges, rerankers, rewriters, nuggets) asks through :class:`ChatClient`, so
 each gets token accounting for free: the client records a :class:`ChatCall` per prompt (the server's
 ``usage.prompt_tokens`` / ``usage.completion_tokens``, whether the reply came from the cache, the wall
-time of the request); the job takes them with :meth:`ChatClient.take_calls` (``pipeline.usage``).
+time of the request); the job takes them with :meth:`ChatClient.take_calls` (``pipeline.execution.usage``).
 An ``offline`` client (``ragtrack run --dry-run``) sends nothing: it answers from the cache and records
 the prompts it would send with estimated tokens (:func:`estimate_tokens`).
 

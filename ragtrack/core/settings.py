@@ -5,7 +5,7 @@ finite), :class:`Open` (a plugin's block), the shared blocks (tokenizer, chat en
 
 Each component declares its settings model beside its class (``settings_schema``): that model is the one
 home of its defaults, and the validated model is what builds it (``ragtrack.pipeline.registry``). The
-job-level checks, with their one-line errors, are ``ragtrack.pipeline.settings``.
+job-level checks, with their one-line errors, are ``ragtrack.pipeline.configuration.settings``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ REGEX_TOKEN_PATTERN = (
 
 class InputLocation:
     """Marks a setting naming a file or folder the job reads. Before a job runs, a relative one is made
-    absolute against the folder the command runs in (``pipeline.settings.absolute_inputs``), so the
+    absolute against the folder the command runs in (``pipeline.configuration.settings.absolute_inputs``), so the
     logged config.yaml names the same file from any folder (``ragtrack reproduce``, ``compare``).
     ``or_name``: the value may also be a name (a model on a hub, a shipped rubric): it is taken as a
     path only where such a file or folder exists."""

@@ -2,8 +2,8 @@
 
 Everything that differs between kinds is a column of this table, and the rest of ragtrack reads it:
 the plugin registry's entry-point groups (``pipeline.registry.GROUPS``), the systems planner's config
-sections and naming rule (``pipeline.systems``), the job settings' sections and each kind's common
-keys (``pipeline.settings``), and the pyproject entry-point tables (checked by a test). Adding a kind
+sections and naming rule (``pipeline.configuration.systems``), the job settings' sections and each kind's common
+keys (``pipeline.configuration.settings``), and the pyproject entry-point tables (checked by a test). Adding a kind
 takes a base class (a :class:`~ragtrack.core.stages.Stage`), one row here, its YAML folder under
 ``conf/`` and its docs (docs/development.md walks through it).
 

@@ -1,4 +1,4 @@
-"""A benchmark: systems over several datasets (pipeline/benchmark.py) — its statistics by hand, its
+"""A benchmark: systems over several datasets (pipeline/analysis/benchmark.py) — its statistics by hand, its
 formats, readable row labels, published references matched by dataset, ``ragtrack compare`` over two
 datasets' jobs in MLflow, and ``ragtrack.benchmark`` from Python."""
 
@@ -17,12 +17,12 @@ from mlflow.tracking import MlflowClient
 import ragtrack
 from ragtrack.core.errors import RagtrackError
 from ragtrack.evaluators.significance import holm, randomization_test
-from ragtrack.pipeline.benchmark import benchmark, render_benchmark
-from ragtrack.pipeline.compare import readable_settings, short_settings
-from ragtrack.pipeline.comparison import SystemRun, compare_systems
-from ragtrack.pipeline.comparison_tables import latex_escape
-from ragtrack.pipeline.layout import TAG_BENCHMARK, TAG_DATASET, TAG_PARENT, TAG_SYSTEM
-from ragtrack.pipeline.reference import canonical_dataset, read_reference
+from ragtrack.pipeline.analysis.benchmark import benchmark, render_benchmark
+from ragtrack.pipeline.analysis.compare import readable_settings, short_settings
+from ragtrack.pipeline.analysis.comparison import SystemRun, compare_systems
+from ragtrack.pipeline.analysis.comparison_tables import latex_escape
+from ragtrack.pipeline.analysis.reference import canonical_dataset, read_reference
+from ragtrack.pipeline.records.layout import TAG_BENCHMARK, TAG_DATASET, TAG_PARENT, TAG_SYSTEM
 from tests.support import TOY
 from tests.support import ragtrack as ragtrack_cli
 

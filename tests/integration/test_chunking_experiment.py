@@ -12,10 +12,10 @@ from ragtrack.core.cache import Cache
 from ragtrack.evaluators.answer import contains_answer, normalize_answer
 from ragtrack.evaluators.ranking import score_ranking
 from ragtrack.pipeline import registry
-from ragtrack.pipeline.executor import Executor, JobParts, Live, build_chunker, build_stages
-from ragtrack.pipeline.experiment import run_experiment
-from ragtrack.pipeline.inputs import load_dataset
-from ragtrack.pipeline.usage import Meter
+from ragtrack.pipeline.configuration.inputs import load_dataset
+from ragtrack.pipeline.execution.executor import Executor, JobParts, Live, build_chunker, build_stages
+from ragtrack.pipeline.execution.experiment import run_experiment
+from ragtrack.pipeline.execution.usage import Meter
 from tests.support import toy_config
 
 

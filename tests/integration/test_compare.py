@@ -21,15 +21,15 @@ from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
 from ragtrack.evaluators.significance import effect_size, holm, paired_t_test, randomization_test
-from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.pipeline.compare import differing_settings, run_compare, select_jobs, short_settings
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, find_baseline, is_best
-from ragtrack.pipeline.comparison_plots import numeric_params
-from ragtrack.pipeline.comparison_report import failure_report, html_report, verdicts
-from ragtrack.pipeline.comparison_tables import render
-from ragtrack.pipeline.layout import CONFIG_FILE, PER_QUERY_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM
-from ragtrack.pipeline.reproduce import reproduce
-from ragtrack.pipeline.terminal_report import report_table
+from ragtrack.pipeline.analysis.compare import differing_settings, run_compare, select_jobs, short_settings
+from ragtrack.pipeline.analysis.comparison import SystemRun, compare_systems, find_baseline, is_best
+from ragtrack.pipeline.analysis.comparison_plots import numeric_params
+from ragtrack.pipeline.analysis.comparison_report import failure_report, html_report, verdicts
+from ragtrack.pipeline.analysis.comparison_tables import render
+from ragtrack.pipeline.commands.cli import main as cli_main
+from ragtrack.pipeline.commands.reproduce import reproduce
+from ragtrack.pipeline.execution.terminal_report import report_table
+from ragtrack.pipeline.records.layout import CONFIG_FILE, PER_QUERY_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM
 from tests.support import TOY, ragtrack, reproduce_cli
 
 
@@ -440,7 +440,7 @@ def test_compare_refuses_jobs_of_different_thresholds_unless_allowed(tmp_path) -
             [
                 sys.executable,
                 "-m",
-                "ragtrack.pipeline.cli",
+                "ragtrack.pipeline.commands.cli",
                 "run",
                 "dataset=toy",
                 "encoder=hashing",
@@ -476,8 +476,8 @@ def test_compare_against_a_reference_job(toy_sweep, tmp_path, capsys) -> None:
     folders), and are logged on the comparison run; a system run gives that system. A bad table: one
     line naming file and line, exit 2."""
     from ragtrack.evaluators.reproduction import ranking_agreement, rmse
-    from ragtrack.pipeline.compare import load_logged_reference
-    from ragtrack.pipeline.reference import read_reference
+    from ragtrack.pipeline.analysis.compare import load_logged_reference
+    from ragtrack.pipeline.analysis.reference import read_reference
 
     client = MlflowClient(toy_sweep.uri)
     runs = client.search_runs([client.get_experiment_by_name(toy_sweep.experiment).experiment_id])

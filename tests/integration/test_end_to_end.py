@@ -15,8 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from ragtrack import __version__
 from ragtrack.core.runs import read_trec
-from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.pipeline.provenance import SOURCE_ROOT
+from ragtrack.pipeline.commands.cli import main as cli_main
+from ragtrack.pipeline.records.provenance import SOURCE_ROOT
 from tests.support import TOY
 
 

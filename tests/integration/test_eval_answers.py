@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.pipeline.config import datasets_dir
+from ragtrack.pipeline.commands.cli import main as cli_main
+from ragtrack.pipeline.configuration.config import datasets_dir
 from tests.support import ragtrack
 
 XQUAD = datasets_dir() / "xquad_en"

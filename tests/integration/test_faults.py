@@ -68,7 +68,7 @@ def place(tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def fresh_store(tmp_path_factory) -> Path:
-    from ragtrack.pipeline.tracking import ensure_store
+    from ragtrack.pipeline.records.tracking import ensure_store
 
     database = tmp_path_factory.mktemp("store") / "mlflow.db"
     ensure_store(f"sqlite:///{database}")

@@ -372,7 +372,7 @@ def test_openai_generator_abstains_with_the_no_answer_string(hostile_server: Hos
 
 
 def test_unanswerable_xquad_is_rebuilt_byte_for_byte(tmp_path: Path) -> None:
-    from ragtrack.pipeline.config import datasets_dir
+    from ragtrack.pipeline.configuration.config import datasets_dir
 
     shipped = datasets_dir() / "xquad_en_unanswerable"  # the installed files, rebuilt by the checkout's script
     build = Path(__file__).parents[2] / "data" / "xquad_en_unanswerable" / "build.py"

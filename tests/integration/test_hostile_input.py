@@ -13,8 +13,8 @@ from ragtrack.core import files
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import InputError
 from ragtrack.core.runs import read_trec
-from ragtrack.pipeline import api
-from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.commands import api
+from ragtrack.pipeline.commands.cli import main as cli_main
 from tests.support import TOY, ragtrack
 
 DOC = b'{"_id": "d1", "title": "t", "text": "x"}\n'
@@ -188,8 +188,8 @@ def test_yaml_bombs_are_refused_wherever_ragtrack_reads_yaml_it_did_not_write(
 ) -> None:
     """A rubric, a regressions file, a reference table and a --config-dir file: one line, nothing expanded."""
     from ragtrack.evaluators.judge import load_rubric
-    from ragtrack.pipeline.reference import read_table
-    from ragtrack.pipeline.regress import load_conditions
+    from ragtrack.pipeline.analysis.reference import read_table
+    from ragtrack.pipeline.commands.regress import load_conditions
 
     path = tmp_path / "conf" / "dataset" / "mine.yaml"
     path.parent.mkdir(parents=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ragtrack.pipeline.comparison import SystemRun, compare_systems
-from ragtrack.pipeline.comparison_report import detectability
-from ragtrack.pipeline.experiment import run_experiment
+from ragtrack.pipeline.analysis.comparison import SystemRun, compare_systems
+from ragtrack.pipeline.analysis.comparison_report import detectability
+from ragtrack.pipeline.execution.experiment import run_experiment
 from tests.support import ChatServer, toy_config
 
 

@@ -16,9 +16,9 @@ from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 from sklearn.metrics import cohen_kappa_score
 
-from ragtrack.pipeline.config import CONFIG_MODULE
-from ragtrack.pipeline.experiment import run_experiment
-from ragtrack.pipeline.tracking import TAG_NOTE
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE
+from ragtrack.pipeline.execution.experiment import run_experiment
+from ragtrack.pipeline.records.tracking import TAG_NOTE
 from tests.support import ChatServer
 
 CORRECTNESS = {
@@ -193,8 +193,8 @@ def test_human_labels_go_to_one_rubric_judge(tmp_path: Path) -> None:
     from omegaconf import open_dict
 
     from ragtrack.core.errors import RagtrackError
-    from ragtrack.pipeline.executor import build_evaluators
-    from ragtrack.pipeline.usage import Meter
+    from ragtrack.pipeline.execution.executor import build_evaluators
+    from ragtrack.pipeline.execution.usage import Meter
 
     (tmp_path / "labels.jsonl").write_text(
         json.dumps({"qid": "q1", "system": "bm25", "criterion": "correctness", "label": 5}) + "\n"

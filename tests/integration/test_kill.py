@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The CLI with a marker at $RAGTRACK_TEST_KILL_AT = "<kind>:<name>:<start|end>"; with $RAGTRACK_TEST_STALL
 # set, the job sleeps at the marker until it is killed. A ``stage`` point is a step of the job's log, named by
 # its start ("bm25: index" matches "bm25: index ..."): every step (the dataset's loading in pipeline.app, a
-# system's stage in pipeline.experiment, a retriever's index and search in retrievers.base) goes through
+# system's stage in pipeline.execution.experiment, a retriever's index and search in retrievers.base) goes through
 # ragtrack.core.progress.step, wrapped here before any module imports it.
 KILLABLE_CLI_SOURCE = r"""
 import contextlib, os, sys, time
@@ -76,8 +76,8 @@ if kind == "stage":
             reached()
     progress.step = step
 
-from ragtrack.pipeline import tracking
-from ragtrack.pipeline.cli import main
+from ragtrack.pipeline.records import tracking
+from ragtrack.pipeline.commands.cli import main
 
 if kind == "store":
     around(tracking, "_create_store")
@@ -146,7 +146,7 @@ def run_files(output_dir: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def fresh_store(tmp_path_factory) -> Path:
     """A new, empty MLflow store file, copied into the roots of points that do not kill its creation."""
-    from ragtrack.pipeline.tracking import ensure_store
+    from ragtrack.pipeline.records.tracking import ensure_store
 
     database = tmp_path_factory.mktemp("store") / "mlflow.db"
     ensure_store(f"sqlite:///{database}")

@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.pipeline import api
+from ragtrack.pipeline.commands import api
 from tests.support import TOY
 
 JOB = ["dataset=beir", "retriever=[bm25]", "fusion=[]", "encoder=hashing", "evaluator=[ranking]"]

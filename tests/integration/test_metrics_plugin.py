@@ -24,7 +24,7 @@ from ragtrack.evaluators.judge import LLMJudge
 from ragtrack.evaluators.nuggets import NuggetEvaluator
 from ragtrack.evaluators.pairwise import PairwiseJudge
 from ragtrack.evaluators.ranking import describe_metrics
-from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.commands.cli import main as cli_main
 from tests.support import TESTS, TOY
 
 PLUGIN = TESTS / "plugins" / "ragtrack_demo_metric"
@@ -79,7 +79,7 @@ def job(plugin_site: Path, tmp_path_factory) -> Path:
         "hydra.run.dir=outputs/job",
     ]
     result = subprocess.run(
-        [sys.executable, "-m", "ragtrack.pipeline.cli", "run", *overrides],
+        [sys.executable, "-m", "ragtrack.pipeline.commands.cli", "run", *overrides],
         cwd=root,
         env=env,
         capture_output=True,

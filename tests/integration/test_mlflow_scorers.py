@@ -1,4 +1,4 @@
-"""ragtrack's metrics as MLflow GenAI scorers (``ragtrack.mlflow``, pipeline/scorers.py).
+"""ragtrack's metrics as MLflow GenAI scorers (``ragtrack.mlflow``, pipeline/commands/scorers.py).
 
 Unit part: what a scorer reads from real MLflow traces (RETRIEVER spans, several or none), from the
 outputs and from the expectations, and that an unscorable row gives a Feedback with an error instead of
@@ -29,7 +29,7 @@ import ragtrack.mlflow
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import rank_documents
-from ragtrack.pipeline.config import datasets_dir
+from ragtrack.pipeline.configuration.config import datasets_dir
 from tests.support import random_qrels_and_run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "rag_app.py"

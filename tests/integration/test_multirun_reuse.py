@@ -16,7 +16,7 @@ from ragtrack.core.cache import IdentityMemo
 from ragtrack.core.runs import Run, rank_documents, read_trec, write_trec
 from ragtrack.evaluators.base import aggregate
 from ragtrack.pipeline import registry
-from ragtrack.pipeline.config import CONFIG_MODULE
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE
 from ragtrack.retrievers.fusion import reciprocal_rank_fusion
 from tests.support import package_sources, random_qrels_and_run
 

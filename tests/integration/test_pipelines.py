@@ -20,9 +20,10 @@ import ragtrack as api
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import read_trec
-from ragtrack.pipeline import layout, registry
-from ragtrack.pipeline.config import CONFIG_MODULE
-from ragtrack.pipeline.dryrun import dry_run
+from ragtrack.pipeline import registry
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE
+from ragtrack.pipeline.execution.dryrun import dry_run
+from ragtrack.pipeline.records import layout
 from ragtrack.retrievers.fusion import ProbFuse
 from tests.support import TOY, ragtrack, save_tiny_cross_encoder
 

@@ -10,9 +10,9 @@ import pandas as pd
 
 from ragtrack.core.data import load_beir
 from ragtrack.core.runs import Run
-from ragtrack.pipeline.comparison import SystemRun, compare_systems
-from ragtrack.pipeline.comparison_plots import numeric_params
-from ragtrack.pipeline.comparison_report import REPORT_FILE, verdicts, write_comparison
+from ragtrack.pipeline.analysis.comparison import SystemRun, compare_systems
+from ragtrack.pipeline.analysis.comparison_plots import numeric_params
+from ragtrack.pipeline.analysis.comparison_report import REPORT_FILE, verdicts, write_comparison
 from tests.integration.test_ui import launch
 from tests.support import TOY
 

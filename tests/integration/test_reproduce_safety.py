@@ -16,10 +16,10 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.pipeline.config import config_path
-from ragtrack.pipeline.layout import CONFIG_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM
-from ragtrack.pipeline.reproduce import prepare
+from ragtrack.pipeline.commands.cli import main as cli_main
+from ragtrack.pipeline.commands.reproduce import prepare
+from ragtrack.pipeline.configuration.config import config_path
+from ragtrack.pipeline.records.layout import CONFIG_FILE, TAG_DATASET_HASH, TAG_PARENT, TAG_SYSTEM
 from tests.support import TOY_JOB, ragtrack, reproduce_cli
 
 FAKE_KEY = "sk-test-0123456789abcdefghij"

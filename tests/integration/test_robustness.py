@@ -11,8 +11,8 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.pipeline.config import CONFIG_MODULE
-from ragtrack.pipeline.experiment import run_experiment
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE
+from ragtrack.pipeline.execution.experiment import run_experiment
 
 
 def config(tmp_path: Path, output: str, *overrides: str):

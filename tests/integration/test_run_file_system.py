@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 import ragtrack
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import read_run_columns, read_trec
-from ragtrack.pipeline import layout
+from ragtrack.pipeline.records import layout
 from ragtrack.pipeline.run_files import evaluate_files
 from ragtrack.retrievers.fusion import reciprocal_rank_fusion
 from tests.support import TOY

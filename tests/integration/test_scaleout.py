@@ -29,7 +29,7 @@ def embedded(tmp_path_factory) -> dict:
 
 
 def _create_store(uri: str, queue) -> None:
-    from ragtrack.pipeline.tracking import MlflowTracker
+    from ragtrack.pipeline.records.tracking import MlflowTracker
 
     try:
         tracker = MlflowTracker(uri, "parallel")

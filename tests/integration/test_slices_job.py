@@ -13,10 +13,10 @@ import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
-from ragtrack.pipeline import layout
-from ragtrack.pipeline.compare import run_compare
-from ragtrack.pipeline.config import CONFIG_MODULE
-from ragtrack.pipeline.experiment import run_experiment
+from ragtrack.pipeline.analysis.compare import run_compare
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE
+from ragtrack.pipeline.execution.experiment import run_experiment
+from ragtrack.pipeline.records import layout
 from tests.support import TOY
 
 

@@ -14,8 +14,8 @@ from mlflow.tracking import MlflowClient
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.app import objective
-from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.pipeline.config import CONFIG_MODULE
+from ragtrack.pipeline.commands.cli import main as cli_main
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE
 from tests.support import TOY, ragtrack
 
 PRESETS = sorted(p.stem for p in Path(str(files(CONFIG_MODULE))).joinpath("experiment").glob("*.yaml"))

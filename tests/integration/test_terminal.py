@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.commands.cli import main as cli_main
 from tests.support import TOY, TOY_JOB, free_port, ragtrack
 
 TOY_QRELS = TOY / "qrels" / "test.tsv"
@@ -51,9 +51,18 @@ def test_a_run_ends_with_its_output_folder_run_id_and_run_page(tmp_path: Path) -
     )  # MLflow's "Creating initial MLflow database tables..." stays out
 
 
-HEAVY_MODULES = ("pandas", "scipy", "bm25s", "numba", "torch", "chromadb", "mlflow", "ragtrack.pipeline.experiment")
+HEAVY_MODULES = (
+    "pandas",
+    "scipy",
+    "bm25s",
+    "numba",
+    "torch",
+    "chromadb",
+    "mlflow",
+    "ragtrack.pipeline.execution.experiment",
+)
 PROBE = """import contextlib, io, json, sys
-from ragtrack.pipeline.cli import main
+from ragtrack.pipeline.commands.cli import main
 told = []
 for argv in json.loads(sys.argv[1]):
     err = io.StringIO()
@@ -121,7 +130,7 @@ def test_config_dir_mistakes_are_one_line_and_options_may_follow_overrides(tmp_p
 
 
 def test_options_go_before_overrides_in_their_order() -> None:
-    from ragtrack.pipeline.cli import options_first
+    from ragtrack.pipeline.commands.cli import options_first
 
     assert options_first(["a=1", "--config-dir", "d", "-m", "b=2", "--info", "c=3"]) == [
         "--config-dir",
@@ -385,7 +394,7 @@ SLOW_SEARCH = """
 import sys, time
 from ragtrack.core import progress
 from ragtrack.retrievers.bm25 import BM25Retriever
-from ragtrack.pipeline.cli import main
+from ragtrack.pipeline.commands.cli import main
 progress.ESTIMATE_FROM, progress.LINE_EVERY = 1.0, 0.5
 search = BM25Retriever.search
 BM25Retriever.search = lambda self, *args: (time.sleep(0.3), search(self, *args))[1]
@@ -421,7 +430,7 @@ def test_a_job_logs_no_debug_lines_no_carriage_returns_and_progress_only_for_its
 STALLED_SEARCH = """
 import sys, time
 from ragtrack.retrievers.bm25 import BM25Retriever
-from ragtrack.pipeline.cli import main
+from ragtrack.pipeline.commands.cli import main
 BM25Retriever.search = lambda self, *args: time.sleep(120)
 sys.exit(main())
 """
@@ -470,7 +479,7 @@ def test_reproduce_without_a_run_id_names_only_what_is_required(capsys) -> None:
 
 
 def test_compare_takes_metrics_as_a_comma_list_as_eval_does() -> None:
-    from ragtrack.pipeline.cli import build_parser
+    from ragtrack.pipeline.commands.cli import build_parser
 
     parser = build_parser()
     assert parser.parse_args(["compare", "-m", "ndcg@10,mrr", "-m", "map"]).metric == ["ndcg@10", "mrr", "map"]

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragtrack.pipeline.compare import run_compare
-from ragtrack.pipeline.comparison_tables import p_text
+from ragtrack.pipeline.analysis.compare import run_compare
+from ragtrack.pipeline.analysis.comparison_tables import p_text
 from tests.support import stop_group
 
 DEBIAN_CHROMIUM = "/usr/bin/chromium"
@@ -78,7 +78,16 @@ def ui_server(toy_sweep, tmp_path):
     port = free_port()
     log = open(tmp_path / "ui.log", "w+")
     server = subprocess.Popen(
-        [sys.executable, "-m", "ragtrack.pipeline.cli", "ui", "--tracking-uri", toy_sweep.uri, "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "ragtrack.pipeline.commands.cli",
+            "ui",
+            "--tracking-uri",
+            toy_sweep.uri,
+            "--port",
+            str(port),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -100,7 +100,7 @@ def test_the_wheel_holds_one_package_with_its_configs_and_datasets(installed) ->
         "ragtrack/datasets/xquad_en/qrels/test.tsv",
         "ragtrack/datasets/toy/queries.jsonl",
         "ragtrack/core/data.py",
-        "ragtrack/pipeline/cli.py",
+        "ragtrack/pipeline/commands/cli.py",
         "ragtrack/retrievers/bm25.py",
         "ragtrack/evaluators/ranking.py",
         "ragtrack/pipeline/regressions.yaml",
@@ -154,7 +154,7 @@ def test_only_ragtrack_is_importable(installed, tmp_path: Path) -> None:
         tmp_path,
         str(bin_dir / "python"),
         "-c",
-        "import ragtrack.pipeline.cli, ragtrack; print(ragtrack.__file__)",
+        "import ragtrack.pipeline.commands.cli, ragtrack; print(ragtrack.__file__)",
     )
     assert done.returncode == 0 and "site-packages" in done.stdout and str(REPO) not in done.stdout
 

@@ -1,4 +1,4 @@
-"""``ragtrack regress``: the regression-fixture runner (pipeline/regress.py) and the shipped conditions
+"""``ragtrack regress``: the regression-fixture runner (pipeline/commands/regress.py) and the shipped conditions
 (pipeline/regressions.yaml). The runner tests use the toy dataset and the model-free hashing encoder."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.pipeline import regress
-from ragtrack.pipeline.cli import main
-from ragtrack.pipeline.config import compose
+from ragtrack.pipeline.commands import regress
+from ragtrack.pipeline.commands.cli import main
+from ragtrack.pipeline.configuration.config import compose
 
 # Toy dataset (12 documents, 7 queries), hashing encoder: bm25 nDCG@10 0.92006, dense and hybrid 0.96170.
 TOY_CONDITIONS = """\

@@ -21,7 +21,7 @@ from ragtrack.core.errors import InputError
 from ragtrack.evaluators import agreement as ag
 from ragtrack.evaluators.human_labels import OUTCOMES, read_human_labels
 from ragtrack.evaluators.judge import LLMJudge
-from ragtrack.pipeline.agreement import figures, rubric_agreement
+from ragtrack.pipeline.execution.agreement import figures, rubric_agreement
 
 
 def _random_labels(seed: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ragtrack.pipeline.answer_files import load_gold_answers, load_predictions
-from ragtrack.pipeline.cli import main as cli_main
-from ragtrack.pipeline.config import datasets_dir
+from ragtrack.pipeline.commands.answer_files import load_gold_answers, load_predictions
+from ragtrack.pipeline.commands.cli import main as cli_main
+from ragtrack.pipeline.configuration.config import datasets_dir
 
 GOLD = {"q1": ["Denver Broncos"], "q2": ["Santa Clara", "Levi's Stadium"], "q3": []}
 

@@ -25,7 +25,7 @@ from ragtrack.evaluators.answer import (
     token_f1,
 )
 from ragtrack.evaluators.base import EvalInput
-from ragtrack.pipeline.config import datasets_dir
+from ragtrack.pipeline.configuration.config import datasets_dir
 
 XQUAD = datasets_dir() / "xquad_en"
 

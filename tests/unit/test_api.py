@@ -15,8 +15,8 @@ import pytest
 import ragtrack
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, write_trec
-from ragtrack.pipeline import api
-from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.commands import api
+from ragtrack.pipeline.commands.cli import main as cli_main
 from tests.support import TOY, assert_equal_per_query, ours_to_trec, pytrec_reference, random_pairs
 
 REPO = Path(__file__).resolve().parents[2]

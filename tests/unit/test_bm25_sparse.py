@@ -17,7 +17,7 @@ from ragtrack.core.cache import Cache
 from ragtrack.core.data import Corpus, load_beir
 from ragtrack.core.runs import trec_text
 from ragtrack.core.text import Tokenizer
-from ragtrack.pipeline.config import datasets_dir
+from ragtrack.pipeline.configuration.config import datasets_dir
 from ragtrack.retrievers import postings
 from ragtrack.retrievers.bm25 import BM25Retriever
 

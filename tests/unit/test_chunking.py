@@ -22,7 +22,7 @@ from ragtrack.core.data import Corpus
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.runs import Run
 from ragtrack.evaluators.ranking import score_ranking
-from ragtrack.pipeline.executor import build_chunker as build_configured
+from ragtrack.pipeline.execution.executor import build_chunker as build_configured
 
 WORDS = [
     "alpha",

@@ -11,8 +11,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
-from ragtrack.pipeline.config import CONFIG_MODULE
-from ragtrack.pipeline.job_outputs import yaml_text
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE
+from ragtrack.pipeline.execution.job_outputs import yaml_text
 
 MULTI_SELECT = {"retriever", "rewriter", "fusion", "reranker", "evaluator"}
 DATASET_OF = {  # the dataset an override runs on, where it is not the default's (SciFact)
@@ -94,8 +94,8 @@ def test_overrides_users_type() -> None:
 def test_the_default_store_is_the_one_the_layout_names(tmp_path: Path, monkeypatch) -> None:
     """The tracking config and ``ragtrack compare/reproduce/ui`` (which read ``layout``) agree on the
     store; MLflow's own MLFLOW_TRACKING_URI wins for both."""
-    from ragtrack.pipeline.cli import default_tracking_uri as command_default
-    from ragtrack.pipeline.layout import default_tracking_uri
+    from ragtrack.pipeline.commands.cli import default_tracking_uri as command_default
+    from ragtrack.pipeline.records.layout import default_tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("RAGTRACK_ROOT", str(tmp_path))
@@ -109,7 +109,7 @@ def test_a_plugin_a_preset_needs_names_the_extra_that_installs_it() -> None:
     """hparams_search=rrf_optuna without Hydra's Optuna sweeper (the optional extra ragtrack[optuna])."""
     from hydra.errors import MissingConfigException
 
-    from ragtrack.pipeline.config import explain_composition_error
+    from ragtrack.pipeline.configuration.config import explain_composition_error
 
     error = explain_composition_error(
         MissingConfigException("no optuna", missing_cfg_file="hydra/sweeper/optuna", options=["basic"])

@@ -20,7 +20,7 @@ import pytrec_eval
 import ragtrack
 from ragtrack.core.runs import Run, write_trec
 from ragtrack.evaluators.ranking import score_ranking
-from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.commands.cli import main as cli_main
 from tests.support import assert_equal_per_query, ours_to_trec, pytrec_reference, random_pairs
 
 PAIRS_PER_CHUNK = 75

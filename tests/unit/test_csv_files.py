@@ -9,7 +9,7 @@ from io import StringIO
 
 import pandas as pd
 
-from ragtrack.pipeline.csv_files import FORMULA_STARTS, csv_text, read_csv
+from ragtrack.pipeline.records.csv_files import FORMULA_STARTS, csv_text, read_csv
 
 HOSTILE = [
     "=1+1",

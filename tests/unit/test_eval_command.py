@@ -15,7 +15,7 @@ import pytest
 import ragtrack
 from ragtrack.core.errors import RagtrackError
 from ragtrack.evaluators.ranking import RankingEvaluator, RankingSettings, rank_grades
-from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.commands.cli import main as cli_main
 from ragtrack.pipeline.run_files import FileEvaluation, evaluate_files
 
 RUN = "q1 Q0 d1 1 1.0 x\nq1 Q0 d2 2 0.5 x\nq2 Q0 d3 1 1.0 x\nq2 Q0 d4 2 0.5 x\n"

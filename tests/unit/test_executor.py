@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ragtrack.pipeline.dryrun import dry_run
-from ragtrack.pipeline.executor import Executor
-from ragtrack.pipeline.experiment import run_experiment
+from ragtrack.pipeline.execution.dryrun import dry_run
+from ragtrack.pipeline.execution.executor import Executor
+from ragtrack.pipeline.execution.experiment import run_experiment
 from tests.support import toy_config
 
 STUDY = "robustness={seed: 0, metrics: [ndcg@10], perturbations: {lowercase: {kind: lowercase}}}"

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_module
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run
 from ragtrack.pipeline import registry
-from ragtrack.pipeline.config import CONFIG_MODULE
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE
 from ragtrack.retrievers.fusion import combmnz, combsum, linear_fusion, normalize, reciprocal_rank_fusion
 
 RUNS = {

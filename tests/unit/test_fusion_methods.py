@@ -16,7 +16,7 @@ from ragtrack.core.errors import RagtrackError
 from ragtrack.core.runs import Run, rank_documents, write_trec
 from ragtrack.core.stages import StageContext, StageOutput, chain_key
 from ragtrack.pipeline import registry
-from ragtrack.pipeline.tuning import folds_of
+from ragtrack.pipeline.analysis.tuning import folds_of
 from ragtrack.retrievers.fusion_methods import Trained, condorcet, fuse
 
 ranx = pytest.importorskip("ranx")

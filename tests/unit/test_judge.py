@@ -18,7 +18,7 @@ from ragtrack.core.runs import Run
 from ragtrack.evaluators.base import EvalInput
 from ragtrack.evaluators.judge import BUILT_IN_RUBRICS, LLMJudge, load_rubric, parse_judgement
 from ragtrack.evaluators.pairwise import PairwiseJudge, parse_verdict
-from ragtrack.pipeline.config import datasets_dir
+from ragtrack.pipeline.configuration.config import datasets_dir
 from tests.support import ChatServer, ragtrack
 
 CRITERIA = ["correctness", "faithfulness", "relevance"]

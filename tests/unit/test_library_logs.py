@@ -1,4 +1,4 @@
-"""Third-party loggers stay quiet unless asked (pipeline/library_logs.py): no ``HTTP Request: POST``
+"""Third-party loggers stay quiet unless asked (pipeline/records/library_logs.py): no ``HTTP Request: POST``
 line per chat request from httpx, no ir_datasets INFO lines; a logger given a level is left as it is."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from ragtrack.core.llm import ChatClient
-from ragtrack.pipeline.library_logs import LIBRARY_LOGGERS, WARNINGS_ONLY, quiet_libraries
+from ragtrack.pipeline.records.library_logs import LIBRARY_LOGGERS, WARNINGS_ONLY, quiet_libraries
 from tests.support import ChatServer
 
 

@@ -19,7 +19,7 @@ from ragtrack.core.data import Corpus, load_beir
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.porter import PorterStemmer, stem
 from ragtrack.core.text import Tokenizer
-from ragtrack.pipeline.config import datasets_dir
+from ragtrack.pipeline.configuration.config import datasets_dir
 from ragtrack.retrievers import bm25_lucene
 from ragtrack.retrievers.bm25 import BM25Retriever
 

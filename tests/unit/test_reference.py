@@ -16,11 +16,11 @@ import pytest
 from ragtrack.core.errors import InputError, RagtrackError
 from ragtrack.core.runs import Run, write_trec
 from ragtrack.evaluators.reproduction import delta_relative_improvement, effect_ratio, ranking_agreement, rmse
-from ragtrack.pipeline.comparison import SystemRun, compare_systems
-from ragtrack.pipeline.comparison_report import html_report
-from ragtrack.pipeline.comparison_tables import render
-from ragtrack.pipeline.csv_files import csv_text
-from ragtrack.pipeline.reference import check_reference, read_reference
+from ragtrack.pipeline.analysis.comparison import SystemRun, compare_systems
+from ragtrack.pipeline.analysis.comparison_report import html_report
+from ragtrack.pipeline.analysis.comparison_tables import render
+from ragtrack.pipeline.analysis.reference import check_reference, read_reference
+from ragtrack.pipeline.records.csv_files import csv_text
 
 QIDS = [f"q{i}" for i in range(12)]
 
@@ -393,7 +393,7 @@ def test_a_bad_per_query_value_or_folder(tmp_path) -> None:
 
 
 def test_the_shipped_scifact_table_reads() -> None:
-    from ragtrack.pipeline.config import datasets_dir
+    from ragtrack.pipeline.configuration.config import datasets_dir
 
     values = read_reference(str(datasets_dir() / "scifact" / "published.tsv")).values
     assert (

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pandas as pd
 from omegaconf import OmegaConf
 
-from ragtrack.pipeline.agreement import run_page_note, summary_text
-from ragtrack.pipeline.job_tracking import summary_note
-from ragtrack.pipeline.scoring import shown_metrics
+from ragtrack.pipeline.execution.agreement import run_page_note, summary_text
+from ragtrack.pipeline.execution.job_tracking import summary_note
+from ragtrack.pipeline.execution.scoring import shown_metrics
 
 
 def result(means: dict[str, float]) -> SimpleNamespace:

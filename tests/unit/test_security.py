@@ -24,8 +24,9 @@ from ragtrack.core.secrets import (
     split_credentials,
     without_credentials,
 )
-from ragtrack.pipeline.cli import build_parser
-from ragtrack.pipeline.layout import file_uri, sqlite_path, sqlite_uri
+from ragtrack.pipeline.commands.cli import build_parser
+from ragtrack.pipeline.records.layout import file_uri, sqlite_path, sqlite_uri
+from ragtrack.pipeline.records.tracking import CREDENTIAL_VARIABLES, probe_server, use_credentials
 from ragtrack.pipeline.redaction import (
     SecretFilter,
     check_run_arguments,
@@ -38,7 +39,6 @@ from ragtrack.pipeline.redaction import (
     remember_argument_secrets,
     remember_config_secrets,
 )
-from ragtrack.pipeline.tracking import CREDENTIAL_VARIABLES, probe_server, use_credentials
 from tests.support import BasicAuthServer, ChatServer, free_port, package_sources, ragtrack
 
 SECRET = "sk-test-4f9c2e7d-never-written"
@@ -148,7 +148,7 @@ def test_ui_listens_on_localhost_by_default() -> None:
 
 def test_ui_keeps_the_store_password_off_the_server_command_line(monkeypatch) -> None:
     """A command line is readable by every user of the machine (ps): the URI goes in the environment."""
-    from ragtrack.pipeline import cli
+    from ragtrack.pipeline.commands import cli
 
     started = []
 
@@ -315,7 +315,7 @@ def test_url_credentials_are_split_off_and_remembered(
 def test_a_composed_config_tells_its_secrets(monkeypatch, tmp_path: Path) -> None:
     """``${oc.env:}`` values (in a default too), ``*_env`` variables, URL credentials and header values;
     not the locations the shipped configs read from the environment (RAGTRACK_ROOT)."""
-    from ragtrack.pipeline.config import compose
+    from ragtrack.pipeline.configuration.config import compose
 
     env = {
         "RT_UNIT_NOTE": "note-6d2a9c1e",

@@ -1,4 +1,4 @@
-"""Typed settings (pipeline/settings.py): every shipped config validates, the schema covers every key,
+"""Typed settings (pipeline/configuration/settings.py): every shipped config validates, the schema covers every key,
 and hostile settings stop with one exact line naming the key, the value and what is allowed."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 from pydantic import Field
 
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.pipeline import settings
-from ragtrack.pipeline.config import CONFIG_MODULE, compose
-from ragtrack.pipeline.settings import absolute_inputs, settings_table, validate
+from ragtrack.pipeline.configuration import settings
+from ragtrack.pipeline.configuration.config import CONFIG_MODULE, compose
+from ragtrack.pipeline.configuration.settings import absolute_inputs, settings_table, validate
 from ragtrack.retrievers.base import RetrieverSettings
 
 MULTI_SELECT = {"retriever", "rewriter", "fusion", "reranker", "evaluator"}
@@ -74,10 +74,10 @@ def test_the_default_job_validates() -> None:
 
 
 def test_the_table_in_the_docs_is_the_schema() -> None:
-    """docs/configuration.md holds the table ``python -m ragtrack.pipeline.settings`` prints."""
+    """docs/configuration.md holds the table ``python -m ragtrack.pipeline.configuration.settings`` prints."""
     docs = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     assert settings_table() in docs, (
-        "regenerate the table in docs/configuration.md: python -m ragtrack.pipeline.settings"
+        "regenerate the table in docs/configuration.md: python -m ragtrack.pipeline.configuration.settings"
     )
 
 
@@ -506,7 +506,7 @@ def test_an_unshipped_target_is_checked_on_the_common_keys() -> None:
 
 
 def test_a_derived_system_name_too_long_for_mlflow_is_refused_before_anything_runs() -> None:
-    from ragtrack.pipeline.systems import plan_systems
+    from ragtrack.pipeline.configuration.systems import plan_systems
 
     long = "b" * 98
     with pytest.raises(
@@ -521,7 +521,7 @@ def test_a_derived_system_name_too_long_for_mlflow_is_refused_before_anything_ru
 
 def test_systems_are_ordered_by_what_they_read() -> None:
     """A fusion may read a reranker and a reranker a fusion: each system runs after its inputs, else in config order."""
-    from ragtrack.pipeline.systems import plan_systems
+    from ragtrack.pipeline.configuration.systems import plan_systems
 
     cfg = composed(
         [
@@ -581,7 +581,7 @@ def _shipped_component_configs() -> list[tuple[str, dict, type]]:
     from omegaconf import OmegaConf
 
     from ragtrack.core.stage_kinds import STAGE_KINDS
-    from ragtrack.pipeline.settings import _component_model, _encoder_model
+    from ragtrack.pipeline.configuration.settings import _component_model, _encoder_model
 
     conf = Path(str(files(CONFIG_MODULE)))
     found = []
@@ -695,7 +695,7 @@ def test_relative_input_paths_are_made_absolute_against_the_working_folder(tmp_p
 
 
 def test_a_cutoff_past_the_job_depth_is_warned_once(caplog) -> None:
-    from ragtrack.pipeline.executor import warn_cutoffs_past_depth
+    from ragtrack.pipeline.execution.executor import warn_cutoffs_past_depth
 
     warn_cutoffs_past_depth(composed(["depth=10", "evaluator.ranking.metrics=[ndcg@10,recall@100,mrr,map@11]"]), 10)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
@@ -709,7 +709,7 @@ def test_a_cutoff_past_the_job_depth_is_warned_once(caplog) -> None:
 def test_a_sweep_is_checked_job_by_job_before_it_runs() -> None:
     """check_sweep composes and checks each job of the sweep (settings that read paths.output_dir, such
     as the citations evaluator's, included); the first bad job is named by its swept values."""
-    from ragtrack.pipeline.config import check_sweep, sweep_jobs
+    from ragtrack.pipeline.configuration.config import check_sweep, sweep_jobs
 
     GlobalHydra.instance().clear()
     shared = ["experiment=qa_xquad_cited", "generator.model=m", "encoder=hashing"]

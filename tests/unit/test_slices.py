@@ -13,9 +13,7 @@ import pytest
 
 from ragtrack.core.data import load_beir, load_queries
 from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.pipeline import layout
-from ragtrack.pipeline.config import datasets_dir
-from ragtrack.pipeline.slices import (
+from ragtrack.pipeline.analysis.slices import (
     Attribute,
     query_attributes,
     query_length_terciles,
@@ -25,6 +23,8 @@ from ragtrack.pipeline.slices import (
     slice_summaries,
     summarize,
 )
+from ragtrack.pipeline.configuration.config import datasets_dir
+from ragtrack.pipeline.records import layout
 from tests.support import TOY
 
 XQUAD = datasets_dir() / "xquad_en"

@@ -16,8 +16,8 @@ from ragtrack.core.settings import StageSettings, SystemSettings
 from ragtrack.core.stage_kinds import STAGE_KINDS, StageKind
 from ragtrack.core.stages import SingleInputStage, Stage
 from ragtrack.pipeline import registry
-from ragtrack.pipeline.settings import job_model, validate
-from ragtrack.pipeline.systems import plan_systems
+from ragtrack.pipeline.configuration.settings import job_model, validate
+from ragtrack.pipeline.configuration.systems import plan_systems
 
 ROOT = Path(__file__).parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -129,7 +129,7 @@ def test_a_kind_added_to_the_table_alone_is_planned_and_checked(monkeypatch: pyt
 def test_the_parent_run_shares_no_stage_setting() -> None:
     """Each system's child run carries its stages' settings; the parent's params keep none of any kind
     (rewriter and reranker settings leaked into them)."""
-    from ragtrack.pipeline.job_tracking import shared_params
+    from ragtrack.pipeline.execution.job_tracking import shared_params
 
     flat = {
         "depth": 100,
@@ -152,8 +152,8 @@ def test_a_learned_fusion_trained_on_reported_queries_stops_the_job_before_any_s
     import ragtrack
     from ragtrack.core.errors import RagtrackError
     from ragtrack.core.runs import Run, write_trec
-    from ragtrack.pipeline.config import CONFIG_MODULE
-    from ragtrack.pipeline.dryrun import dry_run
+    from ragtrack.pipeline.configuration.config import CONFIG_MODULE
+    from ragtrack.pipeline.execution.dryrun import dry_run
 
     train = tmp_path / "train"
     train.mkdir()

@@ -19,7 +19,7 @@ from ragtrack.core.errors import InputError
 from ragtrack.core.fields import WHITESPACE
 from ragtrack.core.runs import Run, RunColumns, read_run_columns, read_trec, read_trec_lines
 from ragtrack.evaluators.ranking import ranking_values, score_ranking
-from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.commands.cli import main as cli_main
 
 RUN = b"q1 Q0 d1 1 0.5 t\n"
 SURROGATE = "lone surrogate \\ud800 at character 1"
@@ -408,7 +408,7 @@ def read_trec_run(scores: dict):
 def test_eval_command_on_files_equals_the_python_api(tmp_path: Path, capsys) -> None:
     import json
 
-    from ragtrack.pipeline.api import evaluate
+    from ragtrack.pipeline.commands.api import evaluate
 
     qrels, run = random_case(7)
     (tmp_path / "qrels.tsv").write_text(

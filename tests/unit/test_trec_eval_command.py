@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ragtrack.core.runs import read_trec
-from ragtrack.pipeline.cli import main as cli_main
+from ragtrack.pipeline.commands.cli import main as cli_main
 
 DATA = Path(__file__).parents[1] / "data" / "trec_eval"
 QUICKTEST = {  # expected output -> trec_eval's arguments, as its Makefile's quicktest runs them
@@ -158,7 +158,7 @@ def test_starts_without_pandas_hydra_mlflow_or_torch(command: list[str] | None, 
     script = (
         "import contextlib, io, sys\nimport ragtrack\n"
         + (
-            f"from ragtrack.pipeline.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({arguments!r}) == 0\n"
+            f"from ragtrack.pipeline.commands.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    assert main({arguments!r}) == 0\n"
             if arguments
             else ""
         )
@@ -172,7 +172,7 @@ def test_every_all_trec_measure_is_in_the_metric_registry() -> None:
     """trec_eval's all_trec (but runid, num_q and relstring, which are no per-query numbers) as registry
     names: jobs, compare, the API and the MLflow scorers take each."""
     from ragtrack.evaluators.ranking import RankingEvaluator, parse_metric
-    from ragtrack.pipeline.trec_eval import registry_names
+    from ragtrack.pipeline.commands.trec_eval import registry_names
 
     names = registry_names(["all_trec"])
     assert len(names) == 97 and all(RankingEvaluator.handles(name) and parse_metric(name) for name in names)

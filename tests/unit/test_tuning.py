@@ -1,4 +1,4 @@
-"""Tuning of a sweep's setting (pipeline/tuning.py): k-fold choices made without the fold's own queries,
+"""Tuning of a sweep's setting (pipeline/analysis/tuning.py): k-fold choices made without the fold's own queries,
 choices on another split that never read the reported queries, the tuned score against the default,
 the jobs split by ``--tune-on`` and the tuning run with a child per fold."""
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.pipeline.compare import split_jobs
-from ragtrack.pipeline.comparison import SystemRun, compare_systems
-from ragtrack.pipeline.tuning import folds_of, kfold_tune, log_tuning, split_tune, tune_sweep
+from ragtrack.pipeline.analysis.compare import split_jobs
+from ragtrack.pipeline.analysis.comparison import SystemRun, compare_systems
+from ragtrack.pipeline.analysis.tuning import folds_of, kfold_tune, log_tuning, split_tune, tune_sweep
 
 QUERIES = [f"q{i}" for i in range(40)]
 

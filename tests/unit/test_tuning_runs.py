@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 
 from ragtrack.core.data import load_beir
 from ragtrack.core.errors import RagtrackError
-from ragtrack.pipeline.compare import run_compare
-from ragtrack.pipeline.inputs import load_dataset
-from ragtrack.pipeline.layout import (
+from ragtrack.pipeline.analysis.compare import run_compare
+from ragtrack.pipeline.configuration.inputs import load_dataset
+from ragtrack.pipeline.records.layout import (
     CONFIG_FILE,
     PER_QUERY_FILE,
     TAG_DATASET,
@@ -186,7 +186,7 @@ def test_json_carries_the_tuning_and_a_bad_split_is_one_line(store) -> None:
 
 
 def test_the_command_refuses_two_ways_to_tune_in_one_line(store, capsys) -> None:
-    from ragtrack.pipeline.cli import main
+    from ragtrack.pipeline.commands.cli import main
 
     assert main(["compare", "--tracking-uri", store, "--folds", "3", "--tune-on", "train"]) == 2
     assert capsys.readouterr().err == (

@@ -16,10 +16,10 @@ import pytest
 
 from ragtrack.core.files import json_text
 from ragtrack.evaluators.significance import paired_t_test, randomization_test
-from ragtrack.pipeline.comparison import SystemRun, compare_systems, coverage_note
-from ragtrack.pipeline.comparison_report import html_report, verdicts
-from ragtrack.pipeline.comparison_tables import render
-from ragtrack.pipeline.terminal_report import counts_text
+from ragtrack.pipeline.analysis.comparison import SystemRun, compare_systems, coverage_note
+from ragtrack.pipeline.analysis.comparison_report import html_report, verdicts
+from ragtrack.pipeline.analysis.comparison_tables import render
+from ragtrack.pipeline.execution.terminal_report import counts_text
 
 
 def strict_json(text: str) -> object:

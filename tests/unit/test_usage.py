@@ -19,9 +19,9 @@ from ragtrack.core.cache import Cache
 from ragtrack.core.llm import NOT_SENT, ChatCall, ChatClient, NotSent, estimate_tokens
 from ragtrack.core.runs import Run
 from ragtrack.core.stages import cached_run
-from ragtrack.pipeline import usage
-from ragtrack.pipeline.dryrun import dry_run
-from ragtrack.pipeline.experiment import run_experiment
+from ragtrack.pipeline.execution import usage
+from ragtrack.pipeline.execution.dryrun import dry_run
+from ragtrack.pipeline.execution.experiment import run_experiment
 from tests.support import ChatServer, server_usage, toy_config
 
 

@@ -30,7 +30,7 @@
 
 Citation markers (``[1]``, ``[2, 3]``: ``evaluators.citations``) are taken out of an answer before
 any of these metrics sees it, as ALCE does. Queries without gold answers are left out of every mean. A query whose answer could not be generated
-(see ``ragtrack.generation``) is scored on the empty answer, i.e. 0.
+(see ``ragtrack.retrievers.generation``) is scored on the empty answer, i.e. 0.
 """
 
 from __future__ import annotations

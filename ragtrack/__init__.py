@@ -3,8 +3,9 @@
 Layers (imports point down only; checked by import-linter, see docs/development.md):
 
 - ``ragtrack.core``: data types (Corpus, Dataset, Run), errors, file reading and writing, the cache;
-- components, each importing only the core: ``ragtrack.retrievers``, ``ragtrack.evaluators``,
-  ``ragtrack.chunking``, ``ragtrack.generation``;
+- components, each importing only the core: ``ragtrack.retrievers`` (the system under test: retrievers,
+  rewriters, fusions, rerankers, chunkers, generators), ``ragtrack.evaluators`` (what measures it:
+  evaluators, dataset providers, query perturbations);
 - ``ragtrack.pipeline``: orchestration (experiment, MLflow tracking, compare, CLI, Hydra app).
 
 ``ragtrack.conf`` holds the Hydra configs, ``ragtrack.datasets`` the shipped datasets.

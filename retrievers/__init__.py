@@ -1,1 +1,2 @@
-"""Systems that produce runs: BM25 (bm25s, rank_bm25), dense (sentence-transformers + Chroma), fusion."""
+"""The system under test, every stage a system is made of: retrievers (BM25, dense, run files), query
+rewriters, fusions, rerankers, and the chunkers and answer generators."""

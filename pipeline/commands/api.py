@@ -394,7 +394,7 @@ def run_experiment(
     """One experiment from Python, composed by Hydra's compose API from ``overrides`` exactly as
     ``ragtrack run OVERRIDES`` composes it (``config_dir``: a folder of your own configs, like
     ``--config-dir``). ``dataset``: a dataset of DataFrames, ``dict(corpus=..., queries=..., qrels=...,
-    answers=..., name=...)`` (:func:`ragtrack.providers.dataset_from_frames` checks them), instead of
+    answers=..., name=...)`` (:func:`ragtrack.evaluators.providers.dataset_from_frames` checks them), instead of
     the one the config names. Outputs go to a new folder under ``paths.log_dir/runs`` unless an
     override sets ``paths.output_dir``. Sweeps (``-m``) are the CLI's. The process environment is as it
     was afterwards (MLflow sets variables such as ``MLFLOW_TRACKING_URI`` while the job logs). Calls from
@@ -425,12 +425,12 @@ def environment_kept() -> Iterator[None]:
 def _run_experiment(overrides: list[str], config_dir: str | Path | None, frames: Mapping | None) -> ExperimentResult:
     from omegaconf import open_dict
 
+    from ragtrack.evaluators.providers import FRAME_COLUMNS, dataset_from_frames
     from ragtrack.pipeline.configuration.config import compose
     from ragtrack.pipeline.configuration.settings import absolute_inputs, validate
     from ragtrack.pipeline.execution.experiment import run_experiment as run_job
     from ragtrack.pipeline.execution.job import JobInfo
     from ragtrack.pipeline.redaction import remember_config_secrets
-    from ragtrack.providers import FRAME_COLUMNS, dataset_from_frames
 
     cfg = compose(overrides, config_dir)
     remember_config_secrets(cfg)  # before any message: a settings error may quote a secret value
@@ -561,7 +561,7 @@ def _nested(frame: pd.DataFrame, value: str, label: str) -> dict[str, dict[str, 
         f"{value} is missing": frame[value].map(_missing),
     }
     if value == "grade":
-        from ragtrack.providers import grade_problem
+        from ragtrack.evaluators.providers import grade_problem
 
         problems["grade"] = ~problems[f"{value} is missing"] & frame[value].map(grade_problem).notna()
     for problem, bad in problems.items():

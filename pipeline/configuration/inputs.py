@@ -1,4 +1,4 @@
-"""Datasets, read once per process through their providers (``ragtrack.providers``, entry-point group
+"""Datasets, read once per process through their providers (``ragtrack.evaluators.providers``, entry-point group
 ``ragtrack.datasets``) and again when one of their files changed: the jobs of a multirun that runs in one
 process share the (frozen) dataset (and,
 through ``ragtrack.core.stages``, every run file read from the cache); and how a job reads its

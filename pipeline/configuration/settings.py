@@ -37,7 +37,6 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, Field, Strict, ValidationError, ValidationInfo, create_model, field_validator
 from pydantic.fields import FieldInfo
 
-from ragtrack.chunking import ChunkerSettings, NoChunkingSettings
 from ragtrack.core import stage_kinds
 from ragtrack.core.errors import InputError, did_you_mean
 from ragtrack.core.settings import (
@@ -56,13 +55,14 @@ from ragtrack.core.settings import (
 )
 from ragtrack.core.stage_kinds import StageKind
 from ragtrack.evaluators.base import EvaluatorSettings
-from ragtrack.generation import GeneratorSettings
+from ragtrack.evaluators.providers import DatasetSettings
 from ragtrack.pipeline import registry
 from ragtrack.pipeline.configuration.systems import PlannedSystem, plan_systems
 from ragtrack.pipeline.redaction import SECRET_KEY
-from ragtrack.providers import DatasetSettings
+from ragtrack.retrievers.chunking import ChunkerSettings, NoChunkingSettings
 from ragtrack.retrievers.dense import DenseSettings
 from ragtrack.retrievers.encoders import Encoder, EncoderSettings
+from ragtrack.retrievers.generation import GeneratorSettings
 
 
 # ----------------------------------------------------------------------------- top-level blocks

@@ -46,7 +46,6 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from ragtrack.chunking import plan_chunks
 from ragtrack.core.data import Dataset
 from ragtrack.core.files import json_text, write_atomically
 from ragtrack.core.llm import CHARS_PER_TOKEN, NOT_SENT, NotSent, chat_clients, retrieved_passages
@@ -58,6 +57,7 @@ from ragtrack.pipeline.execution.executor import stage, stage_label, with_output
 from ragtrack.pipeline.execution.scoring import eval_input
 from ragtrack.pipeline.execution.usage import Meter
 from ragtrack.pipeline.redaction import check_variable_names, remember_config_secrets
+from ragtrack.retrievers.chunking import plan_chunks
 
 log = logging.getLogger(__name__)
 

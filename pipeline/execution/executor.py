@@ -22,7 +22,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ragtrack.chunking import Chunker, ChunkPlan
 from ragtrack.core.cache import Cache
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import InputError, RagtrackError
@@ -30,7 +29,6 @@ from ragtrack.core.progress import step
 from ragtrack.core.stages import Stage, StageContext, StageOutput
 from ragtrack.evaluators.base import Evaluator, SystemComparer
 from ragtrack.evaluators.judge import LLMJudge
-from ragtrack.generation import Answers, Generator, NoGenerator, answer_questions
 from ragtrack.pipeline import registry
 from ragtrack.pipeline.analysis.slices import Findings
 from ragtrack.pipeline.configuration.inputs import load_dataset
@@ -46,6 +44,8 @@ from ragtrack.pipeline.execution.scoring import (
 )
 from ragtrack.pipeline.execution.usage import Meter
 from ragtrack.pipeline.redaction import flatten
+from ragtrack.retrievers.chunking import Chunker, ChunkPlan
+from ragtrack.retrievers.generation import Answers, Generator, NoGenerator, answer_questions
 
 log = logging.getLogger(__name__)
 

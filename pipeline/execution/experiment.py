@@ -14,7 +14,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ragtrack.chunking import plan_chunks
 from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.pipeline.analysis.slices import query_attributes
@@ -25,6 +24,7 @@ from ragtrack.pipeline.execution.job import JobInfo
 from ragtrack.pipeline.execution.usage import Meter, Usage
 from ragtrack.pipeline.records.library_logs import quiet_libraries
 from ragtrack.pipeline.redaction import check_variable_names, redact_hydra_files, remember_config_secrets
+from ragtrack.retrievers.chunking import plan_chunks
 
 
 def run_experiment(cfg: DictConfig, job: JobInfo | None = None, dataset: Dataset | None = None) -> dict:

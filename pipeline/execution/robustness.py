@@ -3,7 +3,7 @@ queries, and how much each metric drops.
 
 Config block ``robustness`` (absent or null: no study):
 
-- ``seed`` (int): the perturbation seed (``ragtrack.perturbation``: per query, independent of order);
+- ``seed`` (int): the perturbation seed (``ragtrack.evaluators.perturbation``: per query, independent of order);
 - ``metrics`` (list of metric names, or null for every metric the job scores): the drop table's metrics;
 - ``perturbations``: name -> ``{kind: typos | drop_words | lowercase | uppercase, rate: (0, 1]}``
   (``rate`` for typos and drop_words only).
@@ -43,7 +43,7 @@ from ragtrack.core.data import Dataset
 from ragtrack.core.errors import RagtrackError
 from ragtrack.core.files import write_atomically
 from ragtrack.evaluators.base import aggregate
-from ragtrack.perturbation import KINDS, perturb_queries
+from ragtrack.evaluators.perturbation import KINDS, perturb_queries
 from ragtrack.pipeline.analysis.comparison_tables import TEXT_WIDTH
 from ragtrack.pipeline.analysis.slices import Findings
 from ragtrack.pipeline.records import layout

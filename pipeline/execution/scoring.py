@@ -31,7 +31,7 @@ class SystemResult:
     summary: pd.DataFrame  # index metric; columns mean std ci_low ci_high n
     efficiency: dict[str, float | str]  # figures (MLflow metrics) and labels (strings: MLflow params)
     params: dict
-    passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (ragtrack.chunking)
+    passage_run: Run | None = None  # what a generator reads: chunk ids of ``passages`` (ragtrack.retrievers.chunking)
     passages: Corpus | None = None  # the indexed units: chunks, or the documents when unchunked
     counted: pd.DataFrame | None = None  # queries x metrics: True where the query enters the metric's mean
     inputs: list[str] = field(default_factory=list)  # the systems its stage read

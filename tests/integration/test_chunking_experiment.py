@@ -7,7 +7,6 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from ragtrack.chunking import plan_chunks
 from ragtrack.core.cache import Cache
 from ragtrack.evaluators.answer import contains_answer, normalize_answer
 from ragtrack.evaluators.ranking import score_ranking
@@ -16,6 +15,7 @@ from ragtrack.pipeline.configuration.inputs import load_dataset
 from ragtrack.pipeline.execution.executor import Executor, JobParts, Live, build_chunker, build_stages
 from ragtrack.pipeline.execution.experiment import run_experiment
 from ragtrack.pipeline.execution.usage import Meter
+from ragtrack.retrievers.chunking import plan_chunks
 from tests.support import toy_config
 
 

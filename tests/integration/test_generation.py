@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ragtrack.core.errors import RagtrackError
-from ragtrack.generation import ChatClient, ExtractiveGenerator, OpenAIGenerator
+from ragtrack.retrievers.generation import ChatClient, ExtractiveGenerator, OpenAIGenerator
 from tests.support import ChatServer
 
 SECRET = "sk-test-3f9c2a7e51d04b8c9e6a"

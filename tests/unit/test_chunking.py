@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ragtrack.chunking import (
+from ragtrack.core.data import Corpus
+from ragtrack.core.errors import InputError, RagtrackError
+from ragtrack.core.runs import Run
+from ragtrack.evaluators.ranking import score_ranking
+from ragtrack.pipeline.execution.executor import build_chunker as build_configured
+from ragtrack.retrievers.chunking import (
     CharChunker,
     ChunkPlan,
     SentenceChunker,
@@ -18,11 +23,6 @@ from ragtrack.chunking import (
     sentence_spans,
     windows,
 )
-from ragtrack.core.data import Corpus
-from ragtrack.core.errors import InputError, RagtrackError
-from ragtrack.core.runs import Run
-from ragtrack.evaluators.ranking import score_ranking
-from ragtrack.pipeline.execution.executor import build_chunker as build_configured
 
 WORDS = [
     "alpha",

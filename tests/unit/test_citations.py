@@ -26,7 +26,7 @@ from ragtrack.evaluators.citations import (
     cited_statements,
     parse_support,
 )
-from ragtrack.generation import ExtractiveGenerator
+from ragtrack.retrievers.generation import ExtractiveGenerator
 from tests.support import ChatServer
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ragtrack.perturbation import NEIGHBOURS, _rng, drop_words, perturb_queries, typos
+from ragtrack.evaluators.perturbation import NEIGHBOURS, _rng, drop_words, perturb_queries, typos
 
 QUERIES = {
     "a": "How many points did the Panthers defense surrender?",
@@ -75,7 +75,7 @@ def test_a_querys_perturbation_depends_only_on_seed_name_and_id() -> None:
 
 
 def test_same_output_under_any_hash_seed() -> None:
-    code = "from ragtrack.perturbation import perturb_queries; print(perturb_queries({'a': 'where is ATP produced in cells', 'b': 'x y z w'}, 'n', 'typos', 0.3, 1))"
+    code = "from ragtrack.evaluators.perturbation import perturb_queries; print(perturb_queries({'a': 'where is ATP produced in cells', 'b': 'x y z w'}, 'n', 'typos', 0.3, 1))"
     outputs = {
         subprocess.run(
             [sys.executable, "-c", code],

@@ -21,8 +21,8 @@ from ir_datasets.util import LocalDownload
 import ragtrack
 from ragtrack.core.data import check_judged_documents, load_beir, load_topics, load_tsv_corpus
 from ragtrack.core.errors import InputError, RagtrackError
+from ragtrack.evaluators.providers import IrdsDataset, TrecDataset, dataset_from_frames
 from ragtrack.pipeline.configuration.inputs import load_dataset
-from ragtrack.providers import IrdsDataset, TrecDataset, dataset_from_frames
 from tests.support import TOY
 
 SCIFACT = TOY.parent / "scifact"

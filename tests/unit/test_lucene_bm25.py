@@ -426,7 +426,8 @@ def test_dense_and_sparse_scoring_give_the_same_run(
     fields: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A query is scored on a dense array (most documents match) or by the sparse product: the same
-    ids, order and float32 scores at any depth, with ties, boosts, repeated and weighted terms."""
+    ids, order and float32 scores at any depth, with ties, boosts, repeated and weighted terms, and
+    on one thread or two."""
     dataset = load_beir(datasets_dir() / "scifact")
     queries = dict(list(dataset.queries.items())[:80]) | {
         "twice": "cell cell membrane",
@@ -437,15 +438,16 @@ def test_dense_and_sparse_scoring_give_the_same_run(
     retriever.index(dataset.corpus, Cache(tmp_path))
     weighted = {"w": {"cell": 0.7, "membran": 1.3, "protein": 2.0}}
     runs = []
-    for share in (0.0, float("inf")):
+    for share, threads in ((0.0, 1), (float("inf"), 1), (0.0, 2)):  # dense, sparse, dense on two threads
         monkeypatch.setattr(bm25_lucene, "DENSE_SHARE", share)
         monkeypatch.setattr(bm25_lucene, "DENSE_POSTINGS", 0)
+        retriever.threads = threads
         found = [
             {qid: list(scores.items()) for qid, scores in retriever.search(queries, depth).scores.items()}
             for depth in (1, 7, 100, 6000)
         ]
         runs.append(found + ([retriever.search_weighted(weighted, 50).scores] if fields is None else []))
-    assert runs[0] == runs[1] and runs[0]
+    assert runs[0] == runs[1] == runs[2] and runs[0]
 
 
 def test_dense_candidates_keep_float32_ties_at_the_threshold() -> None:

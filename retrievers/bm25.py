@@ -171,7 +171,7 @@ class BM25Retriever(Retriever):
                 return
             encoded = self.tokenizer.encode(corpus.full_texts())
             if self.method in OWN_BUILD:
-                save_rows(folder, term_rows(encoded, folder / "pairs", self._bm25s_values), encoded.terms)
+                save_rows(folder, term_rows(encoded, folder / "pairs", self._bm25s_values, folder), encoded.terms)
             else:
                 self._bm25s_build(encoded, len(corpus)).save(str(folder), allow_pickle=False)
 

@@ -293,7 +293,7 @@ def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dic
         return lambda terms, tf, documents: (F32(1) + tf.astype(F32) * norm_inverse[documents]).astype(F32)
 
     terms = encoded.terms
-    data, indices, indptr = term_rows(encoded, folder / "pairs", normalized_frequency)
+    data, indices, indptr = term_rows(encoded, folder / "pairs", normalized_frequency, folder)
     save_rows(folder, (data, indices, indptr), terms)
     del indices  # saved; not needed for the clause scores
     save_unit_scores(folder / UNIT_FILE, data, indptr, term_idf(indptr, doc_count))

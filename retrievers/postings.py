@@ -1,8 +1,9 @@
 """Postings of a tokenized corpus as a term × document CSR matrix, built with little memory: the
 (document, term) pairs are counted block by block of token ids (each block freed once counted, the
 counts waiting on disk), then each term's row is filled in document order with a counting sort (no
-transposition). What a posting holds is the caller's: a function of its term, term frequency and
-document (BM25's precomputed score, Lucene's normalized frequency)."""
+transposition), in memory or straight into the index's memory-mapped files. What a posting holds is
+the caller's: a function of its term, term frequency and document (BM25's precomputed score,
+Lucene's normalized frequency)."""
 
 from __future__ import annotations
 
@@ -39,17 +40,20 @@ PostingValue = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def term_rows(
-    encoded: EncodedTexts, scratch: Path, value_of: Callable[[PairCounts], PostingValue]
+    encoded: EncodedTexts, scratch: Path, value_of: Callable[[PairCounts], PostingValue], folder: Path | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CSR arrays (data, indices, indptr; rows: terms, columns: documents ascending) of the
     postings of ``encoded``, each posting's value from ``value_of(counts)``, a function given the pair
     counts (for document lengths and df). The token ids of ``encoded`` are freed as they are counted;
     the pair counts wait in the folder ``scratch`` (removed afterwards), so memory holds the matrix
-    and one block of pairs, never the pairs and the matrix together."""
+    and one block of pairs, never the pairs and the matrix together. With ``folder``, data and
+    indices are filled in place in the ``.npy`` files :func:`save_rows` writes there, memory-mapped:
+    their pages are the page cache's, which the kernel writes back and may drop, so the build's own
+    memory is one block of pairs."""
     scratch.mkdir(parents=True)
     try:
         counts = count_pairs(encoded, scratch)
-        return fill_rows(counts, value_of(counts))
+        return fill_rows(counts, value_of(counts), folder)
     finally:
         shutil.rmtree(scratch)
 
@@ -80,13 +84,20 @@ def count_pairs(encoded: EncodedTexts, scratch: Path) -> PairCounts:
     return counts
 
 
-def fill_rows(counts: PairCounts, value_of: PostingValue) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fill_rows(
+    counts: PairCounts, value_of: PostingValue, folder: Path | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CSR arrays from the pair counts, written straight into term rows: row ``t`` has ``df[t]``
     entries, and the pairs, taken in document order, are placed by a stable sort on their term after
-    the entries already in their row (a counting sort, so documents ascend within a row)."""
+    the entries already in their row (a counting sort, so documents ascend within a row). Data and
+    indices in memory, or with ``folder`` in its memory-mapped ``.npy`` files (:func:`term_rows`)."""
     n_terms = counts.n_terms
     indptr = np.concatenate([[0], np.cumsum(counts.df)])
-    values, documents = np.empty(indptr[-1], dtype=np.float32), np.empty(indptr[-1], dtype=np.int32)
+    values, documents = (
+        (np.empty(indptr[-1], dtype=dtype) for dtype in (np.float32, np.int32))
+        if folder is None
+        else posting_files(folder, int(indptr[-1]))
+    )
     filled = indptr[:-1].copy()  # per row, where its next entry goes
     for first, path in counts.chunks:
         with np.load(path, allow_pickle=False) as saved:
@@ -113,6 +124,16 @@ def fill_rows(counts: PairCounts, value_of: PostingValue) -> tuple[np.ndarray, n
     )  # scipy's index type
 
 
+def posting_files(folder: Path, postings: int) -> tuple[np.ndarray, np.ndarray]:
+    """Data (float32) and indices (int32) for ``postings`` entries as new ``.npy`` files in ``folder``,
+    memory-mapped for writing: the same bytes ``np.save`` writes once they are filled."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return tuple(
+        np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=dtype, shape=(postings,))
+        for name, dtype in zip(ARRAYS, (np.float32, np.int32))
+    )
+
+
 def by_document_frequency(df: np.ndarray, value_of: Callable[[int], float]) -> np.ndarray:
     """``value_of(df)`` per term as float32, computed once per distinct df (idf of a term row)."""
     distinct, position = np.unique(df, return_inverse=True)
@@ -120,11 +141,16 @@ def by_document_frequency(df: np.ndarray, value_of: Callable[[int], float]) -> n
 
 
 def save_rows(folder: Path, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], terms: list[str]) -> None:
-    """The CSR arrays as ``.npy`` files and the row terms as ``terms.json`` in ``folder``."""
+    """The CSR arrays as ``.npy`` files and the row terms as ``terms.json`` in ``folder``; an array
+    already filled in its file there (:func:`term_rows` with ``folder``) is flushed, not written again."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "terms.json").write_text(json.dumps(terms))
     for name, values in zip(ARRAYS, arrays):
-        np.save(folder / f"{name}.npy", values, allow_pickle=False)
+        path = folder / f"{name}.npy"
+        if isinstance(values, np.memmap) and Path(values.filename).resolve() == path.resolve():
+            values.flush()
+        else:
+            np.save(path, values, allow_pickle=False)
 
 
 def load_rows(folder: Path) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], list[str]]:

@@ -122,6 +122,25 @@ def test_block_and_step_sizes_change_no_bit(monkeypatch: pytest.MonkeyPatch, tmp
     assert np.array_equal(whole[0].view(np.int32), pieces[0].view(np.int32))
 
 
+def test_rows_filled_in_their_files_are_the_bytes_np_save_writes(tmp_path: Path) -> None:
+    """term_rows with a folder fills data and indices in place in their memory-mapped .npy files;
+    save_rows then leaves them as they are: the same files, byte for byte, as the arrays built in
+    memory and saved with np.save."""
+    texts = load_beir(datasets_dir() / "scifact").corpus.full_texts()
+    retriever = BM25Retriever(backend="bm25s")
+    tokenizer = retriever.tokenizer
+    in_memory = postings.term_rows(tokenizer.encode(texts), tmp_path / "pairs", retriever._bm25s_values)
+    postings.save_rows(tmp_path / "saved", in_memory, ["t"])
+    in_place = postings.term_rows(
+        tokenizer.encode(texts), tmp_path / "filled" / "pairs", retriever._bm25s_values, tmp_path / "filled"
+    )
+    assert all(isinstance(array, np.memmap) for array in in_place[:2])
+    postings.save_rows(tmp_path / "filled", in_place, ["t"])
+    assert not (tmp_path / "filled" / "pairs").exists()
+    for name in postings.ARRAYS:
+        assert (tmp_path / "filled" / f"{name}.npy").read_bytes() == (tmp_path / "saved" / f"{name}.npy").read_bytes()
+
+
 def test_scores_do_not_depend_on_document_order(toy_path: Path, tmp_path: Path) -> None:
     """Reversing the corpus changes no score bit and no ranking (sums go in term order, ties by id)."""
     dataset = load_beir(toy_path)

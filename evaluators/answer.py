@@ -310,7 +310,9 @@ class BertScoreEvaluator(GoldAnswerEvaluator):
         """Unit-length embeddings of each text's tokens (without [CLS]/[SEP]) from layer ``layer``."""
         import torch
 
-        todo = sorted({t for t in texts if t not in self._vectors}, key=len)  # similar lengths pad less
+        todo = sorted(
+            {t for t in texts if t not in self._vectors}, key=lambda t: (len(t), t)
+        )  # similar lengths pad less; ties by text, not by the hash seed
         tokenizer, model = self._load() if todo else (None, None)
         with torch.inference_mode(), Progress("bertscore: embed", len(todo), "texts") as progress:
             for start in range(0, len(todo), self.batch_size):

@@ -183,11 +183,11 @@ class ExtractiveGenerator(Generator):
             asked = set(self.tokenize([question])[0])
             position, best = max(
                 enumerate(sentences[qid]),
-                key=lambda item: (sum(idf.get(t, 0.0) for t in asked & terms[item[1]]), -item[0]),
-            )
+                key=lambda item: (math.fsum(idf.get(t, 0.0) for t in asked & terms[item[1]]), -item[0]),
+            )  # fsum: the sum of a set's terms, exact whatever the set's (hash seed's) order
             unseen = math.log(1 + len(unique))  # the idf of a term in no sentence (df -> 1)
-            covered = sum(idf.get(t, 0.0) for t in asked & terms[best]) / (
-                sum(idf.get(t, unseen) for t in asked) or 1.0
+            covered = math.fsum(idf.get(t, 0.0) for t in asked & terms[best]) / (
+                math.fsum(idf.get(t, unseen) for t in asked) or 1.0
             )
             if covered < self.abstain_below:
                 answers[qid] = self.no_answer

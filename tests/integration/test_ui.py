@@ -72,6 +72,26 @@ def wait_until_healthy(url: str, server: subprocess.Popen, timeout: float) -> No
     raise AssertionError(f"MLflow server at {url} not healthy after {timeout:.0f} s")
 
 
+def show(page, url: str, *expected, tries: int = 3) -> None:
+    """Open ``url`` and wait for each of ``expected`` (functions giving a locator); reloaded up to
+    ``tries`` times, as a person would, when the page stays incomplete (the single-worker server can drop
+    one of the UI's many requests on a loaded machine, and the UI does not ask again). The last try's
+    screenshot is kept beside the others."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.goto(url, wait_until="domcontentloaded")
+    for attempt in range(1, tries + 1):
+        try:
+            for locator in expected:
+                locator().wait_for(timeout=TIMEOUT_MS / tries)
+            return
+        except PlaywrightTimeout:
+            if attempt == tries:
+                page.screenshot(path=str(SCREENSHOTS / "failed.png"))
+                raise
+            page.reload(wait_until="domcontentloaded")
+
+
 @pytest.fixture
 def ui_server(toy_sweep, tmp_path):
     """``ragtrack ui`` on the sweep's store, in its own process group, stopped by PID after the test."""
@@ -118,8 +138,9 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
         for r in client.search_runs([experiment], filter_string="tags.`ragtrack.sweep` != ''")
         if "ragtrack.comparison" not in r.data.tags and "mlflow.parentRunId" not in r.data.tags
     ]
-    compared, _ = run_compare(toy_sweep.uri, sweep="latest", baseline="bm25")
+    compared, _ = run_compare(toy_sweep.uri, sweep=jobs[0].data.tags["ragtrack.sweep"], baseline="bm25")
     comparison = client.get_run(compared.logged.split()[0])  # not the sweep's own comparison run
+    assert "comparison.md" in {a.path for a in client.list_artifacts(comparison.info.run_id)}
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = launch(playwright)
@@ -144,11 +165,11 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
                 )
                 cells.get_by_text(job.data.params["fusion.rrf.k"], exact=True).first.wait_for()
             page.screenshot(path=str(SCREENSHOTS / "mlflow_sweep_view.png"))
-            page.goto(
+            show(  # the key metrics against k, with CIs
+                page,
                 f"{ui_server}/#/experiments/{experiment}/runs/{sweep_run}/artifacts/sweep.png",
-                wait_until="domcontentloaded",
+                lambda: page.get_by_role("img", name="sweep.png").first,
             )
-            page.get_by_role("img", name="sweep.png").first.wait_for()  # the key metrics against k, with CIs
             page.screenshot(path=str(SCREENSHOTS / "mlflow_sweep_plot.png"))
             page.set_viewport_size({"width": 2400, "height": 1100})
             page.goto(f"{ui_server}/#/experiments/{experiment}/runs", wait_until="domcontentloaded")
@@ -164,13 +185,13 @@ def test_runs_metrics_and_comparison_visible_in_the_mlflow_ui(toy_sweep, ui_serv
                 page.get_by_role("columnheader").filter(has_text=metric).first.wait_for()
             page.screenshot(path=str(SCREENSHOTS / "mlflow_runs.png"))
 
-            page.goto(
-                f"{ui_server}/#/experiments/{experiment}/runs/{comparison.info.run_id}/artifacts",
-                wait_until="domcontentloaded",
+            show(  # the rendered comparison table
+                page,
+                f"{ui_server}/#/experiments/{comparison.info.experiment_id}/runs/{comparison.info.run_id}"
+                "/artifacts/comparison.md",
+                lambda: page.get_by_text("hybrid k=30", exact=True).first,
+                lambda: page.get_by_text("W/T/L ndcg@10").first,
             )
-            page.get_by_text("comparison.md", exact=True).first.click()
-            page.get_by_text("hybrid k=30", exact=True).first.wait_for()  # the rendered comparison table
-            page.get_by_text("W/T/L ndcg@10").first.wait_for()
             page.screenshot(path=str(SCREENSHOTS / "mlflow_comparison.png"))
         finally:
             browser.close()

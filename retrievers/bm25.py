@@ -280,10 +280,8 @@ class BM25Retriever(Retriever):
         threads = self.threads or physical_cores()
         postings = np.array([lucene_bm25.postings_read(self._fields, query) for query in weights], dtype=np.int64)
         batches = lucene_bm25.query_batches(postings, threads)
-        with ThreadPoolExecutor(min(threads, len(batches) or 1)) as pool:  # scipy and numpy let go of the GIL
-            tops = list(
-                pool.map(lambda batch: self._lucene_top(weights[slice(*batch)], postings[slice(*batch)], k), batches)
-            )
+        with ThreadPoolExecutor(min(threads, len(batches) or 1)) as pool:  # the compiled search lets go of the GIL
+            tops = list(pool.map(lambda batch: self._lucene_top(weights[slice(*batch)], k), batches))
         results = {}
         for (begin, _), (ids, values, ends) in zip(batches, tops):
             for qid, first, last in zip(qids[begin:], [0] + ends, ends):
@@ -292,44 +290,16 @@ class BM25Retriever(Retriever):
                     results[qid].pop(qid, None)
         return Run(self.name, results)
 
-    def _lucene_top(
-        self, queries: list[dict[str, float]], postings: np.ndarray, k: int
-    ) -> tuple[list[str], list[float], list[int]]:
-        """The top ``k`` of each of ``queries`` (one batch; ``postings``: what each reads): ids and
+    def _lucene_top(self, queries: list[dict[str, float]], k: int) -> tuple[list[str], list[float], list[int]]:
+        """The top ``k`` of each of ``queries`` (one batch): ids and
         scores, one query after the other, and where each query's end."""
-        ranks, values, lengths = self._lucene_ranked(queries, postings, k)
+        ranks, values, lengths = lucene_bm25.ranked(self._fields, queries, self._tie_keys, k)
         if self.score_ties == "anserini":  # a row per query, padded at its end
             filled = np.arange(lengths.max(initial=0)) < lengths[:, None]
             padded = np.zeros(filled.shape, dtype=np.float32)
             padded[filled] = values
             values = lucene_bm25.adjust_ties(padded)[filled]
         return self._ids_by_rank[ranks].tolist(), values.astype(float).tolist(), np.cumsum(lengths).tolist()
-
-    def _lucene_ranked(
-        self, queries: list[dict[str, float]], postings: np.ndarray, k: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`~ragtrack.retrievers.bm25_lucene.ranked` of ``queries``: a query that reads at least
-        :data:`~ragtrack.retrievers.bm25_lucene.DENSE_SHARE` postings per document (most of the corpus
-        matches) and :data:`~ragtrack.retrievers.bm25_lucene.DENSE_POSTINGS` in all is summed on a dense
-        array (``dense_top``), the others as one sparse product; the same figures either way (tested)."""
-        limit = max(lucene_bm25.DENSE_SHARE * len(self._doc_ids), lucene_bm25.DENSE_POSTINGS)
-        dense = (postings >= limit).tolist()
-        sparse = [weights for weights, is_dense in zip(queries, dense) if not is_dense]
-        found = iter(())
-        if sparse:
-            ranks, values, lengths = lucene_bm25.ranked(
-                lucene_bm25.document_scores(self._fields, sparse), self._tie_keys, k
-            )
-            ends = np.cumsum(lengths)
-            found = zip(np.split(ranks, ends[:-1]), np.split(values, ends[:-1]))
-        tops = [
-            lucene_bm25.dense_top(self._fields, weights, self._tie_keys, k) if is_dense else next(found)
-            for weights, is_dense in zip(queries, dense)
-        ]
-        lengths = np.fromiter((len(ranks) for ranks, _ in tops), dtype=np.int64, count=len(tops))
-        if not tops:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32), lengths
-        return np.concatenate([ranks for ranks, _ in tops]), np.concatenate([values for _, values in tops]), lengths
 
     def _sparse_top(self, tokens: list[list[str]], k: int, batch: int = 4096) -> list[dict[str, float]]:
         """Top ``k`` of Q · S per query (see module docstring), in batches of queries to bound memory."""

@@ -27,7 +27,6 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass
-from itertools import chain, repeat
 from pathlib import Path
 
 import numpy as np
@@ -105,91 +104,41 @@ def adjust_ties(scores: np.ndarray) -> np.ndarray:
 
 @dataclass
 class FieldIndex:
-    """One field's postings: per term row, documents ascending with r = 1 + tf · inv(n) (``data``)
-    and, as a terms × documents matrix, the score of a clause of boost 1 on it, idf − idf / r
-    (``unit``), both float32."""
+    """One field's postings: per term row, documents ascending (``indices``) with r = 1 + tf · inv(n)
+    (``data``) and the score of a clause of boost 1 on it, idf − idf / r (``unit``), both float32."""
 
     boost: float
     vocabulary: dict[str, int]
     idf: np.ndarray  # float32 per term
     data: np.ndarray
-    unit: object  # scipy CSR, terms × documents, over the same indices and indptr
+    unit: np.ndarray
     indices: np.ndarray
     indptr: np.ndarray
     n_docs: int
 
-    def clause_matrix(self, weights: dict[str, float]):
-        """One query's clauses in this field as a clauses × documents matrix of their clause scores
-        (scipy CSR, float64 data, each a float32 value), the rows in the order :meth:`scores` sums them
-        (boost 1 by term row, then the others in query order). Its transpose times a vector of ones
-        adds them row after row, document by document, in float64: the sparse product's sums, dense."""
-        from scipy import sparse
-
-        clauses = [
+    def clauses(self, weights: dict[str, float]) -> list[tuple[int, int, float | None]]:
+        """A query's clauses in this field, in the order their scores are summed: (begin, end, w), the
+        postings of the clause's term and its weight w = boost · idf (float32), or ``None`` for a clause of
+        boost 1 (weight · field boost, in float32), whose scores are ``unit``'s. Boost 1 first by term row,
+        then the others in query order; terms the field does not know have none."""
+        found = [
             (row, F32(weight) * F32(self.boost) if self.boost != 1.0 else F32(weight))
             for term, weight in weights.items()
             if (row := self.vocabulary.get(term)) is not None
         ]
-        unit = sorted({row for row, boost in clauses if boost == F32(1)})
-        spans = [(int(self.indptr[row]), int(self.indptr[row + 1]), None) for row in unit]
-        spans += [
-            (int(self.indptr[row]), int(self.indptr[row + 1]), boost * self.idf[row])
-            for row, boost in clauses
-            if boost != F32(1)
+        spans = [
+            (int(self.indptr[row]), int(self.indptr[row + 1]), None) for row in sorted({r for r, b in found if b == 1})
         ]
-        if not spans:
-            return sparse.csr_matrix((0, self.n_docs))
-        documents = np.concatenate([self.indices[begin:end] for begin, end, _ in spans])
-        values = np.concatenate(  # cast as copied: no float32 copy between
-            [self.unit.data[begin:end] if w is None else w - w / self.data[begin:end] for begin, end, w in spans],
-            dtype=np.float64,
-        )
-        offsets = np.cumsum([0] + [end - begin for begin, end, _ in spans], dtype=np.int64)
-        if offsets[-1] <= np.iinfo(documents.dtype).max:  # the documents' type: scipy keeps them uncopied
-            offsets = offsets.astype(documents.dtype)
-        return sparse.csr_matrix((values, documents, offsets), shape=(len(spans), self.n_docs))
-
-    def scores(self, queries: list[dict[str, float]]):
-        """Queries × documents (scipy CSR, float64): each query's clause scores in this field summed,
-        as one product of a queries × clauses selection and a clauses × documents matrix. A clause of
-        boost 1 (weight · field boost, in float32) is its term's row of ``unit``; another is a row of
-        w − w / r with w = boost · idf. Products by 1.0 and float64 sums of float32 values: the same
-        figures as summing clause by clause (a document whose every clause scores exactly 0 is left out)."""
-        from scipy import sparse
-
-        lengths = [len(weights) for weights in queries]
-        row = np.fromiter(
-            map(self.vocabulary.get, chain.from_iterable(queries), repeat(-1)), dtype=np.int64, count=sum(lengths)
-        )
-        boost = np.fromiter(
-            chain.from_iterable(weights.values() for weights in queries), dtype=np.float64, count=len(row)
-        ).astype(F32)
-        known = row >= 0  # terms of the index
-        number, row, boost = np.repeat(np.arange(len(queries)), lengths)[known], row[known], boost[known]
-        if self.boost != 1.0:
-            boost = boost * F32(self.boost)
-        unit = boost == F32(1)
-        used, clause = np.unique(row[unit], return_inverse=True)
-        clauses, columns = [self.unit[used]], np.empty(len(row), dtype=np.int64)
-        columns[unit] = clause
-        if not unit.all():
-            spans = [
-                (self.indptr[term], self.indptr[term + 1], weight * self.idf[term])
-                for term, weight in zip(row[~unit], boost[~unit])
-            ]
-            values = np.concatenate([w - w / self.data[begin:end] for begin, end, w in spans])
-            indices = np.concatenate([self.indices[begin:end] for begin, end, _ in spans])
-            indptr = np.concatenate([[0], np.cumsum([end - begin for begin, end, _ in spans])])
-            clauses.append(sparse.csr_matrix((values, indices, indptr), shape=(len(spans), self.n_docs)))
-            columns[~unit] = len(used) + np.arange(len(spans))
-        stacked = sparse.vstack(clauses, format="csr", dtype=np.float64)
-        pick = sparse.csr_matrix((np.ones(len(row)), (number, columns)), shape=(len(queries), stacked.shape[0]))
-        return (pick @ stacked).tocsr()
+        return spans + [
+            (int(self.indptr[row]), int(self.indptr[row + 1]), boost * self.idf[row])
+            for row, boost in found
+            if boost != 1
+        ]
 
 
-BATCH_POSTINGS = 1 << 19  # postings a batch of queries reads, about: bounds its scores (≈ 12 bytes a matched document)
-DENSE_SHARE = 0.25  # a query reading at least this many postings per document is scored on a dense array (dense_top),
-DENSE_POSTINGS = 1 << 16  # and at least this many (below, a batch's sparse product costs less than a query's arrays)
+BATCH_POSTINGS = 1 << 19  # postings a batch of queries reads, about: the share of a thread's work
+BLOCK = 1 << 17  # documents summed at a time: one float64 per document and field, in the core's cache
+WALK_SHARE = 0.25  # a block with fewer postings read than this share of its documents is ranked from them
 
 
 def postings_read(fields: list[FieldIndex], weights: dict[str, float]) -> int:
@@ -214,43 +163,48 @@ def query_batches(postings: np.ndarray, parts: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def dense_top(
-    fields: list[FieldIndex], weights: dict[str, float], ties: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`ranked`'s answer for one query (id ranks and float32 scores of its top ``k``), from its
-    scores summed on a dense array: per field the transposed :meth:`FieldIndex.clause_matrix` times
-    ones (scipy's matrix-vector product: the clause scores added document by document in float64, in
-    the order the sparse product adds them, outside Python's lock), rounded per field where a field
-    boost is not 1 (:func:`document_scores`); the fields' sums added.
-    The top k lie at or above the k-th largest of the maxima of ``n/2k``-document blocks (k blocks hold
-    a document that high); rounding to float32 keeps that order, so the float64 sums pick the
-    candidates: those above the float32 just below the threshold (none of which ranks below a
-    document at the threshold), only those rounded to float32 and ranked, by :func:`ranked`'s keys."""
-    n_docs = fields[0].n_docs
-    nested = any(field.boost != 1.0 for field in fields)
-    total = None
-    for field in fields:
-        clauses = field.clause_matrix(weights)
-        summed = clauses.T @ np.ones(clauses.shape[0])
-        if nested:
-            summed = summed.astype(F32).astype(np.float64)
-        total = summed if total is None else total + summed
-    block = max(1, n_docs // (2 * k)) if k else n_docs
-    maxima = np.maximum.reduceat(total, np.arange(0, n_docs, block)).astype(F32) if n_docs else total.astype(F32)
-    threshold = (
-        np.partition(maxima, len(maxima) - min(k, len(maxima)))[len(maxima) - min(k, len(maxima))]
-        if k and len(maxima)
-        else F32(np.inf)
+def ranked(
+    fields: list[FieldIndex], queries: list[dict[str, float]], ties: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The top ``k`` of each of ``queries`` by score, ties by id ascending (``ties``: :func:`tie_keys`):
+    the id ranks and float32 scores of every query's top in rank order, one query after the other, and
+    the length of each query's top. A document's score is the float64 sum of its clause scores
+    (:meth:`FieldIndex.clauses`, field after field; each field's sum rounded to float32 first where a
+    field boost is not 1), rounded to float32; a document scoring 0 is no match. Each document is
+    ranked by one uint64, its score's bits (which order as non-negative floats do) in the high half
+    and its tie key in the low half, so the top is the same whatever order documents are met in.
+    Compiled (:func:`ragtrack.retrievers.bm25_compiled.top_keys`), outside Python's lock: threads may
+    search batches at once."""
+    from ragtrack.retrievers.bm25_compiled import top_keys  # numba loads on first search
+
+    clauses, starts = [], [0]
+    for weights in queries:
+        for number, field in enumerate(fields):
+            clauses += [(number, begin, end, w) for begin, end, w in field.clauses(weights)]
+        starts.append(len(clauses))
+    number, begin, end, weight = zip(*clauses) if clauses else ((), (), (), ())
+    keys, lengths = top_keys(
+        tuple(field.indices for field in fields),
+        tuple(field.unit for field in fields),
+        tuple(field.data for field in fields),
+        np.array(number, dtype=np.int64),
+        np.array(begin, dtype=np.int64),
+        np.array(end, dtype=np.int64),
+        np.array([F32(0) if w is None else w for w in weight], dtype=F32),
+        np.array([w is None for w in weight], dtype=np.bool_),
+        np.array(starts, dtype=np.int64),
+        any(field.boost != 1.0 for field in fields),
+        ties,
+        fields[0].n_docs,
+        k,
+        BLOCK,
+        WALK_SHARE,
     )
-    candidates = np.flatnonzero(total > max(float(np.nextafter(threshold, F32(0))), 0.0))
-    scores = total[candidates].astype(F32)
-    keys = scores.view(np.uint32).astype(np.uint64)
-    keys <<= np.uint64(32)
-    keys |= ties[candidates]
-    top = np.sort(keys[scores > 0])[::-1][:k]  # a sum that rounds to a float32 0 is no match
-    return (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64), (top >> np.uint64(32)).astype(
-        np.uint32
-    ).view(F32)
+    top = np.concatenate(
+        [keys[row * k : row * k + length] for row, length in enumerate(lengths.tolist())] or [keys[:0]]
+    )
+    id_ranks = (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64)
+    return id_ranks, (top >> np.uint64(32)).astype(np.uint32).view(F32), lengths
 
 
 def term_idf(indptr: np.ndarray, doc_count: int) -> np.ndarray:
@@ -303,15 +257,11 @@ def build_field(encoded: EncodedTexts, folder: Path, k1: float, b: float) -> dic
 
 
 def load_field(folder: Path, boost: float, n_docs: int) -> FieldIndex:
-    from scipy import sparse
-
     arrays, terms = load_rows(folder)
     data, indices, indptr = (
         np.asarray(array) for array in arrays
-    )  # still memory-mapped; slices as plain arrays (cheaper)
-    unit = sparse.csr_matrix(
-        (np.load(folder / UNIT_FILE, mmap_mode="r", allow_pickle=False), indices, indptr), shape=(len(terms), n_docs)
-    )
+    )  # still memory-mapped; as plain arrays (cheaper slices, and what the compiled search takes)
+    unit = np.asarray(np.load(folder / UNIT_FILE, mmap_mode="r", allow_pickle=False))
     doc_count = json.loads((folder / "stats.json").read_text())["documents"]
     return FieldIndex(
         boost,
@@ -323,21 +273,6 @@ def load_field(folder: Path, boost: float, n_docs: int) -> FieldIndex:
         indptr,
         n_docs,
     )
-
-
-def document_scores(fields: list[FieldIndex], queries: list[dict[str, float]]):
-    """Queries × documents (scipy CSR, float32 data): per query the documents matching any weighted
-    term in any field and their scores, the float64 sum of their clause scores cast to float32; per
-    field first where a field boost is not 1 (module docstring)."""
-    nested = any(field.boost != 1.0 for field in fields)
-    total = None
-    for field in fields:
-        part = field.scores(queries)
-        if nested:
-            part.data = part.data.astype(F32).astype(np.float64)
-        total = part if total is None else (total + part).tocsr()
-    total.data = total.data.astype(F32)
-    return total
 
 
 ID_RANKS = "id_ranks.npy"  # per document, the rank of its id in string order (saved with the index)
@@ -358,28 +293,6 @@ def tie_keys(ranks: np.ndarray) -> np.ndarray:
     """Per document 2³² − 1 − the rank of its id (``ranks``: :func:`id_ranks`), the low half of its
     ranking key (:func:`ranked`): higher for ids earlier in string order."""
     return np.uint64(LOW_HALF) - ranks.astype(np.uint64)
-
-
-def ranked(scores, ties: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The top ``k`` of each row of ``scores`` (queries × documents, scipy CSR, float32 data ≥ 0, as
-    Lucene's scores are) by score, ties by id ascending (``ties``: :func:`tie_keys`): the id ranks and
-    scores of every row's top in rank order, one row after the other, and the length of each row's top.
-    Each document is ranked by one uint64, its score's bits (which order as non-negative floats do) in
-    the high half and its tie key in the low half."""
-    keys = scores.data.astype(F32).view(np.uint32).astype(np.uint64)
-    keys <<= np.uint64(32)
-    keys |= ties[scores.indices]
-    tops = []
-    for begin, end in zip(scores.indptr[:-1].tolist(), scores.indptr[1:].tolist()):
-        row = keys[begin:end]
-        if end - begin > k:
-            row.partition(end - begin - k)  # in place: the keys are this call's own
-            row = row[end - begin - k :]
-        tops.append(np.sort(row)[::-1])
-    lengths = np.fromiter(map(len, tops), dtype=np.int64, count=len(tops))
-    top = np.concatenate(tops) if tops else np.empty(0, dtype=np.uint64)
-    id_ranks = (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64)
-    return id_ranks, (top >> np.uint64(32)).astype(np.uint32).view(F32), lengths
 
 
 def query_weights(tokens: list[str]) -> dict[str, float]:

@@ -422,12 +422,12 @@ def test_threads_is_a_lucene_backend_setting() -> None:
 
 
 @pytest.mark.parametrize("fields", [None, {"title": 1.0, "text": 1.0}, {"title": 2.0, "text": 0.5}])
-def test_dense_and_sparse_scoring_give_the_same_run(
+def test_blocks_walked_or_scanned_give_the_same_run(
     fields: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A query is scored on a dense array (most documents match) or by the sparse product: the same
-    ids, order and float32 scores at any depth, with ties, boosts, repeated and weighted terms, and
-    on one thread or two."""
+    """A block of documents is ranked from the postings read (few matched) or by scanning its sums, and
+    the documents come in blocks of any size: the same ids, order and float32 scores at any depth,
+    with ties, boosts, repeated and weighted terms, on one thread or two."""
     dataset = load_beir(datasets_dir() / "scifact")
     queries = dict(list(dataset.queries.items())[:80]) | {
         "twice": "cell cell membrane",
@@ -438,46 +438,73 @@ def test_dense_and_sparse_scoring_give_the_same_run(
     retriever.index(dataset.corpus, Cache(tmp_path))
     weighted = {"w": {"cell": 0.7, "membran": 1.3, "protein": 2.0}}
     runs = []
-    for share, threads in ((0.0, 1), (float("inf"), 1), (0.0, 2)):  # dense, sparse, dense on two threads
-        monkeypatch.setattr(bm25_lucene, "DENSE_SHARE", share)
-        monkeypatch.setattr(bm25_lucene, "DENSE_POSTINGS", 0)
+    for walk, block, threads in ((0.0, 1 << 17, 1), (float("inf"), 1 << 17, 1), (0.0, 61, 2), (1.0, 1000, 1)):
+        monkeypatch.setattr(bm25_lucene, "WALK_SHARE", walk)
+        monkeypatch.setattr(bm25_lucene, "BLOCK", block)
         retriever.threads = threads
         found = [
             {qid: list(scores.items()) for qid, scores in retriever.search(queries, depth).scores.items()}
             for depth in (1, 7, 100, 6000)
         ]
         runs.append(found + ([retriever.search_weighted(weighted, 50).scores] if fields is None else []))
-    assert runs[0] == runs[1] == runs[2] and runs[0]
+    assert runs[0] == runs[1] == runs[2] == runs[3] and runs[0]
 
 
-def test_dense_candidates_keep_float32_ties_at_the_threshold() -> None:
-    """The dense route picks its candidates on float64 sums: documents whose sums differ but round
-    to the same float32 as the k-th score (or round up past it) are all ranked, ties by id, as the
-    sparse product ranks them."""
-    from scipy import sparse
+def plain_top(fields: list, query: dict[str, float], ties: np.ndarray, k: int) -> tuple[list[int], bytes]:
+    """The top ``k`` as written out: per field a float64 array of every document's sum, clause after
+    clause in :meth:`FieldIndex.clauses`'s order; fields added (each rounded to float32 first where a
+    boost is not 1); the float32 scores sorted by score, then tie key, both descending."""
+    nested = any(field.boost != 1.0 for field in fields)
+    total = np.zeros(fields[0].n_docs)
+    for field in fields:
+        summed = np.zeros(field.n_docs)
+        for begin, end, weight in field.clauses(query):
+            values = field.unit[begin:end] if weight is None else weight - weight / field.data[begin:end]
+            summed[field.indices[begin:end]] += values.astype(np.float64)  # a term's documents are distinct
+        total += summed.astype(F32).astype(np.float64) if nested else summed
+    scores = total.astype(F32)
+    order = sorted(np.flatnonzero(scores > 0).tolist(), key=lambda d: (-scores[d], -int(ties[d])))[:k]
+    return [bm25_lucene.LOW_HALF - int(ties[d]) for d in order], scores[order].tobytes()
 
-    rng = np.random.default_rng(7)
-    n_docs = 60
-    common = np.ones(n_docs, dtype=np.float32)  # term "a": 1.0 on every document
-    tiny = rng.uniform(0, 2.0**-23, n_docs).astype(np.float32)  # term "b": below one float32 step of 1.0
-    data = np.concatenate([common, tiny])
-    indices = np.tile(np.arange(n_docs, dtype=np.int32), 2)
-    indptr = np.array([0, n_docs, 2 * n_docs], dtype=np.int32)
-    field = bm25_lucene.FieldIndex(
-        1.0,
-        {"a": 0, "b": 1},
-        np.ones(2, dtype=np.float32),
-        data,
-        sparse.csr_matrix((data, indices, indptr), shape=(2, n_docs)),
-        indices,
+
+def random_field(rng: np.random.Generator, n_docs: int, n_terms: int, boost: float) -> bm25_lucene.FieldIndex:
+    """Postings of ``n_terms`` terms over ``n_docs`` documents: a term in every document, a common one
+    scoring 1.0, one scoring below a float32 step of 1.0 (sums that tie only in float32), the rest random."""
+    rows = [np.arange(n_docs), np.arange(n_docs), np.arange(n_docs)] + [
+        np.sort(rng.choice(n_docs, rng.integers(1, n_docs), replace=False)) for _ in range(n_terms - 3)
+    ]
+    unit = [np.ones(n_docs), rng.uniform(0, 2.0**-23, n_docs)] + [rng.uniform(0, 3, len(r)) for r in rows[2:]]
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    return bm25_lucene.FieldIndex(
+        boost,
+        {f"t{i}": i for i in range(n_terms)},
+        rng.uniform(0.1, 4, n_terms).astype(F32),
+        rng.uniform(1.01, 3, indptr[-1]).astype(F32),
+        np.concatenate(unit).astype(F32),
+        np.concatenate(rows).astype(np.int32),
         indptr,
         n_docs,
     )
-    sums = np.float64(1) + tiny.astype(np.float64)
-    assert len(np.unique(sums.astype(np.float32))) == 2 and len(np.unique(sums)) == n_docs  # ties in float32 only
+
+
+@pytest.mark.parametrize("boosts", [(1.0,), (1.0, 1.0), (2.0, 0.5)])
+def test_the_compiled_top_equals_a_plain_sum_and_sort(boosts: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`ranked` against :func:`plain_top` on random postings: clauses of boost 1 and others,
+    terms in one field only, float32 ties between different float64 sums, any depth, any block."""
+    rng = np.random.default_rng(11)
+    n_docs = 700
+    fields = [random_field(rng, n_docs, 12, boost) for boost in boosts]
+    del fields[-1].vocabulary["t11"]  # a term of the first field only, where there are two
     ties = bm25_lucene.tie_keys(rng.permutation(n_docs))
-    query = {"a": 1.0, "b": 1.0}
-    for k in (1, 2, 5, 17, 31, 59, 60):
-        expected = bm25_lucene.ranked(bm25_lucene.document_scores([field], [query]), ties, k)
-        found = bm25_lucene.dense_top([field], query, ties, k)
-        assert found[0].tolist() == expected[0].tolist() and found[1].tobytes() == expected[1].tobytes()
+    queries = [{"t0": 1.0, "t1": 1.0}, {"t5": 2.0, "t11": 1.0, "t3": 0.5}, {"t9": 1.0}, {"nope": 1.0}, {}]
+    queries += [{f"t{t}": float(rng.choice([1, 1, 2, 0.7])) for t in rng.choice(12, 4)} for _ in range(30)]
+    for block, walk in ((1 << 17, 0.25), (64, 0.0), (97, float("inf"))):
+        monkeypatch.setattr(bm25_lucene, "BLOCK", block)
+        monkeypatch.setattr(bm25_lucene, "WALK_SHARE", walk)
+        for k in (0, 1, 2, 17, 100, n_docs):
+            ranks, values, lengths = bm25_lucene.ranked(fields, queries, ties, k)
+            ends = np.cumsum(lengths)
+            for query, end, length in zip(queries, ends.tolist(), lengths.tolist()):
+                expected_ranks, expected_scores = plain_top(fields, query, ties, k)
+                assert ranks[end - length : end].tolist() == expected_ranks, (block, walk, k, query)
+                assert values[end - length : end].tobytes() == expected_scores, (block, walk, k, query)

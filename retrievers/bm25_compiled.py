@@ -25,7 +25,8 @@ def top_keys(
     keys, lengths = np.zeros(n_queries * k, np.uint64), np.zeros(n_queries, np.int64)
     if k == 0:
         return keys, lengths
-    sums, total = np.zeros((n_fields, block), np.float64), np.zeros(block, np.float64)
+    block = max(1, min(block, n_docs))
+    sums, total = np.zeros((n_fields, block), np.float64), np.zeros(block if n_fields > 1 else 0, np.float64)
     heap, score = np.empty(k, np.uint64), np.empty(1, F32)
     bits = score.view(np.uint32)  # a float32's bits
     for q in range(n_queries):

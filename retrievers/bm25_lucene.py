@@ -136,7 +136,7 @@ class FieldIndex:
         ]
 
 
-BATCH_POSTINGS = 1 << 19  # postings a batch of queries reads, about: the share of a thread's work
+BATCHES_PER_THREAD = 4  # a search's queries in this many batches per thread, of about equal postings
 BLOCK = 1 << 17  # documents summed at a time: one float64 per document and field, in the core's cache
 WALK_SHARE = 0.25  # a block with fewer postings read than this share of its documents is ranked from them
 
@@ -151,13 +151,13 @@ def postings_read(fields: list[FieldIndex], weights: dict[str, float]) -> int:
     )
 
 
-def query_batches(postings: np.ndarray, parts: int) -> list[tuple[int, int]]:
-    """Runs of consecutive queries, (begin, end), that each read about 1/``parts`` of the postings all
-    of them read (``postings``: per query, :func:`postings_read`), and no more than about
-    :data:`BATCH_POSTINGS` (a query alone may read more)."""
+def query_batches(postings: np.ndarray, threads: int) -> list[tuple[int, int]]:
+    """Runs of consecutive queries, (begin, end), that each read about 1/(``threads`` ·
+    :data:`BATCHES_PER_THREAD`) of the postings all of them read (``postings``: per query,
+    :func:`postings_read`; a query alone may read more): a thread that finishes early takes the next."""
     if not len(postings):
         return []
-    size = max(1, min(BATCH_POSTINGS, -(-int(postings.sum()) // parts)))
+    size = max(1, -(-int(postings.sum()) // (threads * BATCHES_PER_THREAD)))
     batch = (np.cumsum(postings) - postings) // size  # each query goes with the batch where its postings begin
     cuts = [0, *(np.flatnonzero(np.diff(batch)) + 1).tolist(), len(postings)]
     return list(zip(cuts[:-1], cuts[1:]))

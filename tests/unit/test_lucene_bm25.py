@@ -398,15 +398,15 @@ def test_batches_and_threads_change_no_figure(
     alone = BM25Retriever(fields=fields, threads=1)
     alone.index(dataset.corpus, cache)
     expected = {qid: alone.search({qid: text}, depth=100).scores[qid] for qid, text in queries.items()}
-    for postings, threads in ((1 << 12, 1), (1 << 12, 3), (1 << 30, 2)):
-        monkeypatch.setattr(bm25_lucene, "BATCH_POSTINGS", postings)
+    for per_thread, threads in ((20, 1), (20, 3), (1, 2)):
+        monkeypatch.setattr(bm25_lucene, "BATCHES_PER_THREAD", per_thread)
         retriever = BM25Retriever(fields=fields, threads=threads)
         retriever.index(dataset.corpus, cache)
         weights = [bm25_lucene.query_weights(t) for t in retriever.tokenizer(queries.values())]
         batches = bm25_lucene.query_batches(
             np.array([bm25_lucene.postings_read(retriever._fields, w) for w in weights]), threads
         )
-        assert len(batches) > (1 if postings < 1 << 30 else 0) and batches[0][0] == 0 and batches[-1][1] == len(queries)
+        assert len(batches) > threads * per_thread // 2 and batches[0][0] == 0 and batches[-1][1] == len(queries)
         found = retriever.search(queries, depth=100).scores
         assert {qid: list(scores.items()) for qid, scores in found.items()} == {
             qid: list(scores.items()) for qid, scores in expected.items()

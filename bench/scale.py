@@ -34,8 +34,11 @@ corpus (``load_beir``): bm25s tokenizes, indexes and saves; ragtrack builds into
 process then searches all queries in one call per system (``BM25Retriever.search`` with ``threads`` 1
 and 2; bm25s's ``retrieve`` with ``n_threads`` 1 and 2 and its numpy and numba backends over its index
 memory-mapped; queries tokenized inside the timing), ``--repeats`` rounds with the systems taking
-turns, and each system's fastest round gives its queries/s. ``--ragtrack-only`` leaves bm25s out
-(its build holds every token in Python lists: past 21 GB at 8.8M passages, where it was stopped).
+turns, and each system's fastest round gives its queries/s. A fourth system, bm25s's numba backend
+over ragtrack's own postings (its score matrix linked to ragtrack's cached boost-1 clause scores,
+the queries analyzed by ragtrack's tokenizer), searches the same postings as ragtrack at every size.
+``--ragtrack-only`` leaves bm25s's own build out (it holds every token in Python lists: past 21 GB
+at 8.8M passages, where it was stopped); the fourth system stays.
 Pyserini is not compared (not installed where this was written).
 """
 
@@ -362,7 +365,13 @@ SIDES = (
     "bm25s",
     "ragtrack",
 )  # each builds in its own process, in this order; the ragtrack one then searches with every system
-SYSTEMS = ("ragtrack", "bm25s numpy", "bm25s numba")  # bm25s's retrieval backends: numpy (its default), numba
+ON_POSTINGS = "bm25s numba on ragtrack's postings"  # bm25s searching ragtrack's index files (bm25s_over_postings)
+SYSTEMS = (
+    "ragtrack",
+    "bm25s numpy",
+    "bm25s numba",
+    ON_POSTINGS,
+)  # bm25s's retrieval backends: numpy (its default), numba
 THREADS = (1, 2)
 RESULT = "RESULT "  # a side's output line with its figures, as JSON
 K1, B = 0.9, 0.4  # ragtrack's default BM25 (Anserini's), given to bm25s too
@@ -393,6 +402,38 @@ def bm25s_search(model, corpus: Corpus, depth: int, threads: int, queries: dict[
     return {qid: [corpus.ids[doc] for doc in row.tolist()] for qid, row in zip(queries, documents)}
 
 
+def bm25s_over_postings(cache: Cache, folder: Path, n_docs: int) -> Path:
+    """``folder`` made a saved bm25s index (its five files) over the postings of ragtrack's cached BM25
+    index: its score matrix is ragtrack's boost-1 clause scores (``unit.npy``, Lucene's BM25 with its
+    one-byte lengths; terms × documents rows are bm25s's documents × terms columns), linked, not
+    copied. bm25s then searches the very postings ragtrack does, also where its own build does not fit
+    in memory (8.8M passages here)."""
+    import bm25s
+
+    contents = next(cache.root.glob("bm25/*/contents"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for ours, theirs in (("unit", "data"), ("indices", "indices"), ("indptr", "indptr")):
+        (folder / f"{theirs}.csc.index.npy").symlink_to(contents / f"{ours}.npy")
+    terms = json.loads((contents / "terms.json").read_text())
+    (folder / "vocab.index.json").write_text(json.dumps({term: row for row, term in enumerate(terms)}))
+    params = {"k1": K1, "b": B, "delta": 0.5, "method": "lucene", "idf_method": "lucene", "dtype": "float32"}
+    params |= {"int_dtype": "int32", "num_docs": n_docs, "version": bm25s.__version__, "backend": "numba"}
+    (folder / "params.index.json").write_text(json.dumps(params))
+    return folder
+
+
+def postings_search(
+    model, retriever: BM25Retriever, corpus: Corpus, depth: int, threads: int, queries: dict[str, str]
+) -> dict[str, list[str]]:
+    """Each query's top ``depth`` ids from bm25s over ragtrack's postings, the queries analyzed by
+    ragtrack's tokenizer inside the timing (a repeated term is added once per occurrence: Anserini's
+    boost c)."""
+    vocabulary = model.vocab_dict
+    tokens = [[term for term in query if term in vocabulary] for query in retriever.tokenizer(list(queries.values()))]
+    documents, _ = model.retrieve(tokens, k=depth, n_threads=threads, show_progress=False)
+    return {qid: [corpus.ids[doc] for doc in row.tolist()] for qid, row in zip(queries, documents)}
+
+
 def ragtrack_search(retriever: BM25Retriever, depth: int, queries: dict[str, str]) -> dict[str, list[str]]:
     """Each query's top ``depth`` ids from one call of ``BM25Retriever.search`` with every query."""
     run = retriever.search(queries, depth)
@@ -403,8 +444,9 @@ def searches(
     corpus: Corpus, cache: Cache, bm25s_folder: Path, depth: int
 ) -> dict[str, Callable[[dict[str, str]], dict[str, list[str]]]]:
     """Per system and thread count (``ragtrack, 2 threads``), a search of all queries at once: ragtrack's
-    BM25 loaded from ``cache``; bm25s's index memory-mapped from ``bm25s_folder``, where built, searched
-    by each of its backends."""
+    BM25 loaded from ``cache``; bm25s's numba backend over ragtrack's postings
+    (:func:`bm25s_over_postings`); bm25s's own index memory-mapped from ``bm25s_folder``, where built,
+    searched by each of its backends."""
     import bm25s
 
     found = {}
@@ -412,6 +454,12 @@ def searches(
         retriever = BM25Retriever(threads=threads)
         retriever.index(corpus, cache)  # loaded: one cache entry for every thread count
         found[f"ragtrack, {counted(threads, 'thread')}"] = functools.partial(ragtrack_search, retriever, depth)
+    postings = bm25s_over_postings(cache, bm25s_folder.with_name("bm25s-postings"), len(corpus.ids))
+    model = bm25s.BM25.load(str(postings), mmap=True, backend="numba")
+    for threads in THREADS:
+        found[f"{ON_POSTINGS}, {counted(threads, 'thread')}"] = functools.partial(
+            postings_search, model, retriever, corpus, depth, threads
+        )
     for system in SYSTEMS[1:] if bm25s_folder.is_dir() else ():  # not built: ragtrack alone (--ragtrack-only)
         model = bm25s.BM25.load(str(bm25s_folder), mmap=True, backend=system.split()[1])
         for threads in THREADS:
@@ -514,12 +562,14 @@ def side_table(stages: dict[str, Measure], figures: dict) -> str:
     lines.append(["---"] * len(lines[0]))
     systems = [system for system in SYSTEMS if f"{system}, 1 thread" in speed]
     for system in systems:
-        build = stages[f"{system.split()[0]}: index"]
+        build = stages.get(f"{system.split()[0]}: index")
         names = [f"{system}, {counted(n, 'thread')}" for n in THREADS]
         lines.append(
             [
                 system,
-                f"{build.seconds:.1f} / {build.cpu:.1f} / {build.peak:,.0f}"
+                "(ragtrack's index)"
+                if system == ON_POSTINGS
+                else f"{build.seconds:.1f} / {build.cpu:.1f} / {build.peak:,.0f}"
                 + (f" ({build.anon:,.0f})" if build.anon else ""),
                 *(f"{speed[name]:.2f} ({stages[name + ': search'].cpu:.1f})" for name in names),
                 f"{speed[names[1]] / speed[names[0]]:.2f}",

@@ -16,11 +16,10 @@ def top_keys(
 ):
     """:func:`ragtrack.retrievers.bm25_lucene.ranked`'s keys: per query (its clauses
     ``starts[q]:starts[q + 1]``) the keys of its top ``k``, largest first, in a row of ``k``, and their
-    number. The documents are taken ``block`` at a
-    time: every clause adds its postings in the block to the field's float64 sums (a clause's postings
-    are sorted, so each block's are one run), then the block's sums are offered to a heap of the ``k``
-    largest keys: from the postings read where they are few (``walk_share``), else by 256-document
-    chunks, skipping a chunk whose largest sum is below the heap's smallest score."""
+    number. The documents are taken ``block`` at a time: every clause adds its postings in the block
+    to its field's float64 sums (:func:`_add_block`), then the block's sums are offered to a heap of
+    the ``k`` largest keys: from the postings read where they are few (``walk_share``), else by
+    256-document chunks, skipping a chunk whose largest sum is below the heap's smallest score."""
     n_fields, n_queries = len(indices), len(starts) - 1
     keys, lengths = np.zeros(n_queries * k, np.uint64), np.zeros(n_queries, np.int64)
     if k == 0:
@@ -34,24 +33,8 @@ def top_keys(
         at, before = begins[first:last].copy(), begins[first:last].copy()
         size, floor = 0, F32(0)
         for low in range(0, n_docs, block):
-            width, read = min(block, n_docs - low), 0
-            for c in range(last - first):
-                field, begin, end = field_of[first + c], at[c], ends[first + c]
-                documents, summed = indices[field], sums[field]
-                before[c] = begin
-                if begin == end or documents[begin] >= low + width:
-                    continue
-                stop = begin + np.searchsorted(documents[begin:end], low + width)
-                if is_unit[first + c]:
-                    unit = units[field]
-                    for i in range(begin, stop):
-                        summed[documents[i] - low] += unit[i]
-                else:
-                    r, w = rs[field], weights[first + c]
-                    for i in range(begin, stop):
-                        summed[documents[i] - low] += w - w / r[i]
-                read += stop - begin
-                at[c] = stop
+            width = min(block, n_docs - low)
+            read = _add_block(indices, units, rs, field_of, ends, weights, is_unit, first, at, before, sums, low, width)
             if read == 0:
                 continue
             if read < walk_share * width:  # each document met once: its sums are zeroed when first met
@@ -87,6 +70,33 @@ def top_keys(
         keys[q * k : q * k + size] = np.sort(heap[:size])[::-1]
         lengths[q] = size
     return keys, lengths
+
+
+@numba.njit(inline="always")
+def _add_block(indices, units, rs, field_of, ends, weights, is_unit, first, at, before, sums, low, width):
+    """Each clause's postings among documents ``low`` … ``low + width − 1`` added to its field's sums
+    in clause order: a clause of boost 1 adds its ``unit`` score, another w − w / r. A clause's postings
+    are sorted, so those are one run, from ``at[c]`` (kept in ``before[c]``; ``at[c]`` moved past it).
+    The postings read."""
+    read = 0
+    for c in range(len(at)):
+        field, begin, end = field_of[first + c], at[c], ends[first + c]
+        documents, summed = indices[field], sums[field]
+        before[c] = begin
+        if begin == end or documents[begin] >= low + width:
+            continue
+        stop = begin + np.searchsorted(documents[begin:end], low + width)
+        if is_unit[first + c]:
+            unit = units[field]
+            for i in range(begin, stop):
+                summed[documents[i] - low] += unit[i]
+        else:
+            r, w = rs[field], weights[first + c]
+            for i in range(begin, stop):
+                summed[documents[i] - low] += w - w / r[i]
+        read += stop - begin
+        at[c] = stop
+    return read
 
 
 @numba.njit(inline="always")

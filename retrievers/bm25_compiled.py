@@ -38,17 +38,15 @@ def top_keys(
             if read == 0:
                 continue
             if read < walk_share * width:  # each document met once: its sums are zeroed when first met
-                c, i = 0, before[0]
-                for _ in range(read):
-                    while i >= at[c]:
-                        c += 1
-                        i = before[c]
-                    d = indices[field_of[first + c]][i] - low
-                    i += 1
-                    s = _document_sum(sums, d, nested)
-                    sums[:, d] = 0.0
-                    if s != 0.0:
-                        size, floor = _offer(heap, size, floor, s, ties[low + d], score, bits)
+                for c in range(len(at)):
+                    documents = indices[field_of[first + c]]
+                    for i in range(before[c], at[c]):
+                        d = documents[i] - low
+                        s = _document_sum(sums, d, nested)
+                        for field in range(n_fields):
+                            sums[field, d] = 0.0
+                        if s != 0.0:
+                            size, floor = _offer(heap, size, floor, s, ties[low + d], score, bits)
                 continue
             if n_fields == 1:
                 summed = sums[0]

@@ -27,6 +27,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass
+from itertools import chain, repeat
 from pathlib import Path
 
 import numpy as np
@@ -116,25 +117,6 @@ class FieldIndex:
     indptr: np.ndarray
     n_docs: int
 
-    def clauses(self, weights: dict[str, float]) -> list[tuple[int, int, float | None]]:
-        """A query's clauses in this field, in the order their scores are summed: (begin, end, w), the
-        postings of the clause's term and its weight w = boost · idf (float32), or ``None`` for a clause of
-        boost 1 (weight · field boost, in float32), whose scores are ``unit``'s. Boost 1 first by term row,
-        then the others in query order; terms the field does not know have none."""
-        found = [
-            (row, F32(weight) * F32(self.boost) if self.boost != 1.0 else F32(weight))
-            for term, weight in weights.items()
-            if (row := self.vocabulary.get(term)) is not None
-        ]
-        spans = [
-            (int(self.indptr[row]), int(self.indptr[row + 1]), None) for row in sorted({r for r, b in found if b == 1})
-        ]
-        return spans + [
-            (int(self.indptr[row]), int(self.indptr[row + 1]), boost * self.idf[row])
-            for row, boost in found
-            if boost != 1
-        ]
-
 
 BATCHES_PER_THREAD = 4  # a search's queries in this many batches per thread, of about equal postings
 BLOCK = 1 << 17  # documents summed at a time: one float64 per document and field, in the core's cache
@@ -163,13 +145,50 @@ def query_batches(postings: np.ndarray, threads: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
+def clause_arrays(fields: list[FieldIndex], queries: list[dict[str, float]]) -> tuple[np.ndarray, ...]:
+    """Every query's clauses, in the order their scores are summed: per query, field after field; in a
+    field, the clauses of boost 1 (weight · field boost, in float32) by term row, then the others in
+    query order; terms a field does not know have none there. As arrays, one entry per clause: its
+    field, the begin and end of its term's postings, its weight w = boost · idf (float32; 0 for boost
+    1, whose scores are the field's ``unit``), whether its boost is 1; and where each query's begin
+    (one more entry: the end)."""
+    terms = list(chain.from_iterable(queries))
+    query = np.repeat(np.arange(len(queries)), [len(weights) for weights in queries])
+    boosts = np.fromiter(
+        chain.from_iterable(weights.values() for weights in queries), dtype=np.float64, count=len(terms)
+    ).astype(F32)
+    parts = []
+    for number, field in enumerate(fields):
+        row = np.fromiter(map(field.vocabulary.get, terms, repeat(-1)), dtype=np.int64, count=len(terms))
+        known = np.flatnonzero(row >= 0)  # positions of the terms this field knows
+        row = row[known]
+        boost = boosts[known] * F32(field.boost) if field.boost != 1.0 else boosts[known]
+        unit = boost == F32(1)
+        order = np.where(unit, row, len(field.indptr) + known)  # boost 1 by row, then the others by position
+        weight = np.where(unit, F32(0), boost * field.idf[row]).astype(F32)
+        parts.append(
+            (query[known], np.full(len(row), number), order, field.indptr[row], field.indptr[row + 1], weight, unit)
+        )
+    query, field_of, order, begins, ends, weights, is_unit = (np.concatenate(column) for column in zip(*parts))
+    sort = np.lexsort((order, field_of, query))
+    starts = np.concatenate([[0], np.cumsum(np.bincount(query, minlength=len(queries)))])
+    return (
+        field_of[sort].astype(np.int64),
+        begins[sort].astype(np.int64),
+        ends[sort].astype(np.int64),
+        weights[sort],
+        is_unit[sort],
+        starts.astype(np.int64),
+    )
+
+
 def ranked(
     fields: list[FieldIndex], queries: list[dict[str, float]], ties: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The top ``k`` of each of ``queries`` by score, ties by id ascending (``ties``: :func:`tie_keys`):
     the id ranks and float32 scores of every query's top in rank order, one query after the other, and
     the length of each query's top. A document's score is the float64 sum of its clause scores
-    (:meth:`FieldIndex.clauses`, field after field; each field's sum rounded to float32 first where a
+    (:func:`clause_arrays`, field after field; each field's sum rounded to float32 first where a
     field boost is not 1), rounded to float32; a document scoring 0 is no match. Each document is
     ranked by one uint64, its score's bits (which order as non-negative floats do) in the high half
     and its tie key in the low half, so the top is the same whatever order documents are met in.
@@ -177,22 +196,11 @@ def ranked(
     search batches at once."""
     from ragtrack.retrievers.bm25_compiled import top_keys  # numba loads on first search
 
-    clauses, starts = [], [0]
-    for weights in queries:
-        for number, field in enumerate(fields):
-            clauses += [(number, begin, end, w) for begin, end, w in field.clauses(weights)]
-        starts.append(len(clauses))
-    number, begin, end, weight = zip(*clauses) if clauses else ((), (), (), ())
     keys, lengths = top_keys(
         tuple(field.indices for field in fields),
         tuple(field.unit for field in fields),
         tuple(field.data for field in fields),
-        np.array(number, dtype=np.int64),
-        np.array(begin, dtype=np.int64),
-        np.array(end, dtype=np.int64),
-        np.array([F32(0) if w is None else w for w in weight], dtype=F32),
-        np.array([w is None for w in weight], dtype=np.bool_),
-        np.array(starts, dtype=np.int64),
+        *clause_arrays(fields, queries),
         any(field.boost != 1.0 for field in fields),
         ties,
         fields[0].n_docs,
@@ -200,9 +208,7 @@ def ranked(
         BLOCK,
         WALK_SHARE,
     )
-    top = np.concatenate(
-        [keys[row * k : row * k + length] for row, length in enumerate(lengths.tolist())] or [keys[:0]]
-    )
+    top = keys.reshape(len(lengths), k)[np.arange(k) < lengths[:, None]]  # each row's first lengths[row]
     id_ranks = (np.uint64(LOW_HALF) - (top & np.uint64(LOW_HALF))).astype(np.int64)
     return id_ranks, (top >> np.uint64(32)).astype(np.uint32).view(F32), lengths
 

@@ -450,15 +450,28 @@ def test_blocks_walked_or_scanned_give_the_same_run(
     assert runs[0] == runs[1] == runs[2] == runs[3] and runs[0]
 
 
+def clause_order(field, query: dict[str, float]) -> list[tuple[int, int, float | None]]:
+    """A query's clauses in one field as written out: (begin, end, w) of each, w = boost · idf in
+    float32, or None for boost 1 (its ``unit`` scores); boost 1 first by term row, then the others in
+    query order."""
+    found = [
+        (row, F32(weight) * F32(field.boost) if field.boost != 1.0 else F32(weight))
+        for term, weight in query.items()
+        if (row := field.vocabulary.get(term)) is not None
+    ]
+    spans = [(field.indptr[row], field.indptr[row + 1], None) for row in sorted(r for r, b in found if b == 1)]
+    return spans + [(field.indptr[row], field.indptr[row + 1], b * field.idf[row]) for row, b in found if b != 1]
+
+
 def plain_top(fields: list, query: dict[str, float], ties: np.ndarray, k: int) -> tuple[list[int], bytes]:
     """The top ``k`` as written out: per field a float64 array of every document's sum, clause after
-    clause in :meth:`FieldIndex.clauses`'s order; fields added (each rounded to float32 first where a
-    boost is not 1); the float32 scores sorted by score, then tie key, both descending."""
+    clause in :func:`clause_order`; fields added (each rounded to float32 first where a boost is not 1);
+    the float32 scores sorted by score, then tie key, both descending."""
     nested = any(field.boost != 1.0 for field in fields)
     total = np.zeros(fields[0].n_docs)
     for field in fields:
         summed = np.zeros(field.n_docs)
-        for begin, end, weight in field.clauses(query):
+        for begin, end, weight in clause_order(field, query):
             values = field.unit[begin:end] if weight is None else weight - weight / field.data[begin:end]
             summed[field.indices[begin:end]] += values.astype(np.float64)  # a term's documents are distinct
         total += summed.astype(F32).astype(np.float64) if nested else summed

@@ -278,10 +278,10 @@ class BM25Retriever(Retriever):
         qids = list(queries)
         weights = [queries[qid] for qid in qids]
         threads = self.threads or physical_cores()
-        postings = np.array([lucene_bm25.postings_read(self._fields, query) for query in weights], dtype=np.int64)
-        batches = lucene_bm25.query_batches(postings, threads)
+        clauses = lucene_bm25.clause_arrays(self._fields, weights)
+        batches = lucene_bm25.query_batches(clauses.postings(), threads)
         with ThreadPoolExecutor(min(threads, len(batches) or 1)) as pool:  # the compiled search lets go of the GIL
-            tops = list(pool.map(lambda batch: self._lucene_top(weights[slice(*batch)], k), batches))
+            tops = list(pool.map(lambda batch: self._lucene_top(clauses.of_queries(*batch), k), batches))
         results = {}
         for (begin, _), (ids, values, ends) in zip(batches, tops):
             for qid, first, last in zip(qids[begin:], [0] + ends, ends):
@@ -290,10 +290,10 @@ class BM25Retriever(Retriever):
                     results[qid].pop(qid, None)
         return Run(self.name, results)
 
-    def _lucene_top(self, queries: list[dict[str, float]], k: int) -> tuple[list[str], list[float], list[int]]:
-        """The top ``k`` of each of ``queries`` (one batch): ids and
+    def _lucene_top(self, clauses: lucene_bm25.Clauses, k: int) -> tuple[list[str], list[float], list[int]]:
+        """The top ``k`` of each query of ``clauses`` (one batch): ids and
         scores, one query after the other, and where each query's end."""
-        ranks, values, lengths = lucene_bm25.ranked(self._fields, queries, self._tie_keys, k)
+        ranks, values, lengths = lucene_bm25.ranked(self._fields, clauses, self._tie_keys, k)
         if self.score_ties == "anserini":  # a row per query, padded at its end
             filled = np.arange(lengths.max(initial=0)) < lengths[:, None]
             padded = np.zeros(filled.shape, dtype=np.float32)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-F32 = np.float32
 CHUNK = 256  # documents whose largest sum is compared with the heap's smallest score at once
 
 
@@ -26,12 +25,12 @@ def top_keys(
         return keys, lengths
     block = max(1, min(block, n_docs))
     sums, total = np.zeros((n_fields, block), np.float64), np.zeros(block if n_fields > 1 else 0, np.float64)
-    heap, score = np.empty(k, np.uint64), np.empty(1, F32)
+    heap, score = np.empty(k, np.uint64), np.empty(1, np.float32)
     bits = score.view(np.uint32)  # a float32's bits
     for q in range(n_queries):
         first, last = starts[q], starts[q + 1]
         at, before = begins[first:last].copy(), begins[first:last].copy()
-        size, floor = 0, F32(0)
+        size, floor = 0, np.float32(0)
         for low in range(0, n_docs, block):
             width = min(block, n_docs - low)
             read = _add_block(indices, units, rs, field_of, ends, weights, is_unit, first, at, before, sums, low, width)
@@ -59,10 +58,10 @@ def top_keys(
                 largest = 0.0
                 for d in range(chunk, min(chunk + CHUNK, width)):
                     largest = max(largest, summed[d])
-                if largest == 0.0 or (size == k and F32(largest) < floor):
+                if largest == 0.0 or (size == k and np.float32(largest) < floor):
                     continue
                 for d in range(chunk, min(chunk + CHUNK, width)):
-                    if summed[d] != 0.0 and (size < k or F32(summed[d]) >= floor):
+                    if summed[d] != 0.0 and (size < k or np.float32(summed[d]) >= floor):
                         size, floor = _offer(heap, size, floor, summed[d], ties[low + d], score, bits)
             summed[:width] = 0.0
         keys[q * k : q * k + size] = np.sort(heap[:size])[::-1]
@@ -101,9 +100,9 @@ def _add_block(indices, units, rs, field_of, ends, weights, is_unit, first, at, 
 def _document_sum(sums, d, nested):
     """Document ``d``'s score in float64: its fields' sums added in field order, each rounded to
     float32 first when ``nested``."""
-    s = np.float64(F32(sums[0, d])) if nested else sums[0, d]
+    s = np.float64(np.float32(sums[0, d])) if nested else sums[0, d]
     for field in range(1, sums.shape[0]):
-        s += np.float64(F32(sums[field, d])) if nested else sums[field, d]
+        s += np.float64(np.float32(sums[field, d])) if nested else sums[field, d]
     return s
 
 
@@ -111,7 +110,7 @@ def _document_sum(sums, d, nested):
 def _offer(heap, size, floor, s, tie, score, bits):
     """The heap (its first ``size`` keys, the smallest on top) with the key of float64 sum ``s`` and tie
     key ``tie`` where it is among the ``len(heap)`` largest; its size and smallest score after."""
-    score[0] = F32(s)
+    score[0] = np.float32(s)
     k = len(heap)
     if score[0] <= 0 or (size == k and score[0] < floor):
         return size, floor

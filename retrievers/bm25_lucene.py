@@ -123,20 +123,10 @@ BLOCK = 1 << 17  # documents summed at a time: one float64 per document and fiel
 WALK_SHARE = 0.25  # a block with fewer postings read than this share of its documents is ranked from them
 
 
-def postings_read(fields: list[FieldIndex], weights: dict[str, float]) -> int:
-    """The postings a query reads: the document frequencies of its terms in every field."""
-    return sum(
-        int(field.indptr[row + 1] - field.indptr[row])
-        for field in fields
-        for term in weights
-        if (row := field.vocabulary.get(term)) is not None
-    )
-
-
 def query_batches(postings: np.ndarray, threads: int) -> list[tuple[int, int]]:
     """Runs of consecutive queries, (begin, end), that each read about 1/(``threads`` ·
     :data:`BATCHES_PER_THREAD`) of the postings all of them read (``postings``: per query,
-    :func:`postings_read`; a query alone may read more): a thread that finishes early takes the next."""
+    :meth:`Clauses.postings`; a query alone may read more): a thread that finishes early takes the next."""
     if not len(postings):
         return []
     size = max(1, -(-int(postings.sum()) // (threads * BATCHES_PER_THREAD)))
@@ -145,13 +135,42 @@ def query_batches(postings: np.ndarray, threads: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def clause_arrays(fields: list[FieldIndex], queries: list[dict[str, float]]) -> tuple[np.ndarray, ...]:
+@dataclass(frozen=True)
+class Clauses:
+    """Queries' clauses in the order their scores are summed (:func:`clause_arrays`), one entry per
+    clause: its field, the begin and end of its term's postings, its weight w = boost · idf (float32;
+    0 for boost 1, whose scores are the field's ``unit``), whether its boost is 1; ``starts``: where
+    each query's clauses begin (one more entry: the end)."""
+
+    field: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    weight: np.ndarray
+    is_unit: np.ndarray
+    starts: np.ndarray
+
+    def postings(self) -> np.ndarray:
+        """Per query, the postings its clauses read."""
+        read = np.concatenate([[0], np.cumsum(self.end - self.begin)])
+        return read[self.starts[1:]] - read[self.starts[:-1]]
+
+    def of_queries(self, first: int, last: int) -> Clauses:
+        """The clauses of queries ``first`` to ``last`` (not included)."""
+        begin, end = self.starts[first], self.starts[last]
+        return Clauses(
+            self.field[begin:end],
+            self.begin[begin:end],
+            self.end[begin:end],
+            self.weight[begin:end],
+            self.is_unit[begin:end],
+            self.starts[first : last + 1] - begin,
+        )
+
+
+def clause_arrays(fields: list[FieldIndex], queries: list[dict[str, float]]) -> Clauses:
     """Every query's clauses, in the order their scores are summed: per query, field after field; in a
     field, the clauses of boost 1 (weight · field boost, in float32) by term row, then the others in
-    query order; terms a field does not know have none there. As arrays, one entry per clause: its
-    field, the begin and end of its term's postings, its weight w = boost · idf (float32; 0 for boost
-    1, whose scores are the field's ``unit``), whether its boost is 1; and where each query's begin
-    (one more entry: the end)."""
+    query order; terms a field does not know have none there. Each term is looked up once per field."""
     terms = list(chain.from_iterable(queries))
     query = np.repeat(np.arange(len(queries)), [len(weights) for weights in queries])
     boosts = np.fromiter(
@@ -172,7 +191,7 @@ def clause_arrays(fields: list[FieldIndex], queries: list[dict[str, float]]) -> 
     query, field_of, order, begins, ends, weights, is_unit = (np.concatenate(column) for column in zip(*parts))
     sort = np.lexsort((order, field_of, query))
     starts = np.concatenate([[0], np.cumsum(np.bincount(query, minlength=len(queries)))])
-    return (
+    return Clauses(
         field_of[sort].astype(np.int64),
         begins[sort].astype(np.int64),
         ends[sort].astype(np.int64),
@@ -182,13 +201,11 @@ def clause_arrays(fields: list[FieldIndex], queries: list[dict[str, float]]) -> 
     )
 
 
-def ranked(
-    fields: list[FieldIndex], queries: list[dict[str, float]], ties: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The top ``k`` of each of ``queries`` by score, ties by id ascending (``ties``: :func:`tie_keys`):
+def ranked(fields: list[FieldIndex], clauses: Clauses, ties: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+    """The top ``k`` of each query of ``clauses`` (:func:`clause_arrays`) by score, ties by id ascending (``ties``: :func:`tie_keys`):
     the id ranks and float32 scores of every query's top in rank order, one query after the other, and
     the length of each query's top. A document's score is the float64 sum of its clause scores
-    (:func:`clause_arrays`, field after field; each field's sum rounded to float32 first where a
+    (field after field; each field's sum rounded to float32 first where a
     field boost is not 1), rounded to float32; a document scoring 0 is no match. Each document is
     ranked by one uint64, its score's bits (which order as non-negative floats do) in the high half
     and its tie key in the low half, so the top is the same whatever order documents are met in.
@@ -200,7 +217,12 @@ def ranked(
         tuple(field.indices for field in fields),
         tuple(field.unit for field in fields),
         tuple(field.data for field in fields),
-        *clause_arrays(fields, queries),
+        clauses.field,
+        clauses.begin,
+        clauses.end,
+        clauses.weight,
+        clauses.is_unit,
+        clauses.starts,
         any(field.boost != 1.0 for field in fields),
         ties,
         fields[0].n_docs,

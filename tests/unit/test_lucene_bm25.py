@@ -403,9 +403,7 @@ def test_batches_and_threads_change_no_figure(
         retriever = BM25Retriever(fields=fields, threads=threads)
         retriever.index(dataset.corpus, cache)
         weights = [bm25_lucene.query_weights(t) for t in retriever.tokenizer(queries.values())]
-        batches = bm25_lucene.query_batches(
-            np.array([bm25_lucene.postings_read(retriever._fields, w) for w in weights]), threads
-        )
+        batches = bm25_lucene.query_batches(bm25_lucene.clause_arrays(retriever._fields, weights).postings(), threads)
         assert len(batches) > threads * per_thread // 2 and batches[0][0] == 0 and batches[-1][1] == len(queries)
         found = retriever.search(queries, depth=100).scores
         assert {qid: list(scores.items()) for qid, scores in found.items()} == {
@@ -500,6 +498,30 @@ def random_field(rng: np.random.Generator, n_docs: int, n_terms: int, boost: flo
     )
 
 
+def test_clauses_count_each_querys_postings_and_slice_by_query() -> None:
+    """:meth:`Clauses.postings` is the sum of each query's terms' document frequencies over the fields
+    that know them; :meth:`Clauses.of_queries` equals the clauses built from those queries alone."""
+    rng = np.random.default_rng(5)
+    fields = [random_field(rng, 50, 8, 1.0), random_field(rng, 50, 8, 2.0)]
+    del fields[1].vocabulary["t7"]
+    queries = [{"t0": 1.0, "t7": 2.0}, {}, {"nope": 1.0}, {"t3": 1.0, "t5": 0.5, "t6": 1.0}, {"t7": 1.0}]
+    clauses = bm25_lucene.clause_arrays(fields, queries)
+    frequencies = [
+        sum(
+            int(f.indptr[f.vocabulary[t] + 1] - f.indptr[f.vocabulary[t]])
+            for f in fields
+            for t in q
+            if t in f.vocabulary
+        )
+        for q in queries
+    ]
+    assert clauses.postings().tolist() == frequencies and frequencies[0] > 0 and frequencies[1:3] == [0, 0]
+    for first, last in ((0, 5), (1, 4), (3, 5), (2, 2)):
+        part, alone = clauses.of_queries(first, last), bm25_lucene.clause_arrays(fields, queries[first:last])
+        for name in ("field", "begin", "end", "weight", "is_unit", "starts"):
+            assert getattr(part, name).tolist() == getattr(alone, name).tolist(), (first, last, name)
+
+
 @pytest.mark.parametrize("boosts", [(1.0,), (1.0, 1.0), (2.0, 0.5)])
 def test_the_compiled_top_equals_a_plain_sum_and_sort(boosts: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     """:func:`ranked` against :func:`plain_top` on random postings: clauses of boost 1 and others,
@@ -515,7 +537,7 @@ def test_the_compiled_top_equals_a_plain_sum_and_sort(boosts: tuple, monkeypatch
         monkeypatch.setattr(bm25_lucene, "BLOCK", block)
         monkeypatch.setattr(bm25_lucene, "WALK_SHARE", walk)
         for k in (0, 1, 2, 17, 100, n_docs):
-            ranks, values, lengths = bm25_lucene.ranked(fields, queries, ties, k)
+            ranks, values, lengths = bm25_lucene.ranked(fields, bm25_lucene.clause_arrays(fields, queries), ties, k)
             ends = np.cumsum(lengths)
             for query, end, length in zip(queries, ends.tolist(), lengths.tolist()):
                 expected_ranks, expected_scores = plain_top(fields, query, ties, k)

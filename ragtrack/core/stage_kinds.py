@@ -5,7 +5,8 @@ the plugin registry's entry-point groups (``pipeline.registry.GROUPS``), the sys
 sections and naming rule (``pipeline.configuration.systems``), the job settings' sections and each kind's common
 keys (``pipeline.configuration.settings``), and the pyproject entry-point tables (checked by a test). Adding a kind
 takes a base class (a :class:`~ragtrack.core.stages.Stage`), one row here, its YAML folder under
-``conf/`` and its docs (docs/development.md walks through it).
+``conf/`` and its entry in ``conf/config.yaml``'s defaults, its entry points and config package in
+``pyproject.toml``, and its docs (docs/development.md walks through it).
 
 Classes are named as ``module:Class`` (like entry points), so that this module imports nothing:
 listing plugins and scoring run files read the table without loading pydantic or any component.

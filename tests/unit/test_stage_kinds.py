@@ -58,47 +58,48 @@ def test_the_package_list_is_every_folder_the_package_dirs_map() -> None:
     assert set(setuptools["packages"]) == found
 
 
-class Annotator(SingleInputStage):
+class Tagger(SingleInputStage):
     """A toy kind of stage: reads one system and makes another."""
 
-    kind = "annotator"
+    kind = "tagger"
 
     def identity(self) -> dict:
         return {}
 
     def produce(self, inputs, context):
-        return replace(inputs[self.input], stage=self)  # the input's run, unchanged: the toy annotates nothing
+        return replace(inputs[self.input], stage=self)  # the input's run, unchanged: the toy tags nothing
 
 
-class ToyAnnotatorSettings(StageSettings, extra="forbid"):
+class ToyTaggerSettings(StageSettings, extra="forbid"):
     strength: int = 1
 
 
-class ToyAnnotator(Annotator):
-    settings_schema = ToyAnnotatorSettings
+class ToyTagger(Tagger):
+    settings_schema = ToyTaggerSettings
 
 
-def test_a_kind_added_to_the_table_alone_is_planned_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kind_added_to_the_table_alone_is_planned_checked_and_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """One row (and its plugins' entry points, here faked): the job settings take its section, the
-    planner names and orders its systems, its plugins' keys are checked."""
+    planner names and orders its systems, its plugins' keys are checked, and a job runs it through the
+    unchanged executor."""
     toy = StageKind(
-        "annotator", "annotators", f"{__name__}:Annotator", "ragtrack.core.settings:StageSettings", "input+key", "input"
+        "tagger", "taggers", f"{__name__}:Tagger", "ragtrack.core.settings:StageSettings", "input+key", "input"
     )
     monkeypatch.setattr(stage_kinds, "STAGE_KINDS", (*STAGE_KINDS, toy))
 
     class Entry:
-        value = f"{__name__}:ToyAnnotator"
+        value = f"{__name__}:ToyTagger"
 
         def load(self):
-            return ToyAnnotator
+            return ToyTagger
 
     installed, load = registry.installed, registry.load
     monkeypatch.setattr(
-        registry, "installed", lambda group: {"toy": Entry()} if group == "annotators" else installed(group)
+        registry, "installed", lambda group: {"toy": Entry()} if group == "taggers" else installed(group)
     )
-    monkeypatch.setattr(
-        registry, "load", lambda group, name: ToyAnnotator if group == "annotators" else load(group, name)
-    )
+    monkeypatch.setattr(registry, "load", lambda group, name: ToyTagger if group == "taggers" else load(group, name))
     paths = {k: "/tmp/x" for k in ("root_dir", "data_dir", "log_dir", "output_dir", "cache_dir", "mlflow_dir")}
     job = {
         "depth": 10,
@@ -107,22 +108,42 @@ def test_a_kind_added_to_the_table_alone_is_planned_and_checked(monkeypatch: pyt
         "dataset": {"type": "beir", "name": "toy", "path": "/tmp/toy"},
         "tracking": {"enabled": False},
         "retriever": {"bm25": {"type": "bm25"}},
-        "annotator": {"tags": {"type": "toy", "input": "bm25", "strength": 3}},
+        "tagger": {"tags": {"type": "toy", "input": "bm25", "strength": 3}},
     }
     assert (
-        "annotator" in job_model(stage_kinds.STAGE_KINDS).model_fields
-        and "annotator" not in job_model(STAGE_KINDS).model_fields
+        "tagger" in job_model(stage_kinds.STAGE_KINDS).model_fields
+        and "tagger" not in job_model(STAGE_KINDS).model_fields
     )
     validate(job)
     assert [system.name for system in plan_systems(job)] == ["bm25", "bm25+tags"]
-    with pytest.raises(InputError, match=r"^annotator\.tags\.strength: 'x' is not allowed"):
-        validate({**job, "annotator": {"tags": {"type": "toy", "input": "bm25", "strength": "x"}}})
+    with pytest.raises(InputError, match=r"^tagger\.tags\.strength: 'x' is not allowed"):
+        validate({**job, "tagger": {"tags": {"type": "toy", "input": "bm25", "strength": "x"}}})
     with pytest.raises(
-        InputError, match=r"^annotator\.tags\.input: 'dense' is not allowed: a system of this job \(bm25\)"
+        InputError, match=r"^tagger\.tags\.input: 'dense' is not allowed: a system of this job \(bm25\)"
     ):
-        validate({**job, "annotator": {"tags": {"type": "toy", "input": "dense"}}})
+        validate({**job, "tagger": {"tags": {"type": "toy", "input": "dense"}}})
+    import ragtrack
+
+    result = ragtrack.run_experiment(
+        [
+            "dataset=toy",
+            "encoder=hashing",
+            "retriever=[bm25]",
+            "fusion=[]",
+            "tracking=none",
+            f"paths.root_dir={tmp_path}",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            "+tagger.tags.type=toy",
+            "+tagger.tags.input=bm25",
+        ]
+    )
+    assert list(result.systems) == ["bm25", "bm25+tags"]
+    tagged = result.per_query[result.per_query.system == "bm25+tags"].drop(columns="system")
+    alone = result.per_query[result.per_query.system == "bm25"].drop(columns="system")
+    same = tagged.reset_index(drop=True).equals(alone.reset_index(drop=True))  # the toy tags nothing
+    assert len(tagged) == 6 and same
     monkeypatch.setattr(stage_kinds, "STAGE_KINDS", STAGE_KINDS)
-    with pytest.raises(InputError, match=r"^annotator: no such key"):
+    with pytest.raises(InputError, match=r"^tagger: no such key"):
         validate(job)
 
 

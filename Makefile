@@ -1,4 +1,5 @@
-# The README's two commands: `make run` (the main job) and `make test` (the test suite).
+# The README's two commands: `make run` (the main job) and `make test test-slow` (the default suite, then the
+# slow tests: what .ci/run runs).
 # Each creates .venv and installs the project on first use (CPU PyTorch first).
 PYTHON ?= python3
 VENV := .venv

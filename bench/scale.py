@@ -371,7 +371,7 @@ SYSTEMS = (
     "bm25s numpy",
     "bm25s numba",
     ON_POSTINGS,
-)  # bm25s's retrieval backends: numpy (its default), numba
+)  # ragtrack; bm25s's retrieval backends over its own index, numpy (its default) and numba; bm25s numba over ragtrack's
 THREADS = (1, 2)
 RESULT = "RESULT "  # a side's output line with its figures, as JSON
 K1, B = 0.9, 0.4  # ragtrack's default BM25 (Anserini's), given to bm25s too
@@ -398,7 +398,14 @@ def bm25s_tokens(texts: Sequence[str]):
 def bm25s_search(model, corpus: Corpus, depth: int, threads: int, queries: dict[str, str]) -> dict[str, list[str]]:
     """Each query's top ``depth`` ids from a bm25s model (its queries tokenized inside the timing, as
     ragtrack's are)."""
-    documents, _ = model.retrieve(bm25s_tokens(list(queries.values())), k=depth, n_threads=threads, show_progress=False)
+    return retrieved_ids(model, corpus, bm25s_tokens(list(queries.values())), depth, threads, queries)
+
+
+def retrieved_ids(
+    model, corpus: Corpus, tokens, depth: int, threads: int, queries: dict[str, str]
+) -> dict[str, list[str]]:
+    """Each of ``queries``' top ``depth`` ids from bm25s's ``retrieve`` on its ``tokens``."""
+    documents, _ = model.retrieve(tokens, k=depth, n_threads=threads, show_progress=False)
     return {qid: [corpus.ids[doc] for doc in row.tolist()] for qid, row in zip(queries, documents)}
 
 
@@ -430,8 +437,7 @@ def postings_search(
     boost c)."""
     vocabulary = model.vocab_dict
     tokens = [[term for term in query if term in vocabulary] for query in retriever.tokenizer(list(queries.values()))]
-    documents, _ = model.retrieve(tokens, k=depth, n_threads=threads, show_progress=False)
-    return {qid: [corpus.ids[doc] for doc in row.tolist()] for qid, row in zip(queries, documents)}
+    return retrieved_ids(model, corpus, tokens, depth, threads, queries)
 
 
 def ragtrack_search(retriever: BM25Retriever, depth: int, queries: dict[str, str]) -> dict[str, list[str]]:

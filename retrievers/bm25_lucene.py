@@ -202,10 +202,10 @@ def clause_arrays(fields: list[FieldIndex], queries: list[dict[str, float]]) -> 
 
 
 def ranked(fields: list[FieldIndex], clauses: Clauses, ties: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
-    """The top ``k`` of each query of ``clauses`` (:func:`clause_arrays`) by score, ties by id ascending (``ties``: :func:`tie_keys`):
-    the id ranks and float32 scores of every query's top in rank order, one query after the other, and
-    the length of each query's top. A document's score is the float64 sum of its clause scores
-    (field after field; each field's sum rounded to float32 first where a
+    """The top ``k`` of each query of ``clauses`` (:func:`clause_arrays`) by score, ties by id ascending
+    (``ties``: :func:`tie_keys`): the id ranks and float32 scores of every query's top in rank order,
+    one query after the other, and the length of each query's top. A document's score is the float64
+    sum of its clause scores (field after field; each field's sum rounded to float32 first where a
     field boost is not 1), rounded to float32; a document scoring 0 is no match. Each document is
     ranked by one uint64, its score's bits (which order as non-negative floats do) in the high half
     and its tie key in the low half, so the top is the same whatever order documents are met in.
